@@ -1,0 +1,671 @@
+//! The typed codec: the [`Wire`] trait, its byte cursor types, and impls for std types.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash};
+
+use crate::desc::{DType, TypeDesc};
+use crate::error::{DecodeError, DecodeErrorKind, EncodeError};
+use crate::value::{Packed, Value};
+
+/// Writes a value into a caller-provided byte slice, never allocating and never panicking.
+///
+/// Writing past the end sets an overflow flag instead of panicking; [`Wire::encode_into`]
+/// checks the length first, so that only happens with a hand-written impl whose
+/// `encoded_len` is wrong, and is then reported as [`EncodeError::LengthMismatch`].
+#[derive(Debug)]
+pub struct WireWriter<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+    overflow: bool,
+}
+
+impl<'a> WireWriter<'a> {
+    /// A writer at the start of `buf`.
+    pub fn new(buf: &'a mut [u8]) -> WireWriter<'a> {
+        WireWriter {
+            buf,
+            pos: 0,
+            overflow: false,
+        }
+    }
+
+    /// Appends raw bytes.
+    #[inline]
+    pub fn put(&mut self, bytes: &[u8]) {
+        let end = self.pos.saturating_add(bytes.len());
+        match self.buf.get_mut(self.pos..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.pos = end;
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    /// Appends a `u64` length prefix.
+    #[inline]
+    pub fn put_len(&mut self, len: usize) {
+        self.put(&(len as u64).to_le_bytes());
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Whether a write did not fit.
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
+}
+
+/// Reads values from untrusted bytes: every read is bounds-checked and every failure is a
+/// [`DecodeError`] carrying the offset.
+#[derive(Debug, Clone)]
+pub struct WireReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> WireReader<'a> {
+    /// A reader at the start of `buf`.
+    pub fn new(buf: &'a [u8]) -> WireReader<'a> {
+        WireReader { buf, pos: 0 }
+    }
+
+    /// Current byte offset.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Takes the next `n` bytes.
+    #[inline]
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        match end {
+            Some(end) => {
+                let out = &self.buf[self.pos..end];
+                self.pos = end;
+                Ok(out)
+            }
+            None => Err(DecodeError::new(
+                self.pos,
+                DecodeErrorKind::UnexpectedEnd {
+                    needed: n,
+                    remaining: self.remaining(),
+                },
+            )),
+        }
+    }
+
+    /// Takes the next `N` bytes as an array.
+    #[inline]
+    pub fn take_array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let bytes = self.take(N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    /// Reads one byte.
+    #[inline]
+    pub fn read_u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take_array::<1>()?[0])
+    }
+
+    /// Reads a little-endian `u32`.
+    #[inline]
+    pub fn read_u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take_array()?))
+    }
+
+    /// Reads a little-endian `u64`.
+    #[inline]
+    pub fn read_u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take_array()?))
+    }
+
+    /// Reads a `u64` length or count prefix and checks it against the remaining input: `len`
+    /// items of at least `min_item_len` bytes each (zero-sized items count as one byte) must
+    /// fit. So a hostile prefix can never make the decoder allocate or loop more than the input
+    /// justifies.
+    #[inline]
+    pub fn read_len(&mut self, min_item_len: usize) -> Result<usize, DecodeError> {
+        let at = self.pos;
+        let len = self.read_u64()?;
+        let need = len.checked_mul(min_item_len.max(1) as u64);
+        match need {
+            Some(need) if need <= self.remaining() as u64 => Ok(len as usize),
+            _ => Err(DecodeError::new(
+                at,
+                DecodeErrorKind::LengthTooLarge {
+                    len,
+                    remaining: self.remaining(),
+                },
+            )),
+        }
+    }
+}
+
+/// A type with a wire encoding and a type descriptor.
+///
+/// Implemented for the std types listed in the crate docs and derived with `#[derive(Wire)]`
+/// (nested types) or `#[derive(Snapshot)]` (root types). The encoding is the bincode 1.x
+/// layout; see the crate docs.
+///
+/// Hand-written impls must keep `encoded_len` exact and `encode` consistent with
+/// [`Wire::type_desc`]; the property tests in this crate check the std impls against both.
+pub trait Wire: Sized {
+    /// A lower bound on the encoded length of any value of this type (used to bound length
+    /// prefixes before allocating).
+    const MIN_ENCODED_LEN: usize;
+
+    /// The descriptor of this type.
+    fn type_desc() -> TypeDesc;
+
+    /// Exact number of bytes [`encode`](Wire::encode) writes.
+    fn encoded_len(&self) -> usize;
+
+    /// Writes the value. Use [`encode_into`](Wire::encode_into) unless composing impls.
+    fn encode(&self, w: &mut WireWriter<'_>);
+
+    /// Reads a value.
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError>;
+
+    /// The value as a dynamic [`Value`], borrowing where it can. Equal to what
+    /// [`decode`](crate::decode) returns for the encoded bytes.
+    fn to_value(&self) -> Value<'_>;
+
+    /// Encodes into `buf` without allocating; returns the number of bytes written.
+    fn encode_into(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let needed = self.encoded_len();
+        let Some(dst) = buf.get_mut(..needed) else {
+            return Err(EncodeError::BufferTooSmall {
+                needed,
+                available: buf.len(),
+            });
+        };
+        let mut w = WireWriter::new(dst);
+        self.encode(&mut w);
+        if w.overflowed() || w.position() != needed {
+            return Err(EncodeError::LengthMismatch {
+                promised: needed,
+                written: w.position(),
+            });
+        }
+        Ok(needed)
+    }
+
+    /// Encodes into a new `Vec`.
+    fn encode_to_vec(&self) -> Result<Vec<u8>, EncodeError> {
+        let mut out = vec![0u8; self.encoded_len()];
+        self.encode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Decodes a whole buffer; trailing bytes are an error.
+    fn decode_exact(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = WireReader::new(bytes);
+        let v = Self::decode(&mut r)?;
+        if r.remaining() != 0 {
+            return Err(DecodeError::new(
+                r.offset(),
+                DecodeErrorKind::TrailingBytes {
+                    count: r.remaining(),
+                },
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Encoded length of a slice of values (bulk hook; numeric types override it).
+    #[doc(hidden)]
+    fn slice_encoded_len(items: &[Self]) -> usize {
+        items.iter().map(Wire::encoded_len).sum()
+    }
+
+    /// Encodes a slice of values back to back (bulk hook; numeric types copy in one go).
+    #[doc(hidden)]
+    fn encode_slice(items: &[Self], w: &mut WireWriter<'_>) {
+        for item in items {
+            item.encode(w);
+        }
+    }
+
+    /// Decodes `n` values back to back; `n` was already checked against the input.
+    #[doc(hidden)]
+    fn decode_vec(r: &mut WireReader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(Self::decode(r)?);
+        }
+        Ok(out)
+    }
+
+    /// A slice as a dynamic value (numeric types give a zero-copy [`Value::Packed`]).
+    #[doc(hidden)]
+    fn slice_to_value(items: &[Self]) -> Value<'_> {
+        Value::Seq(items.iter().map(Wire::to_value).collect())
+    }
+}
+
+/// Scalar numeric element types: the element types of [`Tensor`](crate::Tensor) and of packed
+/// sequences. Sealed.
+pub trait Element: Wire + bytemuck::Pod + sealed::Sealed {
+    /// The element's dtype.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! numeric {
+    ($($t:ty => $desc:ident, $dtype:ident, $variant:ident);* $(;)?) => {$(
+        impl Wire for $t {
+            const MIN_ENCODED_LEN: usize = size_of::<$t>();
+            fn type_desc() -> TypeDesc {
+                TypeDesc::$desc
+            }
+            #[inline]
+            fn encoded_len(&self) -> usize {
+                size_of::<$t>()
+            }
+            #[inline]
+            fn encode(&self, w: &mut WireWriter<'_>) {
+                w.put(&self.to_le_bytes());
+            }
+            #[inline]
+            fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+                Ok(<$t>::from_le_bytes(r.take_array()?))
+            }
+            fn to_value(&self) -> Value<'_> {
+                Value::$variant(*self)
+            }
+            #[inline]
+            fn slice_encoded_len(items: &[Self]) -> usize {
+                size_of_val(items)
+            }
+            #[inline]
+            fn encode_slice(items: &[Self], w: &mut WireWriter<'_>) {
+                if cfg!(target_endian = "little") {
+                    w.put(bytemuck::cast_slice(items));
+                } else {
+                    items.iter().for_each(|x| w.put(&x.to_le_bytes()));
+                }
+            }
+            #[inline]
+            fn decode_vec(r: &mut WireReader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+                let bytes = r.take(n.saturating_mul(size_of::<$t>()))?;
+                if cfg!(target_endian = "little") {
+                    Ok(bytemuck::pod_collect_to_vec(bytes))
+                } else {
+                    Ok(bytes
+                        .chunks_exact(size_of::<$t>())
+                        .map(|c| {
+                            let mut a = [0u8; size_of::<$t>()];
+                            a.copy_from_slice(c);
+                            <$t>::from_le_bytes(a)
+                        })
+                        .collect())
+                }
+            }
+            fn slice_to_value(items: &[Self]) -> Value<'_> {
+                Value::Packed(Packed::from_slice(items))
+            }
+        }
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+        }
+    )*};
+}
+
+numeric! {
+    u8 => U8, U8, U8;
+    u16 => U16, U16, U16;
+    u32 => U32, U32, U32;
+    u64 => U64, U64, U64;
+    i8 => I8, I8, I8;
+    i16 => I16, I16, I16;
+    i32 => I32, I32, I32;
+    i64 => I64, I64, I64;
+    f32 => F32, F32, F32;
+    f64 => F64, F64, F64;
+}
+
+macro_rules! wide_int {
+    ($($t:ty => $desc:ident);* $(;)?) => {$(
+        impl Wire for $t {
+            const MIN_ENCODED_LEN: usize = 16;
+            fn type_desc() -> TypeDesc {
+                TypeDesc::$desc
+            }
+            fn encoded_len(&self) -> usize {
+                16
+            }
+            fn encode(&self, w: &mut WireWriter<'_>) {
+                w.put(&self.to_le_bytes());
+            }
+            fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+                Ok(<$t>::from_le_bytes(r.take_array()?))
+            }
+            fn to_value(&self) -> Value<'_> {
+                Value::$desc(*self)
+            }
+        }
+    )*};
+}
+
+wide_int! { u128 => U128; i128 => I128 }
+
+impl Wire for bool {
+    const MIN_ENCODED_LEN: usize = 1;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Bool
+    }
+    fn encoded_len(&self) -> usize {
+        1
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        w.put(&[u8::from(*self)]);
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        let at = r.offset();
+        match r.read_u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            byte => Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte })),
+        }
+    }
+    fn to_value(&self) -> Value<'_> {
+        Value::Bool(*self)
+    }
+}
+
+impl Wire for String {
+    const MIN_ENCODED_LEN: usize = 8;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::String
+    }
+    fn encoded_len(&self) -> usize {
+        8 + self.len()
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        w.put_len(self.len());
+        w.put(self.as_bytes());
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        let len = r.read_len(1)?;
+        let at = r.offset();
+        let bytes = r.take(len)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))
+    }
+    fn to_value(&self) -> Value<'_> {
+        Value::Str(Cow::Borrowed(self))
+    }
+}
+
+impl<T: Wire> Wire for Option<T> {
+    const MIN_ENCODED_LEN: usize = 1;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Option {
+            some: Box::new(T::type_desc()),
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        1 + self.as_ref().map_or(0, Wire::encoded_len)
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        match self {
+            None => w.put(&[0]),
+            Some(v) => {
+                w.put(&[1]);
+                v.encode(w);
+            }
+        }
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        let at = r.offset();
+        match r.read_u8()? {
+            0 => Ok(None),
+            1 => T::decode(r).map(Some),
+            tag => Err(DecodeError::new(
+                at,
+                DecodeErrorKind::InvalidOptionTag { tag },
+            )),
+        }
+    }
+    fn to_value(&self) -> Value<'_> {
+        Value::Option(self.as_ref().map(|v| Box::new(v.to_value())))
+    }
+}
+
+impl<T: Wire> Wire for Box<T> {
+    const MIN_ENCODED_LEN: usize = T::MIN_ENCODED_LEN;
+    fn type_desc() -> TypeDesc {
+        T::type_desc()
+    }
+    fn encoded_len(&self) -> usize {
+        (**self).encoded_len()
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        (**self).encode(w);
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        T::decode(r).map(Box::new)
+    }
+    fn to_value(&self) -> Value<'_> {
+        (**self).to_value()
+    }
+}
+
+impl<T: Wire> Wire for Vec<T> {
+    const MIN_ENCODED_LEN: usize = 8;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Seq {
+            elem: Box::new(T::type_desc()),
+        }
+    }
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        8 + T::slice_encoded_len(self)
+    }
+    #[inline]
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        w.put_len(self.len());
+        T::encode_slice(self, w);
+    }
+    #[inline]
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        let n = r.read_len(T::MIN_ENCODED_LEN)?;
+        T::decode_vec(r, n)
+    }
+    fn to_value(&self) -> Value<'_> {
+        T::slice_to_value(self)
+    }
+}
+
+impl<T: Wire, const N: usize> Wire for [T; N] {
+    const MIN_ENCODED_LEN: usize = N.saturating_mul(T::MIN_ENCODED_LEN);
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Array {
+            len: N as u64,
+            elem: Box::new(T::type_desc()),
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        T::slice_encoded_len(self)
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        T::encode_slice(self, w);
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        let at = r.offset();
+        if (N as u64).saturating_mul(T::MIN_ENCODED_LEN as u64) > r.remaining() as u64 {
+            return Err(DecodeError::new(
+                at,
+                DecodeErrorKind::UnexpectedEnd {
+                    needed: N.saturating_mul(T::MIN_ENCODED_LEN),
+                    remaining: r.remaining(),
+                },
+            ));
+        }
+        let items = T::decode_vec(r, N)?;
+        // `decode_vec` returned exactly N items, so the conversion cannot fail; map the
+        // impossible case to an error rather than panicking.
+        items.try_into().map_err(|_| {
+            DecodeError::new(
+                at,
+                DecodeErrorKind::UnexpectedEnd {
+                    needed: N,
+                    remaining: 0,
+                },
+            )
+        })
+    }
+    fn to_value(&self) -> Value<'_> {
+        T::slice_to_value(self)
+    }
+}
+
+macro_rules! tuple {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: Wire),+> Wire for ($($name,)+) {
+            const MIN_ENCODED_LEN: usize = 0 $(+ $name::MIN_ENCODED_LEN)+;
+            fn type_desc() -> TypeDesc {
+                TypeDesc::Tuple { elems: vec![$($name::type_desc()),+] }
+            }
+            fn encoded_len(&self) -> usize {
+                0 $(+ self.$idx.encoded_len())+
+            }
+            fn encode(&self, w: &mut WireWriter<'_>) {
+                $(self.$idx.encode(w);)+
+            }
+            fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+                Ok(($($name::decode(r)?,)+))
+            }
+            fn to_value(&self) -> Value<'_> {
+                Value::Seq(vec![$(self.$idx.to_value()),+])
+            }
+        }
+    };
+}
+
+tuple!(A 0);
+tuple!(A 0, B 1);
+tuple!(A 0, B 1, C 2);
+tuple!(A 0, B 1, C 2, D 3);
+tuple!(A 0, B 1, C 2, D 3, E 4);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+impl Wire for () {
+    const MIN_ENCODED_LEN: usize = 0;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Tuple { elems: Vec::new() }
+    }
+    fn encoded_len(&self) -> usize {
+        0
+    }
+    fn encode(&self, _: &mut WireWriter<'_>) {}
+    fn decode(_: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        Ok(())
+    }
+    fn to_value(&self) -> Value<'_> {
+        Value::Seq(Vec::new())
+    }
+}
+
+fn map_encoded_len<'a, K: Wire + 'a, V: Wire + 'a>(
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+) -> usize {
+    8 + entries
+        .map(|(k, v)| k.encoded_len() + v.encoded_len())
+        .sum::<usize>()
+}
+
+fn map_encode<'a, K: Wire + 'a, V: Wire + 'a>(
+    len: usize,
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+    w: &mut WireWriter<'_>,
+) {
+    w.put_len(len);
+    for (k, v) in entries {
+        k.encode(w);
+        v.encode(w);
+    }
+}
+
+fn map_decode<K: Wire, V: Wire, M: Extend<(K, V)>>(
+    r: &mut WireReader<'_>,
+    make: impl FnOnce(usize) -> M,
+) -> Result<M, DecodeError> {
+    let n = r.read_len(K::MIN_ENCODED_LEN + V::MIN_ENCODED_LEN)?;
+    let mut map = make(n);
+    for _ in 0..n {
+        let k = K::decode(r)?;
+        let v = V::decode(r)?;
+        map.extend(std::iter::once((k, v)));
+    }
+    Ok(map)
+}
+
+fn map_to_value<'a, K: Wire + 'a, V: Wire + 'a>(
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+) -> Value<'a> {
+    Value::Map(entries.map(|(k, v)| (k.to_value(), v.to_value())).collect())
+}
+
+impl<K: Wire + Ord, V: Wire> Wire for BTreeMap<K, V> {
+    const MIN_ENCODED_LEN: usize = 8;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Map {
+            key: Box::new(K::type_desc()),
+            value: Box::new(V::type_desc()),
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        map_encoded_len(self.iter())
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        map_encode(self.len(), self.iter(), w);
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        map_decode(r, |_| BTreeMap::new())
+    }
+    fn to_value(&self) -> Value<'_> {
+        map_to_value(self.iter())
+    }
+}
+
+impl<K: Wire + Eq + Hash, V: Wire, S: BuildHasher + Default> Wire for HashMap<K, V, S> {
+    const MIN_ENCODED_LEN: usize = 8;
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Map {
+            key: Box::new(K::type_desc()),
+            value: Box::new(V::type_desc()),
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        map_encoded_len(self.iter())
+    }
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        map_encode(self.len(), self.iter(), w);
+    }
+    fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
+        map_decode(r, |n| HashMap::with_capacity_and_hasher(n, S::default()))
+    }
+    fn to_value(&self) -> Value<'_> {
+        map_to_value(self.iter())
+    }
+}
