@@ -108,15 +108,6 @@ pub fn check_compatible(
             ))),
         };
     };
-    if new.len() < old.len() {
-        return Err(not_append_only(format!(
-            "v{} has {} fields, v{} only {}; fields cannot be removed",
-            older.version(),
-            old.len(),
-            newer.version(),
-            new.len()
-        )));
-    }
     for (i, (o, n)) in old.iter().zip(new).enumerate() {
         if o.name != n.name {
             return Err(not_append_only(format!(
@@ -140,6 +131,15 @@ pub fn check_compatible(
                 newer.version()
             )));
         }
+    }
+    if new.len() < old.len() {
+        return Err(not_append_only(format!(
+            "v{} has {} fields, v{} only {}; fields cannot be removed",
+            older.version(),
+            old.len(),
+            newer.version(),
+            new.len()
+        )));
     }
     if let Some(f) = new[old.len()..]
         .iter()

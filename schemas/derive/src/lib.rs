@@ -153,9 +153,9 @@ fn expand(input: &DeriveInput, snapshot: bool) -> syn::Result<TokenStream2> {
                     }
                 }
                 let tys: Vec<&Type> = unnamed.unnamed.iter().map(|f| &f.ty).collect();
-                tuple_struct_wire(&krate, name, &tys)
+                tuple_struct_wire(&krate, name, &tys, false)
             }
-            Fields::Unit => tuple_struct_wire(&krate, name, &[]),
+            Fields::Unit => tuple_struct_wire(&krate, name, &[], true),
         },
         Data::Enum(e) => enum_wire(&krate, name, e)?,
         Data::Union(u) => {
@@ -239,9 +239,14 @@ fn named_struct_wire(krate: &Path, name: &Ident, fields: &[NamedField<'_>]) -> T
     }
 }
 
-fn tuple_struct_wire(krate: &Path, name: &Ident, tys: &[&Type]) -> TokenStream2 {
+fn tuple_struct_wire(krate: &Path, name: &Ident, tys: &[&Type], unit: bool) -> TokenStream2 {
+    let construct = if unit {
+        quote! { Self }
+    } else {
+        let names: Vec<String> = (0..tys.len()).map(|i| i.to_string()).collect();
+        quote! { Self(#(<#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#names))?,)*) }
+    };
     let idx: Vec<syn::Index> = (0..tys.len()).map(syn::Index::from).collect();
-    let names: Vec<String> = (0..tys.len()).map(|i| i.to_string()).collect();
     quote! {
         impl #krate::Wire for #name {
             const MIN_ENCODED_LEN: usize = 0 #(+ <#tys as #krate::Wire>::MIN_ENCODED_LEN)*;
@@ -261,9 +266,7 @@ fn tuple_struct_wire(krate: &Path, name: &Ident, tys: &[&Type]) -> TokenStream2 
             }
             fn decode(r: &mut #krate::WireReader<'_>) -> ::std::result::Result<Self, #krate::DecodeError> {
                 let _ = &r;
-                ::std::result::Result::Ok(Self(
-                    #(<#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#names))?,)*
-                ))
+                ::std::result::Result::Ok(#construct)
             }
             fn to_value(&self) -> #krate::Value<'_> {
                 #krate::Value::Seq(::std::vec![#(#krate::Wire::to_value(&self.#idx)),*])
