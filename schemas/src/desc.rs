@@ -453,7 +453,10 @@ fn check_width(n: usize, path: &str) -> Result<(), DescriptorError> {
     Ok(())
 }
 
-fn check_names<'a>(names: impl Iterator<Item = &'a str>, path: &str) -> Result<(), DescriptorError> {
+fn check_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    path: &str,
+) -> Result<(), DescriptorError> {
     let mut seen = std::collections::HashSet::new();
     for name in names {
         if name.is_empty() || name.len() > MAX_NAME_LEN {

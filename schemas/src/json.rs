@@ -75,8 +75,12 @@ impl Value<'_> {
             Value::I16(v) => Json::from(*v),
             Value::I32(v) => Json::from(*v),
             Value::I64(v) => Json::from(*v),
-            Value::U128(v) => u64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from),
-            Value::I128(v) => i64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from),
+            Value::U128(v) => {
+                u64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from)
+            }
+            Value::I128(v) => {
+                i64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from)
+            }
             Value::F32(v) => f32_json(*v),
             Value::F64(v) => float(*v),
             Value::Str(s) => Json::from(s.as_ref()),

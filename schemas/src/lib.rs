@@ -166,8 +166,8 @@ mod value;
 mod wire;
 
 pub use desc::{
-    DESCRIPTOR_MAGIC, DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN,
-    SchemaDescriptor, TypeDesc, Variant, VariantKind, validate_schema_id,
+    DESCRIPTOR_MAGIC, DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, SchemaDescriptor,
+    TypeDesc, Variant, VariantKind, validate_schema_id,
 };
 pub use error::{DecodeError, DecodeErrorKind, DescriptorError, EncodeError, IncompatibleSchema};
 pub use snapbus_schemas_derive::{Snapshot, Wire};

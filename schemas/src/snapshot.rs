@@ -141,10 +141,7 @@ pub fn check_compatible(
             new.len()
         )));
     }
-    if let Some(f) = new[old.len()..]
-        .iter()
-        .find(|f| f.since <= older.version())
-    {
+    if let Some(f) = new[old.len()..].iter().find(|f| f.since <= older.version()) {
         return Err(not_append_only(format!(
             "field `{}` was appended after v{} but has since = {}; mark it #[snapshot(since = {})]",
             f.name,
@@ -197,7 +194,9 @@ pub fn first_difference(a: &TypeDesc, b: &TypeDesc, path: &str) -> Option<String
         (TypeDesc::Struct { fields: fa }, TypeDesc::Struct { fields: fb }) => fields_diff(fa, fb),
         (TypeDesc::Option { some: x }, TypeDesc::Option { some: y })
         | (TypeDesc::Seq { elem: x }, TypeDesc::Seq { elem: y }) => first_difference(x, y, path),
-        (TypeDesc::Array { len: la, elem: x }, TypeDesc::Array { len: lb, elem: y }) if la == lb => {
+        (TypeDesc::Array { len: la, elem: x }, TypeDesc::Array { len: lb, elem: y })
+            if la == lb =>
+        {
             first_difference(x, y, path)
         }
         _ => Some(format!("`{at}`: {a} vs {b}")),

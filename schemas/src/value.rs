@@ -475,14 +475,16 @@ fn decode_at<'a>(
                 VariantKind::Tuple { elems } => {
                     let mut out = Vec::with_capacity(elems.len());
                     for (i, e) in elems.iter().enumerate() {
-                        out.push(decode_at(e, r, depth + 1).map_err(|err| {
-                            err.in_field(&format!("{}.{i}", variant.name))
-                        })?);
+                        out.push(
+                            decode_at(e, r, depth + 1)
+                                .map_err(|err| err.in_field(&format!("{}.{i}", variant.name)))?,
+                        );
                     }
                     Value::Seq(out)
                 }
-                VariantKind::Struct { fields } => decode_fields(fields, r, depth)
-                    .map_err(|e| e.in_field(&variant.name))?,
+                VariantKind::Struct { fields } => {
+                    decode_fields(fields, r, depth).map_err(|e| e.in_field(&variant.name))?
+                }
             };
             Value::Variant {
                 index,
@@ -534,13 +536,21 @@ fn decode_at<'a>(
 /// Used where values are built without Rust types (language bindings, transformations). The
 /// value must match the descriptor exactly: same scalar widths, same field names in order,
 /// array lengths equal to the descriptor's.
-pub fn encode_value(desc: &TypeDesc, value: &Value<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+pub fn encode_value(
+    desc: &TypeDesc,
+    value: &Value<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
     encode_at(desc, value, out, "")
 }
 
 fn mismatch(path: &str, desc: &TypeDesc, value: &Value<'_>) -> EncodeError {
     EncodeError::TypeMismatch {
-        path: if path.is_empty() { "<root>".into() } else { path.to_owned() },
+        path: if path.is_empty() {
+            "<root>".into()
+        } else {
+            path.to_owned()
+        },
         expected: desc.to_string(),
         found: value.kind_name().to_owned(),
     }

@@ -24,7 +24,10 @@ proptest! {
 
 #[test]
 fn builtins_equal_bincode_bytes() {
-    let d = DurationSample { label: "env.step".into(), duration_nanos: 1234 };
+    let d = DurationSample {
+        label: "env.step".into(),
+        duration_nanos: 1234,
+    };
     let r = ResourceSample {
         rss_bytes: 1 << 30,
         cpu_user_nanos: 5,
@@ -37,9 +40,12 @@ fn builtins_equal_bincode_bytes() {
         span_id: 1,
         parent_id: Some(0),
         name: "episode".into(),
-        attributes: [("lr".to_string(), AttrValue::F64(0.1)), ("tag".to_string(), AttrValue::Str("a".into()))]
-            .into_iter()
-            .collect(),
+        attributes: [
+            ("lr".to_string(), AttrValue::F64(0.1)),
+            ("tag".to_string(), AttrValue::Str("a".into())),
+        ]
+        .into_iter()
+        .collect(),
     };
     // The built-ins do not derive serde; compare against mirror structs that do.
     #[derive(serde::Serialize)]
@@ -57,7 +63,10 @@ fn builtins_equal_bincode_bytes() {
     }
     #[derive(serde::Serialize)]
     struct S<'a>(u64, Option<u64>, &'a str, Vec<(&'a str, A<'a>)>);
-    assert_eq!(d.encode_to_vec().expect("encode"), bincode1::serialize(&D("env.step", 1234)).expect("b1"));
+    assert_eq!(
+        d.encode_to_vec().expect("encode"),
+        bincode1::serialize(&D("env.step", 1234)).expect("b1")
+    );
     assert_eq!(
         r.encode_to_vec().expect("encode"),
         bincode1::serialize(&(1u64 << 30, 5u64, 6u64, 7u64, 8u64, 9u32)).expect("b1")
@@ -65,12 +74,21 @@ fn builtins_equal_bincode_bytes() {
     // A map serializes as u64 count + entries, like a Vec of pairs.
     assert_eq!(
         s.encode_to_vec().expect("encode"),
-        bincode1::serialize(&S(1, Some(0), "episode", vec![("lr", A::F64(0.1)), ("tag", A::Str("a"))])).expect("b1")
+        bincode1::serialize(&S(
+            1,
+            Some(0),
+            "episode",
+            vec![("lr", A::F64(0.1)), ("tag", A::Str("a"))]
+        ))
+        .expect("b1")
     );
 }
 
 #[test]
 fn sample_equals_bincode_bytes() {
     let v = sample();
-    assert_eq!(v.encode_to_vec().expect("encode"), bincode1::serialize(&v).expect("bincode1"));
+    assert_eq!(
+        v.encode_to_vec().expect("encode"),
+        bincode1::serialize(&v).expect("bincode1")
+    );
 }

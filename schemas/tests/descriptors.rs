@@ -12,17 +12,28 @@ use crate::fixtures::{Everything, Mode};
 fn derived_descriptor_describes_the_rust_type() {
     let d = Everything::descriptor();
     assert_eq!((d.id(), d.version()), ("test.everything", 1));
-    let TypeDesc::Struct { fields } = d.root() else { panic!("struct root") };
+    let TypeDesc::Struct { fields } = d.root() else {
+        panic!("struct root")
+    };
     let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names[..4], ["scalars", "text", "blob", "maybe"]);
     let ty = |name: &str| &fields.iter().find(|f| f.name == name).expect("field").ty;
     assert_eq!(ty("image"), &TypeDesc::Tensor { dtype: DType::U8 });
-    assert_eq!(ty("fixed"), &TypeDesc::Array { len: 4, elem: Box::new(TypeDesc::U16) });
+    assert_eq!(
+        ty("fixed"),
+        &TypeDesc::Array {
+            len: 4,
+            elem: Box::new(TypeDesc::U16)
+        }
+    );
     assert_eq!(ty("blob"), &TypeDesc::Bytes);
     assert_eq!(ty("unit"), &TypeDesc::Tuple { elems: vec![] });
     assert_eq!(
         ty("by_name"),
-        &TypeDesc::Map { key: Box::new(TypeDesc::String), value: Box::new(TypeDesc::I64) }
+        &TypeDesc::Map {
+            key: Box::new(TypeDesc::String),
+            value: Box::new(TypeDesc::I64)
+        }
     );
     assert_eq!(
         Mode::type_desc(),
@@ -33,14 +44,19 @@ fn derived_descriptor_describes_the_rust_type() {
                 Variant::tuple("Custom", vec![TypeDesc::U16, TypeDesc::String]),
                 Variant::structure(
                     "Scheduled",
-                    vec![Field::new("at_step", TypeDesc::U64), Field::new("lr", TypeDesc::F64)]
+                    vec![
+                        Field::new("at_step", TypeDesc::U64),
+                        Field::new("lr", TypeDesc::F64)
+                    ]
                 ),
                 Variant::tuple("Wrapped", vec![crate::fixtures::Inner::type_desc()]),
             ]
         }
     );
     // Raw identifiers lose their `r#`.
-    let TypeDesc::Struct { fields: scalars } = ty("scalars") else { panic!("struct") };
+    let TypeDesc::Struct { fields: scalars } = ty("scalars") else {
+        panic!("struct")
+    };
     assert_eq!(scalars[1].name, "u8");
 }
 
@@ -65,11 +81,27 @@ fn fingerprint_changes_with_any_field_name_type_or_version() {
     let base = SchemaDescriptor::new(
         "fp.test",
         1,
-        TypeDesc::Struct { fields: vec![Field::new("a", TypeDesc::U32)] },
+        TypeDesc::Struct {
+            fields: vec![Field::new("a", TypeDesc::U32)],
+        },
     )
     .expect("valid");
-    let renamed = SchemaDescriptor::new("fp.test", 1, TypeDesc::Struct { fields: vec![Field::new("b", TypeDesc::U32)] }).expect("valid");
-    let retyped = SchemaDescriptor::new("fp.test", 1, TypeDesc::Struct { fields: vec![Field::new("a", TypeDesc::I32)] }).expect("valid");
+    let renamed = SchemaDescriptor::new(
+        "fp.test",
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new("b", TypeDesc::U32)],
+        },
+    )
+    .expect("valid");
+    let retyped = SchemaDescriptor::new(
+        "fp.test",
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new("a", TypeDesc::I32)],
+        },
+    )
+    .expect("valid");
     let bumped = SchemaDescriptor::new("fp.test", 2, base.root().clone()).expect("valid");
     let same = SchemaDescriptor::new("fp.test", 1, base.root().clone()).expect("valid");
     assert_eq!(base.fingerprint(), same.fingerprint());
@@ -85,15 +117,38 @@ fn invalid_descriptors_are_refused() {
         SchemaDescriptor::new("bad id!", 1, s(vec![])),
         Err(DescriptorError::BadSchemaId { .. })
     ));
-    assert!(matches!(SchemaDescriptor::new("", 1, s(vec![])), Err(DescriptorError::BadSchemaId { .. })));
-    assert!(matches!(SchemaDescriptor::new("a..b", 1, s(vec![])), Err(DescriptorError::BadSchemaId { .. })));
-    assert!(matches!(SchemaDescriptor::new("ok", 0, s(vec![])), Err(DescriptorError::ZeroVersion { .. })));
     assert!(matches!(
-        SchemaDescriptor::new("ok", 1, s(vec![Field::new("x", TypeDesc::U8), Field::new("x", TypeDesc::U8)])),
+        SchemaDescriptor::new("", 1, s(vec![])),
+        Err(DescriptorError::BadSchemaId { .. })
+    ));
+    assert!(matches!(
+        SchemaDescriptor::new("a..b", 1, s(vec![])),
+        Err(DescriptorError::BadSchemaId { .. })
+    ));
+    assert!(matches!(
+        SchemaDescriptor::new("ok", 0, s(vec![])),
+        Err(DescriptorError::ZeroVersion { .. })
+    ));
+    assert!(matches!(
+        SchemaDescriptor::new(
+            "ok",
+            1,
+            s(vec![
+                Field::new("x", TypeDesc::U8),
+                Field::new("x", TypeDesc::U8)
+            ])
+        ),
         Err(DescriptorError::DuplicateName { .. })
     ));
     assert!(matches!(
-        SchemaDescriptor::new("ok", 2, s(vec![Field::since("x", TypeDesc::U8, 2), Field::new("y", TypeDesc::U8)])),
+        SchemaDescriptor::new(
+            "ok",
+            2,
+            s(vec![
+                Field::since("x", TypeDesc::U8, 2),
+                Field::new("y", TypeDesc::U8)
+            ])
+        ),
         Err(DescriptorError::BadSince { .. })
     ));
     assert!(matches!(
@@ -102,9 +157,14 @@ fn invalid_descriptors_are_refused() {
     ));
     let mut deep = TypeDesc::U8;
     for _ in 0..MAX_DESC_DEPTH {
-        deep = TypeDesc::Option { some: Box::new(deep) };
+        deep = TypeDesc::Option {
+            some: Box::new(deep),
+        };
     }
-    assert!(matches!(SchemaDescriptor::new("ok", 1, deep), Err(DescriptorError::TooDeep { .. })));
+    assert!(matches!(
+        SchemaDescriptor::new("ok", 1, deep),
+        Err(DescriptorError::TooDeep { .. })
+    ));
 }
 
 fn canonical_prefix() -> Vec<u8> {
@@ -140,7 +200,10 @@ fn hostile_descriptor_bytes_get_precise_errors() {
     let at = unknown.len();
     unknown.push(200);
     let err = SchemaDescriptor::from_canonical_bytes(&unknown).expect_err("tag");
-    assert!(err.to_string().contains(&format!("byte offset {at}")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("byte offset {at}")),
+        "{err}"
+    );
 
     // Bad dtype code.
     let mut dtype = canonical_prefix();
@@ -180,6 +243,9 @@ fn json_schema_names_the_schema_and_its_fields() {
     let js = builtin::SpanStart::descriptor().to_json_schema();
     assert_eq!(js["title"], "snapbus.span.start");
     assert_eq!(js["type"], "object");
-    assert_eq!(js["required"], serde_json::json!(["span_id", "parent_id", "name", "attributes"]));
+    assert_eq!(
+        js["required"],
+        serde_json::json!(["span_id", "parent_id", "name", "attributes"])
+    );
     assert_eq!(js["properties"]["span_id"]["type"], "integer");
 }

@@ -91,7 +91,11 @@ fn any_f32() -> impl Strategy<Value = f32> + Clone {
 }
 
 pub(crate) fn inner() -> impl Strategy<Value = Inner> {
-    (any::<u16>(), ".{0,12}", prop::collection::vec(any::<bool>(), 0..5))
+    (
+        any::<u16>(),
+        ".{0,12}",
+        prop::collection::vec(any::<bool>(), 0..5),
+    )
         .prop_map(|(id, name, flags)| Inner { id, name, flags })
 }
 
@@ -107,13 +111,44 @@ pub(crate) fn mode() -> impl Strategy<Value = Mode> {
 
 pub(crate) fn scalars() -> impl Strategy<Value = Scalars> {
     (
-        (any::<bool>(), any::<u8>(), any::<u16>(), any::<u32>(), any::<u64>(), any::<u128>()),
-        (any::<i8>(), any::<i16>(), any::<i32>(), any::<i64>(), any::<i128>()),
+        (
+            any::<bool>(),
+            any::<u8>(),
+            any::<u16>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u128>(),
+        ),
+        (
+            any::<i8>(),
+            any::<i16>(),
+            any::<i32>(),
+            any::<i64>(),
+            any::<i128>(),
+        ),
         (any_f32(), any_f64()),
     )
         .prop_map(
-            |((b, r#u8, r#u16, r#u32, r#u64, r#u128), (r#i8, r#i16, r#i32, r#i64, r#i128), (r#f32, r#f64))| {
-                Scalars { b, r#u8, r#u16, r#u32, r#u64, r#u128, r#i8, r#i16, r#i32, r#i64, r#i128, r#f32, r#f64 }
+            |(
+                (b, r#u8, r#u16, r#u32, r#u64, r#u128),
+                (r#i8, r#i16, r#i32, r#i64, r#i128),
+                (r#f32, r#f64),
+            )| {
+                Scalars {
+                    b,
+                    r#u8,
+                    r#u16,
+                    r#u32,
+                    r#u64,
+                    r#u128,
+                    r#i8,
+                    r#i16,
+                    r#i32,
+                    r#i64,
+                    r#i128,
+                    r#f32,
+                    r#f64,
+                }
             },
         )
 }
@@ -148,7 +183,11 @@ pub(crate) fn everything() -> impl Strategy<Value = Everything> {
             mode(),
             prop::collection::vec(mode(), 0..4),
             prop::collection::btree_map(".{0,6}", any::<i64>(), 0..4),
-            prop::collection::hash_map(any::<u32>(), prop::collection::vec(any::<u8>(), 0..4), 0..4),
+            prop::collection::hash_map(
+                any::<u32>(),
+                prop::collection::vec(any::<u8>(), 0..4),
+                0..4,
+            ),
             tensor(any::<u8>()),
             tensor(any_f32()),
             tensor(any::<i64>()),
@@ -205,8 +244,16 @@ pub(crate) fn sample() -> Everything {
         },
         text: "héllo".into(),
         blob: Bytes(vec![0, 255]),
-        maybe: Some(Inner { id: 7, name: "in".into(), flags: vec![true, false] }),
-        inners: vec![Inner { id: 1, name: String::new(), flags: vec![] }],
+        maybe: Some(Inner {
+            id: 7,
+            name: "in".into(),
+            flags: vec![true, false],
+        }),
+        inners: vec![Inner {
+            id: 1,
+            name: String::new(),
+            flags: vec![],
+        }],
         floats: vec![1.0, f64::INFINITY],
         small: vec![-1, 2],
         fixed: [1, 2, 3, 4],
@@ -215,13 +262,26 @@ pub(crate) fn sample() -> Everything {
         pair: Pair(-7, 1.5),
         marker: Marker,
         unit: (),
-        mode: Mode::Scheduled { at_step: 10, lr: 0.001 },
+        mode: Mode::Scheduled {
+            at_step: 10,
+            lr: 0.001,
+        },
         modes: vec![Mode::Train, Mode::Custom(3, "x".into()), Mode::Eval],
         by_name: BTreeMap::from([("a".into(), 1), ("b".into(), -2)]),
         by_id: HashMap::from([(42, vec![1, 2, 3])]),
         image: Tensor::new(vec![2, 3], vec![0, 1, 2, 3, 4, 5]).expect("shape"),
         features: Tensor::new(vec![3], vec![0.5, -1.0, 2.0]).expect("shape"),
         counts: Tensor::new(vec![], vec![99]).expect("shape"),
-        nested: vec![None, Some((1, Inner { id: 2, name: "n".into(), flags: vec![true] }))],
+        nested: vec![
+            None,
+            Some((
+                1,
+                Inner {
+                    id: 2,
+                    name: "n".into(),
+                    flags: vec![true],
+                },
+            )),
+        ],
     }
 }

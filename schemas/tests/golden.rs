@@ -16,10 +16,12 @@ fn hex(s: &str) -> Vec<u8> {
 
 #[test]
 fn duration_sample_bytes() {
-    let v = DurationSample { label: "env.step".into(), duration_nanos: 1234 };
-    let expected = hex(
-        "08 00 00 00 00 00 00 00 | 65 6e 76 2e 73 74 65 70 | d2 04 00 00 00 00 00 00",
-    );
+    let v = DurationSample {
+        label: "env.step".into(),
+        duration_nanos: 1234,
+    };
+    let expected =
+        hex("08 00 00 00 00 00 00 00 | 65 6e 76 2e 73 74 65 70 | d2 04 00 00 00 00 00 00");
     assert_eq!(v.encode_to_vec().expect("encode"), expected);
 }
 
@@ -28,9 +30,12 @@ fn span_end_with_enum_attributes_bytes() {
     let v = SpanEnd {
         span_id: 2,
         duration_nanos: 3,
-        attributes: [("ok".to_string(), AttrValue::Bool(true)), ("x".to_string(), AttrValue::I64(-1))]
-            .into_iter()
-            .collect(),
+        attributes: [
+            ("ok".to_string(), AttrValue::Bool(true)),
+            ("x".to_string(), AttrValue::I64(-1)),
+        ]
+        .into_iter()
+        .collect(),
     };
     let expected = hex(
         "02 00 00 00 00 00 00 00 | 03 00 00 00 00 00 00 00 | 02 00 00 00 00 00 00 00 \
@@ -57,26 +62,22 @@ fn tensor_option_and_array_bytes() {
         image: Tensor::new(vec![1, 2], vec![1, 513]).expect("shape"),
         corners: [-1, 2],
     };
-    let expected = hex(
-        "02 01 \
+    let expected = hex("02 01 \
          01 01 00 00 00 00 00 00 00 61 \
          02 00 00 00 00 00 00 00 | 01 00 00 00 00 00 00 00 | 02 00 00 00 00 00 00 00 \
          02 00 00 00 00 00 00 00 | 01 00 01 02 \
-         ff 02",
-    );
+         ff 02");
     assert_eq!(v.encode_to_vec().expect("encode"), expected);
 }
 
 #[test]
 fn descriptor_canonical_bytes() {
-    let expected = hex(
-        "53 42 44 01 \
+    let expected = hex("53 42 44 01 \
          10 00 00 00 00 00 00 00 | 73 6e 61 70 62 75 73 2e 64 75 72 61 74 69 6f 6e \
          01 00 00 00 \
          13 02 00 00 00 00 00 00 00 \
          05 00 00 00 00 00 00 00 6c 61 62 65 6c | 01 00 00 00 | 0d \
-         0e 00 00 00 00 00 00 00 64 75 72 61 74 69 6f 6e 5f 6e 61 6e 6f 73 | 01 00 00 00 | 04",
-    );
+         0e 00 00 00 00 00 00 00 64 75 72 61 74 69 6f 6e 5f 6e 61 6e 6f 73 | 01 00 00 00 | 04");
     assert_eq!(DurationSample::descriptor().to_canonical_bytes(), expected);
     assert_eq!(
         SchemaDescriptor::from_canonical_bytes(&expected).expect("decode"),
@@ -116,7 +117,10 @@ fn builtin_fingerprints_are_stable() {
         ]
     );
     for d in builtin::all() {
-        assert_eq!(d.fingerprint(), xxhash_rust::xxh3::xxh3_64(&d.to_canonical_bytes()));
+        assert_eq!(
+            d.fingerprint(),
+            xxhash_rust::xxh3::xxh3_64(&d.to_canonical_bytes())
+        );
     }
 }
 

@@ -90,7 +90,10 @@ fn empty_and_zero_sized_cases_round_trip() {
     v.features = snapbus_schemas::Tensor::new(vec![0], vec![]).expect("empty tensor");
     let bytes = v.encode_to_vec().expect("encode");
     assert_eq!(Everything::decode_exact(&bytes).expect("decode"), v);
-    assert_eq!(decode(Everything::descriptor().root(), &bytes).expect("dynamic"), v.to_value());
+    assert_eq!(
+        decode(Everything::descriptor().root(), &bytes).expect("dynamic"),
+        v.to_value()
+    );
 }
 
 #[test]
@@ -99,13 +102,19 @@ fn encode_into_writes_exactly_encoded_len_and_refuses_short_buffers() {
     let n = v.encoded_len();
     let mut buf = vec![0xAAu8; n + 16];
     assert_eq!(v.encode_into(&mut buf).expect("fits"), n);
-    assert!(buf[n..].iter().all(|&b| b == 0xAA), "wrote past encoded_len");
+    assert!(
+        buf[n..].iter().all(|&b| b == 0xAA),
+        "wrote past encoded_len"
+    );
     assert_eq!(&buf[..n], v.encode_to_vec().expect("encode").as_slice());
 
     let mut short = vec![0u8; n - 1];
     assert_eq!(
         v.encode_into(&mut short),
-        Err(EncodeError::BufferTooSmall { needed: n, available: n - 1 })
+        Err(EncodeError::BufferTooSmall {
+            needed: n,
+            available: n - 1
+        })
     );
 }
 
@@ -145,5 +154,8 @@ fn dynamic_encode_reports_mismatches_with_a_path() {
     }
     let err = encode_value(desc.root(), &value, &mut Vec::new()).expect_err("mismatch");
     let msg = err.to_string();
-    assert!(msg.contains("`text`") && msg.contains("string") && msg.contains("u32"), "{msg}");
+    assert!(
+        msg.contains("`text`") && msg.contains("string") && msg.contains("u32"),
+        "{msg}"
+    );
 }

@@ -58,7 +58,9 @@ proptest! {
 
 #[test]
 fn huge_length_prefixes_are_refused_before_allocating() {
-    let seq = TypeDesc::Seq { elem: Box::new(TypeDesc::U64) };
+    let seq = TypeDesc::Seq {
+        elem: Box::new(TypeDesc::U64),
+    };
     for len in [u64::MAX, 1 << 40, 3] {
         let mut bytes = len.to_le_bytes().to_vec();
         bytes.extend_from_slice(&[0u8; 16]); // room for two u64s, not three
@@ -69,8 +71,15 @@ fn huge_length_prefixes_are_refused_before_allocating() {
         };
         let err = res.expect_err("too long");
         assert_eq!(err.offset, 0);
-        assert_eq!(err.kind, DecodeErrorKind::LengthTooLarge { len, remaining: 16 });
-        assert!(info.bytes_total < 1024, "allocated {} bytes", info.bytes_total);
+        assert_eq!(
+            err.kind,
+            DecodeErrorKind::LengthTooLarge { len, remaining: 16 }
+        );
+        assert!(
+            info.bytes_total < 1024,
+            "allocated {} bytes",
+            info.bytes_total
+        );
         assert!(Vec::<u64>::decode_exact(&bytes).is_err());
     }
 }
@@ -86,7 +95,17 @@ fn tensor_with_lying_shape_is_refused() {
     bytes.extend_from_slice(&[0u8; 5]);
     let desc = Tensor::<u8>::type_desc();
     let err = decode(&desc, &bytes).expect_err("shape");
-    assert!(matches!(err.kind, DecodeErrorKind::TensorShape { expected: 6, found: 5, .. }), "{err}");
+    assert!(
+        matches!(
+            err.kind,
+            DecodeErrorKind::TensorShape {
+                expected: 6,
+                found: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(err.offset, 24);
     assert!(Tensor::<u8>::decode_exact(&bytes).is_err());
 
@@ -94,7 +113,10 @@ fn tensor_with_lying_shape_is_refused() {
     let mut deep = 1000u64.to_le_bytes().to_vec();
     deep.extend_from_slice(&[0u8; 64]);
     let err = decode(&desc, &deep).expect_err("rank");
-    assert!(matches!(err.kind, DecodeErrorKind::TensorRank { rank: 1000, .. }), "{err}");
+    assert!(
+        matches!(err.kind, DecodeErrorKind::TensorRank { rank: 1000, .. }),
+        "{err}"
+    );
 
     // Overflowing shape product.
     let mut overflow = 2u64.to_le_bytes().to_vec();
@@ -114,7 +136,10 @@ fn errors_name_offset_field_and_cause() {
     let err = decode(Everything::descriptor().root(), &bad).expect_err("bool");
     assert_eq!(err.kind, DecodeErrorKind::InvalidBool { byte: 7 });
     assert_eq!((err.offset, err.path.as_str()), (0, "scalars.b"));
-    assert_eq!(err.to_string(), "invalid bool byte 0x07 at byte offset 0 (in field `scalars.b`)");
+    assert_eq!(
+        err.to_string(),
+        "invalid bool byte 0x07 at byte offset 0 (in field `scalars.b`)"
+    );
     let typed = Everything::decode_exact(&bad).expect_err("typed bool");
     assert_eq!((typed.offset, typed.path.as_str()), (0, "scalars.b"));
 
@@ -123,16 +148,25 @@ fn errors_name_offset_field_and_cause() {
     let mut bad = bytes.clone();
     bad[75 + 8] = 0xff;
     let err = decode(Everything::descriptor().root(), &bad).expect_err("utf8");
-    assert_eq!((err.kind, err.offset, err.path.as_str()), (DecodeErrorKind::InvalidUtf8, 83, "text"));
+    assert_eq!(
+        (err.kind, err.offset, err.path.as_str()),
+        (DecodeErrorKind::InvalidUtf8, 83, "text")
+    );
 }
 
 #[test]
 fn invalid_enum_index_and_option_tag_are_reported() {
     let desc = crate::fixtures::Mode::type_desc();
     let err = decode(&desc, &9u32.to_le_bytes()).expect_err("variant");
-    assert_eq!(err.kind, DecodeErrorKind::InvalidVariant { index: 9, count: 5 });
+    assert_eq!(
+        err.kind,
+        DecodeErrorKind::InvalidVariant { index: 9, count: 5 }
+    );
     let err = crate::fixtures::Mode::decode_exact(&9u32.to_le_bytes()).expect_err("typed variant");
-    assert_eq!(err.kind, DecodeErrorKind::InvalidVariant { index: 9, count: 5 });
+    assert_eq!(
+        err.kind,
+        DecodeErrorKind::InvalidVariant { index: 9, count: 5 }
+    );
     let opt = Option::<u8>::type_desc();
     let err = decode(&opt, &[2, 0]).expect_err("tag");
     assert_eq!(err.kind, DecodeErrorKind::InvalidOptionTag { tag: 2 });

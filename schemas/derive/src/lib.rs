@@ -129,7 +129,10 @@ fn expand(input: &DeriveInput, snapshot: bool) -> syn::Result<TokenStream2> {
                     .named
                     .iter()
                     .map(|f| {
-                        let ident = f.ident.as_ref().ok_or_else(|| Error::new(f.span(), "unnamed field"))?;
+                        let ident = f
+                            .ident
+                            .as_ref()
+                            .ok_or_else(|| Error::new(f.span(), "unnamed field"))?;
                         Ok(NamedField {
                             ident,
                             name: field_name(ident),
@@ -149,7 +152,10 @@ fn expand(input: &DeriveInput, snapshot: bool) -> syn::Result<TokenStream2> {
             Fields::Unnamed(unnamed) => {
                 for f in &unnamed.unnamed {
                     if f.attrs.iter().any(|a| a.path().is_ident("snapshot")) {
-                        return Err(Error::new(f.span(), "field attributes only apply to named fields of a Snapshot"));
+                        return Err(Error::new(
+                            f.span(),
+                            "field attributes only apply to named fields of a Snapshot",
+                        ));
                     }
                 }
                 let tys: Vec<&Type> = unnamed.unnamed.iter().map(|f| &f.ty).collect();
@@ -290,7 +296,10 @@ fn enum_wire(krate: &Path, name: &Ident, e: &syn::DataEnum) -> syn::Result<Token
         let vname = field_name(vident);
         for f in &v.fields {
             if f.attrs.iter().any(|a| a.path().is_ident("snapshot")) {
-                return Err(Error::new(f.span(), "field attributes do not apply to enum variants"));
+                return Err(Error::new(
+                    f.span(),
+                    "field attributes do not apply to enum variants",
+                ));
             }
         }
         match &v.fields {
@@ -434,7 +443,10 @@ fn snapshot_impl(
         ));
     }
     let (version, vspan) = attrs.version.ok_or_else(|| {
-        Error::new(name.span(), "#[derive(Snapshot)] needs `version = N` in #[snapshot(...)]")
+        Error::new(
+            name.span(),
+            "#[derive(Snapshot)] needs `version = N` in #[snapshot(...)]",
+        )
     })?;
     if version == 0 {
         return Err(Error::new(vspan, "schema versions start at 1"));
@@ -477,11 +489,10 @@ fn snapshot_impl(
         if since <= 1 {
             quote! { #ident: #read }
         } else {
-            let default = f
-                .attrs
-                .default
-                .as_ref()
-                .map_or_else(|| quote! { ::std::default::Default::default() }, |d| quote! { #d });
+            let default = f.attrs.default.as_ref().map_or_else(
+                || quote! { ::std::default::Default::default() },
+                |d| quote! { #d },
+            );
             quote! { #ident: if writer_version >= #since { #read } else { #default } }
         }
     });

@@ -1,0 +1,111 @@
+//! `snapbus demo` emits exactly the documented deterministic values.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::util::{run, snapbus, wait_with_watchdog};
+
+/// The formulas from `snapbus demo --help`, restated independently.
+fn expected_reward(e: u64, s: u64) -> f64 {
+    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
+}
+
+fn expected_mode(e: u64) -> &'static str {
+    if e % 4 == 3 { "Eval" } else { "Train" }
+}
+
+#[test]
+fn demo_emits_the_documented_values_in_order() {
+    let (episodes, steps, w, h) = (5u64, 3u64, 4u64, 2u64);
+    let out = run(&[
+        "demo",
+        "--episodes",
+        "5",
+        "--steps",
+        "3",
+        "--image",
+        "4x2",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len() as u64, episodes * (steps + 1));
+
+    let mut it = lines.iter();
+    let mut last_t = 0;
+    for e in 0..episodes {
+        let mut total = 0.0;
+        for s in 0..steps {
+            let line = it.next().expect("step line");
+            assert_eq!(line["schema"], "demo.step");
+            assert_eq!(line["version"], 1);
+            let t = line["t_nanos"].as_u64().expect("t_nanos");
+            assert!(t >= last_t, "timestamps go forward");
+            last_t = t;
+            let p = &line["payload"];
+            let pixels: Vec<u64> = (0..h)
+                .flat_map(|y| (0..w).map(move |x| (x + 2 * y + 3 * s + 5 * e) % 256))
+                .collect();
+            let reward = expected_reward(e, s);
+            total += reward;
+            assert_eq!(
+                *p,
+                json!({
+                    "episode": e,
+                    "step": s,
+                    "mode": expected_mode(e),
+                    "reward": reward,
+                    "position": [s as f64 * 0.5, e as f64, (s % 8) as f64 - 4.0],
+                    "observation": {"dtype": "u8", "shape": [h, w], "data": pixels},
+                })
+            );
+        }
+        let end = it.next().expect("episode_end line");
+        assert_eq!(end["schema"], "demo.episode_end");
+        assert_eq!(
+            end["payload"],
+            json!({
+                "episode": e,
+                "steps": steps,
+                "mode": expected_mode(e),
+                "total_reward": total,
+                "mean_reward": total / steps as f64,
+            })
+        );
+    }
+}
+
+#[test]
+fn demo_with_closed_stdout_exits_cleanly() {
+    let mut child = snapbus()
+        .args([
+            "demo",
+            "--episodes",
+            "100000",
+            "--steps",
+            "100",
+            "--rate",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).expect("read");
+    // The reader (and the pipe) are dropped here, like `snapbus demo | head -1`.
+    assert!(first.contains("demo.step"));
+    let status = wait_with_watchdog(&mut child);
+    assert!(
+        status.success(),
+        "a closed pipe is not an error: {status:?}"
+    );
+}
