@@ -248,6 +248,24 @@ pub trait Wire: Sized {
         Ok(out)
     }
 
+    /// Decodes exactly `N` values into an array (bulk hook; numeric types copy in place
+    /// without allocating).
+    #[doc(hidden)]
+    fn decode_array<const N: usize>(r: &mut WireReader<'_>) -> Result<[Self; N], DecodeError> {
+        let at = r.offset();
+        // `decode_vec` returns exactly N items, so the conversion cannot fail; the impossible
+        // case maps to an error rather than a panic.
+        Self::decode_vec(r, N)?.try_into().map_err(|_| {
+            DecodeError::new(
+                at,
+                DecodeErrorKind::UnexpectedEnd {
+                    needed: N,
+                    remaining: 0,
+                },
+            )
+        })
+    }
+
     /// A slice as a dynamic value (numeric types give a zero-copy [`Value::Packed`]).
     #[doc(hidden)]
     fn slice_to_value(items: &[Self]) -> Value<'_> {
@@ -304,7 +322,15 @@ macro_rules! numeric {
             fn decode_vec(r: &mut WireReader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
                 let bytes = r.take(n.saturating_mul(size_of::<$t>()))?;
                 if cfg!(target_endian = "little") {
-                    Ok(bytemuck::pod_collect_to_vec(bytes))
+                    // One copy: straight from the payload when it is aligned for the type,
+                    // element by element otherwise (never zero-fill, then copy).
+                    Ok(match bytemuck::try_cast_slice::<u8, $t>(bytes) {
+                        Ok(aligned) => aligned.to_vec(),
+                        Err(_) => bytes
+                            .chunks_exact(size_of::<$t>())
+                            .map(bytemuck::pod_read_unaligned::<$t>)
+                            .collect(),
+                    })
                 } else {
                     Ok(bytes
                         .chunks_exact(size_of::<$t>())
@@ -315,6 +341,15 @@ macro_rules! numeric {
                         })
                         .collect())
                 }
+            }
+            #[inline]
+            fn decode_array<const N: usize>(r: &mut WireReader<'_>) -> Result<[Self; N], DecodeError> {
+                let bytes = r.take(N * size_of::<$t>())?;
+                let mut out = [<$t>::default(); N];
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(size_of::<$t>())) {
+                    *o = <$t>::from_le_bytes(bytemuck::pod_read_unaligned(c));
+                }
+                Ok(out)
             }
             fn slice_to_value(items: &[Self]) -> Value<'_> {
                 Value::Packed(Packed::from_slice(items))
@@ -370,12 +405,15 @@ impl Wire for bool {
     fn type_desc() -> TypeDesc {
         TypeDesc::Bool
     }
+    #[inline]
     fn encoded_len(&self) -> usize {
         1
     }
+    #[inline]
     fn encode(&self, w: &mut WireWriter<'_>) {
         w.put(&[u8::from(*self)]);
     }
+    #[inline]
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         let at = r.offset();
         match r.read_u8()? {
@@ -502,12 +540,15 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
             elem: Box::new(T::type_desc()),
         }
     }
+    #[inline]
     fn encoded_len(&self) -> usize {
         T::slice_encoded_len(self)
     }
+    #[inline]
     fn encode(&self, w: &mut WireWriter<'_>) {
         T::encode_slice(self, w);
     }
+    #[inline]
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         let at = r.offset();
         if (N as u64).saturating_mul(T::MIN_ENCODED_LEN as u64) > r.remaining() as u64 {
@@ -519,18 +560,7 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
                 },
             ));
         }
-        let items = T::decode_vec(r, N)?;
-        // `decode_vec` returned exactly N items, so the conversion cannot fail; map the
-        // impossible case to an error rather than panicking.
-        items.try_into().map_err(|_| {
-            DecodeError::new(
-                at,
-                DecodeErrorKind::UnexpectedEnd {
-                    needed: N,
-                    remaining: 0,
-                },
-            )
-        })
+        T::decode_array::<N>(r)
     }
     fn to_value(&self) -> Value<'_> {
         T::slice_to_value(self)
