@@ -1,8 +1,54 @@
-//! The snapbus data and control plane. **Not implemented yet**: the shared-memory lanes land
-//! with issue "Shared-memory lanes: the data plane", the broker with "Broker, producer API and
-//! the snapbus CLI core". This crate is the only one in the workspace allowed `unsafe` code;
-//! see `ARCHITECTURE.md`.
+//! The snapbus data plane: shared-memory **lanes** that producers write and consumers read,
+//! and **doorbells** that let idle consumers sleep. The only crate in the workspace allowed
+//! `unsafe` code; every `unsafe` block names the fact that makes it sound.
 //!
-//! Today it only re-exports the schema layer it will carry.
+//! # Guarantees
+//!
+//! - **Producers never wait for consumers.** A lane is an overwrite ring written only by the
+//!   threads of one producer process; a slow, stopped or dead consumer cannot slow it down.
+//! - **Nothing torn, nothing twice, loss exact.** A reader validates every frame after reading
+//!   it and discards what was overwritten meanwhile; it reports [`Poll::Lagged`] with the
+//!   exact number of records it missed (from 64-bit sequence numbers).
+//! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
+//!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
+//!   lanes read-only and refuse segments that are not sealed against resizing (no SIGBUS).
+//! - **Crashes stay local.** A producer killed at any point leaves a lane readers get past,
+//!   with the hole reported; a killed reader costs the producer nothing.
+//!
+//! # Example
+//!
+//! ```
+//! use snapbus_bus::lane::{LaneConfig, Poll, RecordMeta, ShmLane, StartAt};
+//!
+//! // Producer: create a lane in a sealed memfd and write a record in place.
+//! let config = LaneConfig { capacity: 1 << 20, max_frame: 64 << 10, block_size: 64 << 10 };
+//! let lane = ShmLane::create("example", &config)?;
+//! let mut writer = lane.lane.writer().expect("the creator maps its lane read-write");
+//! let meta = RecordMeta { schema_key: 1, schema_version: 1, level: 2, emitter: 0 };
+//! writer.write_bytes(meta, b"hello")?;
+//!
+//! // Consumer (normally another process, given the fd): map it read-only and read.
+//! let view = ShmLane::open(lane.fd.try_clone()?)?;
+//! let mut reader = view.lane.reader(StartAt::Oldest);
+//! match reader.poll() {
+//!     Poll::Frame(frame) => assert_eq!(frame.payload, b"hello"),
+//!     other => panic!("expected a frame, got {other:?}"),
+//! }
+//! assert_eq!(reader.poll(), Poll::Empty);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The protocol is described in the module docs of [`lane`] (layout, writer, reader) and
+//! [`doorbell`], following `ring-design.md` §3 of the design research.
+
+#![allow(unsafe_code)]
+
+pub mod doorbell;
+pub mod lane;
+pub mod mem;
+#[cfg(not(loom))]
+pub mod segment;
+mod sync;
+pub mod testpoint;
 
 pub use snapbus_schemas as schemas;

@@ -1,0 +1,315 @@
+//! Lanes: one overwrite ring per producer process (ring-design.md §0, §3.4–§3.7).
+
+pub mod layout;
+mod reader;
+mod writer;
+
+use std::sync::Arc;
+
+pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
+pub use reader::{
+    DEFAULT_STALL_TIMEOUT, Frame, FrameMeta, LaneReader, LaneStats, PayloadView, Poll, ReaderStats,
+    StartAt,
+};
+pub use writer::{Claim, ClaimError, LaneWriter, SharedLaneWriter, WriteError};
+
+use layout::{ENDIAN_MARK, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
+
+use crate::mem::{HeapMem, LaneMem};
+use crate::sync::{AtomicU64, Ordering};
+
+/// What a record says about itself besides its payload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RecordMeta {
+    /// The producer's key for the record's schema (assigned when the schema is registered).
+    pub schema_key: u16,
+    /// The schema version of the payload.
+    pub schema_version: u16,
+    /// Severity level (the producer API's `Level`).
+    pub level: u8,
+    /// Which emitter (telemetry handle) in the process wrote it.
+    pub emitter: u16,
+}
+
+/// CLOCK_REALTIME in nanoseconds.
+pub fn now_realtime_nanos() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// A lane header or segment that cannot be read as a lane.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaneOpenError {
+    /// Wrong magic: not a snapbus lane.
+    #[error("not a snapbus lane (magic {found:#018x})")]
+    BadMagic {
+        /// The word found.
+        found: u64,
+    },
+    /// A layout this build cannot read.
+    #[error(
+        "lane layout version {found} (endian mark {endian:#010x}); this build reads version {LAYOUT_VERSION}"
+    )]
+    Version {
+        /// Version found.
+        found: u32,
+        /// Endian mark found.
+        endian: u32,
+    },
+    /// The creator has not finished initialising it.
+    #[error("lane is not initialised yet")]
+    NotInitialised,
+    /// Sizes that are invalid or do not fit the segment.
+    #[error("{0}")]
+    Geometry(#[from] GeometryError),
+    /// The header's sizes need a bigger segment than the one mapped.
+    #[error("lane needs {needed} bytes but the segment has {available}")]
+    TooSmall {
+        /// Bytes the header implies.
+        needed: u64,
+        /// Bytes mapped.
+        available: u64,
+    },
+    /// The segment could not be created or mapped.
+    #[error("{0}")]
+    Segment(String),
+}
+
+/// A lane: its memory and validated geometry. Shared (`Arc`) by the writer and readers of one
+/// process.
+pub struct Lane<M: LaneMem> {
+    pub(crate) mem: M,
+    pub(crate) geo: Geometry,
+}
+
+/// Sink for out-of-range word accesses, which validated geometry rules out; it keeps every
+/// accessor total (no panic, no out-of-bounds access) even if that reasoning were wrong.
+static SINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl<M: LaneMem> Lane<M> {
+    /// Word `i` of the lane memory.
+    #[inline]
+    pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
+        match self.mem.get(i) {
+            Some(w) => w,
+            None => sink(),
+        }
+    }
+
+    /// The validated geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// Initialises fresh (zeroed) memory as a lane.
+    fn init(mem: M, config: &LaneConfig, salt: u64) -> Result<Lane<M>, LaneOpenError> {
+        let geo = geometry_of(config, salt)?;
+        if (mem.len_words() as u64) * 8 < geo.segment_len() {
+            return Err(LaneOpenError::TooSmall {
+                needed: geo.segment_len(),
+                available: mem.len_words() as u64 * 8,
+            });
+        }
+        let lane = Lane { mem, geo };
+        let w = |i| lane.word(i);
+        w(word!(magic)).store(LANE_MAGIC, Ordering::Relaxed);
+        w(word!(version_endian)).store(
+            u64::from(LAYOUT_VERSION) | u64::from(ENDIAN_MARK) << 32,
+            Ordering::Relaxed,
+        );
+        w(word!(capacity)).store(geo.capacity, Ordering::Relaxed);
+        w(word!(max_frame)).store(geo.max_frame, Ordering::Relaxed);
+        w(word!(salt)).store(geo.salt, Ordering::Relaxed);
+        w(word!(block_shift)).store(u64::from(geo.block_shift), Ordering::Relaxed);
+        w(word!(n_blocks)).store(geo.n_blocks, Ordering::Relaxed);
+        w(word!(data_off)).store(geo.data_off, Ordering::Relaxed);
+        w(word!(producer_pid)).store(u64::from(std::process::id()), Ordering::Relaxed);
+        w(word!(created_realtime_nanos)).store(now_realtime_nanos(), Ordering::Relaxed);
+        w(word!(state)).store(LaneState::Live as u64, Ordering::Relaxed);
+        w(word!(init_done)).store(INIT_DONE, Ordering::Release);
+        Ok(lane)
+    }
+
+    /// Reads and validates the header of memory another process wrote.
+    pub fn attach(mem: M) -> Result<Lane<M>, LaneOpenError> {
+        let load = |i: usize| mem.get(i).map_or(0, |w| w.load(Ordering::Acquire));
+        let magic = load(word!(magic));
+        if magic != LANE_MAGIC {
+            return Err(LaneOpenError::BadMagic { found: magic });
+        }
+        if load(word!(init_done)) != INIT_DONE {
+            return Err(LaneOpenError::NotInitialised);
+        }
+        let ve = load(word!(version_endian));
+        let (version, endian) = (ve as u32, (ve >> 32) as u32);
+        if version != LAYOUT_VERSION || endian != ENDIAN_MARK {
+            return Err(LaneOpenError::Version {
+                found: version,
+                endian,
+            });
+        }
+        let shift = u32::try_from(load(word!(block_shift))).unwrap_or(u32::MAX);
+        let geo = Geometry::new(
+            load(word!(capacity)),
+            load(word!(max_frame)),
+            shift,
+            load(word!(salt)),
+        )?;
+        if geo.n_blocks != load(word!(n_blocks)) || geo.data_off != load(word!(data_off)) {
+            return Err(LaneOpenError::Geometry(GeometryError(
+                "header offsets disagree with its sizes",
+            )));
+        }
+        let available = mem.len_words() as u64 * 8;
+        if available < geo.segment_len() {
+            return Err(LaneOpenError::TooSmall {
+                needed: geo.segment_len(),
+                available,
+            });
+        }
+        Ok(Lane { mem, geo })
+    }
+
+    /// The lane's counters and state, as the producer last wrote them.
+    pub fn stats(&self) -> LaneStats {
+        let load = |i| self.word(i).load(Ordering::Relaxed);
+        LaneStats {
+            claim_tail: self.word(word!(claim_tail)).load(Ordering::Acquire),
+            state: match self.word(word!(state)).load(Ordering::Acquire) {
+                2 => Some(LaneState::Closed),
+                1 => Some(LaneState::Live),
+                _ => None,
+            },
+            frames_committed: load(word!(frames_committed)),
+            dropped_wrap: load(word!(dropped_wrap)),
+            dropped_oversize: load(word!(dropped_oversize)),
+            aborted: load(word!(aborted)),
+            producer_pid: load(word!(producer_pid)) as u32,
+        }
+    }
+}
+
+fn sink() -> &'static AtomicU64 {
+    #[cfg(not(loom))]
+    {
+        &SINK
+    }
+    #[cfg(loom)]
+    {
+        // Under loom the lane words are loom atomics; a leaked one serves as the sink.
+        let _ = &SINK;
+        Box::leak(Box::new(AtomicU64::new(0)))
+    }
+}
+
+fn geometry_of(config: &LaneConfig, salt: u64) -> Result<Geometry, GeometryError> {
+    if !config.block_size.is_power_of_two() {
+        return Err(GeometryError("block size must be a power of two"));
+    }
+    Geometry::new(
+        config.capacity as u64,
+        config.max_frame as u64,
+        config.block_size.trailing_zeros(),
+        salt,
+    )
+}
+
+/// A random non-zero salt.
+#[cfg(not(loom))]
+fn random_salt() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    let s = u64::from_le_bytes(bytes)
+        ^ now_realtime_nanos().rotate_left(17)
+        ^ u64::from(std::process::id());
+    if s == 0 { 0x9e37_79b9_7f4a_7c15 } else { s }
+}
+
+impl Lane<HeapMem> {
+    /// A lane on the heap (tests and models), with a fixed salt.
+    pub fn heap(config: &LaneConfig, salt: u64) -> Result<Arc<Lane<HeapMem>>, LaneOpenError> {
+        let geo = geometry_of(config, salt)?;
+        Ok(Arc::new(Lane::init(
+            HeapMem::new(geo.segment_len() as usize),
+            config,
+            salt,
+        )?))
+    }
+}
+
+impl<M: LaneMem> Lane<M> {
+    /// The single writer of a lane this process created (`None` if this process mapped the
+    /// lane read-only). Use one writer per lane: two writers would hand out the same space.
+    pub fn writer(self: &Arc<Self>) -> Option<LaneWriter<M>> {
+        self.mem
+            .writable()
+            .then(|| LaneWriter::new(Arc::clone(self)))
+    }
+
+    /// A writer several threads share (`None` if mapped read-only).
+    pub fn shared_writer(self: &Arc<Self>) -> Option<SharedLaneWriter<M>> {
+        self.mem
+            .writable()
+            .then(|| SharedLaneWriter::new(Arc::clone(self)))
+    }
+
+    /// A reader starting at `start`.
+    pub fn reader(self: &Arc<Self>, start: StartAt) -> LaneReader<M> {
+        LaneReader::new(Arc::clone(self), start)
+    }
+}
+
+#[cfg(not(loom))]
+mod shm_lane {
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+
+    use super::{Lane, LaneConfig, LaneOpenError, geometry_of, random_salt};
+    use crate::mem::ShmMem;
+    use crate::segment::Segment;
+
+    /// A lane in shared memory, with the segment that holds it.
+    pub struct ShmLane {
+        /// The lane.
+        pub lane: Arc<Lane<ShmMem>>,
+        /// The segment's fd (pass it to readers).
+        pub fd: OwnedFd,
+    }
+
+    impl ShmLane {
+        /// Creates a lane in a new sealed memfd, mapped read-write by this process.
+        pub fn create(name: &str, config: &LaneConfig) -> Result<ShmLane, LaneOpenError> {
+            let salt = random_salt();
+            let geo = geometry_of(config, salt)?;
+            let seg = Segment::create(name, geo.segment_len() as usize)
+                .map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            let fd = seg
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            let lane = Lane::init(seg.mem, config, salt)?;
+            Ok(ShmLane {
+                lane: Arc::new(lane),
+                fd,
+            })
+        }
+
+        /// Maps another process's lane read-only and validates its header.
+        pub fn open(fd: OwnedFd) -> Result<ShmLane, LaneOpenError> {
+            let seg = Segment::open(fd).map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            let fd = seg
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            Ok(ShmLane {
+                lane: Arc::new(Lane::attach(seg.mem)?),
+                fd,
+            })
+        }
+    }
+}
+
+#[cfg(not(loom))]
+pub use shm_lane::ShmLane;

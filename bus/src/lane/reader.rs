@@ -1,0 +1,559 @@
+//! Reading a lane: a private cursor that validates every frame after reading it
+//! (ring-design.md §3.7).
+//!
+//! For a frame at `pos`: load the commit word (Acquire); if it is `tag(pos)`, read the header
+//! words, bounds-check them, copy (or view) the payload with atomic loads, then `fence(Acquire)`
+//! and re-load `claim_tail`: if it has passed `pos + capacity`, a writer may have overwritten
+//! what was read, so the copy is discarded (torn) and the cursor resyncs. A frame is delivered
+//! only if it was committed and not overwritten while it was read.
+//!
+//! The whole segment is untrusted: every length and offset is checked before use, garbage is
+//! skipped and counted, and nothing here can panic or read out of bounds.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Lane;
+use super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word};
+use crate::mem::LaneMem;
+use crate::sync::{Ordering, fence};
+
+/// Where a new reader starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// At the oldest frame still in the ring (history).
+    Oldest,
+    /// After the newest claim: only records written from now on.
+    Latest,
+    /// At the first frame with `t_nanos >= t` (CLOCK_REALTIME nanoseconds) still in the ring.
+    Time(u64),
+}
+
+/// A record's header, as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMeta {
+    /// Absolute position in the lane.
+    pub pos: u64,
+    /// The lane's record number.
+    pub seq: u64,
+    /// CLOCK_REALTIME at claim, nanoseconds.
+    pub t_nanos: u64,
+    /// The producer's schema key.
+    pub schema_key: u16,
+    /// The payload's schema version.
+    pub schema_version: u16,
+    /// Severity level.
+    pub level: u8,
+    /// Emitter id within the producer.
+    pub emitter: u16,
+    /// Payload length in bytes.
+    pub payload_len: usize,
+}
+
+/// A delivered record.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// Its header.
+    pub meta: FrameMeta,
+    /// Its payload (a private copy, validated).
+    pub payload: &'a [u8],
+}
+
+/// The result of one [`LaneReader::poll`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Poll<'a> {
+    /// The next record.
+    Frame(Frame<'a>),
+    /// Exactly this many records of the lane were overwritten (or lost with a dead writer)
+    /// before this reader could read them. Reported just before the next delivered record.
+    Lagged(u64),
+    /// Nothing new.
+    Empty,
+    /// The next frame is claimed but not yet committed; poll again.
+    Pending,
+    /// The writer closed the lane and every record was read.
+    Closed,
+}
+
+/// A reader's own counters (private to the reader; nothing a reader does is visible to the
+/// producer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReaderStats {
+    /// Records delivered.
+    pub delivered: u64,
+    /// Records lost: overwritten before being read, or holes left by a dead writer.
+    pub lost: u64,
+    /// Times the reader was lapped and resynced.
+    pub lapped: u64,
+    /// Copies discarded because the frame was overwritten while being read.
+    pub torn: u64,
+    /// Invalid frames or headers skipped (garbage in the segment).
+    pub garbage: u64,
+    /// Claimed frames that never committed, skipped because the writer died or stalled.
+    pub holes: u64,
+    /// Records skipped by the schema filter.
+    pub filtered: u64,
+}
+
+/// The producer-side counters of a lane (see [`Lane::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneStats {
+    /// Absolute end of the newest claim.
+    pub claim_tail: u64,
+    /// The state word, if valid.
+    pub state: Option<LaneState>,
+    /// DATA frames committed.
+    pub frames_committed: u64,
+    /// Claims dropped by the lap guard.
+    pub dropped_wrap: u64,
+    /// Records refused as oversize.
+    pub dropped_oversize: u64,
+    /// Claims aborted.
+    pub aborted: u64,
+    /// The producer's pid.
+    pub producer_pid: u32,
+}
+
+/// A view of a payload in the ring, for reading in place. Values read through it are only
+/// trustworthy once the read is validated, which [`LaneReader::read_in_place`] does after the
+/// closure returns.
+pub struct PayloadView<'a, M: LaneMem> {
+    lane: &'a Lane<M>,
+    byte_off: usize,
+    len: usize,
+}
+
+impl<M: LaneMem> PayloadView<'_, M> {
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Byte `i` (atomic load), `None` past the end.
+    pub fn byte(&self, i: usize) -> Option<u8> {
+        if i >= self.len {
+            return None;
+        }
+        let at = self.byte_off + i;
+        let w = self.lane.word(at / 8).load(Ordering::Relaxed);
+        Some(w.to_le_bytes()[at % 8])
+    }
+
+    /// Copies the payload into `dst` (which must be exactly `len()` bytes).
+    pub fn copy_to(&self, dst: &mut [u8]) -> bool {
+        dst.len() == self.len && self.lane.mem.copy_out(self.byte_off, dst)
+    }
+}
+
+enum Step<R> {
+    Deliver(FrameMeta, R),
+    Lagged(u64),
+    Empty,
+    Pending,
+    Closed,
+}
+
+/// A cursor over one lane. Private to its consumer: attaching, detaching, stalling or dying
+/// costs the producer nothing.
+pub struct LaneReader<M: LaneMem> {
+    lane: Arc<Lane<M>>,
+    pos: u64,
+    last_seq: Option<u64>,
+    not_before_nanos: Option<u64>,
+    filter: Option<Box<[u64]>>,
+    scratch: Vec<u8>,
+    held: Option<FrameMeta>,
+    stats: ReaderStats,
+    writer_gone: bool,
+    stall_timeout: Duration,
+    stalled_since: Option<(u64, Instant)>,
+}
+
+/// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl<M: LaneMem> LaneReader<M> {
+    pub(crate) fn new(lane: Arc<Lane<M>>, start: StartAt) -> LaneReader<M> {
+        let mut r = LaneReader {
+            lane,
+            pos: 0,
+            last_seq: None,
+            not_before_nanos: None,
+            filter: None,
+            scratch: Vec::new(),
+            held: None,
+            stats: ReaderStats::default(),
+            writer_gone: false,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            stalled_since: None,
+        };
+        let tail = r.tail();
+        match start {
+            StartAt::Latest => r.pos = tail,
+            StartAt::Oldest => r.pos = r.oldest_boundary(tail),
+            StartAt::Time(t) => {
+                r.pos = r.oldest_boundary(tail);
+                r.not_before_nanos = Some(t);
+            }
+        }
+        r
+    }
+
+    /// Only deliver records whose schema key is in `keys` (others are skipped without copying
+    /// their payload). Loss counts still cover every record of the lane.
+    pub fn set_filter(&mut self, keys: impl IntoIterator<Item = u16>) {
+        let mut bits = vec![0u64; 1024].into_boxed_slice();
+        for k in keys {
+            bits[usize::from(k) / 64] |= 1 << (k % 64);
+        }
+        self.filter = Some(bits);
+    }
+
+    /// Deliver every record.
+    pub fn clear_filter(&mut self) {
+        self.filter = None;
+    }
+
+    /// Tell the reader the writer is gone (its process died: socket EOF or pidfd). Frames it
+    /// left claimed but uncommitted are then skipped at once and counted as holes.
+    pub fn set_writer_gone(&mut self, gone: bool) {
+        self.writer_gone = gone;
+    }
+
+    /// How long a live writer may leave a frame uncommitted before it is skipped.
+    pub fn set_stall_timeout(&mut self, timeout: Duration) {
+        self.stall_timeout = timeout;
+    }
+
+    /// The reader's counters.
+    pub fn stats(&self) -> ReaderStats {
+        self.stats
+    }
+
+    /// The lane.
+    pub fn lane(&self) -> &Arc<Lane<M>> {
+        &self.lane
+    }
+
+    /// The absolute position of the next frame to read.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether the lane has claimed bytes ahead of the cursor (a cheap check before sleeping).
+    pub fn has_pending_bytes(&self) -> bool {
+        self.held.is_some() || self.tail() > self.pos
+    }
+
+    fn tail(&self) -> u64 {
+        self.lane.word(word!(claim_tail)).load(Ordering::Acquire)
+    }
+
+    fn accepts(&self, key: u16) -> bool {
+        match &self.filter {
+            None => true,
+            Some(bits) => bits
+                .get(usize::from(key) / 64)
+                .is_some_and(|w| w & (1 << (key % 64)) != 0),
+        }
+    }
+
+    /// Reads the next record into the reader's buffer.
+    pub fn poll(&mut self) -> Poll<'_> {
+        if let Some(meta) = self.held.take() {
+            self.stats.delivered += 1;
+            return Poll::Frame(Frame {
+                meta,
+                payload: self.scratch.get(..meta.payload_len).unwrap_or(&[]),
+            });
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let step = self.step(|meta, view| {
+            scratch.resize(meta.payload_len, 0);
+            view.copy_to(&mut scratch)
+        });
+        self.scratch = scratch;
+        match step {
+            Step::Deliver(meta, true) => {
+                self.stats.delivered += 1;
+                Poll::Frame(Frame {
+                    meta,
+                    payload: self.scratch.get(..meta.payload_len).unwrap_or(&[]),
+                })
+            }
+            // A failed copy is out of bounds, which validation already excludes; treat it as
+            // garbage rather than deliver it.
+            Step::Deliver(_, false) => {
+                self.stats.garbage += 1;
+                Poll::Pending
+            }
+            Step::Lagged(n) => Poll::Lagged(n),
+            Step::Empty => Poll::Empty,
+            Step::Pending => Poll::Pending,
+            Step::Closed => Poll::Closed,
+        }
+    }
+
+    /// Reads the next record in place, without copying its payload: `f` sees the header and a
+    /// view of the payload in the ring, and `Ok((meta, r))` is returned only if the frame was
+    /// not overwritten while `f` ran (otherwise `r` is dropped, the reader resyncs and the
+    /// outcome is `Err(Poll::Lagged)`, `Err(Poll::Pending)`, …). `f` must not have side effects
+    /// that matter if its result is discarded.
+    pub fn read_in_place<R>(
+        &mut self,
+        f: impl FnOnce(&FrameMeta, &PayloadView<'_, M>) -> R,
+    ) -> Result<(FrameMeta, R), Poll<'static>> {
+        let mut f = Some(f);
+        match self.step(|meta, view| f.take().map(|f| f(meta, view))) {
+            Step::Deliver(meta, Some(r)) => {
+                self.stats.delivered += 1;
+                Ok((meta, r))
+            }
+            Step::Deliver(_, None) => Err(Poll::Pending),
+            Step::Lagged(n) => Err(Poll::Lagged(n)),
+            Step::Empty => Err(Poll::Empty),
+            Step::Pending => Err(Poll::Pending),
+            Step::Closed => Err(Poll::Closed),
+        }
+    }
+
+    /// The core loop: advance to the next deliverable record, validating as we go.
+    fn step<R>(&mut self, mut visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R) -> Step<R> {
+        let lane = Arc::clone(&self.lane);
+        let g = lane.geo;
+        let cap = g.capacity;
+        // Bounded work per call: every iteration advances the cursor or returns, but cap the
+        // number anyway so a hostile segment can never spin a reader forever.
+        for _ in 0..1_000_000 {
+            let tail = self.tail();
+            if self.pos >= tail {
+                let state = lane.word(word!(state)).load(Ordering::Acquire);
+                if state == LaneState::Closed as u64
+                    && self.pos >= lane.word(word!(final_tail)).load(Ordering::Relaxed)
+                {
+                    return Step::Closed;
+                }
+                return Step::Empty;
+            }
+            if tail - self.pos > cap {
+                self.resync(tail);
+                continue;
+            }
+            let phys = self.pos & (cap - 1);
+            if phys + FRAME_HEADER_LEN as u64 > cap {
+                // Implicit padding: too little room for a header before the physical end.
+                self.pos += cap - phys;
+                continue;
+            }
+            let tag = g.tag(self.pos);
+            let commit = lane
+                .word(g.frame_word(self.pos, fw::COMMIT))
+                .load(Ordering::Acquire);
+            if commit != tag {
+                if commit == tag ^ BUSY || self.pos < tail {
+                    // Claimed, not committed (or overwritten: re-check the lap first).
+                    if self.tail() - self.pos > cap {
+                        self.resync(self.tail());
+                        continue;
+                    }
+                    match self.maybe_skip_hole(commit == tag ^ BUSY, tail) {
+                        true => continue,
+                        false => return Step::Pending,
+                    }
+                }
+                return Step::Empty;
+            }
+            let w = |i| lane.word(g.frame_word(self.pos, i)).load(Ordering::Relaxed);
+            let len_meta = w(fw::LEN_META);
+            let schema = w(fw::SCHEMA);
+            let seq = w(fw::SEQ);
+            let t_nanos = w(fw::T_NANOS);
+            let frame_len = u64::from(len_meta as u32);
+            let aligned = align_frame(frame_len);
+            let kind = FrameKind::from_u8((len_meta >> 32) as u8);
+            let sane = frame_len >= FRAME_HEADER_LEN as u64
+                && aligned <= g.max_frame
+                && phys + aligned <= cap
+                && kind.is_some();
+            if !sane {
+                fence(Ordering::Acquire);
+                if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos + cap {
+                    self.resync(self.tail());
+                } else {
+                    self.stats.garbage += 1;
+                    self.skip_garbage(tail);
+                }
+                continue;
+            }
+            let meta = FrameMeta {
+                pos: self.pos,
+                seq,
+                t_nanos,
+                schema_key: schema as u16,
+                schema_version: (schema >> 16) as u16,
+                level: (len_meta >> 40) as u8,
+                emitter: (len_meta >> 48) as u16,
+                payload_len: (frame_len as usize) - FRAME_HEADER_LEN,
+            };
+            let is_data = kind == Some(FrameKind::Data);
+            let wanted = is_data
+                && self.accepts(meta.schema_key)
+                && self.not_before_nanos.is_none_or(|t| meta.t_nanos >= t);
+            let result = wanted.then(|| {
+                let view = PayloadView {
+                    lane: &lane,
+                    byte_off: g.byte_off(self.pos) + FRAME_HEADER_LEN,
+                    len: meta.payload_len,
+                };
+                visit(&meta, &view)
+            });
+            fence(Ordering::Acquire);
+            if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos + cap {
+                // Overwritten while we read it: discard.
+                if wanted {
+                    self.stats.torn += 1;
+                }
+                self.resync(self.tail());
+                continue;
+            }
+            self.pos += aligned;
+            self.stalled_since = None;
+            match kind {
+                Some(FrameKind::Data | FrameKind::Aborted) => {
+                    let lost = match self.last_seq {
+                        Some(last) if seq > last => seq - last - 1,
+                        Some(_) => {
+                            // Sequence numbers only grow within a lane: this is garbage.
+                            self.stats.garbage += 1;
+                            continue;
+                        }
+                        None => 0,
+                    };
+                    self.last_seq = Some(seq);
+                    self.stats.lost += lost;
+                    if is_data && !wanted {
+                        self.stats.filtered += 1;
+                    }
+                    match (result, lost) {
+                        (Some(r), 0) => return Step::Deliver(meta, r),
+                        (Some(_), _) => {
+                            // Report the loss first; the copied record is delivered next.
+                            self.held = Some(meta);
+                            return Step::Lagged(lost);
+                        }
+                        (None, 0) => {}
+                        (None, _) => return Step::Lagged(lost),
+                    }
+                }
+                Some(FrameKind::Pad | FrameKind::EndOfStream) | None => {}
+            }
+        }
+        Step::Pending
+    }
+
+    /// After a lap: jump to the oldest frame boundary that is safe to read.
+    fn resync(&mut self, tail: u64) {
+        self.stats.lapped += 1;
+        self.pos = self.oldest_boundary(tail);
+    }
+
+    /// The oldest frame boundary still worth reading, with some slack so the reader is not
+    /// overrun again at once.
+    fn oldest_boundary(&self, tail: u64) -> u64 {
+        let g = &self.lane.geo;
+        if tail <= g.capacity {
+            return 0;
+        }
+        let target = tail - g.capacity + g.capacity / 8;
+        self.boundary_at_or_after(target, tail)
+    }
+
+    /// First frame boundary at or after `target`, found through the block anchors; `tail` if
+    /// none is valid.
+    fn boundary_at_or_after(&self, target: u64, tail: u64) -> u64 {
+        let g = &self.lane.geo;
+        let mut b = target.div_ceil(g.block_size());
+        for _ in 0..g.n_blocks {
+            let block_start = b << g.block_shift;
+            if block_start >= tail {
+                break;
+            }
+            let a = self.lane.word(g.anchor_word(b)).load(Ordering::Acquire);
+            if a >= block_start && a < block_start + g.max_frame + g.block_size() && a <= tail {
+                return a;
+            }
+            b += 1;
+        }
+        tail
+    }
+
+    /// The frame at `pos` is claimed but not committed. If its writer is gone, or it has been
+    /// stuck longer than the stall timeout, skip it (counted as a hole) and return `true`.
+    fn maybe_skip_hole(&mut self, busy: bool, tail: u64) -> bool {
+        if !self.writer_gone {
+            let now = Instant::now();
+            match self.stalled_since {
+                Some((p, since)) if p == self.pos => {
+                    if now.duration_since(since) < self.stall_timeout {
+                        return false;
+                    }
+                }
+                _ => {
+                    self.stalled_since = Some((self.pos, now));
+                    return false;
+                }
+            }
+        }
+        self.stats.holes += 1;
+        self.stalled_since = None;
+        let g = self.lane.geo;
+        if busy {
+            // The length was written before BUSY: skip exactly this frame if it is sane.
+            let len_meta = self
+                .lane
+                .word(g.frame_word(self.pos, fw::LEN_META))
+                .load(Ordering::Relaxed);
+            let aligned = align_frame(u64::from(len_meta as u32));
+            let phys = self.pos & (g.capacity - 1);
+            if aligned >= FRAME_HEADER_LEN as u64
+                && aligned <= g.max_frame
+                && phys + aligned <= g.capacity
+            {
+                self.pos += aligned;
+                return true;
+            }
+        }
+        self.skip_garbage(tail);
+        true
+    }
+
+    /// Moves past an unreadable position: the next committed or busy frame tag within
+    /// `max_frame`, else the next valid anchor, else the tail.
+    fn skip_garbage(&mut self, tail: u64) {
+        let g = self.lane.geo;
+        let limit = (self.pos + g.max_frame).min(tail);
+        let mut q = self.pos + 8;
+        while q < limit {
+            let phys = q & (g.capacity - 1);
+            if phys == 0 || phys + FRAME_HEADER_LEN as u64 > g.capacity {
+                break;
+            }
+            let c = self
+                .lane
+                .word(g.frame_word(q, fw::COMMIT))
+                .load(Ordering::Acquire);
+            if c == g.tag(q) || c == g.tag(q) ^ BUSY {
+                self.pos = q;
+                return;
+            }
+            q += 8;
+        }
+        let next = self.boundary_at_or_after(self.pos + 1, tail);
+        self.pos = next.max(self.pos + 8);
+    }
+}

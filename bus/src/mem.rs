@@ -1,0 +1,202 @@
+//! Lane memory: the words a lane lives in, behind one small trait so the protocol runs unchanged
+//! over shared memory ([`ShmMem`]) and over heap atomics ([`HeapMem`], for loom and unit tests).
+//!
+//! Lane memory is written by another process and is **untrusted**: it is only ever touched
+//! through atomics (or, for a writer's own claimed payload bytes, through a slice that no other
+//! thread of this process can see). No `&[u8]` is ever formed over memory a reader does not own.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Word-addressed lane memory (8-byte words, little-endian).
+pub trait LaneMem: Send + Sync {
+    /// Number of 8-byte words.
+    fn len_words(&self) -> usize;
+
+    /// Whether this process may write the memory (readers map lanes read-only).
+    fn writable(&self) -> bool {
+        true
+    }
+
+    /// Word `i`, or `None` past the end.
+    fn get(&self, i: usize) -> Option<&AtomicU64>;
+
+    /// Copies `dst.len()` bytes starting at byte offset `byte_off` (8-aligned) with atomic word
+    /// loads. Returns `false` (copying nothing) if the range is out of bounds.
+    fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {
+        if byte_off % 8 != 0 {
+            return false;
+        }
+        let first = byte_off / 8;
+        let words = dst.len().div_ceil(8);
+        if first
+            .checked_add(words)
+            .is_none_or(|end| end > self.len_words())
+        {
+            return false;
+        }
+        for (k, chunk) in dst.chunks_mut(8).enumerate() {
+            let w = self
+                .get(first + k)
+                .map_or(0, |a| a.load(Ordering::Relaxed))
+                .to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        true
+    }
+
+    /// Writes `src` at byte offset `byte_off` (8-aligned) with atomic word stores; the bytes
+    /// after `src` up to the next word boundary are zeroed. Only for memory this writer has
+    /// claimed. Returns `false` (writing nothing) if out of bounds.
+    fn copy_in(&self, byte_off: usize, src: &[u8]) -> bool {
+        if byte_off % 8 != 0 {
+            return false;
+        }
+        let first = byte_off / 8;
+        let words = src.len().div_ceil(8);
+        if first
+            .checked_add(words)
+            .is_none_or(|end| end > self.len_words())
+        {
+            return false;
+        }
+        for (k, chunk) in src.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            if let Some(a) = self.get(first + k) {
+                a.store(u64::from_le_bytes(w), Ordering::Relaxed);
+            }
+        }
+        true
+    }
+}
+
+/// Lane memory on the heap, as loom atomics under `--cfg loom`. For models and tests.
+pub struct HeapMem {
+    words: Box<[AtomicU64]>,
+}
+
+impl HeapMem {
+    /// Zeroed memory of `len_bytes` (rounded up to whole words).
+    pub fn new(len_bytes: usize) -> HeapMem {
+        HeapMem {
+            words: (0..len_bytes.div_ceil(8))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+}
+
+impl HeapMem {
+    /// Memory holding a copy of `bytes` (zero-padded to whole words): to read arbitrary or
+    /// captured lane images, e.g. in the fuzz target.
+    pub fn from_bytes(bytes: &[u8]) -> HeapMem {
+        HeapMem {
+            words: bytes
+                .chunks(8)
+                .map(|c| {
+                    let mut w = [0u8; 8];
+                    w[..c.len()].copy_from_slice(c);
+                    AtomicU64::new(u64::from_le_bytes(w))
+                })
+                .collect(),
+        }
+    }
+}
+
+impl LaneMem for HeapMem {
+    fn len_words(&self) -> usize {
+        self.words.len()
+    }
+    #[inline]
+    fn get(&self, i: usize) -> Option<&AtomicU64> {
+        self.words.get(i)
+    }
+}
+
+#[cfg(not(loom))]
+pub use shm::ShmMem;
+
+#[cfg(not(loom))]
+mod shm {
+    use std::sync::atomic::AtomicU64;
+
+    use memmap2::MmapRaw;
+
+    use super::LaneMem;
+
+    /// Lane memory in a shared mapping.
+    pub struct ShmMem {
+        map: MmapRaw,
+        writable: bool,
+    }
+
+    impl ShmMem {
+        /// Wraps a mapping. `writable` says whether it was mapped read-write (only the lane's
+        /// producer maps it so).
+        pub(crate) fn new(map: MmapRaw, writable: bool) -> ShmMem {
+            ShmMem { map, writable }
+        }
+
+        /// Start of the mapping.
+        pub(crate) fn base(&self) -> *mut u8 {
+            self.map.as_mut_ptr()
+        }
+    }
+
+    impl LaneMem for ShmMem {
+        fn len_words(&self) -> usize {
+            self.map.len() / 8
+        }
+
+        fn writable(&self) -> bool {
+            self.writable
+        }
+
+        #[inline]
+        fn get(&self, i: usize) -> Option<&AtomicU64> {
+            if i >= self.len_words() {
+                return None;
+            }
+            // SAFETY:
+            // - the mapping is page-aligned and `i < len / 8`, so `base + 8i` is an in-bounds,
+            //   8-aligned address that stays mapped as long as `self` (the `MmapRaw`) lives,
+            //   which the returned borrow cannot outlive;
+            // - every process accesses lane words only through atomics (payload bytes written
+            //   with plain stores are only those of the writer's own claim, which no other
+            //   thread of that process reads), and any bit pattern is a valid `u64`.
+            Some(unsafe { AtomicU64::from_ptr(self.base().add(i * 8).cast::<u64>()) })
+        }
+
+        fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {
+            let Some(end) = byte_off.checked_add(dst.len()) else {
+                return false;
+            };
+            if byte_off % 8 != 0 || end > self.map.len() {
+                return false;
+            }
+            atomic_copy_out(self.base(), byte_off, dst);
+            true
+        }
+    }
+
+    /// Copies `dst.len()` bytes from `base + byte_off` with relaxed atomic loads: whole words,
+    /// then single bytes for the tail. Racy by design (the caller validates afterwards) but
+    /// never a data race: every load is atomic.
+    fn atomic_copy_out(base: *mut u8, byte_off: usize, dst: &mut [u8]) {
+        use std::sync::atomic::{AtomicU8, Ordering};
+        let (words, tail) = dst.split_at_mut(dst.len() / 8 * 8);
+        for (k, chunk) in words.chunks_exact_mut(8).enumerate() {
+            // SAFETY: the caller checked `byte_off + dst.len() <= mapping length` and that
+            // `byte_off` is 8-aligned, so this word is in bounds and aligned; see `get` for why
+            // atomic access to lane memory is sound.
+            let w = unsafe { AtomicU64::from_ptr(base.add(byte_off + 8 * k).cast::<u64>()) };
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let tail_off = byte_off + words.len();
+        for (k, b) in tail.iter_mut().enumerate() {
+            // SAFETY: in bounds by the same check; a `u8` is always aligned.
+            let a = unsafe { AtomicU8::from_ptr(base.add(tail_off + k)) };
+            *b = a.load(Ordering::Relaxed);
+        }
+    }
+}

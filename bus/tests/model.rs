@@ -1,0 +1,1 @@
+//! Property tests of a lane against a reference model.

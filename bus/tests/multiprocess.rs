@@ -1,0 +1,1 @@
+//! Multi-process tests (real processes, watchdog, cleanup).

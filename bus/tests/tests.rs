@@ -1,0 +1,4 @@
+//! Integration tests of snapbus-bus (one test binary, a module per area).
+
+mod model;
+mod multiprocess;
