@@ -103,6 +103,11 @@ impl<M: LaneMem> Lane<M> {
         &self.geo
     }
 
+    /// The lane's memory (for tests and tools that inspect or corrupt raw lane words).
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
     /// Initialises fresh (zeroed) memory as a lane.
     fn init(mem: M, config: &LaneConfig, salt: u64) -> Result<Lane<M>, LaneOpenError> {
         let geo = geometry_of(config, salt)?;
