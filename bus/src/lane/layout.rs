@@ -83,6 +83,9 @@ pub enum LaneState {
     Live = 1,
     /// The producer closed the lane; `final_tail` is valid.
     Closed = 2,
+    /// The producer died (marked by whoever detected it: the broker, from socket EOF and
+    /// pidfd); readers skip the holes it left without waiting for the stall timeout.
+    Dead = 3,
 }
 
 /// The lane header, `#[repr(C)]`, 4 KiB. Every field is atomic because another process writes
@@ -120,7 +123,8 @@ pub struct LaneHeader {
     pub claim_tail: AtomicU64,
     _pad1: [u64; 15],
     // ---- line 2: state ----
-    /// [`LaneState`]; Release by the producer on close.
+    /// [`LaneState`]; Release by the producer on close, or by the broker when it marks the
+    /// producer dead.
     pub state: AtomicU64,
     /// End of the last frame once closed (valid when `state == Closed`).
     pub final_tail: AtomicU64,
@@ -229,7 +233,7 @@ impl Geometry {
         block_shift: u32,
         salt: u64,
     ) -> Result<Geometry, GeometryError> {
-        if !capacity.is_power_of_two() || capacity < 64 << 10 || capacity > 1 << 40 {
+        if !capacity.is_power_of_two() || !(64 << 10..=1 << 40).contains(&capacity) {
             return Err(GeometryError(
                 "capacity must be a power of two between 64 KiB and 1 TiB",
             ));

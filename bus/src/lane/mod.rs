@@ -2,6 +2,7 @@
 
 pub mod layout;
 mod reader;
+mod set;
 mod writer;
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ pub use reader::{
     DEFAULT_STALL_TIMEOUT, Frame, FrameMeta, LaneReader, LaneStats, PayloadView, Poll, ReaderStats,
     StartAt,
 };
+pub use set::ReaderSet;
 pub use writer::{Claim, ClaimError, LaneWriter, SharedLaneWriter, WriteError};
 
 use layout::{ENDIAN_MARK, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
@@ -177,12 +179,24 @@ impl<M: LaneMem> Lane<M> {
         Ok(Lane { mem, geo })
     }
 
+    /// Marks the lane's producer dead (for the process that detected the death and maps the
+    /// lane read-write, i.e. the broker). Returns `false` if this mapping is read-only.
+    pub fn mark_dead(&self) -> bool {
+        if !self.mem.writable() {
+            return false;
+        }
+        self.word(word!(state))
+            .store(LaneState::Dead as u64, Ordering::Release);
+        true
+    }
+
     /// The lane's counters and state, as the producer last wrote them.
     pub fn stats(&self) -> LaneStats {
         let load = |i| self.word(i).load(Ordering::Relaxed);
         LaneStats {
             claim_tail: self.word(word!(claim_tail)).load(Ordering::Acquire),
             state: match self.word(word!(state)).load(Ordering::Acquire) {
+                3 => Some(LaneState::Dead),
                 2 => Some(LaneState::Closed),
                 1 => Some(LaneState::Live),
                 _ => None,

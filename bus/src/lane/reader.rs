@@ -477,8 +477,8 @@ impl<M: LaneMem> LaneReader<M> {
     /// none is valid.
     fn boundary_at_or_after(&self, target: u64, tail: u64) -> u64 {
         let g = &self.lane.geo;
-        let mut b = target.div_ceil(g.block_size());
-        for _ in 0..g.n_blocks {
+        let first = target.div_ceil(g.block_size());
+        for b in first..first + g.n_blocks {
             let block_start = b << g.block_shift;
             if block_start >= tail {
                 break;
@@ -487,7 +487,6 @@ impl<M: LaneMem> LaneReader<M> {
             if a >= block_start && a < block_start + g.max_frame + g.block_size() && a <= tail {
                 return a;
             }
-            b += 1;
         }
         tail
     }
@@ -495,6 +494,11 @@ impl<M: LaneMem> LaneReader<M> {
     /// The frame at `pos` is claimed but not committed. If its writer is gone, or it has been
     /// stuck longer than the stall timeout, skip it (counted as a hole) and return `true`.
     fn maybe_skip_hole(&mut self, busy: bool, tail: u64) -> bool {
+        if !self.writer_gone
+            && self.lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
+        {
+            self.writer_gone = true;
+        }
         if !self.writer_gone {
             let now = Instant::now();
             match self.stalled_since {
