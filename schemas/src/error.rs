@@ -124,6 +124,16 @@ pub enum DecodeErrorKind {
         /// The tag found.
         tag: u8,
     },
+    /// The payload would decode to more values than its size can justify (a hostile
+    /// descriptor of nested zero-sized elements); refused instead of exhausting memory.
+    #[error("payload decodes to more than {max} values, more than its size justifies")]
+    TooManyValues {
+        /// The limit for this payload and descriptor.
+        max: u64,
+    },
+    /// A map holds the same key twice; decoding it into a map would silently drop an entry.
+    #[error("duplicate map key")]
+    DuplicateMapKey,
     /// A typed decode was asked to read a payload written by a schema version it cannot read.
     #[error("payload version {found} is not readable as version {expected}")]
     Version {

@@ -310,7 +310,8 @@ impl Value<'_> {
 /// ```
 pub fn decode<'a>(desc: &'a TypeDesc, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
     let mut r = WireReader::new(bytes);
-    let v = decode_at(desc, &mut r, 0)?;
+    let mut budget = Budget::for_payload(desc, bytes.len());
+    let v = decode_at(desc, &mut r, 0, &mut budget)?;
     if r.remaining() != 0 {
         return Err(DecodeError::new(
             r.offset(),
@@ -327,17 +328,50 @@ pub fn decode_from<'a>(
     desc: &'a TypeDesc,
     r: &mut WireReader<'a>,
 ) -> Result<Value<'a>, DecodeError> {
-    decode_at(desc, r, 0)
+    let mut budget = Budget::for_payload(desc, r.remaining());
+    decode_at(desc, r, 0, &mut budget)
+}
+
+/// Bounds the number of values one decode may build. A value that consumes input bytes is
+/// paid for by them, but zero-sized values (`()`, empty structs) cost nothing, so a hostile
+/// descriptor (`[[[(); 16]; 16]; …]`) could otherwise make a 100-byte payload build billions
+/// of values. Legitimate payloads build at most about one value per byte per nesting level.
+struct Budget {
+    left: u64,
+    max: u64,
+}
+
+impl Budget {
+    fn for_payload(desc: &TypeDesc, len: usize) -> Budget {
+        let depth = desc.depth().min(MAX_DESC_DEPTH) as u64;
+        let max = (depth + 1)
+            .saturating_mul(len as u64 + 1)
+            .saturating_add(4096);
+        Budget { left: max, max }
+    }
+
+    #[inline]
+    fn spend(&mut self, r: &WireReader<'_>) -> Result<(), DecodeError> {
+        if self.left == 0 {
+            return Err(DecodeError::new(
+                r.offset(),
+                DecodeErrorKind::TooManyValues { max: self.max },
+            ));
+        }
+        self.left -= 1;
+        Ok(())
+    }
 }
 
 fn decode_fields<'a>(
     fields: &'a [Field],
     r: &mut WireReader<'a>,
     depth: usize,
+    budget: &mut Budget,
 ) -> Result<Value<'a>, DecodeError> {
     let mut out = Vec::with_capacity(fields.len());
     for f in fields {
-        let v = decode_at(&f.ty, r, depth + 1).map_err(|e| e.in_field(&f.name))?;
+        let v = decode_at(&f.ty, r, depth + 1, budget).map_err(|e| e.in_field(&f.name))?;
         out.push((Cow::Borrowed(f.name.as_str()), v));
     }
     Ok(Value::Struct(out))
@@ -348,6 +382,7 @@ fn decode_elems<'a>(
     n: usize,
     r: &mut WireReader<'a>,
     depth: usize,
+    budget: &mut Budget,
 ) -> Result<Value<'a>, DecodeError> {
     if let Some(dtype) = elem.as_dtype() {
         let bytes = r.take(n.saturating_mul(dtype.size_bytes()))?;
@@ -358,7 +393,7 @@ fn decode_elems<'a>(
     }
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        out.push(decode_at(elem, r, depth + 1).map_err(|e| e.in_field(&i.to_string()))?);
+        out.push(decode_at(elem, r, depth + 1, budget).map_err(|e| e.in_field(&i.to_string()))?);
     }
     Ok(Value::Seq(out))
 }
@@ -372,7 +407,9 @@ fn decode_at<'a>(
     desc: &'a TypeDesc,
     r: &mut WireReader<'a>,
     depth: usize,
+    budget: &mut Budget,
 ) -> Result<Value<'a>, DecodeError> {
+    budget.spend(r)?;
     if depth >= MAX_DESC_DEPTH {
         return Err(DecodeError::new(
             r.offset(),
@@ -423,7 +460,7 @@ fn decode_at<'a>(
             let at = r.offset();
             match r.read_u8()? {
                 0 => Value::Option(None),
-                1 => Value::Option(Some(Box::new(decode_at(some, r, depth + 1)?))),
+                1 => Value::Option(Some(Box::new(decode_at(some, r, depth + 1, budget)?))),
                 tag => {
                     return Err(DecodeError::new(
                         at,
@@ -434,7 +471,7 @@ fn decode_at<'a>(
         }
         TypeDesc::Seq { elem } => {
             let n = read_count(r, elem.min_encoded_len())?;
-            decode_elems(elem, n, r, depth)?
+            decode_elems(elem, n, r, depth, budget)?
         }
         TypeDesc::Array { len, elem } => {
             let at = r.offset();
@@ -448,16 +485,19 @@ fn decode_at<'a>(
                     },
                 ));
             }
-            decode_elems(elem, *len as usize, r, depth)?
+            decode_elems(elem, *len as usize, r, depth, budget)?
         }
         TypeDesc::Tuple { elems } => {
             let mut out = Vec::with_capacity(elems.len());
             for (i, e) in elems.iter().enumerate() {
-                out.push(decode_at(e, r, depth + 1).map_err(|err| err.in_field(&i.to_string()))?);
+                out.push(
+                    decode_at(e, r, depth + 1, budget)
+                        .map_err(|err| err.in_field(&i.to_string()))?,
+                );
             }
             Value::Seq(out)
         }
-        TypeDesc::Struct { fields } => decode_fields(fields, r, depth)?,
+        TypeDesc::Struct { fields } => decode_fields(fields, r, depth, budget)?,
         TypeDesc::Enum { variants } => {
             let at = r.offset();
             let index = r.read_u32()?;
@@ -476,15 +516,14 @@ fn decode_at<'a>(
                     let mut out = Vec::with_capacity(elems.len());
                     for (i, e) in elems.iter().enumerate() {
                         out.push(
-                            decode_at(e, r, depth + 1)
+                            decode_at(e, r, depth + 1, budget)
                                 .map_err(|err| err.in_field(&format!("{}.{i}", variant.name)))?,
                         );
                     }
                     Value::Seq(out)
                 }
-                VariantKind::Struct { fields } => {
-                    decode_fields(fields, r, depth).map_err(|e| e.in_field(&variant.name))?
-                }
+                VariantKind::Struct { fields } => decode_fields(fields, r, depth, budget)
+                    .map_err(|e| e.in_field(&variant.name))?,
             };
             Value::Variant {
                 index,
@@ -500,8 +539,8 @@ fn decode_at<'a>(
             )?;
             let mut out = Vec::with_capacity(n);
             for _ in 0..n {
-                let k = decode_at(key, r, depth + 1)?;
-                let v = decode_at(value, r, depth + 1)?;
+                let k = decode_at(key, r, depth + 1, budget)?;
+                let v = decode_at(value, r, depth + 1, budget)?;
                 out.push((k, v));
             }
             Value::Map(out)

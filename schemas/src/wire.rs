@@ -636,16 +636,22 @@ fn map_encode<'a, K: Wire + 'a, V: Wire + 'a>(
     }
 }
 
-fn map_decode<K: Wire, V: Wire, M: Extend<(K, V)>>(
+/// Decodes a map's entries; `insert` returns `false` for a key already present, which is an
+/// error (keeping only one of the two values would silently lose data).
+fn map_decode<K: Wire, V: Wire, M>(
     r: &mut WireReader<'_>,
     make: impl FnOnce(usize) -> M,
+    mut insert: impl FnMut(&mut M, K, V) -> bool,
 ) -> Result<M, DecodeError> {
     let n = r.read_len(K::MIN_ENCODED_LEN + V::MIN_ENCODED_LEN)?;
     let mut map = make(n);
     for _ in 0..n {
+        let at = r.offset();
         let k = K::decode(r)?;
         let v = V::decode(r)?;
-        map.extend(std::iter::once((k, v)));
+        if !insert(&mut map, k, v) {
+            return Err(DecodeError::new(at, DecodeErrorKind::DuplicateMapKey));
+        }
     }
     Ok(map)
 }
@@ -671,7 +677,7 @@ impl<K: Wire + Ord, V: Wire> Wire for BTreeMap<K, V> {
         map_encode(self.len(), self.iter(), w);
     }
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
-        map_decode(r, |_| BTreeMap::new())
+        map_decode(r, |_| BTreeMap::new(), |m, k, v| m.insert(k, v).is_none())
     }
     fn to_value(&self) -> Value<'_> {
         map_to_value(self.iter())
@@ -693,7 +699,11 @@ impl<K: Wire + Eq + Hash, V: Wire, S: BuildHasher + Default> Wire for HashMap<K,
         map_encode(self.len(), self.iter(), w);
     }
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
-        map_decode(r, |n| HashMap::with_capacity_and_hasher(n, S::default()))
+        map_decode(
+            r,
+            |n| HashMap::with_capacity_and_hasher(n, S::default()),
+            |m, k, v| m.insert(k, v).is_none(),
+        )
     }
     fn to_value(&self) -> Value<'_> {
         map_to_value(self.iter())

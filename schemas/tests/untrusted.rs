@@ -171,3 +171,79 @@ fn invalid_enum_index_and_option_tag_are_reported() {
     let err = decode(&opt, &[2, 0]).expect_err("tag");
     assert_eq!(err.kind, DecodeErrorKind::InvalidOptionTag { tag: 2 });
 }
+
+/// Fuzzer finding: nested arrays of zero-sized elements made a ~100-byte payload decode to
+/// 16^8 values. The value budget refuses it quickly, with bounded allocation.
+#[test]
+fn nested_zero_sized_arrays_cannot_amplify() {
+    let mut desc = TypeDesc::Tuple { elems: vec![] };
+    for _ in 0..8 {
+        desc = TypeDesc::Array {
+            len: 16,
+            elem: Box::new(desc),
+        };
+    }
+    let bytes = [0u8; 100];
+    let mut res = None;
+    let info = allocation_counter::measure(|| res = Some(decode(&desc, &bytes)));
+    let err = res.expect("ran").expect_err("amplification refused");
+    assert!(
+        matches!(err.kind, DecodeErrorKind::TooManyValues { .. })
+            || matches!(err.kind, DecodeErrorKind::LengthTooLarge { .. }),
+        "{err}"
+    );
+    assert!(
+        info.bytes_total <= allowance(bytes.len()) * 16,
+        "allocated {}",
+        info.bytes_total
+    );
+
+    // A wide struct of zero-sized fields as a sequence element: bounded too.
+    let wide = TypeDesc::Struct {
+        fields: (0..4096)
+            .map(|i| {
+                snapbus_schemas::Field::new(format!("f{i}"), TypeDesc::Tuple { elems: vec![] })
+            })
+            .collect(),
+    };
+    let seq = TypeDesc::Seq {
+        elem: Box::new(wide),
+    };
+    let mut bytes = 64u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&[0u8; 64]);
+    let err = decode(&seq, &bytes).expect_err("refused");
+    assert!(
+        matches!(err.kind, DecodeErrorKind::TooManyValues { .. }),
+        "{err}"
+    );
+}
+
+/// Fuzzer finding: a map with a duplicate key decoded into a `BTreeMap` silently kept only
+/// the last value. It is now an error naming the offset.
+#[test]
+fn duplicate_map_keys_are_refused_not_dropped() {
+    use snapbus_schemas::builtin::SpanEnd;
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&1u64.to_le_bytes()); // span_id
+    bytes.extend_from_slice(&2u64.to_le_bytes()); // duration_nanos
+    bytes.extend_from_slice(&2u64.to_le_bytes()); // two attributes
+    for v in [1u8, 0] {
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.push(b'a'); // key "a" both times
+        bytes.extend_from_slice(&0u32.to_le_bytes()); // AttrValue::Bool
+        bytes.push(v);
+    }
+    let second_entry = 8 * 3 + (8 + 1 + 4 + 1);
+    let err = SpanEnd::decode_exact(&bytes).expect_err("duplicate key");
+    assert_eq!(err.kind, DecodeErrorKind::DuplicateMapKey);
+    assert_eq!(
+        (err.offset, err.path.as_str()),
+        (second_entry, "attributes")
+    );
+    // The dynamic decoder keeps both entries (a list of pairs): nothing is lost there either.
+    let value = decode(SpanEnd::descriptor().root(), &bytes).expect("dynamic");
+    let Some(snapbus_schemas::Value::Map(entries)) = value.field("attributes") else {
+        panic!("map")
+    };
+    assert_eq!(entries.len(), 2);
+}
