@@ -125,7 +125,8 @@ fn le_to_vec<T: Element>(bytes: &[u8]) -> Vec<T> {
 
 fn get_f64(dtype: DType, bytes: &[u8], i: usize) -> Option<f64> {
     let size = dtype.size_bytes();
-    let chunk = bytes.get(i.checked_mul(size)?..i.checked_mul(size)? + size)?;
+    let start = i.checked_mul(size)?;
+    let chunk = bytes.get(start..start.checked_add(size)?)?;
     let mut b8 = [0u8; 8];
     b8[..size].copy_from_slice(chunk);
     Some(match dtype {

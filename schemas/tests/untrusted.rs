@@ -247,3 +247,67 @@ fn duplicate_map_keys_are_refused_not_dropped() {
     };
     assert_eq!(entries.len(), 2);
 }
+
+/// Maps are unordered: keys that arrive unsorted (a Python or C++ producer writes them in
+/// insertion order) decode into the typed map, which re-encodes them sorted; the dynamic
+/// decoder keeps the wire order. Both see the same entries.
+#[test]
+fn unsorted_map_keys_decode_to_the_same_entries() {
+    use snapbus_schemas::builtin::{AttrValue, SpanEnd};
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&1u64.to_le_bytes()); // span_id
+    bytes.extend_from_slice(&2u64.to_le_bytes()); // duration_nanos
+    bytes.extend_from_slice(&2u64.to_le_bytes()); // two attributes, "b" before "a"
+    for (key, v) in [(b'b', 1u8), (b'a', 0)] {
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.push(key);
+        bytes.extend_from_slice(&0u32.to_le_bytes()); // AttrValue::Bool
+        bytes.push(v);
+    }
+    let typed = SpanEnd::decode_exact(&bytes).expect("unsorted keys are accepted");
+    let entries: Vec<_> = typed.attributes.iter().collect();
+    assert_eq!(
+        entries,
+        [
+            (&"a".to_owned(), &AttrValue::Bool(false)),
+            (&"b".to_owned(), &AttrValue::Bool(true))
+        ]
+    );
+    let again = SpanEnd::decode_exact(&typed.encode_to_vec().expect("encode")).expect("decode");
+    assert_eq!(again, typed, "the sorted re-encoding is stable");
+    let value = decode(SpanEnd::descriptor().root(), &bytes).expect("dynamic");
+    let Some(snapbus_schemas::Value::Map(wire_order)) = value.field("attributes") else {
+        panic!("map")
+    };
+    let keys: Vec<_> = wire_order.iter().map(|(k, _)| format!("{k:?}")).collect();
+    assert_eq!(keys, [r#"Str("b")"#, r#"Str("a")"#]);
+}
+
+/// Fuzzer finding: `get_f64` with an index near `usize::MAX` overflowed computing the end of
+/// the element (a panic with overflow checks on) instead of returning `None`.
+#[test]
+fn numeric_views_refuse_indices_near_usize_max() {
+    let bytes = [3u8, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3];
+    let desc = TypeDesc::Seq {
+        elem: Box::new(TypeDesc::U8),
+    };
+    let value = decode(&desc, &bytes).expect("decode");
+    let snapbus_schemas::Value::Packed(p) = &value else {
+        panic!("a packed u8 array, got {value:?}")
+    };
+    assert_eq!(p.get_f64(2), Some(3.0));
+    for i in [3, usize::MAX / 2, usize::MAX - 1, usize::MAX] {
+        assert_eq!(p.get_f64(i), None, "index {i}");
+    }
+    let t = Tensor::<u8>::new(vec![3], vec![1, 2, 3]).expect("tensor");
+    let bytes = t.encode_to_vec().expect("encode");
+    let desc = Tensor::<u8>::type_desc();
+    let value = decode(&desc, &bytes).expect("decode");
+    let snapbus_schemas::Value::Tensor(view) = &value else {
+        panic!("a tensor, got {value:?}")
+    };
+    assert_eq!(view.get_f64(0), Some(1.0));
+    for i in [3, usize::MAX / 2, usize::MAX] {
+        assert_eq!(view.get_f64(i), None, "index {i}");
+    }
+}
