@@ -412,3 +412,143 @@ fn a_reader_set_reads_several_lanes_round_robin() {
     // Round-robin: one record per lane in turn.
     assert_eq!(got, [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]);
 }
+
+/// Word index of `claim_tail` in the lane header.
+const CLAIM_TAIL_WORD: usize = 128 / 8;
+
+/// Writes `n` records of 88 bytes into a fresh heap lane.
+fn filled_lane(n: u64) -> std::sync::Arc<Lane<HeapMem>> {
+    let lane = Lane::heap(&CONFIG, 0x7a11).expect("lane");
+    let mut writer = lane.writer().expect("writer");
+    for seq in 0..n {
+        let mut claim = writer.claim(88, meta(0)).expect("claim");
+        claim.write_payload(&payload(seq, 88));
+        claim.commit();
+    }
+    lane
+}
+
+/// A garbage claim tail (near `u64::MAX`, or far past the data) must not keep a reader busy:
+/// it goes quiet within a few polls from every start point. (Regression: a tail near
+/// `u64::MAX` wrapped the anchor scan, and every poll re-synced to the same position a million
+/// times.)
+#[test]
+fn garbage_claim_tails_never_livelock_a_reader() {
+    for tail in [
+        u64::MAX,
+        u64::MAX - 4096,
+        u64::MAX - (CONFIG.capacity as u64) / 2,
+        1 << 63,
+        3 << 20,
+    ] {
+        // Less than one lap (anchors near 0) and several laps.
+        for (records, start) in [300, 2000].into_iter().flat_map(|n| {
+            [StartAt::Oldest, StartAt::Latest, StartAt::Time(0)].map(|start| (n, start))
+        }) {
+            let lane = filled_lane(records);
+            lane.mem()
+                .get(CLAIM_TAIL_WORD)
+                .expect("claim_tail")
+                .store(tail, std::sync::atomic::Ordering::Release);
+            let mut reader = lane.reader(start);
+            reader.set_writer_gone(true);
+            let quiet_after = (1..=20).find(|_| {
+                matches!(reader.poll(), Poll::Empty | Poll::Closed) && !reader.has_pending_bytes()
+            });
+            assert!(
+                quiet_after.is_some(),
+                "tail {tail:#x}, {records} records, start {start:?}: still busy after 20 polls \
+                 ({:?})",
+                reader.stats()
+            );
+        }
+    }
+}
+
+/// A frame whose commit tag is intact but whose sequence number jumps further than the bytes
+/// before it could hold is garbage, not loss: the loss count stays exact (here: the one
+/// corrupted record) instead of reporting billions of records lost.
+#[test]
+fn an_impossible_sequence_jump_is_garbage_not_loss() {
+    let lane = filled_lane(10);
+    let positions: Vec<u64> = {
+        let mut r = lane.reader(StartAt::Oldest);
+        std::iter::from_fn(|| match r.poll() {
+            Poll::Frame(f) => Some(f.meta.pos),
+            _ => None,
+        })
+        .collect()
+    };
+    assert_eq!(positions.len(), 10);
+    let g = *lane.geometry();
+    let seq_word = ((g.data_off + positions[5]) / 8) as usize + 3;
+    lane.mem()
+        .get(seq_word)
+        .expect("seq word")
+        .store(1 << 60, std::sync::atomic::Ordering::Relaxed);
+    let mut reader = lane.reader(StartAt::Oldest);
+    let mut delivered = Vec::new();
+    loop {
+        match reader.poll() {
+            Poll::Frame(f) => delivered.push(f.meta.seq),
+            Poll::Lagged(_) | Poll::Pending => {}
+            Poll::Empty | Poll::Closed => break,
+        }
+    }
+    assert_eq!(delivered, [0, 1, 2, 3, 4, 6, 7, 8, 9]);
+    let stats = reader.stats();
+    assert_eq!(stats.lost, 1, "{stats:?}");
+    assert_eq!(stats.garbage, 1, "{stats:?}");
+}
+
+/// After a `Lagged(n)`, the next record is delivered next whichever way it is read: a copy
+/// (`poll`) or in place (`read_in_place`), and with its own bytes. (Fuzzer finding: a loss
+/// reported by `read_in_place` was followed by a `poll` that delivered the record with the
+/// bytes of an older copy, and a loss reported by `poll` was followed by a `read_in_place` that
+/// skipped the record, delivering it after its successor.)
+#[test]
+fn the_record_after_a_loss_is_delivered_next_by_either_read() {
+    for (first, second) in [(false, true), (true, false), (false, false), (true, true)] {
+        let lane = Lane::heap(&CONFIG, 0x1a9).expect("lane");
+        let mut writer = lane.writer().expect("writer");
+        let write = |writer: &mut snapbus_bus::lane::LaneWriter<HeapMem>, n: u64| {
+            for _ in 0..n {
+                let mut claim = writer.claim(200, meta(0)).expect("claim");
+                let seq = claim.seq();
+                claim.write_payload(&payload(seq, 200));
+                claim.commit();
+            }
+        };
+        write(&mut writer, 3);
+        let mut reader = lane.reader(StartAt::Oldest);
+        let read =
+            |reader: &mut LaneReader<HeapMem>, in_place: bool| -> Result<(u64, Vec<u8>), u64> {
+                if in_place {
+                    match reader.read_in_place(|_, view| {
+                        let mut buf = vec![0; view.len()];
+                        view.copy_to(&mut buf);
+                        buf
+                    }) {
+                        Ok((m, bytes)) => Ok((m.seq, bytes)),
+                        Err(Poll::Lagged(n)) => Err(n),
+                        Err(other) => panic!("unexpected {other:?}"),
+                    }
+                } else {
+                    match reader.poll() {
+                        Poll::Frame(f) => Ok((f.meta.seq, f.payload.to_vec())),
+                        Poll::Lagged(n) => Err(n),
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            };
+        assert_eq!(read(&mut reader, first), Ok((0, payload(0, 200))));
+        // Lap the reader: records 1.. are overwritten.
+        write(&mut writer, 1000);
+        let lost = read(&mut reader, first).expect_err("the reader was lapped");
+        let (seq, bytes) = read(&mut reader, second).expect("the record after the gap");
+        assert_eq!(seq, 1 + lost, "in place: {first} then {second}");
+        assert_eq!(bytes, payload(seq, 200), "the record's own bytes");
+        assert_eq!(read(&mut reader, second).map(|(s, _)| s), Ok(seq + 1));
+        assert_eq!(reader.stats().lost, lost);
+    }
+}

@@ -163,11 +163,11 @@ enum Step<R> {
 pub struct LaneReader<M: LaneMem> {
     lane: Arc<Lane<M>>,
     pos: u64,
-    last_seq: Option<u64>,
+    /// Sequence number and position of the last DATA/ABORTED frame accepted.
+    last_seq: Option<(u64, u64)>,
     not_before_nanos: Option<u64>,
     filter: Option<Box<[u64]>>,
     scratch: Vec<u8>,
-    held: Option<FrameMeta>,
     stats: ReaderStats,
     writer_gone: bool,
     stall_timeout: Duration,
@@ -186,7 +186,6 @@ impl<M: LaneMem> LaneReader<M> {
             not_before_nanos: None,
             filter: None,
             scratch: Vec::new(),
-            held: None,
             stats: ReaderStats::default(),
             writer_gone: false,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
@@ -247,7 +246,7 @@ impl<M: LaneMem> LaneReader<M> {
 
     /// Whether the lane has claimed bytes ahead of the cursor (a cheap check before sleeping).
     pub fn has_pending_bytes(&self) -> bool {
-        self.held.is_some() || self.tail() > self.pos
+        self.tail() > self.pos
     }
 
     fn tail(&self) -> u64 {
@@ -265,13 +264,6 @@ impl<M: LaneMem> LaneReader<M> {
 
     /// Reads the next record into the reader's buffer.
     pub fn poll(&mut self) -> Poll<'_> {
-        if let Some(meta) = self.held.take() {
-            self.stats.delivered += 1;
-            return Poll::Frame(Frame {
-                meta,
-                payload: self.scratch.get(..meta.payload_len).unwrap_or(&[]),
-            });
-        }
         let mut scratch = std::mem::take(&mut self.scratch);
         let step = self.step(|meta, view| {
             scratch.resize(meta.payload_len, 0);
@@ -342,12 +334,16 @@ impl<M: LaneMem> LaneReader<M> {
             }
             if tail - self.pos > cap {
                 self.resync(tail);
+                if tail - self.pos > cap {
+                    // No safe boundary (a garbage tail or anchors): give up on this lap.
+                    self.pos = tail;
+                }
                 continue;
             }
             let phys = self.pos & (cap - 1);
             if phys + FRAME_HEADER_LEN as u64 > cap {
                 // Implicit padding: too little room for a header before the physical end.
-                self.pos += cap - phys;
+                self.pos = self.pos.saturating_add(cap - phys);
                 continue;
             }
             let tag = g.tag(self.pos);
@@ -382,7 +378,9 @@ impl<M: LaneMem> LaneReader<M> {
                 && kind.is_some();
             if !sane {
                 fence(Ordering::Acquire);
-                if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos + cap {
+                if lane.word(word!(claim_tail)).load(Ordering::Relaxed)
+                    > self.pos.saturating_add(cap)
+                {
                     self.resync(self.tail());
                 } else {
                     self.stats.garbage += 1;
@@ -413,7 +411,7 @@ impl<M: LaneMem> LaneReader<M> {
                 visit(&meta, &view)
             });
             fence(Ordering::Acquire);
-            if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos + cap {
+            if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos.saturating_add(cap) {
                 // Overwritten while we read it: discard.
                 if wanted {
                     self.stats.torn += 1;
@@ -421,12 +419,22 @@ impl<M: LaneMem> LaneReader<M> {
                 self.resync(self.tail());
                 continue;
             }
-            self.pos += aligned;
+            self.pos = self.pos.saturating_add(aligned);
             self.stalled_since = None;
             match kind {
                 Some(FrameKind::Data | FrameKind::Aborted) => {
                     let lost = match self.last_seq {
-                        Some(last) if seq > last => seq - last - 1,
+                        // Every frame takes at least a header's worth of bytes, so a gap
+                        // larger than the bytes between the two frames can hold is garbage,
+                        // not loss: it would make the loss count a lie.
+                        Some((last, last_pos))
+                            if seq > last
+                                && seq - last - 1
+                                    <= meta.pos.saturating_sub(last_pos)
+                                        / FRAME_HEADER_LEN as u64 =>
+                        {
+                            seq - last - 1
+                        }
                         Some(_) => {
                             // Sequence numbers only grow within a lane: this is garbage.
                             self.stats.garbage += 1;
@@ -434,20 +442,31 @@ impl<M: LaneMem> LaneReader<M> {
                         }
                         None => 0,
                     };
-                    self.last_seq = Some(seq);
                     self.stats.lost += lost;
                     if is_data && !wanted {
                         self.stats.filtered += 1;
                     }
                     match (result, lost) {
-                        (Some(r), 0) => return Step::Deliver(meta, r),
+                        (Some(r), 0) => {
+                            self.last_seq = Some((seq, meta.pos));
+                            return Step::Deliver(meta, r);
+                        }
                         (Some(_), _) => {
-                            // Report the loss first; the copied record is delivered next.
-                            self.held = Some(meta);
+                            // Report the loss first and read this record again on the next
+                            // call (as a copy or in place, whichever that call asks for): the
+                            // cursor stays on it, and the sequence number before it counts
+                            // as seen, so the re-read reports no loss, and an overwrite in
+                            // between is counted like any other.
+                            self.pos = meta.pos;
+                            self.last_seq = Some((seq - 1, meta.pos));
                             return Step::Lagged(lost);
                         }
-                        (None, 0) => {}
-                        (None, _) => return Step::Lagged(lost),
+                        (None, lost) => {
+                            self.last_seq = Some((seq, meta.pos));
+                            if lost > 0 {
+                                return Step::Lagged(lost);
+                            }
+                        }
                     }
                 }
                 Some(FrameKind::Pad | FrameKind::EndOfStream) | None => {}
@@ -478,13 +497,17 @@ impl<M: LaneMem> LaneReader<M> {
     fn boundary_at_or_after(&self, target: u64, tail: u64) -> u64 {
         let g = &self.lane.geo;
         let first = target.div_ceil(g.block_size());
-        for b in first..first + g.n_blocks {
-            let block_start = b << g.block_shift;
+        for b in first..first.saturating_add(g.n_blocks) {
+            // A garbage tail near `u64::MAX` must not wrap the block positions around.
+            let Some(block_start) = b.checked_mul(g.block_size()) else {
+                break;
+            };
             if block_start >= tail {
                 break;
             }
             let a = self.lane.word(g.anchor_word(b)).load(Ordering::Acquire);
-            if a >= block_start && a < block_start + g.max_frame + g.block_size() && a <= tail {
+            let limit = block_start.saturating_add(g.max_frame + g.block_size());
+            if a >= block_start && a < limit && a <= tail {
                 return a;
             }
         }
@@ -528,7 +551,7 @@ impl<M: LaneMem> LaneReader<M> {
                 && aligned <= g.max_frame
                 && phys + aligned <= g.capacity
             {
-                self.pos += aligned;
+                self.pos = self.pos.saturating_add(aligned);
                 return true;
             }
         }
@@ -540,8 +563,8 @@ impl<M: LaneMem> LaneReader<M> {
     /// `max_frame`, else the next valid anchor, else the tail.
     fn skip_garbage(&mut self, tail: u64) {
         let g = self.lane.geo;
-        let limit = (self.pos + g.max_frame).min(tail);
-        let mut q = self.pos + 8;
+        let limit = self.pos.saturating_add(g.max_frame).min(tail);
+        let mut q = self.pos.saturating_add(8);
         while q < limit {
             let phys = q & (g.capacity - 1);
             if phys == 0 || phys + FRAME_HEADER_LEN as u64 > g.capacity {
@@ -557,7 +580,7 @@ impl<M: LaneMem> LaneReader<M> {
             }
             q += 8;
         }
-        let next = self.boundary_at_or_after(self.pos + 1, tail);
-        self.pos = next.max(self.pos + 8);
+        let next = self.boundary_at_or_after(self.pos.saturating_add(1), tail);
+        self.pos = next.max(self.pos.saturating_add(8));
     }
 }
