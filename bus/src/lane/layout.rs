@@ -203,6 +203,24 @@ impl Default for LaneConfig {
     }
 }
 
+/// Smallest capacity (64 KiB). Under `--cfg loom` only, 256 B, so the models' lanes (loom
+/// atomics, one object per word) stay small; `max_frame <= capacity / 8` still holds.
+#[cfg(not(loom))]
+const MIN_CAPACITY: u64 = 64 << 10;
+#[cfg(loom)]
+const MIN_CAPACITY: u64 = 256;
+/// log2 of the smallest anchor block (4 KiB; 64 B under `--cfg loom`).
+#[cfg(not(loom))]
+const MIN_BLOCK_SHIFT: u32 = 12;
+#[cfg(loom)]
+const MIN_BLOCK_SHIFT: u32 = 6;
+/// Alignment of the data area: a page, so it can be mapped on its own. Under `--cfg loom`
+/// (heap memory only) 64 B, which keeps the models' lanes from carrying a page of padding.
+#[cfg(not(loom))]
+const DATA_ALIGN: u64 = 4096;
+#[cfg(loom)]
+const DATA_ALIGN: u64 = 64;
+
 /// Validated sizes of a lane (from a [`LaneConfig`], or read from an untrusted header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -233,7 +251,7 @@ impl Geometry {
         block_shift: u32,
         salt: u64,
     ) -> Result<Geometry, GeometryError> {
-        if !capacity.is_power_of_two() || !(64 << 10..=1 << 40).contains(&capacity) {
+        if !capacity.is_power_of_two() || !(MIN_CAPACITY..=1 << 40).contains(&capacity) {
             return Err(GeometryError(
                 "capacity must be a power of two between 64 KiB and 1 TiB",
             ));
@@ -246,7 +264,7 @@ impl Geometry {
                 "max_frame must be 8-aligned, hold a header, and be at most capacity / 8",
             ));
         }
-        if !(12..=40).contains(&block_shift) || 1u64 << block_shift > capacity / 4 {
+        if !(MIN_BLOCK_SHIFT..=40).contains(&block_shift) || 1u64 << block_shift > capacity / 4 {
             return Err(GeometryError(
                 "block size must be a power of two between 4 KiB and capacity / 4",
             ));
@@ -255,7 +273,7 @@ impl Geometry {
             return Err(GeometryError("salt must be non-zero"));
         }
         let n_blocks = capacity >> block_shift;
-        let page = 4096u64;
+        let page = DATA_ALIGN;
         let data_off = (HEADER_LEN as u64 + n_blocks * 8).div_ceil(page) * page;
         Ok(Geometry {
             capacity,

@@ -1,0 +1,150 @@
+//! One thread writing 64-byte records into a shared-memory lane (`ShmLane`, a sealed memfd
+//! mapped read-write), and the parts that make up the cost of a write:
+//!
+//! - `lane_write/64B`: `LaneWriter::write_bytes` with a 64-byte payload and the explicit
+//!   `claim` + `payload_mut` + `commit` path, on the default 64 MiB lane and on a 256 KiB lane
+//!   (ring resident in L2), plus `write_bytes` with a doorbell subscribed (the producer's
+//!   `fence(SeqCst)` + load per record; nobody asleep, so never a syscall);
+//! - `lane_write/parts`: the pieces of a claim measured alone: `claim` + `commit` without
+//!   touching the payload, the CLOCK_REALTIME read each claim makes (`now_realtime_nanos`), and
+//!   a relaxed `fetch_add` vs a plain load + store on a private word (the `frames_committed`
+//!   counter a commit bumps);
+//! - `lane_read/64B`: write one 64-byte record and read it back in the same thread, with
+//!   `poll()` (copy) and `read_in_place` (header + last byte), so the reader's cost is the
+//!   difference with `write_bytes`.
+//!
+//! Every bench id processes one record per iteration (throughput in elements: records/s).
+//! No reader runs in another process here; see `lane_crossprocess` for that.
+//!
+//! Run: `cargo bench -p snapbus-benches --bench lane_write`. Results: `BENCHMARKS.md`.
+
+#![allow(missing_docs)]
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
+use snapbus_bus::doorbell::DoorbellPage;
+use snapbus_bus::lane::{LaneConfig, Poll, RecordMeta, ShmLane, StartAt, now_realtime_nanos};
+
+const PAYLOAD: usize = 64;
+const META: RecordMeta = RecordMeta {
+    schema_key: 1,
+    schema_version: 1,
+    level: 2,
+    emitter: 0,
+};
+
+/// The default lane: 64 MiB data, 8 MiB frames, 64 KiB anchor blocks.
+fn default_lane() -> ShmLane {
+    ShmLane::create("bench-lane", &LaneConfig::default()).unwrap()
+}
+
+/// A 256 KiB lane: the whole ring stays in the core's L2 (512 KiB).
+fn small_lane() -> ShmLane {
+    let config = LaneConfig {
+        capacity: 256 << 10,
+        max_frame: 32 << 10,
+        block_size: 16 << 10,
+    };
+    ShmLane::create("bench-lane-small", &config).unwrap()
+}
+
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+    group.throughput(Throughput::Elements(1));
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(2));
+    group.sample_size(60);
+}
+
+fn write(c: &mut Criterion) {
+    let payload = [0x5au8; PAYLOAD];
+
+    let mut g = c.benchmark_group("lane_write/64B");
+    configure(&mut g);
+
+    let lane = default_lane();
+    let mut w = lane.lane.writer().unwrap();
+    g.bench_function("write_bytes", |b| {
+        b.iter(|| w.write_bytes(META, black_box(&payload)).unwrap())
+    });
+    g.bench_function("claim+payload_mut+commit", |b| {
+        b.iter(|| {
+            let mut claim = w.claim(PAYLOAD, META).unwrap();
+            claim.payload_mut().copy_from_slice(black_box(&payload));
+            let seq = claim.seq();
+            claim.commit();
+            seq
+        })
+    });
+
+    let small = small_lane();
+    let mut small_w = small.lane.writer().unwrap();
+    g.bench_function("write_bytes/ring256KiB", |b| {
+        b.iter(|| small_w.write_bytes(META, black_box(&payload)).unwrap())
+    });
+
+    // One subscriber whose bell is never asleep: the fence and the load, no syscall.
+    let page = Arc::new(DoorbellPage::create("bench-bells").unwrap());
+    w.set_doorbells(Some((Arc::clone(&page), 1)));
+    g.bench_function("write_bytes+doorbell", |b| {
+        b.iter(|| w.write_bytes(META, black_box(&payload)).unwrap())
+    });
+    w.set_doorbells(None);
+    g.finish();
+
+    // ---- parts ------------------------------------------------------------------------------
+    let mut g = c.benchmark_group("lane_write/parts");
+    configure(&mut g);
+    g.bench_function("claim+commit (payload untouched)", |b| {
+        b.iter(|| {
+            let claim = w.claim(PAYLOAD, META).unwrap();
+            let seq = claim.seq();
+            claim.commit();
+            seq
+        })
+    });
+    g.bench_function("now_realtime_nanos", |b| b.iter(now_realtime_nanos));
+    let counter = AtomicU64::new(0);
+    g.bench_function("fetch_add relaxed", |b| {
+        b.iter(|| black_box(&counter).fetch_add(1, Ordering::Relaxed))
+    });
+    g.bench_function("load+store relaxed", |b| {
+        b.iter(|| {
+            let c = black_box(&counter);
+            c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed)
+        })
+    });
+    g.finish();
+
+    // ---- same-thread write + read -----------------------------------------------------------
+    let mut g = c.benchmark_group("lane_read/64B");
+    configure(&mut g);
+    let mut r = lane.lane.reader(StartAt::Latest);
+    g.bench_function("write_bytes+poll", |b| {
+        b.iter(|| {
+            w.write_bytes(META, black_box(&payload)).unwrap();
+            match r.poll() {
+                Poll::Frame(f) => f.payload[PAYLOAD - 1],
+                other => panic!("expected a frame, got {other:?}"),
+            }
+        })
+    });
+    let mut r = lane.lane.reader(StartAt::Latest);
+    g.bench_function("write_bytes+read_in_place", |b| {
+        b.iter(|| {
+            w.write_bytes(META, black_box(&payload)).unwrap();
+            match r.read_in_place(|m, v| v.byte(m.payload_len - 1)) {
+                Ok((_, Some(last))) => last,
+                other => panic!("expected a frame, got {other:?}"),
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion::criterion_group!(benches, write);
+criterion::criterion_main!(benches);
