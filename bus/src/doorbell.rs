@@ -55,6 +55,12 @@ impl<'a> Doorbell<'a> {
     /// syscall was made.
     pub fn ring(&self) -> bool {
         fence(Ordering::SeqCst);
+        self.ring_fenced()
+    }
+
+    /// [`Doorbell::ring`] without the fence, for a caller that issued `fence(SeqCst)` after its
+    /// commit already (one fence for several bells).
+    fn ring_fenced(&self) -> bool {
         let d = self.word.load(Ordering::Relaxed);
         if d & SLEEPING != 0
             && self
@@ -142,12 +148,17 @@ impl DoorbellPage {
 
     /// Rings every bell whose bit is set in `mask`.
     pub fn ring_mask(&self, mask: u64) {
+        if mask == 0 {
+            return;
+        }
+        // One fence orders the caller's commit before every sleeper check below.
+        fence(Ordering::SeqCst);
         let mut m = mask;
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
             if let Some(bell) = self.bell(i) {
-                bell.ring();
+                bell.ring_fenced();
             }
         }
     }

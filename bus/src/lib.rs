@@ -43,11 +43,23 @@
 
 #![allow(unsafe_code)]
 
+#[cfg(not(loom))]
+pub mod broker;
+#[cfg(not(loom))]
+pub mod catalog;
+#[cfg(not(loom))]
+pub mod control;
 pub mod doorbell;
 pub mod lane;
 pub mod mem;
 #[cfg(not(loom))]
+pub mod publisher;
+#[cfg(not(loom))]
+pub mod runtime;
+#[cfg(not(loom))]
 pub mod segment;
+#[cfg(not(loom))]
+pub mod subscriber;
 mod sync;
 pub mod testpoint;
 

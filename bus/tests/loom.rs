@@ -519,6 +519,10 @@ fn assert_frame_words(lane: &Lane<HeapMem>, pos: u64, seq: u64, thread: u16, bus
 /// another thread writes 8 records: 7 fit in [64, 512); the 8th, [512, 576), would overwrite the
 /// held claim and must be refused with `Lapped`. The held claim's words are intact; after its
 /// commit a reader delivers all 8 records.
+///
+/// loom explores a single execution here: filling a claimed payload is not a loom-visible
+/// operation, so the main thread does nothing loom can interleave until the join. The model
+/// pins the lap-guard arithmetic; `full_lap_guard_concurrent_commit` is the concurrent one.
 #[test]
 fn lap_guard_drops_claim_over_inflight() {
     check("lap_guard_drops_claim_over_inflight", 2, || {

@@ -1,14 +1,35 @@
 //! Running the real binary with a watchdog.
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long any single `snapbus` invocation in these tests may take before it is killed.
 pub(crate) const WATCHDOG: Duration = Duration::from_secs(60);
 
+/// A runtime directory for this test process (under cargo's per-target tmp dir), so tests
+/// never touch a user's real buses and run in parallel without meeting.
+pub(crate) fn runtime_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rt-{}", std::process::id()))
+}
+
+static NEXT_BUS: AtomicU64 = AtomicU64::new(0);
+
+/// A bus name no other test of this process uses.
+pub(crate) fn unique_bus() -> String {
+    format!("t{}", NEXT_BUS.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `snapbus` with the test runtime directory and, unless the caller passes `--bus`, a bus of
+/// its own (so a `demo` that starts and stops a bus meets no other test).
 pub(crate) fn snapbus() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_snapbus"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_snapbus"));
+    c.env("SNAPBUS_RUNTIME_DIR", runtime_root())
+        .env("SNAPBUS_BUS", unique_bus())
+        .env_remove("SNAPBUS_FILTER");
+    c
 }
 
 pub(crate) struct Output {
@@ -35,8 +56,12 @@ pub(crate) fn wait_with_watchdog(child: &mut Child) -> ExitStatus {
 
 /// Runs `snapbus ARGS`, capturing output, under the watchdog.
 pub(crate) fn run(args: &[&str]) -> Output {
-    let mut child = snapbus()
-        .args(args)
+    run_cmd(snapbus().args(args))
+}
+
+/// Runs a prepared `snapbus` command, capturing output, under the watchdog.
+pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -55,6 +80,8 @@ pub(crate) fn run(args: &[&str]) -> Output {
         s
     });
     let status = wait_with_watchdog(&mut child);
+    // Buses remove their own directories; the root goes once the last one is gone.
+    let _ = std::fs::remove_dir(runtime_root());
     Output {
         status,
         stdout: out_reader.join().expect("stdout thread"),

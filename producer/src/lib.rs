@@ -18,4 +18,24 @@
 //! assert_eq!(EnvStep::descriptor().id(), "monty.env_interface.step");
 //! ```
 
+pub mod filter;
+pub mod level;
+mod resource;
+mod telemetry;
+
+pub use filter::{Filter, FilterParseError};
+pub use level::{Level, LevelFilter};
+pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
 pub use snapbus_schemas as schemas;
+pub use telemetry::{
+    Config, Span, Telemetry, get_telemetry, init, is_connected, set_filter, shutdown, stats,
+    wait_for_bus,
+};
+
+/// The telemetry handle of the calling module: `get_telemetry(module_path!())`.
+#[macro_export]
+macro_rules! telemetry {
+    () => {
+        $crate::get_telemetry(::core::module_path!())
+    };
+}

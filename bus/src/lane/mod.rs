@@ -315,6 +315,28 @@ mod shm_lane {
             })
         }
 
+        /// Maps another process's lane read-write (the broker, to mark it dead) and validates
+        /// its header.
+        pub fn open_rw(fd: OwnedFd) -> Result<ShmLane, LaneOpenError> {
+            let seg = Segment::open_rw(fd).map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            let fd = seg
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            Ok(ShmLane {
+                lane: Arc::new(Lane::attach(seg.mem)?),
+                fd,
+            })
+        }
+
+        /// A read-only fd for the same segment (what the broker hands to consumers), opened
+        /// anew through `/proc/self/fd` so the receiver cannot map it writable.
+        pub fn read_only_fd(&self) -> std::io::Result<OwnedFd> {
+            use std::os::fd::AsRawFd;
+            let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+            Ok(OwnedFd::from(std::fs::File::open(path)?))
+        }
+
         /// Maps another process's lane read-only and validates its header.
         pub fn open(fd: OwnedFd) -> Result<ShmLane, LaneOpenError> {
             let seg = Segment::open(fd).map_err(|e| LaneOpenError::Segment(e.to_string()))?;

@@ -1,14 +1,21 @@
-//! `snapbus demo`: a simulated experiment with deterministic values (see `--help`).
+//! `snapbus demo`: a simulated experiment with deterministic values (see `--help`), emitting
+//! onto a bus through the `snapbus` producer API. It starts a bus if none is running (and
+//! stops it at the end), and unless `--no-echo` it starts `snapbus echo` as a separate
+//! process that prints every event it receives as a JSON line.
 
-use std::io::Write;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::json;
-use snapbus_schemas::{Snapshot, decode};
+use snapbus::Level;
 
+use crate::bus::{bus_dir, state};
 use crate::cli::DemoArgs;
+use crate::command::{down, up};
 use crate::demo::{episode_end, step_event};
+
+/// How long the demo waits for its producer to join the bus.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     if !(args.rate.is_finite() && args.rate >= 0.0) {
@@ -17,15 +24,41 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
             args.rate
         );
     }
-    eprintln!(
-        "snapbus demo: the shared-memory bus is not built yet; printing each event after a \
-         round trip through the wire format"
-    );
+    let dir = bus_dir(&args.bus)?;
+    let started_bus = state(&dir).is_err();
+    if started_bus {
+        eprintln!("snapbus demo: {}", up::start_detached(&dir, 300)?);
+    }
+    let result = run_on_bus(args, dir.name().as_str());
+    if started_bus {
+        match down::stop(&dir) {
+            Ok(msg) => eprintln!("snapbus demo: {msg}"),
+            Err(e) => eprintln!("snapbus demo: stopping the bus: {e:#}"),
+        }
+    }
+    result
+}
+
+fn run_on_bus(args: &DemoArgs, bus: &str) -> anyhow::Result<()> {
+    let total = u64::from(args.episodes) * (u64::from(args.steps) + 1);
+    let mut echo = if args.no_echo || total == 0 {
+        None
+    } else {
+        Some(spawn_echo(bus, total)?)
+    };
+    snapbus::init(snapbus::Config {
+        bus: Some(bus.to_owned()),
+        name: Some("demo".into()),
+        ..snapbus::Config::default()
+    });
+    if !snapbus::wait_for_bus(JOIN_TIMEOUT) {
+        kill(&mut echo);
+        bail!("could not join bus '{bus}' within {JOIN_TIMEOUT:?}");
+    }
+    let telemetry = snapbus::get_telemetry("demo");
     let period = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let start = Instant::now();
     let mut ticks: u32 = 0;
-    let mut out = std::io::stdout().lock();
-    let mut buf = Vec::new();
     for episode in 0..args.episodes {
         for step in 0..args.steps {
             if let Some(period) = period {
@@ -35,29 +68,55 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
             }
             let event = step_event(episode, step, args.image.width, args.image.height)
                 .context("building the observation")?;
-            emit(&mut out, &mut buf, &event)?;
+            telemetry
+                .try_snapshot(Level::INFO, &event)
+                .context("emitting demo.step")?;
         }
-        emit(&mut out, &mut buf, &episode_end(episode, args.steps))?;
+        telemetry
+            .try_snapshot(Level::INFO, &episode_end(episode, args.steps))
+            .context("emitting demo.episode_end")?;
     }
-    out.flush()?;
+    // Consumers see the stream end, not a dead producer.
+    snapbus::shutdown();
+    eprintln!(
+        "snapbus demo: emitted {total} events on bus '{bus}' in {:.2?}",
+        start.elapsed()
+    );
+    if let Some(mut child) = echo.take() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if !status.success() {
+                    bail!("snapbus echo exited with {status}");
+                }
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("snapbus echo did not receive all {total} events within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     Ok(())
 }
 
-/// Encodes `event` into a reused buffer, decodes it from its descriptor and prints a JSON line.
-fn emit<T: Snapshot>(out: &mut impl Write, buf: &mut Vec<u8>, event: &T) -> anyhow::Result<()> {
-    buf.resize(event.encoded_len(), 0);
-    event.encode_into(buf).context("encoding an event")?;
-    let desc = T::descriptor();
-    let payload = decode(desc.root(), buf).context("decoding an event")?;
-    let t_nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let line = json!({
-        "schema": desc.id(),
-        "version": desc.version(),
-        "t_nanos": u64::try_from(t_nanos).unwrap_or(u64::MAX),
-        "payload": payload.to_json(),
-    });
-    writeln!(out, "{line}")?;
-    Ok(())
+/// `snapbus echo --from oldest --count TOTAL` in its own process, printing to our stdout.
+fn spawn_echo(bus: &str, total: u64) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("finding the snapbus executable")?;
+    Command::new(exe)
+        .args(["echo", "--bus", bus, "--from", "oldest", "--count"])
+        .arg(total.to_string())
+        .arg("demo.*")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting snapbus echo")
+}
+
+fn kill(child: &mut Option<Child>) {
+    if let Some(c) = child.as_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

@@ -1,0 +1,655 @@
+//! The broker: one process per bus (`snapbus up`) that introduces producers to consumers.
+//!
+//! It is a control plane only: producers hand it their lane and catalog fds, it hands them on
+//! to consumers, and payload bytes never pass through it. It keeps the registry `snapbus ls`
+//! shows, forwards level filters, assigns doorbells, and notices deaths from socket EOF and
+//! pidfds (never by polling pids). If it dies, producers keep writing and consumers keep
+//! reading the lanes they have; a new broker re-adopts both when they reconnect.
+//!
+//! One thread, one `poll` loop; every socket is non-blocking, and a peer whose socket is full
+//! (it stopped reading) is dropped rather than waited for.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use thiserror::Error;
+
+use crate::catalog::Catalog;
+use crate::control::{
+    BusState, Conn, ConsumerInfo, ConsumerState, ControlError, FromBroker, LaneInfo, Listener,
+    PROTOCOL_VERSION, ProducerInfo, ProducerState, SchemaState, ToBroker,
+};
+use crate::doorbell::{BELLS_PER_PAGE, DoorbellPage};
+use crate::lane::{LaneState, ShmLane, StartAt, now_realtime_nanos};
+use crate::runtime::{BusDir, RuntimeError};
+
+/// How long a dead producer's lane stays readable (for `snapbus snapshot`) by default.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
+/// Window of the per-schema rates in `ls`.
+const RATE_WINDOW_NANOS: u64 = 5_000_000_000;
+
+/// Why the broker could not run.
+#[derive(Debug, Error)]
+pub enum BrokerError {
+    /// Another broker holds this bus.
+    #[error("bus '{0}' is already running")]
+    AlreadyRunning(String),
+    /// The runtime directory is unusable.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The control socket could not be set up.
+    #[error("control socket: {0}")]
+    Control(#[from] ControlError),
+    /// Something else in the setup failed.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Broker settings.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The bus.
+    pub dir: BusDir,
+    /// How long dead producers' lanes are kept.
+    pub retention: Duration,
+}
+
+struct Producer {
+    id: u64,
+    info: ProducerInfo,
+    conn: Option<Conn>,
+    lane: ShmLane,
+    catalog_fd: OwnedFd,
+    catalog: Option<Catalog>,
+    pidfd: Option<OwnedFd>,
+    status: &'static str,
+    gone_at: Option<Instant>,
+    rate: (Instant, u64, f64),
+}
+
+struct Consumer {
+    id: u64,
+    info: ConsumerInfo,
+    conn: Conn,
+    bell: u32,
+    delivered: u64,
+    lost: u64,
+    lag_bytes: u64,
+}
+
+struct Broker {
+    dir: BusDir,
+    retention: Duration,
+    page: Arc<DoorbellPage>,
+    filter: String,
+    next_id: u64,
+    producers: Vec<Producer>,
+    consumers: Vec<Consumer>,
+    pending: Vec<Conn>,
+    shutdown: bool,
+}
+
+/// Runs the broker of `config.dir` until `snapbus down`, SIGINT or SIGTERM. `ready` is called
+/// once the socket accepts connections.
+pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError> {
+    let dir = config.dir.clone();
+    dir.create()?;
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(dir.lock_path())
+        .map_err(|e| BrokerError::Setup(format!("open {}: {e}", dir.lock_path().display())))?;
+    if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return Err(BrokerError::AlreadyRunning(dir.name().to_string()));
+    }
+    // We hold the lock, so a socket file left here belongs to a dead broker.
+    let sock = dir.socket_path();
+    let _ = std::fs::remove_file(&sock);
+    let listener = Listener::bind(&sock)?;
+    let page = DoorbellPage::create("snapbus-bells")
+        .map_err(|e| BrokerError::Setup(format!("doorbell page: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| BrokerError::Setup(format!("signal handler: {e}")))?;
+    }
+    let mut broker = Broker {
+        dir: dir.clone(),
+        retention: config.retention,
+        page: Arc::new(page),
+        filter: String::new(),
+        next_id: 1,
+        producers: Vec::new(),
+        consumers: Vec::new(),
+        pending: Vec::new(),
+        shutdown: false,
+    };
+    eprintln!(
+        "snapbus broker: bus '{}' ready at {} (pid {})",
+        dir.name(),
+        sock.display(),
+        std::process::id()
+    );
+    ready();
+    while !broker.shutdown && !stop.load(Ordering::Relaxed) {
+        broker.turn(&listener);
+    }
+    eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
+    // Remove what we own; lanes are memfds and go with their last holder.
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(dir.lock_path());
+    let _ = std::fs::remove_file(dir.log_path());
+    let _ = std::fs::remove_dir(dir.path());
+    drop(lock);
+    Ok(())
+}
+
+impl Broker {
+    /// One turn of the loop: wait for any socket (or 250 ms), then serve what is ready.
+    fn turn(&mut self, listener: &Listener) {
+        let mut ready_pending = Vec::new();
+        let mut ready_producers = Vec::new();
+        let mut ready_consumers = Vec::new();
+        let mut exited_producers = Vec::new();
+        {
+            let mut fds = vec![PollFd::from_borrowed_fd(listener.fd(), PollFlags::IN)];
+            for c in &self.pending {
+                fds.push(PollFd::from_borrowed_fd(c.fd(), PollFlags::IN));
+            }
+            for p in &self.producers {
+                if let Some(c) = &p.conn {
+                    fds.push(PollFd::from_borrowed_fd(c.fd(), PollFlags::IN));
+                }
+            }
+            for c in &self.consumers {
+                fds.push(PollFd::from_borrowed_fd(c.conn.fd(), PollFlags::IN));
+            }
+            // A producer whose connection closed before its process had fully exited: its
+            // pidfd becomes readable when it has.
+            for p in &self.producers {
+                if let (None, "disconnected", Some(fd)) = (&p.conn, p.status, &p.pidfd) {
+                    fds.push(PollFd::new(fd, PollFlags::IN));
+                }
+            }
+            let ts = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 250_000_000,
+            };
+            if rustix::event::poll(&mut fds, Some(&ts)).is_err() {
+                return;
+            }
+            let readable = |f: &PollFd<'_>| !f.revents().is_empty();
+            let mut i = 1;
+            for k in 0..self.pending.len() {
+                if readable(&fds[i]) {
+                    ready_pending.push(k);
+                }
+                i += 1;
+            }
+            for (k, p) in self.producers.iter().enumerate() {
+                if p.conn.is_some() {
+                    if readable(&fds[i]) {
+                        ready_producers.push(k);
+                    }
+                    i += 1;
+                }
+            }
+            for k in 0..self.consumers.len() {
+                if readable(&fds[i]) {
+                    ready_consumers.push(k);
+                }
+                i += 1;
+            }
+            for (k, p) in self.producers.iter().enumerate() {
+                if let (None, "disconnected", Some(_)) = (&p.conn, p.status, &p.pidfd) {
+                    if readable(&fds[i]) {
+                        exited_producers.push(k);
+                    }
+                    i += 1;
+                }
+            }
+        }
+        for k in exited_producers {
+            self.producer_exited(k);
+        }
+        while let Ok(Some(conn)) = listener.accept() {
+            self.pending.push(conn);
+        }
+        // Serve in reverse index order so removals do not shift what is still to serve.
+        for k in ready_consumers.into_iter().rev() {
+            self.serve_consumer(k);
+        }
+        for k in ready_producers.into_iter().rev() {
+            self.serve_producer(k);
+        }
+        for k in ready_pending.into_iter().rev() {
+            let conn = self.pending.swap_remove(k);
+            self.serve_new(conn);
+        }
+        self.housekeeping();
+    }
+
+    /// The first message on a connection says what it is.
+    fn serve_new(&mut self, mut conn: Conn) {
+        let (msg, fds) = match conn.try_recv::<ToBroker>() {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                self.pending.push(conn);
+                return;
+            }
+            Err(_) => return,
+        };
+        let version = match &msg {
+            ToBroker::HelloProducer { version, .. }
+            | ToBroker::HelloConsumer { version, .. }
+            | ToBroker::Ls { version }
+            | ToBroker::SetFilter { version, .. }
+            | ToBroker::Shutdown { version } => Some(*version),
+            ToBroker::ConsumerStats { .. } => None,
+        };
+        if version != Some(PROTOCOL_VERSION) {
+            let _ = conn.send(
+                &FromBroker::Error {
+                    message: format!(
+                        "protocol version {version:?} is not this broker's ({PROTOCOL_VERSION}); \
+                         use matching snapbus versions"
+                    ),
+                },
+                &[],
+            );
+            return;
+        }
+        match msg {
+            ToBroker::HelloProducer { info, .. } => self.add_producer(conn, info, fds),
+            ToBroker::HelloConsumer { info, .. } => self.add_consumer(conn, info),
+            ToBroker::Ls { .. } => {
+                let state = self.state();
+                let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
+            }
+            ToBroker::SetFilter { directives, .. } => {
+                self.filter = directives.clone();
+                for p in &self.producers {
+                    if let Some(c) = &p.conn {
+                        let _ = c.send(
+                            &FromBroker::Filter {
+                                directives: directives.clone(),
+                            },
+                            &[],
+                        );
+                    }
+                }
+                let _ = conn.send(&FromBroker::Ok, &[]);
+            }
+            ToBroker::Shutdown { .. } => {
+                let _ = conn.send(&FromBroker::Ok, &[]);
+                self.shutdown = true;
+            }
+            ToBroker::ConsumerStats { .. } => {}
+        }
+    }
+
+    fn add_producer(&mut self, conn: Conn, mut info: ProducerInfo, mut fds: Vec<OwnedFd>) {
+        let refuse = |conn: &Conn, why: String| {
+            let _ = conn.send(&FromBroker::Error { message: why }, &[]);
+        };
+        if fds.len() != 2 {
+            return refuse(
+                &conn,
+                format!("expected 2 fds (lane, catalog), got {}", fds.len()),
+            );
+        }
+        let catalog_fd = fds.pop().expect("two fds");
+        let lane_fd = fds.pop().expect("two fds");
+        let lane = match ShmLane::open_rw(lane_fd) {
+            Ok(l) => l,
+            Err(e) => return refuse(&conn, format!("lane refused: {e}")),
+        };
+        if lane.lane.geometry().salt != info.lane_id {
+            return refuse(&conn, "lane id does not match the lane".into());
+        }
+        // The kernel's word for who is on the other end, not the message's.
+        if let Some(pid) = conn.peer_pid() {
+            info.pid = pid;
+        }
+        let pidfd = rustix::process::Pid::from_raw(info.pid as i32).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+        let catalog = catalog_fd
+            .try_clone()
+            .ok()
+            .and_then(|fd| Catalog::open(fd).ok());
+        let wake_mask = self.wake_mask();
+        let welcome = |id: u64| FromBroker::WelcomeProducer {
+            producer_id: id,
+            bus: self.dir.name().to_string(),
+            filter: self.filter.clone(),
+            wake_mask,
+        };
+        // A producer that reconnects (after a broker restart or a dropped connection) keeps
+        // its entry.
+        let existing = self
+            .producers
+            .iter()
+            .position(|p| p.info.lane_id == info.lane_id && p.info.pid == info.pid);
+        let id = match existing {
+            Some(k) => self.producers[k].id,
+            None => {
+                self.next_id += 1;
+                self.next_id - 1
+            }
+        };
+        if conn.send(&welcome(id), &[self.page.fd()]).is_err() {
+            return;
+        }
+        let frames = lane.lane.stats().frames_committed;
+        let entry = Producer {
+            id,
+            info,
+            conn: Some(conn),
+            lane,
+            catalog_fd,
+            catalog,
+            pidfd,
+            status: "live",
+            gone_at: None,
+            rate: (Instant::now(), frames, 0.0),
+        };
+        eprintln!(
+            "snapbus broker: producer {id} '{}' (pid {}) joined",
+            entry.info.name, entry.info.pid
+        );
+        match existing {
+            Some(k) => self.producers[k] = entry,
+            None => {
+                self.producers.push(entry);
+                let k = self.producers.len() - 1;
+                for c in 0..self.consumers.len() {
+                    self.send_lane(c, k);
+                }
+            }
+        }
+    }
+
+    /// Sends producer `p`'s lane to consumer `c` and rings its bell.
+    fn send_lane(&mut self, c: usize, p: usize) -> bool {
+        let prod = &self.producers[p];
+        let (Ok(lane_fd), Ok(cat_fd)) = (prod.lane.read_only_fd(), prod.catalog_fd.try_clone())
+        else {
+            return false;
+        };
+        let msg = FromBroker::Lane(LaneInfo {
+            producer_id: prod.id,
+            producer: prod.info.clone(),
+            dead: prod.status == "dead",
+        });
+        let cons = &self.consumers[c];
+        let ok = cons
+            .conn
+            .send(&msg, &[lane_fd.as_fd(), cat_fd.as_fd()])
+            .is_ok();
+        if let Some(bell) = self.page.bell(cons.bell as usize) {
+            bell.ring();
+        }
+        ok
+    }
+
+    fn add_consumer(&mut self, conn: Conn, info: ConsumerInfo) {
+        let used: u64 = self.consumers.iter().fold(0, |m, c| m | 1 << c.bell);
+        let Some(bell) = (0..BELLS_PER_PAGE as u32).find(|b| used & (1 << b) == 0) else {
+            let _ = conn.send(
+                &FromBroker::Error {
+                    message: format!("the bus has its maximum of {BELLS_PER_PAGE} consumers"),
+                },
+                &[],
+            );
+            return;
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let welcome = FromBroker::WelcomeConsumer {
+            consumer_id: id,
+            bus: self.dir.name().to_string(),
+            bell,
+        };
+        if conn.send(&welcome, &[self.page.fd()]).is_err() {
+            return;
+        }
+        eprintln!(
+            "snapbus broker: consumer {id} '{}' (pid {}) joined, subscriptions {:?}",
+            info.kind, info.pid, info.subscriptions
+        );
+        self.consumers.push(Consumer {
+            id,
+            info,
+            conn,
+            bell,
+            delivered: 0,
+            lost: 0,
+            lag_bytes: 0,
+        });
+        let c = self.consumers.len() - 1;
+        for p in 0..self.producers.len() {
+            self.send_lane(c, p);
+        }
+        // Tell the consumer it has every lane there is (an empty Lane list is a valid state).
+        let _ = self.consumers[c].conn.send(&FromBroker::Ok, &[]);
+        self.update_wake_masks();
+    }
+
+    fn wake_mask(&self) -> u64 {
+        self.consumers.iter().fold(0, |m, c| m | 1 << c.bell)
+    }
+
+    fn update_wake_masks(&self) {
+        let mask = self.wake_mask();
+        for p in &self.producers {
+            if let Some(c) = &p.conn {
+                let _ = c.send(&FromBroker::WakeMask { mask }, &[]);
+            }
+        }
+    }
+
+    fn serve_producer(&mut self, k: usize) {
+        let Some(conn) = self.producers[k].conn.as_mut() else {
+            return;
+        };
+        loop {
+            match conn.try_recv::<ToBroker>() {
+                Ok(Some(_)) => {} // producers send nothing after hello
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        // EOF: the producer died, or closed its connection.
+        let p = &mut self.producers[k];
+        p.conn = None;
+        p.gone_at = Some(Instant::now());
+        let exited = p.pidfd.as_ref().is_none_or(|fd| {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
+        });
+        let closed = p.lane.lane.stats().state == Some(LaneState::Closed);
+        if closed {
+            p.status = "closed";
+        } else if exited {
+            self.producer_exited(k);
+            return;
+        } else {
+            p.status = "disconnected";
+        }
+        eprintln!(
+            "snapbus broker: producer {} '{}' (pid {}) {}",
+            p.id, p.info.name, p.info.pid, p.status
+        );
+    }
+
+    /// Producer `k`'s process is gone: mark its lane dead (readers skip what it left
+    /// half-written) and tell the consumers.
+    fn producer_exited(&mut self, k: usize) {
+        let p = &mut self.producers[k];
+        p.conn = None;
+        p.gone_at.get_or_insert_with(Instant::now);
+        if p.lane.lane.stats().state == Some(LaneState::Closed) {
+            p.status = "closed";
+            return;
+        }
+        p.lane.lane.mark_dead();
+        p.status = "dead";
+        eprintln!(
+            "snapbus broker: producer {} '{}' (pid {}) died",
+            p.id, p.info.name, p.info.pid
+        );
+        let id = p.id;
+        for c in &self.consumers {
+            let _ = c.conn.send(&FromBroker::LaneDead { producer_id: id }, &[]);
+            if let Some(bell) = self.page.bell(c.bell as usize) {
+                bell.ring();
+            }
+        }
+    }
+
+    fn serve_consumer(&mut self, k: usize) {
+        loop {
+            match self.consumers[k].conn.try_recv::<ToBroker>() {
+                Ok(Some((
+                    ToBroker::ConsumerStats {
+                        delivered,
+                        lost,
+                        lag_bytes,
+                    },
+                    _,
+                ))) => {
+                    let c = &mut self.consumers[k];
+                    (c.delivered, c.lost, c.lag_bytes) = (delivered, lost, lag_bytes);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        let c = self.consumers.swap_remove(k);
+        eprintln!(
+            "snapbus broker: consumer {} '{}' (pid {}) left",
+            c.id, c.info.kind, c.info.pid
+        );
+        self.update_wake_masks();
+    }
+
+    /// Rates, and forgetting dead producers after the retention period.
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        for p in &mut self.producers {
+            let (t0, f0, _) = p.rate;
+            let dt = now.duration_since(t0);
+            if dt >= Duration::from_secs(1) {
+                let frames = p.lane.lane.stats().frames_committed;
+                let hz = frames.saturating_sub(f0) as f64 / dt.as_secs_f64();
+                p.rate = (now, frames, hz);
+            }
+        }
+        let retention = self.retention;
+        self.producers
+            .retain(|p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
+    }
+
+    fn state(&mut self) -> BusState {
+        let now_nanos = now_realtime_nanos();
+        let mut schemas: HashMap<(String, u32, u64), SchemaState> = HashMap::new();
+        let mut producers = Vec::new();
+        for p in &mut self.producers {
+            let stats = p.lane.lane.stats();
+            producers.push(ProducerState {
+                id: p.id,
+                info: p.info.clone(),
+                status: p.status.to_owned(),
+                frames: stats.frames_committed,
+                rate_hz: if p.conn.is_some() { p.rate.2 } else { 0.0 },
+                dropped: stats.dropped_wrap + stats.dropped_oversize,
+                lane_bytes: p.lane.lane.geometry().capacity,
+            });
+            let Some(cat) = p.catalog.as_mut() else {
+                continue;
+            };
+            cat.refresh();
+            let census = ring_census(&p.lane, now_nanos);
+            for (key, d) in cat.schemas() {
+                let s = schemas
+                    .entry((d.id().to_owned(), d.version(), d.fingerprint()))
+                    .or_insert_with(|| SchemaState {
+                        id: d.id().to_owned(),
+                        version: d.version(),
+                        fingerprint: format!("{:016x}", d.fingerprint()),
+                        producers: Vec::new(),
+                        rate_hz: 0.0,
+                        in_rings: 0,
+                    });
+                s.producers.push(p.id);
+                if let Some(&(total, recent, first_recent)) = census.get(&key) {
+                    s.in_rings += total;
+                    // Over the window, or over the part of it the records cover (a producer
+                    // that started 2 s ago has a 2 s rate, not 2/5 of it).
+                    let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
+                    let span = span.min(RATE_WINDOW_NANOS);
+                    s.rate_hz += recent as f64 / (span as f64 / 1e9);
+                }
+            }
+        }
+        let mut schemas: Vec<SchemaState> = schemas.into_values().collect();
+        schemas.sort_by(|a, b| (&a.id, a.version).cmp(&(&b.id, b.version)));
+        BusState {
+            bus: self.dir.name().to_string(),
+            broker_pid: std::process::id(),
+            filter: self.filter.clone(),
+            producers,
+            consumers: self
+                .consumers
+                .iter()
+                .map(|c| ConsumerState {
+                    id: c.id,
+                    info: c.info.clone(),
+                    delivered: c.delivered,
+                    lost: c.lost,
+                    lag_bytes: c.lag_bytes,
+                })
+                .collect(),
+            schemas,
+        }
+    }
+}
+
+/// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the
+/// time of the first of those (headers only; no payload is copied).
+fn ring_census(lane: &ShmLane, now_nanos: u64) -> HashMap<u16, (u64, u64, u64)> {
+    let mut out: HashMap<u16, (u64, u64, u64)> = HashMap::new();
+    let mut r = lane.lane.reader(StartAt::Oldest);
+    r.set_writer_gone(true);
+    let since = now_nanos.saturating_sub(RATE_WINDOW_NANOS);
+    // Bounded: a 64 MiB ring holds at most ~1.7 M frames.
+    for _ in 0..4_000_000 {
+        match r.read_in_place(|m, _| (m.schema_key, m.t_nanos)) {
+            Ok((_, (key, t))) => {
+                let e = out.entry(key).or_insert((0, 0, u64::MAX));
+                e.0 += 1;
+                if t >= since {
+                    e.1 += 1;
+                    e.2 = e.2.min(t);
+                }
+            }
+            Err(crate::lane::Poll::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    out
+}

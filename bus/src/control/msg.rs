@@ -1,0 +1,224 @@
+//! Control messages (postcard-encoded; every enum is append-only so that a newer client gets a
+//! clear "unknown message" error from an older broker instead of a misparse).
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change; the broker refuses other versions with a clear error.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What a producer says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerInfo {
+    /// Process id.
+    pub pid: u32,
+    /// A short name (the program's, unless the experiment sets one).
+    pub name: String,
+    /// The command line.
+    pub cmdline: Vec<String>,
+    /// Run metadata: a session tag (groups runs of one study).
+    pub session_tag: Option<String>,
+    /// Run metadata: a performance tag (e.g. the hardware or config variant).
+    pub perf_tag: Option<String>,
+    /// The lane's identity (its commit-tag salt): the same across broker restarts.
+    pub lane_id: u64,
+    /// When the producer started, CLOCK_REALTIME nanoseconds.
+    pub started_nanos: u64,
+}
+
+/// Where a new consumer starts reading lanes that already exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartFrom {
+    /// Only records written from now on.
+    Latest,
+    /// The oldest records still in each ring.
+    Oldest,
+    /// Records at or after this CLOCK_REALTIME time (nanoseconds).
+    Time(u64),
+}
+
+/// What a consumer says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Its kind (`echo`, `hz`, `recorder`, …).
+    pub kind: String,
+    /// Schema id globs it subscribes to (empty: everything).
+    pub subscriptions: Vec<String>,
+}
+
+/// A lane as the broker describes it to consumers (sent with two fds: the data lane and the
+/// producer's catalog lane).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneInfo {
+    /// The broker's id for the producer.
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: ProducerInfo,
+    /// Whether the producer is gone (its lane is kept readable for a while).
+    pub dead: bool,
+}
+
+/// Messages to the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToBroker {
+    /// A producer joins (fds: data lane, catalog lane).
+    HelloProducer {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// Who it is.
+        info: ProducerInfo,
+    },
+    /// A consumer joins.
+    HelloConsumer {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// Who it is.
+        info: ConsumerInfo,
+    },
+    /// A consumer's counters (sent about twice a second).
+    ConsumerStats {
+        /// Records delivered.
+        delivered: u64,
+        /// Records lost (overwritten before they were read).
+        lost: u64,
+        /// Bytes between its cursors and the lanes' tails, summed.
+        lag_bytes: u64,
+    },
+    /// The CLI asks for the bus's state.
+    Ls {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+    },
+    /// The CLI sets the level filter of every producer (already validated by the CLI).
+    SetFilter {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// Directives (`SNAPBUS_FILTER` syntax).
+        directives: String,
+    },
+    /// The CLI stops the broker.
+    Shutdown {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+    },
+}
+
+/// Messages from the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromBroker {
+    /// Reply to `HelloProducer` (fd: the doorbell page).
+    WelcomeProducer {
+        /// The broker's id for this producer.
+        producer_id: u64,
+        /// The bus name.
+        bus: String,
+        /// The filter directives in force (empty: keep your own).
+        filter: String,
+        /// Doorbells to ring after each record.
+        wake_mask: u64,
+    },
+    /// Reply to `HelloConsumer` (fd: the doorbell page).
+    WelcomeConsumer {
+        /// The broker's id for this consumer.
+        consumer_id: u64,
+        /// The bus name.
+        bus: String,
+        /// This consumer's doorbell in the page.
+        bell: u32,
+    },
+    /// A lane to read (fds: data lane, catalog lane).
+    Lane(LaneInfo),
+    /// A producer died; its lane stays readable.
+    LaneDead {
+        /// The broker's id for the producer.
+        producer_id: u64,
+    },
+    /// New filter directives for a producer.
+    Filter {
+        /// Directives.
+        directives: String,
+    },
+    /// A producer's new wake mask.
+    WakeMask {
+        /// Doorbells to ring after each record.
+        mask: u64,
+    },
+    /// Reply to `Ls`.
+    State(Box<BusState>),
+    /// A request done.
+    Ok,
+    /// A request refused.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+/// A producer as `snapbus ls` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProducerState {
+    /// The broker's id.
+    pub id: u64,
+    /// What it said about itself.
+    pub info: ProducerInfo,
+    /// `live`, `dead` (process gone) or `disconnected` (alive, connection closed).
+    pub status: String,
+    /// Records committed to its lane.
+    pub frames: u64,
+    /// Records per second over the last few seconds.
+    pub rate_hz: f64,
+    /// Records dropped by the lane (lap guard, oversize).
+    pub dropped: u64,
+    /// Lane capacity in bytes.
+    pub lane_bytes: u64,
+}
+
+/// A consumer as `snapbus ls` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerState {
+    /// The broker's id.
+    pub id: u64,
+    /// What it said about itself.
+    pub info: ConsumerInfo,
+    /// Records delivered.
+    pub delivered: u64,
+    /// Records lost.
+    pub lost: u64,
+    /// Bytes behind the lanes' tails.
+    pub lag_bytes: u64,
+}
+
+/// A schema as `snapbus ls` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchemaState {
+    /// Schema id.
+    pub id: String,
+    /// Version.
+    pub version: u32,
+    /// Descriptor fingerprint (hex).
+    pub fingerprint: String,
+    /// Ids of the producers that registered it.
+    pub producers: Vec<u64>,
+    /// Records of this schema per second, from the timestamps in the rings.
+    pub rate_hz: f64,
+    /// Records of it in the rings now.
+    pub in_rings: u64,
+}
+
+/// The reply to `Ls`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BusState {
+    /// The bus name.
+    pub bus: String,
+    /// The broker's pid.
+    pub broker_pid: u32,
+    /// Filter directives in force (empty: the producers' own).
+    pub filter: String,
+    /// Producers, live and recently dead.
+    pub producers: Vec<ProducerState>,
+    /// Consumers.
+    pub consumers: Vec<ConsumerState>,
+    /// Schemas.
+    pub schemas: Vec<SchemaState>,
+}

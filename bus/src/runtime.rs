@@ -1,0 +1,220 @@
+//! Where a bus lives: validated bus names and the per-user runtime directory that holds the
+//! broker's socket and lock file.
+//!
+//! The directory is `$SNAPBUS_RUNTIME_DIR/<bus>` if that variable is set (tests use it for
+//! isolation), else `$XDG_RUNTIME_DIR/snapbus/<bus>`, else `/tmp/snapbus-<uid>/<bus>`. Every
+//! directory snapbus creates is `0700`, and an existing one is used only if this user owns it
+//! and nobody else can enter it, so another user can neither attach nor plant a socket.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// The environment variable naming the default bus.
+pub const BUS_ENV: &str = "SNAPBUS_BUS";
+/// The environment variable overriding the runtime root directory.
+pub const RUNTIME_DIR_ENV: &str = "SNAPBUS_RUNTIME_DIR";
+/// The bus used when neither `--bus` nor `$SNAPBUS_BUS` names one.
+pub const DEFAULT_BUS: &str = "default";
+
+/// Why a bus name or its runtime directory is refused.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// The bus name has characters or a length we do not accept.
+    #[error(
+        "invalid bus name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _ - . (not starting \
+         with '.')"
+    )]
+    BadName(String),
+    /// The runtime directory exists but is not safe to use.
+    #[error("runtime directory {path} is not safe to use: {why}")]
+    Unsafe {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A filesystem operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The socket path is longer than a Unix socket address allows.
+    #[error(
+        "socket path {0} is too long for a Unix socket (at most 107 bytes); set {RUNTIME_DIR_ENV} to a shorter directory"
+    )]
+    PathTooLong(PathBuf),
+}
+
+/// A validated bus name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BusName(String);
+
+impl BusName {
+    /// Validates `name`.
+    pub fn new(name: &str) -> Result<BusName, RuntimeError> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if ok {
+            Ok(BusName(name.to_owned()))
+        } else {
+            Err(RuntimeError::BadName(name.to_owned()))
+        }
+    }
+
+    /// `name` if given, else `$SNAPBUS_BUS`, else `default`.
+    pub fn resolve(name: Option<&str>) -> Result<BusName, RuntimeError> {
+        match name {
+            Some(n) => BusName::new(n),
+            None => match std::env::var(BUS_ENV) {
+                Ok(n) if !n.is_empty() => BusName::new(&n),
+                _ => BusName::new(DEFAULT_BUS),
+            },
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BusName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The runtime directory of one bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusDir {
+    name: BusName,
+    dir: PathBuf,
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RuntimeError {
+    let path = path.to_owned();
+    move |source| RuntimeError::Io { op, path, source }
+}
+
+/// The root under which every bus of this user has its directory.
+fn runtime_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        if dir.is_dir() {
+            return dir.join("snapbus");
+        }
+    }
+    let uid = rustix::process::getuid().as_raw();
+    std::env::temp_dir().join(format!("snapbus-{uid}"))
+}
+
+impl BusDir {
+    /// The directory of bus `name` (not created).
+    pub fn locate(name: &BusName) -> BusDir {
+        BusDir {
+            name: name.clone(),
+            dir: runtime_root().join(name.as_str()),
+        }
+    }
+
+    /// The bus's name.
+    pub fn name(&self) -> &BusName {
+        &self.name
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The broker's control socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("broker.sock")
+    }
+
+    /// The lock file the running broker holds.
+    pub fn lock_path(&self) -> PathBuf {
+        self.dir.join("broker.lock")
+    }
+
+    /// The broker's log file (when it runs detached).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("broker.log")
+    }
+
+    /// Creates the directory (and its parent) `0700`, or checks that the existing ones are
+    /// ours and private.
+    pub fn create(&self) -> Result<(), RuntimeError> {
+        let parent = self.dir.parent().unwrap_or(Path::new("/"));
+        for dir in [parent, self.dir.as_path()] {
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create directory", dir)(e)),
+            }
+            check_private(dir)?;
+        }
+        let sock = self.socket_path();
+        if sock.as_os_str().len() > 107 {
+            return Err(RuntimeError::PathTooLong(sock));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `dir` is a real directory owned by this user with no group/other access.
+fn check_private(dir: &Path) -> Result<(), RuntimeError> {
+    let meta = std::fs::symlink_metadata(dir).map_err(io_err("stat", dir))?;
+    let unsafe_dir = |why: String| RuntimeError::Unsafe {
+        path: dir.to_owned(),
+        why,
+    };
+    if !meta.is_dir() {
+        return Err(unsafe_dir("not a directory (or a symbolic link)".into()));
+    }
+    let uid = rustix::process::getuid().as_raw();
+    if meta.uid() != uid {
+        return Err(unsafe_dir(format!(
+            "owned by uid {}, not by us ({uid})",
+            meta.uid()
+        )));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(unsafe_dir(format!(
+            "mode {mode:o} lets other users in (want 700)"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_names_are_validated() {
+        for ok in ["default", "exp-1", "a.b_c", "X"] {
+            assert!(BusName::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".hidden", "a/b", "../x", "a b", &"x".repeat(65)] {
+            assert!(BusName::new(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! The consumer side of a bus: subscribe with schema-id globs, then read matching records
+//! straight from the producers' lanes.
+//!
+//! [`Subscriber::connect`] returns once the broker has handed over every lane that exists, so
+//! nothing emitted after it returns is missed. Lanes of producers that join later arrive on
+//! their own and are read from their oldest record. Keys are resolved through each producer's
+//! catalog, so a schema that first appears after the subscription is matched too. If the
+//! broker goes away the lanes keep being read, and the subscriber rejoins a new broker.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use snapbus_schemas::SchemaDescriptor;
+use thiserror::Error;
+
+use crate::catalog::Catalog;
+use crate::control::{
+    Conn, ConsumerInfo, ControlError, FromBroker, LaneInfo, PROTOCOL_VERSION, ProducerInfo,
+    StartFrom, ToBroker,
+};
+use crate::doorbell::DoorbellPage;
+use crate::lane::{FrameMeta, LaneReader, Poll, ShmLane, StartAt};
+use crate::mem::ShmMem;
+use crate::runtime::BusDir;
+
+/// How long to wait for the broker's answers.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often counters go to the broker (for `snapbus ls`).
+const STATS_EVERY: Duration = Duration::from_millis(500);
+/// How often to look for a broker after losing it.
+const RECONNECT_EVERY: Duration = Duration::from_millis(200);
+
+/// Why subscribing or reading failed.
+#[derive(Debug, Error)]
+pub enum SubscribeError {
+    /// No broker is running for the bus.
+    #[error("no bus '{0}' is running — start one with `snapbus up`")]
+    NoBus(String),
+    /// The broker refused.
+    #[error("the broker refused: {0}")]
+    Refused(String),
+    /// The control connection failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// A glob is malformed.
+    #[error(transparent)]
+    Glob(#[from] GlobError),
+    /// The broker did not answer as expected.
+    #[error("unexpected reply from the broker: {0}")]
+    Protocol(String),
+}
+
+/// A malformed schema-id glob.
+#[derive(Debug, Error)]
+#[error(
+    "bad glob {0:?}: use schema-id characters (A-Z a-z 0-9 _ - .) with `*` (any run) and `?` \
+     (one character), e.g. 'monty.env_interface.*'"
+)]
+pub struct GlobError(pub String);
+
+/// A schema-id pattern: `*` matches any run of characters (dots included), `?` one.
+#[derive(Debug, Clone)]
+pub struct Glob {
+    text: String,
+    pattern: wildmatch::WildMatch,
+}
+
+impl Glob {
+    /// Parses and validates a glob.
+    pub fn new(text: &str) -> Result<Glob, GlobError> {
+        let ok = !text.is_empty()
+            && text.len() <= 256
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.*?".contains(&b));
+        if !ok {
+            return Err(GlobError(text.to_owned()));
+        }
+        Ok(Glob {
+            text: text.to_owned(),
+            pattern: wildmatch::WildMatch::new(text),
+        })
+    }
+
+    /// Whether `schema_id` matches.
+    pub fn matches(&self, schema_id: &str) -> bool {
+        self.pattern.matches(schema_id)
+    }
+
+    /// The glob as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// What a subscriber asks for.
+#[derive(Debug, Clone)]
+pub struct SubscribeOptions {
+    /// The consumer's kind (`echo`, `hz`, …), for `snapbus ls`.
+    pub kind: String,
+    /// Schema-id globs; empty: every schema.
+    pub globs: Vec<Glob>,
+    /// Where to start in lanes that exist when subscribing.
+    pub start: StartFrom,
+}
+
+/// A delivered record.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// The broker's id of the producer.
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: &'a ProducerInfo,
+    /// The payload's schema.
+    pub schema: &'a Arc<SchemaDescriptor>,
+    /// The name of the telemetry handle that emitted it, if known.
+    pub emitter: Option<&'a str>,
+    /// The frame header.
+    pub meta: FrameMeta,
+    /// The payload (wire format of `schema`).
+    pub payload: &'a [u8],
+}
+
+/// What [`Subscriber::next`] returns.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A record of a subscribed schema.
+    Record(Record<'a>),
+    /// `lost` records of this producer's lane were overwritten before they could be read.
+    Lagged {
+        /// The producer.
+        producer_id: u64,
+        /// How many.
+        lost: u64,
+    },
+    /// A producer's lane became readable.
+    Joined(&'a ProducerInfo),
+    /// A producer died; what it wrote is still read to the end.
+    Died(&'a ProducerInfo),
+    /// A producer's lane was read to its end (closed, or dead and drained).
+    Ended(&'a ProducerInfo),
+}
+
+/// Counters of a subscriber.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubscriberStats {
+    /// Records delivered.
+    pub delivered: u64,
+    /// Records of subscribed lanes lost to overwrites (all schemas: a lane's sequence numbers
+    /// do not say which schema a lost record had).
+    pub lost: u64,
+    /// Frames whose schema key no catalog entry explains.
+    pub unknown_keys: u64,
+}
+
+struct SubLane {
+    producer_id: u64,
+    info: ProducerInfo,
+    reader: LaneReader<ShmMem>,
+    catalog: Catalog,
+    /// Schema key → its descriptor if it matches the globs, `None` if it does not.
+    matches: HashMap<u16, Option<Arc<SchemaDescriptor>>>,
+    dead: bool,
+    ended: bool,
+}
+
+enum Found {
+    Record(usize, FrameMeta),
+    Lagged(usize, u64),
+    Ended(usize),
+}
+
+enum Notice {
+    Joined(usize),
+    Died(usize),
+}
+
+/// A consumer's connection to a bus.
+pub struct Subscriber {
+    dir: BusDir,
+    opts: SubscribeOptions,
+    conn: Option<Conn>,
+    page: Option<DoorbellPage>,
+    bell: u32,
+    lanes: Vec<SubLane>,
+    next_lane: usize,
+    scratch: Vec<u8>,
+    notices: VecDeque<Notice>,
+    stats: SubscriberStats,
+    last_report: Instant,
+    last_reconnect: Instant,
+}
+
+impl Subscriber {
+    /// Subscribes to the bus of `dir`. Returns once every existing lane is mapped.
+    pub fn connect(dir: &BusDir, opts: SubscribeOptions) -> Result<Subscriber, SubscribeError> {
+        let mut s = Subscriber {
+            dir: dir.clone(),
+            opts,
+            conn: None,
+            page: None,
+            bell: 0,
+            lanes: Vec::new(),
+            next_lane: 0,
+            scratch: Vec::new(),
+            notices: VecDeque::new(),
+            stats: SubscriberStats::default(),
+            last_report: Instant::now(),
+            last_reconnect: Instant::now(),
+        };
+        s.join(true)?;
+        Ok(s)
+    }
+
+    /// Hello, welcome, then every existing lane up to the broker's `Ok`.
+    fn join(&mut self, first: bool) -> Result<(), SubscribeError> {
+        let sock = self.dir.socket_path();
+        let mut conn =
+            Conn::connect(&sock).map_err(|_| SubscribeError::NoBus(self.dir.name().to_string()))?;
+        let hello = ToBroker::HelloConsumer {
+            version: PROTOCOL_VERSION,
+            info: ConsumerInfo {
+                pid: std::process::id(),
+                kind: self.opts.kind.clone(),
+                subscriptions: self
+                    .opts
+                    .globs
+                    .iter()
+                    .map(|g| g.as_str().to_owned())
+                    .collect(),
+            },
+        };
+        let (reply, mut fds): (FromBroker, _) = conn.request(&hello, REPLY_TIMEOUT)?;
+        match reply {
+            FromBroker::WelcomeConsumer { bell, .. } => {
+                self.bell = bell;
+                self.page = fds.pop().and_then(|fd| DoorbellPage::open(fd).ok());
+            }
+            FromBroker::Error { message } => return Err(SubscribeError::Refused(message)),
+            other => return Err(SubscribeError::Protocol(format!("{other:?}"))),
+        }
+        let start = match self.opts.start {
+            StartFrom::Latest => StartAt::Latest,
+            StartFrom::Oldest => StartAt::Oldest,
+            StartFrom::Time(t) => StartAt::Time(t),
+        };
+        loop {
+            let Some((msg, fds)) = conn.recv::<FromBroker>(Some(REPLY_TIMEOUT))? else {
+                return Err(ControlError::Timeout(REPLY_TIMEOUT).into());
+            };
+            match msg {
+                FromBroker::Ok => break,
+                FromBroker::Lane(info) => {
+                    // On a rejoin, lanes we already read keep their cursor; new ones start at
+                    // their oldest record (nothing was read from them yet).
+                    self.add_lane(info, fds, if first { start } else { StartAt::Oldest });
+                }
+                FromBroker::LaneDead { producer_id } => self.lane_died(producer_id),
+                _ => {}
+            }
+        }
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    fn add_lane(&mut self, info: LaneInfo, mut fds: Vec<std::os::fd::OwnedFd>, start: StartAt) {
+        if let Some(k) = self
+            .lanes
+            .iter()
+            .position(|l| l.info.lane_id == info.producer.lane_id)
+        {
+            self.lanes[k].producer_id = info.producer_id;
+            return;
+        }
+        if fds.len() != 2 {
+            return;
+        }
+        let cat_fd = fds.pop().expect("two fds");
+        let lane_fd = fds.pop().expect("two fds");
+        let (Ok(lane), Ok(catalog)) = (ShmLane::open(lane_fd), Catalog::open(cat_fd)) else {
+            // A lane that does not validate is skipped (and never trusted).
+            return;
+        };
+        let mut reader = lane.lane.reader(start);
+        if info.dead {
+            reader.set_writer_gone(true);
+        }
+        self.lanes.push(SubLane {
+            producer_id: info.producer_id,
+            info: info.producer,
+            reader,
+            catalog,
+            matches: HashMap::new(),
+            dead: info.dead,
+            ended: false,
+        });
+        self.notices.push_back(Notice::Joined(self.lanes.len() - 1));
+    }
+
+    fn lane_died(&mut self, producer_id: u64) {
+        if let Some(k) = self.lanes.iter().position(|l| l.producer_id == producer_id) {
+            let l = &mut self.lanes[k];
+            if !l.dead {
+                l.dead = true;
+                l.reader.set_writer_gone(true);
+                self.notices.push_back(Notice::Died(k));
+            }
+        }
+    }
+
+    /// Handles what the broker sent; rejoins a broker after losing one; reports counters.
+    fn pump_control(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            let mut msgs = Vec::new();
+            let mut lost_conn = false;
+            loop {
+                match conn.try_recv::<FromBroker>() {
+                    Ok(Some(m)) => msgs.push(m),
+                    Ok(None) => break,
+                    Err(_) => {
+                        lost_conn = true;
+                        break;
+                    }
+                }
+            }
+            for (msg, fds) in msgs {
+                match msg {
+                    FromBroker::Lane(info) => self.add_lane(info, fds, StartAt::Oldest),
+                    FromBroker::LaneDead { producer_id } => self.lane_died(producer_id),
+                    _ => {}
+                }
+            }
+            if lost_conn {
+                self.conn = None;
+                self.last_reconnect = Instant::now();
+            }
+        } else if self.last_reconnect.elapsed() >= RECONNECT_EVERY {
+            self.last_reconnect = Instant::now();
+            let _ = self.join(false);
+        }
+        if self.last_report.elapsed() >= STATS_EVERY {
+            self.last_report = Instant::now();
+            if let Some(conn) = &self.conn {
+                let lag_bytes = self
+                    .lanes
+                    .iter()
+                    .filter(|l| !l.ended)
+                    .map(|l| {
+                        l.reader
+                            .lane()
+                            .stats()
+                            .claim_tail
+                            .saturating_sub(l.reader.position())
+                    })
+                    .sum();
+                let _ = conn.send(
+                    &ToBroker::ConsumerStats {
+                        delivered: self.stats.delivered,
+                        lost: self.stats.lost,
+                        lag_bytes,
+                    },
+                    &[],
+                );
+            }
+        }
+    }
+
+    /// The next event, waiting up to `timeout` (sleeping on the doorbell, not spinning).
+    /// `Ok(None)`: nothing within the timeout.
+    pub fn next(&mut self, timeout: Duration) -> Result<Option<Event<'_>>, SubscribeError> {
+        let deadline = Instant::now() + timeout;
+        let found = loop {
+            self.pump_control();
+            if let Some(n) = self.notices.pop_front() {
+                return Ok(Some(match n {
+                    Notice::Joined(k) => Event::Joined(&self.lanes[k].info),
+                    Notice::Died(k) => Event::Died(&self.lanes[k].info),
+                }));
+            }
+            if let Some(f) = self.poll_lanes() {
+                break f;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let nap = (deadline - now).min(Duration::from_millis(100));
+            match &self.page {
+                Some(page) => {
+                    if let Some(bell) = page.bell(self.bell as usize) {
+                        let lanes = &self.lanes;
+                        bell.wait_until(
+                            || {
+                                lanes
+                                    .iter()
+                                    .any(|l| !l.ended && l.reader.has_pending_bytes())
+                            },
+                            64,
+                            nap,
+                        );
+                    }
+                }
+                None => std::thread::sleep(nap.min(Duration::from_millis(10))),
+            }
+        };
+        Ok(Some(match found {
+            Found::Record(k, meta) => {
+                self.stats.delivered += 1;
+                let l = &self.lanes[k];
+                let schema = l
+                    .matches
+                    .get(&meta.schema_key)
+                    .and_then(|m| m.as_ref())
+                    .expect("a found record's key matches");
+                Event::Record(Record {
+                    producer_id: l.producer_id,
+                    producer: &l.info,
+                    schema,
+                    emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
+                    meta,
+                    payload: &self.scratch[..meta.payload_len],
+                })
+            }
+            Found::Lagged(k, lost) => Event::Lagged {
+                producer_id: self.lanes[k].producer_id,
+                lost,
+            },
+            Found::Ended(k) => Event::Ended(&self.lanes[k].info),
+        }))
+    }
+
+    /// One round over the lanes, starting after the last one that gave something.
+    fn poll_lanes(&mut self) -> Option<Found> {
+        let n = self.lanes.len();
+        for i in 0..n {
+            let k = (self.next_lane + i) % n;
+            if let Some(f) = self.poll_lane(k) {
+                self.next_lane = k + 1;
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    fn poll_lane(&mut self, k: usize) -> Option<Found> {
+        let globs = &self.opts.globs;
+        let lane = &mut self.lanes[k];
+        if lane.ended {
+            return None;
+        }
+        // Bounded work per call, so one busy lane cannot starve the others.
+        for _ in 0..4096 {
+            let SubLane {
+                reader, matches, ..
+            } = lane;
+            let scratch = &mut self.scratch;
+            let res = reader.read_in_place(|m, view| {
+                // Copy records we want, and records we cannot classify yet.
+                let wanted = matches.get(&m.schema_key).is_none_or(|d| d.is_some());
+                wanted && {
+                    scratch.resize(view.len(), 0);
+                    view.copy_to(scratch)
+                }
+            });
+            match res {
+                Ok((meta, copied)) => {
+                    if !lane.matches.contains_key(&meta.schema_key) {
+                        lane.catalog.refresh();
+                        for (key, d) in lane.catalog.schemas() {
+                            lane.matches.entry(key).or_insert_with(|| {
+                                (globs.is_empty() || globs.iter().any(|g| g.matches(d.id())))
+                                    .then(|| Arc::clone(d))
+                            });
+                        }
+                    }
+                    match lane.matches.get(&meta.schema_key) {
+                        Some(Some(_)) if copied => return Some(Found::Record(k, meta)),
+                        Some(_) => {}
+                        None => self.stats.unknown_keys += 1,
+                    }
+                }
+                Err(Poll::Lagged(lost)) => {
+                    self.stats.lost += lost;
+                    return Some(Found::Lagged(k, lost));
+                }
+                Err(Poll::Closed) => {
+                    lane.ended = true;
+                    return Some(Found::Ended(k));
+                }
+                Err(Poll::Empty) => {
+                    if lane.dead && !lane.reader.has_pending_bytes() {
+                        lane.ended = true;
+                        return Some(Found::Ended(k));
+                    }
+                    return None;
+                }
+                Err(Poll::Pending) | Err(Poll::Frame(_)) => return None,
+            }
+        }
+        None
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SubscriberStats {
+        self.stats
+    }
+
+    /// Whether the broker is connected now.
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// The producers whose lanes are read (live or not yet drained).
+    pub fn producers(&self) -> impl Iterator<Item = &ProducerInfo> {
+        self.lanes.iter().filter(|l| !l.ended).map(|l| &l.info)
+    }
+
+    /// Whether every lane known was read to its end (true when there are none).
+    pub fn all_ended(&self) -> bool {
+        self.lanes.iter().all(|l| l.ended)
+    }
+}

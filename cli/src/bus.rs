@@ -1,0 +1,105 @@
+//! What several verbs share: finding a bus, talking to its broker, and printing records.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use snapbus::Level;
+use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_schemas::decode;
+
+use crate::cli::BusArgs;
+
+/// How long the CLI waits for the broker to answer.
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The directory of the bus named by `--bus`, `$SNAPBUS_BUS` or the default.
+pub(crate) fn bus_dir(args: &BusArgs) -> anyhow::Result<BusDir> {
+    let name = BusName::resolve(args.bus.as_deref())?;
+    Ok(BusDir::locate(&name))
+}
+
+/// Connects to the broker, or fails with the message users should see.
+pub(crate) fn connect(dir: &BusDir) -> anyhow::Result<Conn> {
+    Conn::connect(&dir.socket_path()).map_err(|_| {
+        anyhow::anyhow!(
+            "no bus '{}' is running — start one with `snapbus up{}`",
+            dir.name(),
+            if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
+                String::new()
+            } else {
+                format!(" --bus {}", dir.name())
+            }
+        )
+    })
+}
+
+/// Sends one request and returns the broker's reply.
+pub(crate) fn request(dir: &BusDir, msg: &ToBroker) -> anyhow::Result<FromBroker> {
+    let mut conn = connect(dir)?;
+    let (reply, _fds) = conn
+        .request(msg, REPLY_TIMEOUT)
+        .with_context(|| format!("talking to the broker of bus '{}'", dir.name()))?;
+    if let FromBroker::Error { message } = &reply {
+        bail!("the broker refused: {message}");
+    }
+    Ok(reply)
+}
+
+/// The bus's state (`ls`).
+pub(crate) fn state(dir: &BusDir) -> anyhow::Result<BusState> {
+    match request(
+        dir,
+        &ToBroker::Ls {
+            version: PROTOCOL_VERSION,
+        },
+    )? {
+        FromBroker::State(s) => Ok(*s),
+        other => bail!("unexpected reply from the broker: {other:?}"),
+    }
+}
+
+/// Parses globs, failing with the first bad one.
+pub(crate) fn globs(texts: &[String]) -> anyhow::Result<Vec<Glob>> {
+    texts
+        .iter()
+        .map(|t| Glob::new(t).map_err(anyhow::Error::from))
+        .collect()
+}
+
+/// A flag set by SIGINT or SIGTERM.
+pub(crate) fn interrupted() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("installing a signal handler")?;
+    }
+    Ok(flag)
+}
+
+/// A level's name, or its number if it is not one of the five.
+pub(crate) fn level_name(level: u8) -> String {
+    Level::from_u8(level).map_or_else(|| level.to_string(), |l| l.to_string().to_lowercase())
+}
+
+/// One record as the JSON object `echo` prints.
+pub(crate) fn record_json(r: &Record<'_>) -> serde_json::Value {
+    let payload = match decode(r.schema.root(), r.payload) {
+        Ok(v) => v.to_json(),
+        Err(e) => json!({ "decode_error": e.to_string() }),
+    };
+    json!({
+        "schema": r.schema.id(),
+        "version": r.meta.schema_version,
+        "level": level_name(r.meta.level),
+        "t_nanos": r.meta.t_nanos,
+        "producer": { "id": r.producer_id, "name": r.producer.name, "pid": r.producer.pid },
+        "target": r.emitter,
+        "seq": r.meta.seq,
+        "payload": payload,
+    })
+}

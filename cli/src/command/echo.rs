@@ -1,0 +1,72 @@
+//! `snapbus echo`: decoded events as JSON lines, one object per event (schema, version, level,
+//! t_nanos, producer, target, seq, payload). Losses and producer deaths go to stderr.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use snapbus_bus::control::StartFrom;
+use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
+
+use crate::bus::{bus_dir, globs, interrupted, record_json};
+use crate::cli::{EchoArgs, From};
+
+pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
+    let globs = globs(&args.globs)?;
+    let dir = bus_dir(&args.bus)?;
+    let stop = interrupted()?;
+    let opts = SubscribeOptions {
+        kind: "echo".into(),
+        globs,
+        start: match args.from {
+            From::Oldest => StartFrom::Oldest,
+            From::Latest => StartFrom::Latest,
+        },
+    };
+    let mut sub = Subscriber::connect(&dir, opts)?;
+    eprintln!(
+        "snapbus echo: subscribed to bus '{}' ({} producers)",
+        dir.name(),
+        sub.producers().count()
+    );
+    let mut out = std::io::stdout().lock();
+    let mut printed = 0u64;
+    if args.count == Some(0) {
+        return Ok(());
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match sub.next(Duration::from_millis(100))? {
+            None => {}
+            Some(Event::Record(r)) => {
+                writeln!(out, "{}", record_json(&r))?;
+                printed += 1;
+                if args.count.is_some_and(|n| printed >= n) {
+                    break;
+                }
+            }
+            Some(Event::Lagged { producer_id, lost }) => {
+                out.flush()?;
+                eprintln!(
+                    "snapbus echo: lost {lost} records of producer {producer_id} (overwritten before they were read)"
+                );
+            }
+            Some(Event::Joined(_)) => {}
+            Some(Event::Died(p)) => {
+                out.flush()?;
+                eprintln!(
+                    "snapbus echo: producer '{}' (pid {}) died; reading what it wrote",
+                    p.name, p.pid
+                );
+            }
+            Some(Event::Ended(p)) => {
+                out.flush()?;
+                eprintln!("snapbus echo: producer '{}' (pid {}) ended", p.name, p.pid);
+            }
+        }
+        if args.until_end && sub.all_ended() {
+            break;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

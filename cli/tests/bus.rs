@@ -1,0 +1,494 @@
+//! End-to-end tests of a real bus: `up`, `demo`, `echo`, `ls`, `filter`, `down`, with
+//! processes killed on purpose. Every test has its own bus (and the test process its own
+//! runtime directory); every process is under a watchdog and is killed and reaped on drop,
+//! and every bus is taken down on drop.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::{Output, WATCHDOG, run_cmd, snapbus, unique_bus};
+
+/// A bus for one test; `down` on drop.
+struct TestBus {
+    name: String,
+}
+
+impl TestBus {
+    fn up() -> TestBus {
+        let bus = TestBus { name: unique_bus() };
+        let out = bus.run(&["up"]);
+        assert!(out.status.success(), "up: {}", out.stderr);
+        assert!(out.stdout.contains("is up"), "{}", out.stdout);
+        bus
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = snapbus();
+        c.env("SNAPBUS_BUS", &self.name).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        run_cmd(&mut self.cmd(args))
+    }
+
+    fn spawn(&self, name: &str, args: &[&str]) -> Bg {
+        Bg::spawn(name, self.cmd(args))
+    }
+
+    fn ls(&self) -> Value {
+        let out = self.run(&["ls", "--json"]);
+        assert!(out.status.success(), "ls: {}", out.stderr);
+        serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
+    }
+
+    fn producer(&self, pid: u32) -> Option<Value> {
+        self.ls()["producers"]
+            .as_array()
+            .expect("producers")
+            .iter()
+            .find(|p| p["info"]["pid"] == pid)
+            .cloned()
+    }
+}
+
+impl Drop for TestBus {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"]);
+    }
+}
+
+/// A background `snapbus` process whose output lines are collected as they come.
+struct Bg {
+    name: String,
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    log: Arc<Mutex<String>>,
+    started: Instant,
+}
+
+impl Bg {
+    fn spawn(name: &str, mut cmd: Command) -> Bg {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn snapbus");
+        let log = Arc::new(Mutex::new(String::new()));
+        let pipe = |r: Box<dyn std::io::Read + Send>, tag: &'static str| {
+            let (tx, rx) = channel();
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(r).lines().map_while(Result::ok) {
+                    if let Ok(mut l) = log.lock() {
+                        l.push_str(&format!("[{tag}] {line}\n"));
+                    }
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        };
+        let stdout = pipe(Box::new(child.stdout.take().expect("stdout")), "out");
+        let stderr = pipe(Box::new(child.stderr.take().expect("stderr")), "err");
+        Bg {
+            name: name.to_owned(),
+            child,
+            stdout,
+            stderr,
+            log,
+            started: Instant::now(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    fn left(&self) -> Duration {
+        WATCHDOG.saturating_sub(self.started.elapsed())
+    }
+
+    /// Waits for a stderr line containing `needle`.
+    fn expect_stderr(&self, needle: &str) -> String {
+        loop {
+            match self.stderr.recv_timeout(self.left()) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "{}: no stderr line with {needle:?} ({e:?})\n{}",
+                    self.name,
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    /// The next `n` stdout lines, parsed as JSON.
+    fn json_lines(&self, n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| match self.stdout.recv_timeout(self.left()) {
+                Ok(line) => serde_json::from_str(&line).expect("a JSON line"),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => panic!(
+                    "{}: only {i} of {n} lines before the watchdog or exit\n{}",
+                    self.name,
+                    self.log()
+                ),
+            })
+            .collect()
+    }
+
+    /// Waits for the process to exit (under the watchdog); returns its status and the rest of
+    /// its stdout.
+    fn wait(&mut self) -> (ExitStatus, Vec<String>) {
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                let mut rest = Vec::new();
+                while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(5)) {
+                    rest.push(line);
+                }
+                return (status, rest);
+            }
+            assert!(
+                !self.left().is_zero(),
+                "{}: still running after the watchdog\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Polls `cond` until it holds, or panics after `timeout` with `what`.
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < timeout, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Checks one `echo` line against the demo's documented values.
+fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
+    let p = &line["payload"];
+    assert_eq!(p["episode"], episode, "{line}");
+    match step {
+        Some(s) => {
+            assert_eq!(line["schema"], "demo.step", "{line}");
+            assert_eq!(p["step"], s, "{line}");
+            let reward = ((31 * episode + 17 * s) % 11) as f64 / 10.0 - 0.5;
+            assert_eq!(p["reward"].as_f64(), Some(reward), "{line}");
+        }
+        None => assert_eq!(line["schema"], "demo.episode_end", "{line}"),
+    }
+    assert_eq!(line["level"], "info", "{line}");
+    assert_eq!(line["producer"]["name"], "demo", "{line}");
+}
+
+/// The demo's events in order: (episode, Some(step)) for steps, (episode, None) for ends.
+fn demo_order(episodes: u64, steps: u64) -> Vec<(u64, Option<u64>)> {
+    (0..episodes)
+        .flat_map(|e| (0..steps).map(move |s| (e, Some(s))).chain([(e, None)]))
+        .collect()
+}
+
+#[test]
+fn echo_receives_exactly_the_demo_events_in_order() {
+    let bus = TestBus::up();
+    let (episodes, steps) = (4u64, 5u64);
+    let n = (episodes * (steps + 1)) as usize;
+    let echo = bus.spawn("echo", &["echo", "--count", &n.to_string()]);
+    // Subscribed (from the latest record) before the experiment starts.
+    echo.expect_stderr("subscribed");
+    let out = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "4",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+    let lines = echo.json_lines(n);
+    for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
+        check_demo_line(line, e, s);
+    }
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..n as u64).collect::<Vec<_>>(),
+        "nothing lost, nothing twice"
+    );
+    let mut echo = echo;
+    let (status, rest) = echo.wait();
+    assert!(status.success(), "{}", echo.log());
+    assert!(rest.is_empty(), "echo printed more than --count: {rest:?}");
+}
+
+#[test]
+fn a_late_echo_from_oldest_gets_the_history() {
+    let bus = TestBus::up();
+    let out = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "4",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+    // The demo has exited; its lane is kept and read from its oldest record.
+    let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.step"]);
+    assert!(out.status.success(), "echo: {}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let expected: Vec<_> = demo_order(3, 4)
+        .into_iter()
+        .filter(|(_, s)| s.is_some())
+        .collect();
+    assert_eq!(lines.len(), expected.len(), "{}", out.stdout);
+    for (line, (e, s)) in lines.iter().zip(expected) {
+        check_demo_line(line, e, s);
+    }
+    assert!(out.stderr.contains("ended"), "{}", out.stderr);
+    // A late echo from the latest record gets nothing and ends at once with --until-end.
+    let out = bus.run(&["echo", "--until-end"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout, "");
+}
+
+#[test]
+fn a_killed_producer_is_shown_dead_and_echo_ends_cleanly() {
+    let bus = TestBus::up();
+    let mut demo = bus.spawn(
+        "demo",
+        &[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            "1000",
+            "--steps",
+            "10",
+            "--rate",
+            "200",
+        ],
+    );
+    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
+    echo.expect_stderr("subscribed");
+    let first = echo.json_lines(5);
+    assert_eq!(first[0]["seq"], 0);
+    let pid = demo.pid();
+    wait_until("the demo is live in ls", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["status"] == "live")
+    });
+    demo.kill9();
+    wait_until("ls shows the demo dead", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
+    });
+    let mut echo = echo;
+    let (status, _) = echo.wait();
+    assert!(status.success(), "{}", echo.log());
+    let log = echo.log();
+    assert!(log.contains("died"), "{log}");
+    assert!(log.contains("ended"), "{log}");
+    // The broker lives on.
+    let state = bus.ls();
+    assert!(state["broker_pid"].as_u64().is_some());
+}
+
+#[test]
+fn a_killed_broker_is_replaced_and_the_producer_readopted() {
+    let bus = TestBus::up();
+    let demo = bus.spawn(
+        "demo",
+        &[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            "1000",
+            "--steps",
+            "10",
+            "--rate",
+            "200",
+        ],
+    );
+    let pid = demo.pid();
+    wait_until("the demo is live", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["status"] == "live")
+    });
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
+    let broker = rustix::process::Pid::from_raw(broker).expect("pid");
+    rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
+    wait_until("the broker is gone", WATCHDOG, || {
+        !bus.run(&["ls"]).status.success()
+    });
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    // The demo kept running and rejoins the new broker with its lane (and its count).
+    let mut frames = 0;
+    wait_until("the demo is re-adopted", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| {
+            frames = p["frames"].as_u64().unwrap_or(0);
+            p["status"] == "live"
+        })
+    });
+    wait_until("the re-adopted demo keeps emitting", WATCHDOG, || {
+        bus.producer(pid)
+            .is_some_and(|p| p["frames"].as_u64().unwrap_or(0) > frames)
+    });
+    let echo = bus.run(&["echo", "--count", "3"]);
+    assert!(echo.status.success(), "{}", echo.stderr);
+    assert_eq!(echo.stdout.lines().count(), 3);
+    drop(demo);
+}
+
+#[test]
+fn two_buses_side_by_side_stay_isolated() {
+    let a = TestBus::up();
+    let b = TestBus::up();
+    let out = a.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "2",
+        "--steps",
+        "2",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(a.ls()["producers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(b.ls()["producers"].as_array().map(Vec::len), Some(0));
+    let out = b.run(&["echo", "--from", "oldest", "--until-end"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.stdout, "", "bus b saw bus a's events");
+    let out = a.run(&["echo", "--from", "oldest", "--until-end"]);
+    assert_eq!(out.stdout.lines().count(), 6, "{}", out.stderr);
+}
+
+#[test]
+fn filter_changes_what_a_running_producer_emits() {
+    let bus = TestBus::up();
+    let demo = bus.spawn(
+        "demo",
+        &[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            "100000",
+            "--steps",
+            "10",
+            "--rate",
+            "500",
+        ],
+    );
+    let pid = demo.pid();
+    let frames = |bus: &TestBus| {
+        bus.producer(pid)
+            .and_then(|p| p["frames"].as_u64())
+            .unwrap_or(0)
+    };
+    wait_until("the demo emits", WATCHDOG, || frames(&bus) > 10);
+    // Everything the demo emits is INFO: `warn` stops it, within 100 ms by the spec.
+    let out = bus.run(&["filter", "warn"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = frames(&bus);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(frames(&bus), before, "records emitted after `filter warn`");
+    assert_eq!(bus.ls()["filter"], "warn");
+    let out = bus.run(&["filter", "warn,demo=info"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_until("the demo emits again", WATCHDOG, || frames(&bus) > before);
+    drop(demo);
+}
+
+#[test]
+fn up_twice_says_so_and_down_removes_the_socket() {
+    let bus = TestBus::up();
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("already running"), "{}", out.stdout);
+    let dir = crate::util::runtime_root().join(&bus.name);
+    assert!(dir.join("broker.sock").exists());
+    let out = bus.run(&["down"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!dir.exists(), "down left {}", dir.display());
+    let out = bus.run(&["down"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("no bus"), "{}", out.stderr);
+}
+
+#[test]
+fn verbs_without_a_bus_fail_with_a_clear_message() {
+    let name = unique_bus();
+    for args in [
+        &["ls"][..],
+        &["echo"][..],
+        &["hz"][..],
+        &["down"][..],
+        &["filter", "info"][..],
+    ] {
+        let out = run_cmd(snapbus().env("SNAPBUS_BUS", &name).args(args));
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            out.stderr.contains(&format!(
+                "no bus '{name}' is running — start one with `snapbus up"
+            )),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn bad_globs_directives_and_bus_names_are_refused() {
+    let bus = TestBus::up();
+    for (args, needle) in [
+        (&["echo", "demo/*"][..], "bad glob"),
+        (&["hz", "a b"][..], "bad glob"),
+        (&["filter", "info,monty=loud"][..], "unknown level"),
+        (&["filter", "=debug"][..], "target before '=' is empty"),
+        (&["filter", "a=b=c"][..], "more than one '='"),
+        (&["ls", "--bus", "../etc"][..], "invalid bus name"),
+    ] {
+        let out = bus.run(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.stderr);
+    }
+}
