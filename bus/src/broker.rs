@@ -576,7 +576,7 @@ impl Broker {
                 status: p.status.to_owned(),
                 frames: stats.frames_committed,
                 rate_hz: if p.conn.is_some() { p.rate.2 } else { 0.0 },
-                dropped: stats.dropped_wrap + stats.dropped_oversize,
+                dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
                 lane_bytes: p.lane.lane.geometry().capacity,
             });
             let Some(cat) = p.catalog.as_mut() else {

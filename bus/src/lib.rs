@@ -1,6 +1,9 @@
-//! The snapbus data plane: shared-memory **lanes** that producers write and consumers read,
-//! and **doorbells** that let idle consumers sleep. The only crate in the workspace allowed
-//! `unsafe` code; every `unsafe` block names the fact that makes it sound.
+//! The snapbus data and control planes: shared-memory **lanes** that producers write and
+//! consumers read, **doorbells** that let idle consumers sleep, the **broker** that introduces
+//! producers to consumers ([`broker`], [`control`], [`runtime`]), and the two ends built on
+//! them: [`publisher`] (a process's lane, catalog and broker connection) and [`subscriber`]
+//! (subscribe with schema globs, read records straight from the lanes). The only crate in the
+//! workspace allowed `unsafe` code; every `unsafe` block names the fact that makes it sound.
 //!
 //! # Guarantees
 //!
@@ -13,7 +16,9 @@
 //!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
 //!   lanes read-only and refuse segments that are not sealed against resizing (no SIGBUS).
 //! - **Crashes stay local.** A producer killed at any point leaves a lane readers get past,
-//!   with the hole reported; a killed reader costs the producer nothing.
+//!   with the hole reported; a killed reader costs the producer nothing. The broker is a
+//!   control plane only: payloads never pass through it, and if it dies, lanes keep flowing
+//!   and a restarted broker re-adopts them.
 //!
 //! # Example
 //!

@@ -133,6 +133,14 @@ impl BusDir {
         }
     }
 
+    /// The directory of bus `name` under `root` instead of the default root.
+    pub fn locate_in(root: &Path, name: &BusName) -> BusDir {
+        BusDir {
+            name: name.clone(),
+            dir: root.join(name.as_str()),
+        }
+    }
+
     /// The bus's name.
     pub fn name(&self) -> &BusName {
         &self.name

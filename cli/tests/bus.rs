@@ -492,3 +492,45 @@ fn bad_globs_directives_and_bus_names_are_refused() {
         assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.stderr);
     }
 }
+
+#[test]
+fn hz_reports_per_schema_rates_of_a_running_producer() {
+    let bus = TestBus::up();
+    let demo = bus.spawn(
+        "demo",
+        &[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            "100000",
+            "--steps",
+            "10",
+            "--rate",
+            "400",
+        ],
+    );
+    let pid = demo.pid();
+    wait_until("the demo is live", WATCHDOG, || bus.producer(pid).is_some());
+    let out = bus.run(&["hz", "--period-secs", "0.5", "--reports", "2", "demo.step"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    // The second report covers a full period of steady emission.
+    let report = out.stdout.split("\n\n").nth(1).expect("two reports");
+    let row = report
+        .lines()
+        .find(|l| l.starts_with("demo.step"))
+        .unwrap_or_else(|| panic!("no demo.step row: {}", out.stdout));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let rate: f64 = cols[1].parse().expect("rate");
+    let records: u64 = cols.last().expect("records").parse().expect("records");
+    assert!(rate > 0.0 && records > 0, "{row}");
+    // The rate is the period's records over its length (0.5 s, give or take a poll).
+    assert!(
+        (rate * 0.5 - records as f64).abs() <= records as f64 * 0.2 + 2.0,
+        "{row}"
+    );
+    assert!(
+        !report.contains("demo.episode_end"),
+        "unsubscribed schema shown: {report}"
+    );
+    drop(demo);
+}

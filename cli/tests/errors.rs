@@ -21,7 +21,9 @@ fn bad_arguments_are_refused_with_a_message() {
 
 #[test]
 fn every_verb_has_help() {
-    for verb in ["demo", "schemas"] {
+    for verb in [
+        "up", "down", "ls", "echo", "hz", "filter", "demo", "schemas",
+    ] {
         let out = run(&[verb, "--help"]);
         assert!(out.status.success(), "{verb}: {}", out.stderr);
         assert!(

@@ -1,22 +1,57 @@
-//! `snapbus`: emit schema-versioned snapshots from a running experiment.
+//! `snapbus`: emit schema-versioned snapshots from a running experiment onto a snapbus bus.
 //!
-//! **The emit API (`get_telemetry`, `snapshot`, level filters) is not implemented yet**; it
-//! lands with issue "Broker, producer API and the snapbus CLI core". What exists today is the
-//! schema layer, re-exported here so experiments can already define their snapshot types:
+//! # Guarantees
+//!
+//! - **Never blocks the experiment.** A snapshot is encoded straight into this process's
+//!   shared-memory lane; no lock is held across the copy, no consumer is waited for, and a slow,
+//!   stopped or dead consumer costs nothing. A record that cannot be written (it would overwrite
+//!   one still being written by another thread, or it is larger than the lane allows) is
+//!   dropped and counted (`snapbus ls`, [`stats`]), never retried.
+//! - **Cheap when off.** With no bus running, or with the level filtered out, a snapshot is one
+//!   or two atomic loads. A bus that appears later is joined within 200 ms, and a broker
+//!   restart is survived without the experiment noticing.
+//! - **Filters change at run time.** Per-target levels come from `SNAPBUS_FILTER`
+//!   (`"info,monty.models=debug"`) and from `snapbus filter` while the experiment runs.
+//! - **Consumers can decode everything.** Every schema's descriptor is published before the
+//!   first record that uses it, so any consumer decodes any payload without the experiment's
+//!   types.
+//!
+//! # Example
 //!
 //! ```
 //! use snapbus::schemas::{Snapshot, Tensor};
+//! use snapbus::Level;
 //!
 //! #[derive(Snapshot)]
 //! #[snapshot(id = "monty.env_interface.step", version = 1, crate = "snapbus::schemas")]
 //! struct EnvStep {
 //!     episode: u32,
 //!     step: u32,
+//!     reward: f64,
 //!     observation: Tensor<f32>,
 //! }
 //!
-//! assert_eq!(EnvStep::descriptor().id(), "monty.env_interface.step");
+//! # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+//! // Once per module (cheap to clone; keep it).
+//! let telemetry = snapbus::telemetry!();
+//! for step in 0..3 {
+//!     let observation = Tensor::new(vec![2, 2], vec![0.0; 4])?;
+//!     // A no-op here: no bus is running. With `snapbus up`, consumers receive it.
+//!     telemetry.snapshot(Level::INFO, &EnvStep { episode: 0, step, reward: 0.5, observation });
+//! }
+//! let _guard = telemetry.span(Level::DEBUG, "eval"); // a duration sample when dropped
+//!
+//! // Level filters: the most specific target wins.
+//! let filter: snapbus::Filter = "info,monty.models=debug".parse()?;
+//! assert!(filter.level_for("monty.models.policy").enabled(Level::DEBUG));
+//! assert!(!filter.level_for("monty.env").enabled(Level::DEBUG));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Run metadata: `SNAPBUS_SESSION_TAG` and `SNAPBUS_PERF_TAG` (or [`init`]) appear in
+//! `snapbus ls`; [`sample_resources`] emits the process's RSS, CPU time and page faults
+//! periodically; [`shutdown`] at the end of `main` tells consumers the stream ended (instead
+//! of the producer dying).
 
 pub mod filter;
 pub mod level;

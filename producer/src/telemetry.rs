@@ -31,6 +31,9 @@ pub struct Config {
     /// Lane size in bytes, a power of two ≥ 64 KiB (default: 64 MiB, or
     /// `$SNAPBUS_LANE_BYTES`).
     pub lane_bytes: Option<usize>,
+    /// The runtime root the bus directory is in (default: `$SNAPBUS_RUNTIME_DIR`, else the
+    /// per-user runtime directory).
+    pub runtime_dir: Option<std::path::PathBuf>,
 }
 
 struct Target {
@@ -95,7 +98,10 @@ fn start_watcher(g: &'static Global) {
                 eprintln!("snapbus: invalid bus name; telemetry stays off");
                 return;
             };
-            let dir = BusDir::locate(&name);
+            let dir = match &g.config.runtime_dir {
+                Some(root) => BusDir::locate_in(root, &name),
+                None => BusDir::locate(&name),
+            };
             while !dir.socket_path().exists() {
                 std::thread::sleep(snapbus_bus::publisher::RETRY);
             }

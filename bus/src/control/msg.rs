@@ -168,7 +168,7 @@ pub struct ProducerState {
     pub frames: u64,
     /// Records per second over the last few seconds.
     pub rate_hz: f64,
-    /// Records dropped by the lane (lap guard, oversize).
+    /// Records dropped: refused by the lane (lap guard, oversize) or aborted (did not encode).
     pub dropped: u64,
     /// Lane capacity in bytes.
     pub lane_bytes: u64,

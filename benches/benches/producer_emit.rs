@@ -1,0 +1,214 @@
+//! The cost of `telemetry.snapshot(level, &event)` for a 64-byte event, in the experiment's
+//! thread, beside a `tracing` event with no subscriber (tracing's cheapest path) in the same
+//! run:
+//!
+//! - `emit/64B/bus+reader`: a broker runs (in a thread of this process) and a subscriber
+//!   thread reads every record from the lane (subscribed, so its doorbell is in the wake mask:
+//!   each emit pays the `fence(SeqCst)` + bell check; the reader sleeps when idle, so a wake-up
+//!   syscall happens only when it is asleep);
+//! - `emit/64B/disabled`: the same handle at `DEBUG` under the default `info` filter;
+//! - `tracing/event/no subscriber`: `tracing::info!` with the same fields and no subscriber;
+//! - `tracing/event/disabled`: `tracing::debug!` under a subscriber that enables only `INFO`.
+//!
+//! Run: `cargo bench -p snapbus-benches --bench producer_emit`. Results: `BENCHMARKS.md`.
+
+#![allow(missing_docs)]
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput};
+use snapbus::{Config, Level};
+use snapbus_bus::broker::{self, BrokerConfig};
+use snapbus_bus::control::{Conn, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::subscriber::{Event as BusEvent, SubscribeOptions, Subscriber};
+use snapbus_schemas::{Snapshot, Wire};
+
+/// The 64-byte event of the codec bench.
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "bench.event", version = 1)]
+struct Event {
+    episode: u32,
+    step: u32,
+    t: u64,
+    reward: f64,
+    position: [f32; 3],
+    done: bool,
+    truncated: bool,
+    env_id: u16,
+    action: u32,
+    log_prob: f32,
+    value: f64,
+    seed: u64,
+}
+
+fn event(i: u64) -> Event {
+    Event {
+        episode: (i / 1000) as u32,
+        step: (i % 1000) as u32,
+        t: i,
+        reward: i as f64 * 0.001,
+        position: [1.0, 2.0, 3.0],
+        done: false,
+        truncated: false,
+        env_id: 3,
+        action: 7,
+        log_prob: -0.5,
+        value: 0.25,
+        seed: 42,
+    }
+}
+
+/// A subscriber debug filter: enables INFO and above only.
+struct InfoOnly;
+
+impl tracing::Subscriber for InfoOnly {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= tracing::Level::INFO
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::INFO)
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn main() {
+    let root =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-{}", std::process::id()));
+    let name = BusName::new("bench").unwrap();
+    let dir = BusDir::locate_in(&root, &name);
+    let broker_dir = dir.clone();
+    let broker = std::thread::spawn(move || {
+        broker::run(
+            BrokerConfig {
+                dir: broker_dir,
+                retention: Duration::from_secs(10),
+            },
+            || {},
+        )
+    });
+    snapbus::init(Config {
+        bus: Some("bench".into()),
+        name: Some("producer_emit".into()),
+        runtime_dir: Some(root.clone()),
+        ..Config::default()
+    });
+    let telemetry = snapbus::get_telemetry("bench");
+    assert!(snapbus::wait_for_bus(Duration::from_secs(10)), "no bus");
+
+    // The reader: a subscriber thread that reads every record (sleeping on its doorbell when
+    // there is nothing to read).
+    let stop = Arc::new(AtomicBool::new(false));
+    let read = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (stop, read, dir) = (Arc::clone(&stop), Arc::clone(&read), dir.clone());
+        std::thread::spawn(move || {
+            let mut sub = Subscriber::connect(
+                &dir,
+                SubscribeOptions {
+                    kind: "bench".into(),
+                    globs: Vec::new(),
+                    start: StartFrom::Latest,
+                },
+            )
+            .unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(Some(BusEvent::Record(r))) = sub.next(Duration::from_millis(50)) {
+                    black_box(r.payload);
+                    read.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            sub.stats()
+        })
+    };
+    // Wait until the reader is subscribed (it then sees a record).
+    let mut i = 0u64;
+    while read.load(Ordering::Relaxed) == 0 {
+        telemetry.snapshot(Level::INFO, &event(i));
+        i += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(event(0).encoded_len(), 64);
+
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    {
+        let mut g = c.benchmark_group("emit/64B");
+        g.throughput(Throughput::Elements(1));
+        let ev = event(1);
+        g.bench_function("bus+reader", |b| {
+            b.iter(|| telemetry.snapshot(Level::INFO, black_box(&ev)))
+        });
+        g.bench_function("disabled", |b| {
+            b.iter(|| telemetry.snapshot(Level::DEBUG, black_box(&ev)))
+        });
+        g.finish();
+    }
+    {
+        let mut g = c.benchmark_group("tracing/event");
+        g.throughput(Throughput::Elements(1));
+        let ev = event(1);
+        g.bench_function("no subscriber", |b| {
+            b.iter(|| {
+                let e = black_box(&ev);
+                tracing::info!(
+                    episode = e.episode,
+                    step = e.step,
+                    t = e.t,
+                    reward = e.reward,
+                    done = e.done,
+                    action = e.action,
+                    value = e.value,
+                    "step"
+                );
+            })
+        });
+        tracing::subscriber::with_default(InfoOnly, || {
+            g.bench_function("disabled", |b| {
+                b.iter(|| {
+                    let e = black_box(&ev);
+                    tracing::debug!(
+                        episode = e.episode,
+                        step = e.step,
+                        reward = e.reward,
+                        "step"
+                    );
+                })
+            });
+        });
+        g.finish();
+    }
+    c.final_summary();
+
+    stop.store(true, Ordering::Relaxed);
+    let stats = reader.join().unwrap();
+    eprintln!(
+        "reader: {} records delivered, {} lost to overwrites (the reader shares 2 cores with the emitter)",
+        stats.delivered, stats.lost
+    );
+    snapbus::shutdown();
+    if let Ok(mut conn) = Conn::connect(&dir.socket_path()) {
+        let _ = conn.request::<_, snapbus_bus::control::FromBroker>(
+            &ToBroker::Shutdown {
+                version: PROTOCOL_VERSION,
+            },
+            Duration::from_secs(5),
+        );
+    }
+    let _ = broker.join();
+    let _ = std::fs::remove_dir(&root);
+}

@@ -1,0 +1,239 @@
+//! The emit API against a real broker (run in a thread of this test process) and a real
+//! subscriber. The producer's state is process-wide, so this is one test that walks through
+//! the life of an experiment.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use snapbus::schemas::{Snapshot, Wire};
+use snapbus::{Config, Level};
+use snapbus_bus::broker::{self, BrokerConfig};
+use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
+use snapbus_schemas::builtin::{DurationSample, ResourceSample};
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "test.event", version = 1, crate = "snapbus::schemas")]
+struct TestEvent {
+    thread: u32,
+    i: u32,
+    value: f64,
+}
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < WATCHDOG, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn request(dir: &BusDir, msg: &ToBroker) -> FromBroker {
+    let mut conn = Conn::connect(&dir.socket_path()).expect("connect");
+    conn.request(msg, Duration::from_secs(5)).expect("reply").0
+}
+
+/// Reads events until `n` records arrived (or the watchdog), by schema id.
+fn collect(sub: &mut Subscriber, n: usize) -> HashMap<String, Vec<Vec<u8>>> {
+    let mut got: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
+    let t0 = Instant::now();
+    let mut count = 0;
+    while count < n {
+        assert!(
+            t0.elapsed() < WATCHDOG,
+            "only {count} of {n} records arrived"
+        );
+        if let Some(Event::Record(r)) = sub.next(Duration::from_millis(100)).expect("next") {
+            got.entry(r.schema.id().to_owned())
+                .or_default()
+                .push(r.payload.to_vec());
+            count += 1;
+        }
+    }
+    got
+}
+
+#[test]
+fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
+    let root =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prod-{}", std::process::id()));
+    let name = BusName::new("prodtest").expect("name");
+    let dir = BusDir::locate_in(&root, &name);
+    assert!(snapbus::init(Config {
+        bus: Some(name.to_string()),
+        name: Some("prodtest".into()),
+        session_tag: Some("study-7".into()),
+        perf_tag: Some("cpu".into()),
+        lane_bytes: Some(1 << 20),
+        runtime_dir: Some(root.clone()),
+    }));
+    let t = snapbus::telemetry!();
+    assert_eq!(t.target(), "tests::telemetry");
+    let ev = TestEvent {
+        thread: 0,
+        i: 0,
+        value: 1.5,
+    };
+
+    // No bus: a no-op.
+    assert!(!t.enabled(Level::INFO));
+    assert!(matches!(t.try_snapshot(Level::INFO, &ev), Ok(None)));
+    assert!(!snapbus::is_connected());
+
+    // A bus appears; the producer joins it by itself.
+    let broker_dir = dir.clone();
+    let broker = std::thread::spawn(move || {
+        broker::run(
+            BrokerConfig {
+                dir: broker_dir,
+                retention: Duration::from_secs(60),
+            },
+            || {},
+        )
+    });
+    assert!(snapbus::wait_for_bus(WATCHDOG), "the producer never joined");
+    assert!(t.enabled(Level::INFO));
+    assert!(!t.enabled(Level::DEBUG), "the default filter is info");
+    let mut sub = Subscriber::connect(
+        &dir,
+        SubscribeOptions {
+            kind: "test".into(),
+            globs: vec![
+                Glob::new("test.*").expect("glob"),
+                Glob::new("snapbus.*").expect("glob"),
+            ],
+            start: StartFrom::Oldest,
+        },
+    )
+    .expect("subscribe");
+
+    // Many threads emit at once; every record arrives, in order per thread.
+    let threads = 4u32;
+    let per_thread = 2000u32;
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let t = snapbus::get_telemetry("monty.models");
+            std::thread::spawn(move || {
+                for i in 0..per_thread {
+                    let ev = TestEvent {
+                        thread,
+                        i,
+                        value: f64::from(i) * 0.5,
+                    };
+                    t.try_snapshot(Level::INFO, &ev)
+                        .expect("emit")
+                        .expect("enabled");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("emitter thread");
+    }
+    t.time_it(Level::INFO, "step", || {
+        std::thread::sleep(Duration::from_millis(2))
+    });
+    let got = collect(&mut sub, (threads * per_thread) as usize + 1);
+    let events: Vec<TestEvent> = got["test.event"]
+        .iter()
+        .map(|b| TestEvent::decode_exact(b).expect("decode"))
+        .collect();
+    assert_eq!(events.len(), (threads * per_thread) as usize);
+    for thread in 0..threads {
+        let is: Vec<u32> = events
+            .iter()
+            .filter(|e| e.thread == thread)
+            .map(|e| e.i)
+            .collect();
+        assert_eq!(is, (0..per_thread).collect::<Vec<_>>(), "thread {thread}");
+    }
+    let d = DurationSample::decode_exact(&got["snapbus.duration"][0]).expect("duration");
+    assert_eq!(d.label, "step");
+    assert!(d.duration_nanos >= 2_000_000, "{d:?}");
+    assert_eq!(sub.stats().lost, 0);
+
+    // `snapbus filter` (a SetFilter to the broker) reaches the running producer.
+    let set = |directives: &str| {
+        let reply = request(
+            &dir,
+            &ToBroker::SetFilter {
+                version: PROTOCOL_VERSION,
+                directives: directives.into(),
+            },
+        );
+        assert_eq!(reply, FromBroker::Ok);
+    };
+    set("warn");
+    wait_until("the filter reaches the producer", || {
+        !t.enabled(Level::INFO)
+    });
+    let lane = || {
+        let FromBroker::State(s) = request(
+            &dir,
+            &ToBroker::Ls {
+                version: PROTOCOL_VERSION,
+            },
+        ) else {
+            panic!("ls")
+        };
+        s
+    };
+    let frames = |s: &BusState| s.producers[0].frames;
+    let before = frames(&lane());
+    t.snapshot(Level::INFO, &ev);
+    assert_eq!(frames(&lane()), before, "a filtered snapshot was written");
+    set("warn,tests=debug");
+    wait_until("the second filter arrives", || t.enabled(Level::DEBUG));
+    t.snapshot(Level::DEBUG, &ev);
+    assert_eq!(frames(&lane()), before + 1);
+
+    // Run metadata and counters are in `ls`.
+    let state = lane();
+    assert_eq!(state.producers.len(), 1);
+    let p = &state.producers[0];
+    assert_eq!(p.info.session_tag.as_deref(), Some("study-7"));
+    assert_eq!(p.info.perf_tag.as_deref(), Some("cpu"));
+    assert_eq!(p.info.pid, std::process::id());
+    assert!(state.schemas.iter().any(|s| s.id == "test.event"));
+
+    // The resource sampler.
+    set("info");
+    let sampler = snapbus::sample_resources(Duration::from_millis(20)).expect("sampler");
+    let got = loop {
+        let g = collect(&mut sub, 1);
+        if g.contains_key("snapbus.resource") {
+            break g;
+        }
+    };
+    drop(sampler);
+    let r = ResourceSample::decode_exact(&got["snapbus.resource"][0]).expect("resource");
+    assert!(r.rss_bytes > 1 << 20 && r.threads >= 2, "{r:?}");
+
+    // Closing the lane: the subscriber sees the stream end.
+    snapbus::shutdown();
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "the end never arrived");
+        if let Some(Event::Ended(p)) = sub.next(Duration::from_millis(100)).expect("next") {
+            assert_eq!(p.pid, std::process::id());
+            break;
+        }
+    }
+    assert_eq!(
+        request(
+            &dir,
+            &ToBroker::Shutdown {
+                version: PROTOCOL_VERSION
+            }
+        ),
+        FromBroker::Ok
+    );
+    broker.join().expect("broker thread").expect("broker");
+    drop(sub);
+    let _ = std::fs::remove_dir(&root);
+    assert!(!dir.path().exists(), "the broker left its directory");
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the `snapbus` producer crate (one test binary, a module per area).
+
+mod filter;
+mod level;
+mod telemetry;
