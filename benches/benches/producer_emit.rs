@@ -2,6 +2,7 @@
 //! thread, beside a `tracing` event with no subscriber (tracing's cheapest path) in the same
 //! run:
 //!
+//! - `emit/64B/bus, no reader`: a broker runs (in a thread of this process), nobody reads;
 //! - `emit/64B/bus+reader`: a broker runs (in a thread of this process) and a subscriber
 //!   thread reads every record from the lane (subscribed, so its doorbell is in the wake mask:
 //!   each emit pays the `fence(SeqCst)` + bell check; the reader sleeps when idle, so a wake-up
@@ -108,6 +109,21 @@ fn main() {
     let telemetry = snapbus::get_telemetry("bench");
     assert!(snapbus::wait_for_bus(Duration::from_secs(10)), "no bus");
 
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    {
+        // Before any consumer subscribes: no doorbell to check (the wake mask is empty).
+        let mut g = c.benchmark_group("emit/64B");
+        g.throughput(Throughput::Elements(1));
+        let ev = event(1);
+        g.bench_function("bus, no reader", |b| {
+            b.iter(|| telemetry.snapshot(Level::INFO, black_box(&ev)))
+        });
+        g.finish();
+    }
+
     // The reader: a subscriber thread that reads every record (sleeping on its doorbell when
     // there is nothing to read).
     let stop = Arc::new(AtomicBool::new(false));
@@ -141,11 +157,6 @@ fn main() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(event(0).encoded_len(), 64);
-
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .configure_from_args();
     {
         let mut g = c.benchmark_group("emit/64B");
         g.throughput(Throughput::Elements(1));
