@@ -52,6 +52,7 @@
 pub mod broker;
 #[cfg(not(loom))]
 pub mod catalog;
+pub mod clock;
 #[cfg(not(loom))]
 pub mod control;
 pub mod doorbell;

@@ -33,13 +33,7 @@ pub struct RecordMeta {
     pub emitter: u16,
 }
 
-/// CLOCK_REALTIME in nanoseconds.
-pub fn now_realtime_nanos() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
+pub use crate::clock::now_realtime_nanos;
 
 /// A lane header or segment that cannot be read as a lane.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -27,7 +27,7 @@ use super::layout::{
 use super::{Lane, RecordMeta, now_realtime_nanos};
 use crate::doorbell::DoorbellPage;
 use crate::mem::LaneMem;
-use crate::sync::{Mutex, Ordering, fence};
+use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use crate::testpoint;
 
 /// A claim could not be made.
@@ -85,7 +85,14 @@ struct Local {
 }
 
 impl Local {
-    fn reserve(&mut self, geo: &Geometry, payload_len: usize) -> Result<Reservation, ClaimError> {
+    /// Reserves room for a record at time `now` (CLOCK_REALTIME nanoseconds; read before any
+    /// lock is taken, and raised to the last time handed out so times never go backwards).
+    fn reserve(
+        &mut self,
+        geo: &Geometry,
+        payload_len: usize,
+        now: u64,
+    ) -> Result<Reservation, ClaimError> {
         let frame_len = FRAME_HEADER_LEN as u64 + payload_len as u64;
         let aligned = align_frame(frame_len);
         if aligned > geo.max_frame {
@@ -103,7 +110,7 @@ impl Local {
         };
         let start = t + pad_len;
         let end = start + aligned;
-        let t_nanos = now_realtime_nanos().max(self.last_t);
+        let t_nanos = now.max(self.last_t);
         self.last_t = t_nanos;
         let seq = self.seq;
         Ok(Reservation {
@@ -266,7 +273,8 @@ pub struct Claim<'w, M: LaneMem> {
     payload_len: usize,
     meta: RecordMeta,
     /// For the shared writer: the in-flight set to leave on commit or abort.
-    inflight: Option<&'w Mutex<SharedLocal>>,
+    /// The claim's in-flight slot (shared writers only).
+    inflight: Option<&'w AtomicU64>,
     done: bool,
 }
 
@@ -306,11 +314,10 @@ impl<M: LaneMem> Claim<'_, M> {
         self.done = true;
     }
 
+    /// Retires the claim's in-flight slot: after this, other claims may reuse its bytes.
     fn release(&self) {
-        if let Some(inflight) = self.inflight {
-            if let Ok(mut st) = inflight.lock() {
-                st.inflight.retain(|&s| s != self.start);
-            }
+        if let Some(slot) = self.inflight {
+            slot.store(RETIRED, Ordering::Release);
         }
     }
 }
@@ -391,7 +398,10 @@ impl<M: LaneMem> LaneWriter<M> {
         if self.local.closed {
             return Err(ClaimError::Closed);
         }
-        let r = match self.local.reserve(&self.lane.geo, payload_len) {
+        let r = match self
+            .local
+            .reserve(&self.lane.geo, payload_len, now_realtime_nanos())
+        {
             Ok(r) => r,
             Err(e) => {
                 self.lane
@@ -453,11 +463,18 @@ impl LaneWriter<crate::mem::ShmMem> {
     }
 }
 
+/// How many claims of a [`SharedLaneWriter`] may be in flight at once (more are refused as
+/// `Lapped`: it takes that many threads stopped mid-record).
+const INFLIGHT_SLOTS: u64 = 64;
+/// A slot whose claim was committed or aborted.
+const RETIRED: u64 = u64::MAX;
+
 #[derive(Debug, Default)]
 pub(crate) struct SharedLocal {
     local: Local,
-    /// Start positions of claims handed out and not yet committed or aborted.
-    inflight: Vec<u64>,
+    /// Sequence number of the oldest claim that may still be in flight (every claim before it
+    /// is retired).
+    oldest: u64,
 }
 
 /// A writer many threads of one process share. Claims take a process-local lock for the claim
@@ -469,6 +486,12 @@ pub(crate) struct SharedLocal {
 pub struct SharedLaneWriter<M: LaneMem> {
     lane: Arc<Lane<M>>,
     state: Mutex<SharedLocal>,
+    /// In-flight claims, process-local: `slots[seq % INFLIGHT_SLOTS]` holds the start
+    /// position of claim `seq` while it is in flight (stored under the lock, Relaxed), and
+    /// [`RETIRED`] once it is committed or aborted (stored by the claim's thread **without**
+    /// the lock, with Release after its last byte; loaded with Acquire under the lock before
+    /// the bytes it covered may be reused).
+    slots: Box<[AtomicU64]>,
 }
 
 impl<M: LaneMem> SharedLaneWriter<M> {
@@ -476,7 +499,14 @@ impl<M: LaneMem> SharedLaneWriter<M> {
         SharedLaneWriter {
             lane,
             state: Mutex::new(SharedLocal::default()),
+            slots: (0..INFLIGHT_SLOTS)
+                .map(|_| AtomicU64::new(RETIRED))
+                .collect(),
         }
+    }
+
+    fn slot(&self, seq: u64) -> &AtomicU64 {
+        &self.slots[(seq % INFLIGHT_SLOTS) as usize]
     }
 
     /// The lane.
@@ -488,6 +518,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     /// claimers only for the claim arithmetic.
     pub fn claim(&self, payload_len: usize, meta: RecordMeta) -> Result<Claim<'_, M>, ClaimError> {
         let geo = self.lane.geo;
+        let now = now_realtime_nanos();
         let r = {
             let Ok(mut st) = self.state.lock() else {
                 return Err(ClaimError::Closed);
@@ -495,7 +526,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
             if st.local.closed {
                 return Err(ClaimError::Closed);
             }
-            let r = match st.local.reserve(&geo, payload_len) {
+            let r = match st.local.reserve(&geo, payload_len, now) {
                 Ok(r) => r,
                 Err(e) => {
                     self.lane
@@ -504,8 +535,23 @@ impl<M: LaneMem> SharedLaneWriter<M> {
                     return Err(e);
                 }
             };
-            if let Some(&oldest) = st.inflight.iter().min() {
-                if r.end > oldest + geo.capacity {
+            // Claims are handed out in position order, so the oldest unretired one has the
+            // smallest start of all in flight. (One load per slot: a second load could see it
+            // retired meanwhile.)
+            let mut oldest_start = None;
+            while st.oldest < st.local.seq {
+                match self.slot(st.oldest).load(Ordering::Acquire) {
+                    RETIRED => st.oldest += 1,
+                    start => {
+                        oldest_start = Some(start);
+                        break;
+                    }
+                }
+            }
+            if let Some(oldest_start) = oldest_start {
+                if r.end > oldest_start.saturating_add(geo.capacity)
+                    || st.local.seq - st.oldest >= INFLIGHT_SLOTS
+                {
                     self.lane
                         .word(word!(dropped_wrap))
                         .fetch_add(1, Ordering::Relaxed);
@@ -513,7 +559,8 @@ impl<M: LaneMem> SharedLaneWriter<M> {
                 }
             }
             st.local.accept(&r);
-            st.inflight.push(r.start);
+            // Free: the claim INFLIGHT_SLOTS before this one is retired (checked above).
+            self.slot(r.seq).store(r.start, Ordering::Relaxed);
             // Publish the intent under the lock so `claim_tail` only ever grows.
             self.lane.publish_intent(r.end);
             r
@@ -536,7 +583,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
             seq: r.seq,
             payload_len,
             meta,
-            inflight: Some(&self.state),
+            inflight: Some(self.slot(r.seq)),
             done: false,
         })
     }
