@@ -30,23 +30,7 @@ const SIDE: u64 = 512;
 // Payload types: snapbus-derived originals and serde / wincode mirrors.
 // ---------------------------------------------------------------------------------------------
 
-/// The ~64-byte event, as a snapbus snapshot.
-#[derive(Snapshot, Debug, Clone, PartialEq)]
-#[snapshot(id = "bench.event", version = 1)]
-struct Event {
-    episode: u32,
-    step: u32,
-    t: u64,
-    reward: f64,
-    position: [f32; 3],
-    done: bool,
-    truncated: bool,
-    env_id: u16,
-    action: u32,
-    log_prob: f32,
-    value: f64,
-    seed: u64,
-}
+use snapbus_benches::Event;
 
 /// The same event for the serde-based codecs and wincode.
 #[derive(

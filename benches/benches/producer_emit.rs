@@ -28,25 +28,9 @@ use snapbus_bus::broker::{self, BrokerConfig};
 use snapbus_bus::control::{Conn, PROTOCOL_VERSION, StartFrom, ToBroker};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event as BusEvent, SubscribeOptions, Subscriber};
-use snapbus_schemas::{Snapshot, Wire};
+use snapbus_schemas::Wire;
 
-/// The 64-byte event of the codec bench.
-#[derive(Snapshot, Debug, Clone, PartialEq)]
-#[snapshot(id = "bench.event", version = 1)]
-struct Event {
-    episode: u32,
-    step: u32,
-    t: u64,
-    reward: f64,
-    position: [f32; 3],
-    done: bool,
-    truncated: bool,
-    env_id: u16,
-    action: u32,
-    log_prob: f32,
-    value: f64,
-    seed: u64,
-}
+use snapbus_benches::Event;
 
 fn event(i: u64) -> Event {
     Event {

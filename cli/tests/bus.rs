@@ -41,6 +41,28 @@ impl TestBus {
         Bg::spawn(name, self.cmd(args))
     }
 
+    /// A demo that runs until killed, emitting `rate` steps per second, once it is live.
+    fn spawn_demo(&self, rate: &str) -> Bg {
+        let demo = self.spawn(
+            "demo",
+            &[
+                "demo",
+                "--no-echo",
+                "--episodes",
+                "1000000",
+                "--steps",
+                "10",
+                "--rate",
+                rate,
+            ],
+        );
+        let pid = demo.pid();
+        wait_until("the demo is live", WATCHDOG, || {
+            self.producer(pid).is_some_and(|p| p["status"] == "live")
+        });
+        demo
+    }
+
     fn ls(&self) -> Value {
         let out = self.run(&["ls", "--json"]);
         assert!(out.status.success(), "ls: {}", out.stderr);
@@ -294,27 +316,12 @@ fn a_late_echo_from_oldest_gets_the_history() {
 #[test]
 fn a_killed_producer_is_shown_dead_and_echo_ends_cleanly() {
     let bus = TestBus::up();
-    let mut demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            "1000",
-            "--steps",
-            "10",
-            "--rate",
-            "200",
-        ],
-    );
+    let mut demo = bus.spawn_demo("200");
     let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
     echo.expect_stderr("subscribed");
     let first = echo.json_lines(5);
     assert_eq!(first[0]["seq"], 0);
     let pid = demo.pid();
-    wait_until("the demo is live in ls", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "live")
-    });
     demo.kill9();
     wait_until("ls shows the demo dead", WATCHDOG, || {
         bus.producer(pid).is_some_and(|p| p["status"] == "dead")
@@ -333,23 +340,8 @@ fn a_killed_producer_is_shown_dead_and_echo_ends_cleanly() {
 #[test]
 fn a_killed_broker_is_replaced_and_the_producer_readopted() {
     let bus = TestBus::up();
-    let demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            "1000",
-            "--steps",
-            "10",
-            "--rate",
-            "200",
-        ],
-    );
+    let demo = bus.spawn_demo("200");
     let pid = demo.pid();
-    wait_until("the demo is live", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "live")
-    });
     let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
     let broker = rustix::process::Pid::from_raw(broker).expect("pid");
     rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
@@ -403,19 +395,7 @@ fn two_buses_side_by_side_stay_isolated() {
 #[test]
 fn filter_changes_what_a_running_producer_emits() {
     let bus = TestBus::up();
-    let demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            "100000",
-            "--steps",
-            "10",
-            "--rate",
-            "500",
-        ],
-    );
+    let demo = bus.spawn_demo("500");
     let pid = demo.pid();
     let frames = |bus: &TestBus| {
         bus.producer(pid)
@@ -496,21 +476,7 @@ fn bad_globs_directives_and_bus_names_are_refused() {
 #[test]
 fn hz_reports_per_schema_rates_of_a_running_producer() {
     let bus = TestBus::up();
-    let demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            "100000",
-            "--steps",
-            "10",
-            "--rate",
-            "400",
-        ],
-    );
-    let pid = demo.pid();
-    wait_until("the demo is live", WATCHDOG, || bus.producer(pid).is_some());
+    let demo = bus.spawn_demo("400");
     let out = bus.run(&["hz", "--period-secs", "0.5", "--reports", "2", "demo.step"]);
     assert!(out.status.success(), "{}", out.stderr);
     // The second report covers a full period of steady emission.

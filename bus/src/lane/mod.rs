@@ -312,15 +312,7 @@ mod shm_lane {
         /// Maps another process's lane read-write (the broker, to mark it dead) and validates
         /// its header.
         pub fn open_rw(fd: OwnedFd) -> Result<ShmLane, LaneOpenError> {
-            let seg = Segment::open_rw(fd).map_err(|e| LaneOpenError::Segment(e.to_string()))?;
-            let fd = seg
-                .fd()
-                .try_clone_to_owned()
-                .map_err(|e| LaneOpenError::Segment(e.to_string()))?;
-            Ok(ShmLane {
-                lane: Arc::new(Lane::attach(seg.mem)?),
-                fd,
-            })
+            ShmLane::attach(Segment::open_rw(fd))
         }
 
         /// A read-only fd for the same segment (what the broker hands to consumers), opened
@@ -333,7 +325,13 @@ mod shm_lane {
 
         /// Maps another process's lane read-only and validates its header.
         pub fn open(fd: OwnedFd) -> Result<ShmLane, LaneOpenError> {
-            let seg = Segment::open(fd).map_err(|e| LaneOpenError::Segment(e.to_string()))?;
+            ShmLane::attach(Segment::open(fd))
+        }
+
+        fn attach(
+            seg: Result<Segment, crate::segment::SegmentError>,
+        ) -> Result<ShmLane, LaneOpenError> {
+            let seg = seg.map_err(|e| LaneOpenError::Segment(e.to_string()))?;
             let fd = seg
                 .fd()
                 .try_clone_to_owned()
