@@ -591,6 +591,8 @@ impl Broker {
                         id: d.id().to_owned(),
                         version: d.version(),
                         fingerprint: format!("{:016x}", d.fingerprint()),
+                        descriptor: d.root().to_string(),
+                        conflict: false,
                         producers: Vec::new(),
                         rate_hz: 0.0,
                         in_rings: 0,
@@ -607,7 +609,17 @@ impl Broker {
             }
         }
         let mut schemas: Vec<SchemaState> = schemas.into_values().collect();
-        schemas.sort_by(|a, b| (&a.id, a.version).cmp(&(&b.id, b.version)));
+        schemas.sort_by(|a, b| {
+            (&a.id, a.version, &a.fingerprint).cmp(&(&b.id, b.version, &b.fingerprint))
+        });
+        // Two producers that disagree about (id, version) are reported, not mixed.
+        for i in 1..schemas.len() {
+            if (&schemas[i].id, schemas[i].version) == (&schemas[i - 1].id, schemas[i - 1].version)
+            {
+                schemas[i].conflict = true;
+                schemas[i - 1].conflict = true;
+            }
+        }
         BusState {
             bus: self.dir.name().to_string(),
             broker_pid: std::process::id(),

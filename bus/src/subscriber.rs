@@ -516,6 +516,22 @@ impl Subscriber {
         self.lanes.iter().filter(|l| !l.ended).map(|l| &l.info)
     }
 
+    /// The globs no schema on the bus matches yet (every catalog is read first). Records of a
+    /// matching schema that appears later are still delivered.
+    pub fn unmatched_globs(&mut self) -> Vec<&str> {
+        let mut ids = Vec::new();
+        for l in &mut self.lanes {
+            l.catalog.refresh();
+            ids.extend(l.catalog.schemas().map(|(_, d)| d.id().to_owned()));
+        }
+        self.opts
+            .globs
+            .iter()
+            .filter(|g| !ids.iter().any(|id| g.matches(id)))
+            .map(Glob::as_str)
+            .collect()
+    }
+
     /// Whether every lane known was read to its end (true when there are none).
     pub fn all_ended(&self) -> bool {
         self.lanes.iter().all(|l| l.ended)

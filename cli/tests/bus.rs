@@ -307,6 +307,29 @@ fn a_late_echo_from_oldest_gets_the_history() {
         check_demo_line(line, e, s);
     }
     assert!(out.stderr.contains("ended"), "{}", out.stderr);
+    // `ls` describes the schemas it saw.
+    let state = bus.ls();
+    let step = state["schemas"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "demo.step"))
+        .expect("demo.step in ls")
+        .clone();
+    assert_eq!(step["version"], 1);
+    assert_eq!(step["conflict"], false);
+    assert!(
+        step["descriptor"]
+            .as_str()
+            .is_some_and(|d| d.contains("observation")),
+        "{step}"
+    );
+    // A glob nothing matches is waited for, with a warning.
+    let out = bus.run(&["echo", "--until-end", "no.such.schema"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no schema on bus") && out.stderr.contains("'no.such.schema'"),
+        "{}",
+        out.stderr
+    );
     // A late echo from the latest record gets nothing and ends at once with --until-end.
     let out = bus.run(&["echo", "--until-end"]);
     assert!(out.status.success(), "{}", out.stderr);
@@ -342,6 +365,10 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
     let bus = TestBus::up();
     let demo = bus.spawn_demo("200");
     let pid = demo.pid();
+    // A consumer attached before the broker dies keeps reading, and rejoins the new broker.
+    let echo = bus.spawn("echo", &["echo"]);
+    echo.expect_stderr("subscribed");
+    echo.json_lines(3);
     let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
     let broker = rustix::process::Pid::from_raw(broker).expect("pid");
     rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
@@ -362,9 +389,24 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
         bus.producer(pid)
             .is_some_and(|p| p["frames"].as_u64().unwrap_or(0) > frames)
     });
-    let echo = bus.run(&["echo", "--count", "3"]);
-    assert!(echo.status.success(), "{}", echo.stderr);
-    assert_eq!(echo.stdout.lines().count(), 3);
+    let seqs: Vec<u64> = echo
+        .json_lines(200)
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "the old echo goes on in order"
+    );
+    wait_until("the old echo rejoins the new broker", WATCHDOG, || {
+        bus.ls()["consumers"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["info"]["pid"] == echo.pid()))
+    });
+    let late = bus.run(&["echo", "--count", "3"]);
+    assert!(late.status.success(), "{}", late.stderr);
+    assert_eq!(late.stdout.lines().count(), 3);
+    drop(echo);
     drop(demo);
 }
 

@@ -198,6 +198,11 @@ pub struct SchemaState {
     pub version: u32,
     /// Descriptor fingerprint (hex).
     pub fingerprint: String,
+    /// The descriptor's type, as text (`struct { episode: u32, … }`).
+    pub descriptor: String,
+    /// Another producer registered this id and version with a different descriptor: the two
+    /// cannot be mixed (each is still decoded with its own descriptor).
+    pub conflict: bool,
     /// Ids of the producers that registered it.
     pub producers: Vec<u64>,
     /// Records of this schema per second, from the timestamps in the rings.

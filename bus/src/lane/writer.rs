@@ -273,8 +273,8 @@ pub struct Claim<'w, M: LaneMem> {
     payload_len: usize,
     meta: RecordMeta,
     /// For the shared writer: the in-flight set to leave on commit or abort.
-    /// The claim's in-flight slot (shared writers only).
-    inflight: Option<&'w AtomicU64>,
+    /// How the claim is retired (shared writers only).
+    inflight: Option<Inflight<'w>>,
     done: bool,
 }
 
@@ -314,10 +314,16 @@ impl<M: LaneMem> Claim<'_, M> {
         self.done = true;
     }
 
-    /// Retires the claim's in-flight slot: after this, other claims may reuse its bytes.
+    /// Retires the claim: after this, other claims may reuse its bytes.
     fn release(&self) {
-        if let Some(slot) = self.inflight {
-            slot.store(RETIRED, Ordering::Release);
+        match self.inflight {
+            Some(Inflight::Slot(slot)) => slot.store(RETIRED, Ordering::Release),
+            Some(Inflight::Overflow(state)) => {
+                if let Ok(mut st) = state.lock() {
+                    st.overflow.retain(|&(seq, _)| seq != self.seq);
+                }
+            }
+            None => {}
         }
     }
 }
@@ -463,18 +469,34 @@ impl LaneWriter<crate::mem::ShmMem> {
     }
 }
 
-/// How many claims of a [`SharedLaneWriter`] may be in flight at once (more are refused as
-/// `Lapped`: it takes that many threads stopped mid-record).
-const INFLIGHT_SLOTS: u64 = 64;
+/// In-flight slots of a [`SharedLaneWriter`]: claim `seq` uses slot `seq % INFLIGHT_SLOTS`
+/// (unless a claim that many records older is still in flight: see `SharedLocal::overflow`).
+#[cfg(not(loom))]
+const INFLIGHT_SLOTS: u64 = 1024;
+/// Under loom, few slots, so the models reach the overflow path.
+#[cfg(loom)]
+const INFLIGHT_SLOTS: u64 = 2;
 /// A slot whose claim was committed or aborted.
 const RETIRED: u64 = u64::MAX;
+
+/// How a shared writer's claim is retired.
+#[derive(Clone, Copy)]
+enum Inflight<'w> {
+    /// A Release store of [`RETIRED`] into its slot, without the lock.
+    Slot(&'w AtomicU64),
+    /// Removal from `SharedLocal::overflow`, under the lock.
+    Overflow(&'w Mutex<SharedLocal>),
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct SharedLocal {
     local: Local,
-    /// Sequence number of the oldest claim that may still be in flight (every claim before it
-    /// is retired).
+    /// Every claim before this sequence number is retired; claims from here on are examined
+    /// in order (so the first one in flight has the smallest start of all).
     oldest: u64,
+    /// Claims that found their slot still owned by a claim `INFLIGHT_SLOTS` older (a thread
+    /// stopped mid-record): `(seq, start)`, retired under the lock.
+    overflow: Vec<(u64, u64)>,
 }
 
 /// A writer many threads of one process share. Claims take a process-local lock for the claim
@@ -519,7 +541,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     pub fn claim(&self, payload_len: usize, meta: RecordMeta) -> Result<Claim<'_, M>, ClaimError> {
         let geo = self.lane.geo;
         let now = now_realtime_nanos();
-        let r = {
+        let (r, inflight) = {
             let Ok(mut st) = self.state.lock() else {
                 return Err(ClaimError::Closed);
             };
@@ -535,35 +557,43 @@ impl<M: LaneMem> SharedLaneWriter<M> {
                     return Err(e);
                 }
             };
-            // Claims are handed out in position order, so the oldest unretired one has the
+            // Claims are handed out in position order, so the first unretired one has the
             // smallest start of all in flight. (One load per slot: a second load could see it
             // retired meanwhile.)
             let mut oldest_start = None;
             while st.oldest < st.local.seq {
-                match self.slot(st.oldest).load(Ordering::Acquire) {
-                    RETIRED => st.oldest += 1,
-                    start => {
-                        oldest_start = Some(start);
-                        break;
-                    }
+                let seq = st.oldest;
+                let start = match st.overflow.iter().find(|&&(s, _)| s == seq) {
+                    Some(&(_, start)) => start,
+                    // A retired overflow claim's slot still holds RETIRED (its owner, the
+                    // claim `INFLIGHT_SLOTS` earlier, was passed before it could be reused).
+                    None => self.slot(seq).load(Ordering::Acquire),
+                };
+                if start != RETIRED {
+                    oldest_start = Some(start);
+                    break;
                 }
+                st.oldest += 1;
             }
-            if let Some(oldest_start) = oldest_start {
-                if r.end > oldest_start.saturating_add(geo.capacity)
-                    || st.local.seq - st.oldest >= INFLIGHT_SLOTS
-                {
-                    self.lane
-                        .word(word!(dropped_wrap))
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Err(ClaimError::Lapped);
-                }
+            if oldest_start.is_some_and(|o| r.end > o.saturating_add(geo.capacity)) {
+                self.lane
+                    .word(word!(dropped_wrap))
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(ClaimError::Lapped);
             }
             st.local.accept(&r);
-            // Free: the claim INFLIGHT_SLOTS before this one is retired (checked above).
-            self.slot(r.seq).store(r.start, Ordering::Relaxed);
+            // The slot is free once the scan has passed its previous owner.
+            let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
+                let slot = self.slot(r.seq);
+                slot.store(r.start, Ordering::Relaxed);
+                Inflight::Slot(slot)
+            } else {
+                st.overflow.push((r.seq, r.start));
+                Inflight::Overflow(&self.state)
+            };
             // Publish the intent under the lock so `claim_tail` only ever grows.
             self.lane.publish_intent(r.end);
-            r
+            (r, inflight)
         };
         if r.pad_len > 0 {
             self.lane.write_pad(r.pad_at, r.pad_len);
@@ -583,7 +613,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
             seq: r.seq,
             payload_len,
             meta,
-            inflight: Some(self.slot(r.seq)),
+            inflight: Some(inflight),
             done: false,
         })
     }

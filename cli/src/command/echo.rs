@@ -29,6 +29,12 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
         dir.name(),
         sub.producers().count()
     );
+    for glob in sub.unmatched_globs() {
+        eprintln!(
+            "snapbus echo: warning: no schema on bus '{}' matches '{glob}' yet; waiting for one",
+            dir.name()
+        );
+    }
     let mut out = std::io::stdout().lock();
     let mut printed = 0u64;
     if args.count == Some(0) {

@@ -29,6 +29,12 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!("snapbus hz: subscribed to bus '{}'", dir.name());
+    for glob in sub.unmatched_globs() {
+        eprintln!(
+            "snapbus hz: warning: no schema on bus '{}' matches '{glob}' yet; waiting for one",
+            dir.name()
+        );
+    }
     let mut out = std::io::stdout().lock();
     // schema id -> (records, payload bytes) in this period.
     let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();

@@ -73,13 +73,18 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         let producers: Vec<String> = sc.producers.iter().map(u64::to_string).collect();
         writeln!(
             out,
-            "{:<32} {:>4}  {:<16} {:>10.1} {:>10}  {}",
+            "{:<32} {:>4}  {:<16} {:>10.1} {:>10}  {}{}",
             sc.id,
             sc.version,
             sc.fingerprint,
             sc.rate_hz,
             sc.in_rings,
-            producers.join(",")
+            producers.join(","),
+            if sc.conflict {
+                "  CONFLICT: another descriptor has this id and version"
+            } else {
+                ""
+            }
         )?;
     }
     out.flush()?;

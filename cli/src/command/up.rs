@@ -46,8 +46,16 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
 /// to tell the user.
 pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Result<String> {
     dir.create()?;
-    let log = std::fs::File::create(dir.log_path())
-        .with_context(|| format!("creating {}", dir.log_path().display()))?;
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.log_path())
+            .with_context(|| format!("creating {}", dir.log_path().display()))?
+    };
     let exe = std::env::current_exe().context("finding the snapbus executable")?;
     let mut child = {
         use std::os::unix::process::CommandExt;
