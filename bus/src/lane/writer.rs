@@ -563,12 +563,15 @@ impl<M: LaneMem> SharedLaneWriter<M> {
             let mut oldest_start = None;
             while st.oldest < st.local.seq {
                 let seq = st.oldest;
-                let start = match st.overflow.iter().find(|&&(s, _)| s == seq) {
-                    Some(&(_, start)) => start,
-                    // A retired overflow claim's slot still holds RETIRED (its owner, the
-                    // claim `INFLIGHT_SLOTS` earlier, was passed before it could be reused).
-                    None => self.slot(seq).load(Ordering::Acquire),
-                };
+                let mut start = self.slot(seq).load(Ordering::Acquire);
+                if !st.overflow.is_empty() {
+                    // An overflow claim's slot belongs to another claim: its list entry says.
+                    // (Once retired, its slot holds RETIRED: the slot's owner, the claim
+                    // `INFLIGHT_SLOTS` earlier, was passed before the slot could be reused.)
+                    if let Some(&(_, s)) = st.overflow.iter().find(|&&(s, _)| s == seq) {
+                        start = s;
+                    }
+                }
                 if start != RETIRED {
                     oldest_start = Some(start);
                     break;
