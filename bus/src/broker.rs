@@ -300,14 +300,11 @@ impl Broker {
         let refuse = |conn: &Conn, why: String| {
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
-        if fds.len() != 2 {
-            return refuse(
-                &conn,
-                format!("expected 2 fds (lane, catalog), got {}", fds.len()),
-            );
-        }
-        let catalog_fd = fds.pop().expect("two fds");
-        let lane_fd = fds.pop().expect("two fds");
+        let n = fds.len();
+        let Ok::<[OwnedFd; 2], _>([lane_fd, catalog_fd]) = std::mem::take(&mut fds).try_into()
+        else {
+            return refuse(&conn, format!("expected 2 fds (lane, catalog), got {n}"));
+        };
         let lane = match ShmLane::open_rw(lane_fd) {
             Ok(l) => l,
             Err(e) => return refuse(&conn, format!("lane refused: {e}")),

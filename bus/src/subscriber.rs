@@ -273,11 +273,11 @@ impl Subscriber {
             self.lanes[k].producer_id = info.producer_id;
             return;
         }
-        if fds.len() != 2 {
+        let Ok::<[std::os::fd::OwnedFd; 2], _>([lane_fd, cat_fd]) =
+            std::mem::take(&mut fds).try_into()
+        else {
             return;
-        }
-        let cat_fd = fds.pop().expect("two fds");
-        let lane_fd = fds.pop().expect("two fds");
+        };
         let (Ok(lane), Ok(catalog)) = (ShmLane::open(lane_fd), Catalog::open(cat_fd)) else {
             // A lane that does not validate is skipped (and never trusted).
             return;
