@@ -516,9 +516,13 @@ impl Subscriber {
         self.lanes.iter().filter(|l| !l.ended).map(|l| &l.info)
     }
 
-    /// The globs no schema on the bus matches yet (every catalog is read first). Records of a
-    /// matching schema that appears later are still delivered.
+    /// The globs no schema on the bus matches yet (every catalog is read first; empty when no
+    /// producer is on the bus, where nothing could match). Records of a matching schema that
+    /// appears later are still delivered.
     pub fn unmatched_globs(&mut self) -> Vec<&str> {
+        if self.lanes.is_empty() {
+            return Vec::new();
+        }
         let mut ids = Vec::new();
         for l in &mut self.lanes {
             l.catalog.refresh();

@@ -256,6 +256,9 @@ struct Seen {
     lagged: u64,
     /// `Lagged` reported since the last delivered record.
     gap: u64,
+    /// Whether the reader started at position 0, where the first record is number 0: it then
+    /// accounts for every sequence number from 0 (set at its first poll).
+    from_zero: Option<bool>,
 }
 
 impl Seen {
@@ -277,8 +280,17 @@ impl Seen {
                         "{prev} -> {seq}: Lagged({}) does not account for the gap",
                         self.gap
                     );
+                } else if self.from_zero == Some(true) {
+                    // A reader that started at position 0 expects record 0 first, so every
+                    // record it missed before its first delivery was reported.
+                    let aborted_before = aborted.iter().filter(|&&a| a < seq).count() as u64;
+                    assert!(
+                        self.gap <= seq && seq <= self.gap + aborted_before,
+                        "first record {seq}: Lagged({}) does not account for the gap",
+                        self.gap
+                    );
                 } else if aborted.is_empty() {
-                    // The first record a reader sees sets its baseline: no loss before it.
+                    // Elsewhere the first record a reader sees sets its baseline.
                     assert_eq!(self.gap, 0, "Lagged before the first record");
                 }
                 self.gap = 0;
@@ -301,6 +313,7 @@ impl Seen {
         aborted: &[u64],
         validate: fn(&Frame<'_>),
     ) {
+        self.from_zero.get_or_insert(reader.position() == 0);
         for _ in 0..n {
             let p = reader.poll();
             self.on(p, aborted, validate);
@@ -314,6 +327,7 @@ impl Seen {
         aborted: &[u64],
         validate: fn(&Frame<'_>),
     ) {
+        self.from_zero.get_or_insert(reader.position() == 0);
         for _ in 0..100 {
             match reader.poll() {
                 Poll::Closed => return,
@@ -344,8 +358,14 @@ impl Seen {
         // Exact loss from the first delivered record on: every later sequence number was
         // delivered, reported lost, or aborted (an aborted one counts as lost only if the reader
         // was lapped past it).
-        let after = written - first;
-        let aborted_after = aborted.iter().filter(|&&a| a > first).count() as u64;
+        let (after, aborted_after) = if self.from_zero == Some(true) {
+            (written, aborted.len() as u64)
+        } else {
+            (
+                written - first,
+                aborted.iter().filter(|&&a| a > first).count() as u64,
+            )
+        };
         let accounted = self.delivered.len() as u64 + self.lagged;
         assert!(
             accounted <= after && after <= accounted + aborted_after,
@@ -596,6 +616,7 @@ fn full_lap_guard_concurrent_commit() {
 /// when `n` records were delivered.
 fn consume(reader: &mut LaneReader<HeapMem>, bell: &Doorbell<'_>, n: usize, use_wait_until: bool) {
     let mut seen = Seen::default();
+    seen.from_zero = Some(reader.position() == 0);
     while seen.delivered.len() < n {
         match reader.poll() {
             Poll::Pending => {

@@ -27,9 +27,9 @@
 //! `producer_killed_after_intent` is ignored. The full set, in release:
 //! `cargo test -p snapbus-bus --release --features testpoints --test tests multiprocess -- --include-ignored`.
 //!
-//! Loss baseline: a reader created on a fresh lane counts loss from the first record it
-//! delivers (a reader lapped before its first delivery reports no loss for the records it
-//! never saw), so every test lets the reader deliver record 0 before writing the rest.
+//! Loss baseline: a reader that starts at position 0 of a lane knows the first record is
+//! number 0, so it reports everything it missed, even when it is lapped before its first
+//! delivery (`producer_killed_externally_at_random_moments` writes without a handshake).
 
 mod harness;
 mod roles;

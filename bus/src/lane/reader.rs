@@ -163,8 +163,12 @@ enum Step<R> {
 pub struct LaneReader<M: LaneMem> {
     lane: Arc<Lane<M>>,
     pos: u64,
-    /// Sequence number and position of the last DATA/ABORTED frame accepted.
-    last_seq: Option<(u64, u64)>,
+    /// The sequence number the next DATA/ABORTED frame should have, and the position after
+    /// which it lies (the last accepted frame's, or the lane's start): known once a frame was
+    /// accepted, or from the start for a reader that starts at position 0 (the lane's first
+    /// record is number 0), so that even a reader lapped before its first delivery counts
+    /// what it missed.
+    next_seq: Option<(u64, u64)>,
     not_before_nanos: Option<u64>,
     filter: Option<Box<[u64]>>,
     scratch: Vec<u8>,
@@ -182,7 +186,7 @@ impl<M: LaneMem> LaneReader<M> {
         let mut r = LaneReader {
             lane,
             pos: 0,
-            last_seq: None,
+            next_seq: None,
             not_before_nanos: None,
             filter: None,
             scratch: Vec::new(),
@@ -199,6 +203,9 @@ impl<M: LaneMem> LaneReader<M> {
                 r.pos = r.oldest_boundary(tail);
                 r.not_before_nanos = Some(t);
             }
+        }
+        if r.pos == 0 {
+            r.next_seq = Some((0, 0));
         }
         r
     }
@@ -423,17 +430,16 @@ impl<M: LaneMem> LaneReader<M> {
             self.stalled_since = None;
             match kind {
                 Some(FrameKind::Data | FrameKind::Aborted) => {
-                    let lost = match self.last_seq {
+                    let lost = match self.next_seq {
                         // Every frame takes at least a header's worth of bytes, so a gap
-                        // larger than the bytes between the two frames can hold is garbage,
-                        // not loss: it would make the loss count a lie.
-                        Some((last, last_pos))
-                            if seq > last
-                                && seq - last - 1
-                                    <= meta.pos.saturating_sub(last_pos)
-                                        / FRAME_HEADER_LEN as u64 =>
+                        // larger than the bytes before this frame can hold is garbage, not
+                        // loss: it would make the loss count a lie.
+                        Some((next, base))
+                            if seq >= next
+                                && seq - next
+                                    <= meta.pos.saturating_sub(base) / FRAME_HEADER_LEN as u64 =>
                         {
-                            seq - last - 1
+                            seq - next
                         }
                         Some(_) => {
                             // Sequence numbers only grow within a lane: this is garbage.
@@ -448,21 +454,21 @@ impl<M: LaneMem> LaneReader<M> {
                     }
                     match (result, lost) {
                         (Some(r), 0) => {
-                            self.last_seq = Some((seq, meta.pos));
+                            self.next_seq = Some((seq + 1, meta.pos));
                             return Step::Deliver(meta, r);
                         }
                         (Some(_), _) => {
                             // Report the loss first and read this record again on the next
                             // call (as a copy or in place, whichever that call asks for): the
-                            // cursor stays on it, and the sequence number before it counts
-                            // as seen, so the re-read reports no loss, and an overwrite in
-                            // between is counted like any other.
+                            // cursor stays on it and it is the next expected, so the re-read
+                            // reports no loss, and an overwrite in between is counted like
+                            // any other.
                             self.pos = meta.pos;
-                            self.last_seq = Some((seq - 1, meta.pos));
+                            self.next_seq = Some((seq, meta.pos));
                             return Step::Lagged(lost);
                         }
                         (None, lost) => {
-                            self.last_seq = Some((seq, meta.pos));
+                            self.next_seq = Some((seq + 1, meta.pos));
                             if lost > 0 {
                                 return Step::Lagged(lost);
                             }

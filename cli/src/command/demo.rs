@@ -4,12 +4,13 @@
 //! process that prints every event it receives as a JSON line.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use snapbus::Level;
 
-use crate::bus::{bus_dir, state};
+use crate::bus::{bus_dir, interrupted, state};
 use crate::cli::DemoArgs;
 use crate::command::{down, up};
 use crate::demo::{episode_end, step_event};
@@ -29,7 +30,9 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     if started_bus {
         eprintln!("snapbus demo: {}", up::start_detached(&dir, 300)?);
     }
-    let result = run_on_bus(args, dir.name().as_str());
+    // Ctrl-C stops the experiment cleanly (and the bus, if the demo started it).
+    let stop = interrupted()?;
+    let result = run_on_bus(args, dir.name().as_str(), &stop);
     if started_bus {
         match down::stop(&dir) {
             Ok(msg) => eprintln!("snapbus demo: {msg}"),
@@ -39,7 +42,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     result
 }
 
-fn run_on_bus(args: &DemoArgs, bus: &str) -> anyhow::Result<()> {
+fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<()> {
     let total = u64::from(args.episodes) * (u64::from(args.steps) + 1);
     let mut echo = if args.no_echo || total == 0 {
         None
@@ -59,8 +62,15 @@ fn run_on_bus(args: &DemoArgs, bus: &str) -> anyhow::Result<()> {
     let period = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let start = Instant::now();
     let mut ticks: u32 = 0;
-    for episode in 0..args.episodes {
+    let mut emitted = 0u64;
+    'run: for episode in 0..args.episodes {
         for step in 0..args.steps {
+            // The echo stops early when its stdout closes (`snapbus demo | head`): then so do we.
+            if stop.load(Ordering::Relaxed)
+                || (emitted % 1024 == 1023 && echo_finished(&mut echo)?)
+            {
+                break 'run;
+            }
             if let Some(period) = period {
                 let due = start + period.saturating_mul(ticks);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
@@ -71,17 +81,24 @@ fn run_on_bus(args: &DemoArgs, bus: &str) -> anyhow::Result<()> {
             telemetry
                 .try_snapshot(Level::INFO, &event)
                 .context("emitting demo.step")?;
+            emitted += 1;
         }
         telemetry
             .try_snapshot(Level::INFO, &episode_end(episode, args.steps))
             .context("emitting demo.episode_end")?;
+        emitted += 1;
     }
     // Consumers see the stream end, not a dead producer.
     snapbus::shutdown();
     eprintln!(
-        "snapbus demo: emitted {total} events on bus '{bus}' in {:.2?}",
+        "snapbus demo: emitted {emitted} of {total} events on bus '{bus}' in {:.2?}",
         start.elapsed()
     );
+    if stop.load(Ordering::Relaxed) {
+        // Interrupted: the echo will not get the rest.
+        kill(&mut echo);
+        return Ok(());
+    }
     if let Some(mut child) = echo.take() {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -112,6 +129,18 @@ fn spawn_echo(bus: &str, total: u64) -> anyhow::Result<Child> {
         .stdin(Stdio::null())
         .spawn()
         .context("starting snapbus echo")
+}
+
+/// Whether the echo child has exited (successfully: an error exit is an error here).
+fn echo_finished(echo: &mut Option<Child>) -> anyhow::Result<bool> {
+    let Some(child) = echo.as_mut() else {
+        return Ok(false);
+    };
+    match child.try_wait()? {
+        None => Ok(false),
+        Some(status) if status.success() => Ok(true),
+        Some(status) => bail!("snapbus echo exited with {status}"),
+    }
 }
 
 fn kill(child: &mut Option<Child>) {
