@@ -16,9 +16,12 @@ Values, so a consumer can check what it received:
   observation  = u8 image of shape [H, W], pixel (x, y) = (x + 2*y + 3*s + 5*e) % 256
   total_reward = sum of the episode's rewards in step order, mean_reward = total / steps
 
-Until the shared-memory bus lands, every event is encoded with the snapbus wire format,
-decoded again from its descriptor (as `snapbus echo` will), and printed as one JSON line:
-  {\"schema\": .., \"version\": .., \"t_nanos\": .., \"payload\": {..}}";
+The demo emits at level INFO under the target `demo`, on the bus named by --bus or
+$SNAPBUS_BUS (default `default`); it starts that bus if none is running and stops it at the
+end. Unless --no-echo, it also starts `snapbus echo 'demo.*'` as a separate process, which
+prints every event it receives as one JSON line:
+  {\"schema\": .., \"version\": .., \"level\": \"info\", \"t_nanos\": .., \"producer\": {..},
+   \"target\": \"demo\", \"seq\": .., \"payload\": {..}}";
 
 /// Train or evaluation episode.
 #[derive(Wire, Debug, Clone, Copy, PartialEq, Eq)]
