@@ -66,8 +66,7 @@ fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<(
     'run: for episode in 0..args.episodes {
         for step in 0..args.steps {
             // The echo stops early when its stdout closes (`snapbus demo | head`): then so do we.
-            if stop.load(Ordering::Relaxed)
-                || (emitted % 1024 == 1023 && echo_finished(&mut echo)?)
+            if stop.load(Ordering::Relaxed) || (emitted % 1024 == 1023 && echo_finished(&mut echo)?)
             {
                 break 'run;
             }
