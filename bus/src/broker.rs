@@ -31,6 +31,8 @@ use crate::runtime::{BusDir, RuntimeError};
 
 /// How long a dead producer's lane stays readable (for `snapbus snapshot`) by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
+/// How long a new connection may take to send its first message.
+const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Window of the per-schema rates in `ls`.
 const RATE_WINDOW_NANOS: u64 = 5_000_000_000;
 
@@ -91,7 +93,8 @@ struct Broker {
     next_id: u64,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
-    pending: Vec<Conn>,
+    /// Connections that have not said what they are yet, with when they were accepted.
+    pending: Vec<(Conn, Instant)>,
     shutdown: bool,
 }
 
@@ -161,7 +164,7 @@ impl Broker {
         let mut exited_producers = Vec::new();
         {
             let mut fds = vec![PollFd::from_borrowed_fd(listener.fd(), PollFlags::IN)];
-            for c in &self.pending {
+            for (c, _) in &self.pending {
                 fds.push(PollFd::from_borrowed_fd(c.fd(), PollFlags::IN));
             }
             for p in &self.producers {
@@ -221,7 +224,7 @@ impl Broker {
             self.producer_exited(k);
         }
         while let Ok(Some(conn)) = listener.accept() {
-            self.pending.push(conn);
+            self.pending.push((conn, Instant::now()));
         }
         // Serve in reverse index order so removals do not shift what is still to serve.
         for k in ready_consumers.into_iter().rev() {
@@ -231,18 +234,18 @@ impl Broker {
             self.serve_producer(k);
         }
         for k in ready_pending.into_iter().rev() {
-            let conn = self.pending.swap_remove(k);
-            self.serve_new(conn);
+            let (conn, since) = self.pending.swap_remove(k);
+            self.serve_new(conn, since);
         }
         self.housekeeping();
     }
 
     /// The first message on a connection says what it is.
-    fn serve_new(&mut self, mut conn: Conn) {
+    fn serve_new(&mut self, mut conn: Conn, since: Instant) {
         let (msg, fds) = match conn.try_recv::<ToBroker>() {
             Ok(Some(m)) => m,
             Ok(None) => {
-                self.pending.push(conn);
+                self.pending.push((conn, since));
                 return;
             }
             Err(_) => return,
@@ -544,9 +547,12 @@ impl Broker {
         self.update_wake_masks();
     }
 
-    /// Rates, and forgetting dead producers after the retention period.
+    /// Rates, forgetting dead producers after the retention period, and dropping connections
+    /// that never said what they are.
     fn housekeeping(&mut self) {
         let now = Instant::now();
+        self.pending
+            .retain(|(_, since)| now.duration_since(*since) < PENDING_TIMEOUT);
         for p in &mut self.producers {
             let (t0, f0, _) = p.rate;
             let dt = now.duration_since(t0);

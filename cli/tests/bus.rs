@@ -542,3 +542,38 @@ fn hz_reports_per_schema_rates_of_a_running_producer() {
     );
     drop(demo);
 }
+
+#[test]
+fn the_broker_survives_garbage_and_silent_clients() {
+    use snapbus_bus::control::{Conn, ControlError, FromBroker};
+    let bus = TestBus::up();
+    let sock = crate::util::runtime_root()
+        .join(&bus.name)
+        .join("broker.sock");
+    // A message that is not a ToBroker: the broker drops that connection, nothing else.
+    let mut garbage = Conn::connect(&sock).expect("connect");
+    garbage
+        .send(&(u32::MAX, "not a message", [7u8; 32]), &[])
+        .expect("send");
+    let closed = garbage.recv::<FromBroker>(Some(WATCHDOG));
+    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+    // A client that never speaks does not hold the broker up, and is dropped after a while.
+    let mut silent = Conn::connect(&sock).expect("connect");
+    assert!(
+        bus.ls()["producers"].as_array().is_some(),
+        "ls works meanwhile"
+    );
+    let out = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1",
+        "--steps",
+        "2",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let closed = silent.recv::<FromBroker>(Some(WATCHDOG));
+    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+}
