@@ -1,3 +1,50 @@
-//! The snapbus consumer runtime and built-in consumers (echo, recorder, aggregator, plotter).
-//! **Not implemented yet**: it lands with issue "Consumer runtime, recorder, ring snapshot and
-//! replay". Nothing here pretends to work.
+//! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
+//! [`run`] it. Built-in consumers (recorder, aggregator, plotter) will live here too; they are
+//! **not implemented yet** (issue "Consumer runtime, recorder, ring snapshot and replay").
+//!
+//! # Guarantees
+//!
+//! - **A consumer never slows a producer.** Records are read from the producers' lanes in
+//!   shared memory; a slow consumer is lapped and told exactly how many records it lost
+//!   ([`Consumer::on_lag`]), a stopped or crashed one costs the producers nothing.
+//! - **Everything is decodable.** Each record comes with its schema's descriptor
+//!   ([`Consumer::on_schema`] is called once per schema before its first record), so a
+//!   consumer needs none of the producer's types.
+//! - **Clean exits.** SIGINT and SIGTERM make [`run`] flush and return; a broker restart is
+//!   survived (lanes keep being read and the subscription rejoins the new broker).
+//!
+//! # Example: count records per schema
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
+//! use snapbus_bus::runtime::{BusDir, BusName};
+//! use snapbus_bus::subscriber::Record;
+//!
+//! #[derive(Default)]
+//! struct Count(BTreeMap<String, u64>);
+//!
+//! impl Consumer for Count {
+//!     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+//!         *self.0.entry(r.schema.id().to_owned()).or_default() += 1;
+//!         Ok(Flow::Continue)
+//!     }
+//!     fn flush(&mut self) -> Result<(), HookError> {
+//!         println!("{:?}", self.0);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let dir = BusDir::locate(&BusName::resolve(None)?);
+//! run(&dir, &RunOptions::new("count"), &mut Count::default(), None)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `consumers/examples/count.rs` is this example as a program:
+//! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
+
+mod runtime;
+
+pub use runtime::{
+    Consumer, Flow, HookError, ProducerChange, RunError, RunOptions, RunSummary, StopReason, run,
+};

@@ -1,0 +1,245 @@
+//! The consumer trait and the run loop every consumer uses.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::runtime::BusDir;
+use snapbus_bus::schemas::SchemaDescriptor;
+use snapbus_bus::subscriber::{Event, Glob, Record, SubscribeError, SubscribeOptions, Subscriber};
+use thiserror::Error;
+
+/// What a hook asks the run loop to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep going.
+    Continue,
+    /// Flush and return.
+    Stop,
+}
+
+/// An error a consumer's hook returns (the run loop flushes what it can and returns it).
+pub type HookError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A producer's lane appearing or going.
+#[derive(Debug, Clone, Copy)]
+pub enum ProducerChange<'a> {
+    /// Its lane became readable.
+    Joined(&'a ProducerInfo),
+    /// It died; what it wrote is still delivered.
+    Died(&'a ProducerInfo),
+    /// Its lane was read to the end.
+    Ended(&'a ProducerInfo),
+}
+
+/// A consumer: every hook has a default body, so a consumer implements only what it needs.
+///
+/// Back-pressure contract: hooks run on the consumer's own thread, in its own process, and may
+/// take as long as they like — the producers never wait for them. A consumer that falls more
+/// than a ring behind loses records, and is told exactly how many ([`Consumer::on_lag`]).
+pub trait Consumer {
+    /// A record of a subscribed schema.
+    fn on_event(&mut self, record: &Record<'_>) -> Result<Flow, HookError> {
+        let _ = record;
+        Ok(Flow::Continue)
+    }
+
+    /// `lost` records of producer `producer_id` were overwritten before they could be read.
+    fn on_lag(&mut self, producer_id: u64, lost: u64) -> Result<Flow, HookError> {
+        let _ = (producer_id, lost);
+        Ok(Flow::Continue)
+    }
+
+    /// A schema (id, version and descriptor) seen for the first time, before its first record.
+    fn on_schema(&mut self, schema: &Arc<SchemaDescriptor>) -> Result<Flow, HookError> {
+        let _ = schema;
+        Ok(Flow::Continue)
+    }
+
+    /// A producer joined, died or ended.
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        let _ = change;
+        Ok(Flow::Continue)
+    }
+
+    /// Make everything received so far durable or visible (called every
+    /// [`RunOptions::flush_every`] and before the run loop returns).
+    fn flush(&mut self) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+/// How to run a consumer.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Its kind, for `snapbus ls`.
+    pub kind: String,
+    /// Schema-id globs (empty: everything).
+    pub globs: Vec<Glob>,
+    /// Where to start in lanes that exist already.
+    pub start: StartFrom,
+    /// How often [`Consumer::flush`] is called while running.
+    pub flush_every: Duration,
+    /// Return once every producer on the bus has ended.
+    pub until_end: bool,
+    /// Return on SIGINT or SIGTERM (after a flush). Off when the caller handles signals.
+    pub handle_signals: bool,
+}
+
+impl RunOptions {
+    /// Every schema, from the latest record, flushing every second, until interrupted.
+    pub fn new(kind: impl Into<String>) -> RunOptions {
+        RunOptions {
+            kind: kind.into(),
+            globs: Vec::new(),
+            start: StartFrom::Latest,
+            flush_every: Duration::from_secs(1),
+            until_end: false,
+            handle_signals: true,
+        }
+    }
+}
+
+/// Why the run loop stopped with an error.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// Subscribing or reading failed (no bus running, the broker refused, …).
+    #[error(transparent)]
+    Subscribe(#[from] SubscribeError),
+    /// A hook failed.
+    #[error("the consumer failed: {0}")]
+    Hook(HookError),
+    /// The signal handler could not be installed.
+    #[error("installing a signal handler: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Why the run loop returned normally, and what it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Records delivered to `on_event`.
+    pub delivered: u64,
+    /// Records lost (reported to `on_lag`).
+    pub lost: u64,
+    /// Why it returned.
+    pub reason: StopReason,
+}
+
+/// See [`RunSummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A hook returned [`Flow::Stop`].
+    Consumer,
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// Every producer ended (`until_end`).
+    AllEnded,
+    /// The caller's stop flag.
+    Stopped,
+}
+
+/// Subscribes to the bus of `dir` and feeds `consumer` until it, a signal, `until_end` or
+/// `stop` says to stop; flushes before returning (also on a hook error). Idle consumers sleep
+/// on their doorbell: no CPU is used while nothing arrives.
+pub fn run<C: Consumer + ?Sized>(
+    dir: &BusDir,
+    opts: &RunOptions,
+    consumer: &mut C,
+    stop: Option<&AtomicBool>,
+) -> Result<RunSummary, RunError> {
+    let signalled = Arc::new(AtomicBool::new(false));
+    if opts.handle_signals {
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&signalled)).map_err(RunError::Signals)?;
+        }
+    }
+    let mut sub = Subscriber::connect(
+        dir,
+        SubscribeOptions {
+            kind: opts.kind.clone(),
+            globs: opts.globs.clone(),
+            start: opts.start,
+        },
+    )?;
+    let mut seen_schemas: HashSet<(String, u32, u64)> = HashSet::new();
+    let mut last_flush = Instant::now();
+    let (mut delivered, mut lost) = (0u64, 0u64);
+    let result = loop {
+        if signalled.load(Ordering::Relaxed) {
+            break Ok(StopReason::Signal);
+        }
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break Ok(StopReason::Stopped);
+        }
+        if last_flush.elapsed() >= opts.flush_every {
+            last_flush = Instant::now();
+            if let Err(e) = consumer.flush() {
+                break Err(e);
+            }
+        }
+        let event = match sub.next(Duration::from_millis(100)) {
+            Ok(e) => e,
+            Err(e) => return flush_then(consumer, Err(RunError::Subscribe(e))),
+        };
+        let flow = match event {
+            None => Ok(Flow::Continue),
+            Some(Event::Record(r)) => {
+                let key = (
+                    r.schema.id().to_owned(),
+                    r.schema.version(),
+                    r.schema.fingerprint(),
+                );
+                let mut flow = Ok(Flow::Continue);
+                if !seen_schemas.contains(&key) {
+                    seen_schemas.insert(key);
+                    flow = consumer.on_schema(r.schema);
+                }
+                if matches!(flow, Ok(Flow::Continue)) {
+                    delivered += 1;
+                    flow = consumer.on_event(&r);
+                }
+                flow
+            }
+            Some(Event::Lagged {
+                producer_id,
+                lost: n,
+            }) => {
+                lost += n;
+                consumer.on_lag(producer_id, n)
+            }
+            Some(Event::Joined(p)) => consumer.on_producer(ProducerChange::Joined(p)),
+            Some(Event::Died(p)) => consumer.on_producer(ProducerChange::Died(p)),
+            Some(Event::Ended(p)) => consumer.on_producer(ProducerChange::Ended(p)),
+        };
+        match flow {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Stop) => break Ok(StopReason::Consumer),
+            Err(e) => break Err(e),
+        }
+        if opts.until_end && sub.all_ended() {
+            break Ok(StopReason::AllEnded);
+        }
+    };
+    let result = result
+        .map(|reason| RunSummary {
+            delivered,
+            lost,
+            reason,
+        })
+        .map_err(RunError::Hook);
+    flush_then(consumer, result)
+}
+
+/// Flushes, then returns `result` (a flush error replaces a success).
+fn flush_then<C: Consumer + ?Sized>(
+    consumer: &mut C,
+    result: Result<RunSummary, RunError>,
+) -> Result<RunSummary, RunError> {
+    let flushed = consumer.flush();
+    match (result, flushed) {
+        (Ok(_), Err(e)) => Err(RunError::Hook(e)),
+        (r, _) => r,
+    }
+}

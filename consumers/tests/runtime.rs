@@ -1,0 +1,220 @@
+//! The run loop against a real broker (a thread of this test) and a real publisher.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use snapbus_bus::broker::{self, BrokerConfig};
+use snapbus_bus::control::{Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
+use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_consumers::{Consumer, Flow, HookError, ProducerChange, RunOptions, StopReason, run};
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "rt.tick", version = 1, crate = "snapbus_bus::schemas")]
+struct Tick {
+    i: u64,
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "rt.other", version = 1, crate = "snapbus_bus::schemas")]
+struct Other {
+    x: f32,
+}
+
+#[derive(Default)]
+struct Recorder {
+    ticks: Vec<u64>,
+    schemas: Vec<String>,
+    joined: u32,
+    ended: u32,
+    flushes: u32,
+    stop_after: Option<usize>,
+}
+
+impl Consumer for Recorder {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        assert_eq!(
+            r.schema.id(),
+            "rt.tick",
+            "a schema outside the glob was delivered"
+        );
+        self.ticks.push(Tick::decode_exact(r.payload)?.i);
+        Ok(match self.stop_after {
+            Some(n) if self.ticks.len() >= n => Flow::Stop,
+            _ => Flow::Continue,
+        })
+    }
+    fn on_schema(&mut self, schema: &Arc<SchemaDescriptor>) -> Result<Flow, HookError> {
+        self.schemas.push(schema.id().to_owned());
+        Ok(Flow::Continue)
+    }
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        match change {
+            ProducerChange::Joined(_) => self.joined += 1,
+            ProducerChange::Ended(_) => self.ended += 1,
+            ProducerChange::Died(_) => {}
+        }
+        Ok(Flow::Continue)
+    }
+    fn flush(&mut self) -> Result<(), HookError> {
+        self.flushes += 1;
+        Ok(())
+    }
+}
+
+struct Bus {
+    dir: BusDir,
+    broker: Option<std::thread::JoinHandle<Result<(), broker::BrokerError>>>,
+}
+
+impl Bus {
+    fn start(name: &str) -> Bus {
+        let root =
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cons-{}", std::process::id()));
+        let dir = BusDir::locate_in(&root, &BusName::new(name).expect("name"));
+        let d = dir.clone();
+        let broker = std::thread::spawn(move || {
+            broker::run(
+                BrokerConfig {
+                    dir: d,
+                    retention: Duration::from_secs(60),
+                },
+                || {},
+            )
+        });
+        let t0 = std::time::Instant::now();
+        while Conn::connect(&dir.socket_path()).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no broker");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Bus {
+            dir,
+            broker: Some(broker),
+        }
+    }
+
+    fn publisher(&self) -> Publisher {
+        let p = Publisher::start(
+            self.dir.clone(),
+            PublisherConfig {
+                name: "rt-test".into(),
+                lane: LaneConfig {
+                    capacity: 1 << 20,
+                    max_frame: 64 << 10,
+                    block_size: 64 << 10,
+                },
+                session_tag: None,
+                perf_tag: None,
+            },
+        )
+        .expect("publisher");
+        let t0 = std::time::Instant::now();
+        while !p.is_connected() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "publisher never joined"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        p
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Conn::connect(&self.dir.socket_path()) {
+            let _ = c.request::<_, FromBroker>(
+                &ToBroker::Shutdown {
+                    version: PROTOCOL_VERSION,
+                },
+                Duration::from_secs(5),
+            );
+        }
+        if let Some(b) = self.broker.take() {
+            let _ = b.join();
+        }
+        if let Some(root) = self.dir.path().parent() {
+            let _ = std::fs::remove_dir(root);
+        }
+    }
+}
+
+fn opts(start: StartFrom) -> RunOptions {
+    let mut o = RunOptions::new("rt-test");
+    o.globs = vec![Glob::new("rt.t*").expect("glob")];
+    o.start = start;
+    o.until_end = true;
+    o.handle_signals = false;
+    o
+}
+
+#[test]
+fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
+    let bus = Bus::start("rt1");
+    let p = bus.publisher();
+    for i in 0..500u64 {
+        p.emit(2, 0, &Tick { i }).expect("emit");
+        p.emit(2, 0, &Other { x: i as f32 }).expect("emit");
+    }
+    p.close();
+    let mut c = Recorder::default();
+    let summary = run(&bus.dir, &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    assert_eq!(summary.reason, StopReason::AllEnded);
+    assert_eq!(summary.delivered, 500);
+    assert_eq!(summary.lost, 0);
+    assert_eq!(c.ticks, (0..500).collect::<Vec<_>>());
+    assert_eq!(
+        c.schemas,
+        ["rt.tick"],
+        "on_schema once, for subscribed schemas only"
+    );
+    assert_eq!((c.joined, c.ended), (1, 1));
+    assert!(c.flushes >= 1, "flushed before returning");
+    drop(p);
+}
+
+#[test]
+fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
+    let bus = Bus::start("rt2");
+    let p = bus.publisher();
+    for i in 0..100u64 {
+        p.emit(2, 0, &Tick { i }).expect("emit");
+    }
+    let mut c = Recorder {
+        stop_after: Some(10),
+        ..Recorder::default()
+    };
+    let summary = run(&bus.dir, &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    assert_eq!(summary.reason, StopReason::Consumer);
+    assert_eq!(c.ticks, (0..10).collect::<Vec<_>>());
+    // The producer is still live: only the caller's flag ends this run.
+    let stop = AtomicBool::new(true);
+    let mut c = Recorder::default();
+    let summary = run(&bus.dir, &opts(StartFrom::Latest), &mut c, Some(&stop)).expect("run");
+    assert_eq!(summary.reason, StopReason::Stopped);
+    assert!(c.flushes >= 1);
+    drop(p);
+}
+
+#[test]
+fn without_a_bus_run_fails_with_the_message_users_see() {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cons-nobus");
+    let dir = BusDir::locate_in(&root, &BusName::new("nobody").expect("name"));
+    let err = run(
+        &dir,
+        &opts(StartFrom::Latest),
+        &mut Recorder::default(),
+        None,
+    )
+    .expect_err("no bus");
+    assert!(
+        err.to_string()
+            .contains("no bus 'nobody' is running — start one with `snapbus up`"),
+        "{err}"
+    );
+}

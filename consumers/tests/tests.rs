@@ -1,0 +1,3 @@
+//! Integration tests of the consumer runtime (one test binary, a module per area).
+
+mod runtime;
