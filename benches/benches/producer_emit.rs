@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use snapbus::{Config, Level};
-use snapbus_bus::broker::{self, BrokerConfig};
-use snapbus_bus::control::{Conn, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::broker;
+use snapbus_bus::control::StartFrom;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event as BusEvent, SubscribeOptions, Subscriber};
 use snapbus_schemas::Wire;
@@ -74,16 +74,7 @@ fn main() {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-{}", std::process::id()));
     let name = BusName::new("bench").unwrap();
     let dir = BusDir::locate_in(&root, &name);
-    let broker_dir = dir.clone();
-    let broker = std::thread::spawn(move || {
-        broker::run(
-            BrokerConfig {
-                dir: broker_dir,
-                retention: Duration::from_secs(10),
-            },
-            || {},
-        )
-    });
+    let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(10)).unwrap();
     snapbus::init(Config {
         bus: Some("bench".into()),
         name: Some("producer_emit".into()),
@@ -196,14 +187,6 @@ fn main() {
         stats.delivered, stats.lost
     );
     snapbus::shutdown();
-    if let Ok(mut conn) = Conn::connect(&dir.socket_path()) {
-        let _ = conn.request::<_, snapbus_bus::control::FromBroker>(
-            &ToBroker::Shutdown {
-                version: PROTOCOL_VERSION,
-            },
-            Duration::from_secs(5),
-        );
-    }
-    let _ = broker.join();
+    broker.stop().unwrap();
     let _ = std::fs::remove_dir(&root);
 }

@@ -668,3 +668,70 @@ fn ring_census(lane: &ShmLane, now_nanos: u64) -> HashMap<u16, (u64, u64, u64)> 
     }
     out
 }
+
+/// A broker running on a thread of this process (tests, benches, and programs that want their
+/// own bus). Dropping it shuts the broker down and waits for it.
+pub struct InProcess {
+    dir: BusDir,
+    thread: Option<std::thread::JoinHandle<Result<(), BrokerError>>>,
+}
+
+impl InProcess {
+    /// Starts a broker for `dir` and returns once it accepts connections.
+    pub fn start(dir: BusDir, retention: Duration) -> Result<InProcess, BrokerError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        let thread = std::thread::Builder::new()
+            .name("snapbus-broker".into())
+            .spawn(move || {
+                run(BrokerConfig { dir: d, retention }, || {
+                    let _ = tx.send(());
+                })
+            })
+            .map_err(|e| BrokerError::Setup(format!("broker thread: {e}")))?;
+        if rx.recv().is_err() {
+            // The broker returned before it was ready: that is its error.
+            return match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => Err(BrokerError::Setup("the broker thread ended early".into())),
+            };
+        }
+        Ok(InProcess {
+            dir,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bus's directory.
+    pub fn dir(&self) -> &BusDir {
+        &self.dir
+    }
+
+    /// Shuts the broker down and returns how it ended.
+    pub fn stop(mut self) -> Result<(), BrokerError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), BrokerError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        if let Ok(mut c) = Conn::connect(&self.dir.socket_path()) {
+            let _ = c.request::<_, FromBroker>(
+                &ToBroker::Shutdown {
+                    version: PROTOCOL_VERSION,
+                },
+                Duration::from_secs(5),
+            );
+        }
+        thread
+            .join()
+            .map_err(|_| BrokerError::Setup("the broker thread panicked".into()))?
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use snapbus_bus::broker::{self, BrokerConfig};
-use snapbus_bus::control::{Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::broker;
+use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -67,40 +67,24 @@ impl Consumer for Recorder {
     }
 }
 
-struct Bus {
-    dir: BusDir,
-    broker: Option<std::thread::JoinHandle<Result<(), broker::BrokerError>>>,
-}
+/// A broker in this process and its bus.
+struct Bus(broker::InProcess);
 
 impl Bus {
     fn start(name: &str) -> Bus {
         let root =
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cons-{}", std::process::id()));
         let dir = BusDir::locate_in(&root, &BusName::new(name).expect("name"));
-        let d = dir.clone();
-        let broker = std::thread::spawn(move || {
-            broker::run(
-                BrokerConfig {
-                    dir: d,
-                    retention: Duration::from_secs(60),
-                },
-                || {},
-            )
-        });
-        let t0 = std::time::Instant::now();
-        while Conn::connect(&dir.socket_path()).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no broker");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Bus {
-            dir,
-            broker: Some(broker),
-        }
+        Bus(broker::InProcess::start(dir, Duration::from_secs(60)).expect("broker"))
+    }
+
+    fn dir(&self) -> &BusDir {
+        self.0.dir()
     }
 
     fn publisher(&self) -> Publisher {
         let p = Publisher::start(
-            self.dir.clone(),
+            self.dir().clone(),
             PublisherConfig {
                 name: "rt-test".into(),
                 lane: LaneConfig {
@@ -125,25 +109,6 @@ impl Bus {
     }
 }
 
-impl Drop for Bus {
-    fn drop(&mut self) {
-        if let Ok(mut c) = Conn::connect(&self.dir.socket_path()) {
-            let _ = c.request::<_, FromBroker>(
-                &ToBroker::Shutdown {
-                    version: PROTOCOL_VERSION,
-                },
-                Duration::from_secs(5),
-            );
-        }
-        if let Some(b) = self.broker.take() {
-            let _ = b.join();
-        }
-        if let Some(root) = self.dir.path().parent() {
-            let _ = std::fs::remove_dir(root);
-        }
-    }
-}
-
 fn opts(start: StartFrom) -> RunOptions {
     let mut o = RunOptions::new("rt-test");
     o.globs = vec![Glob::new("rt.t*").expect("glob")];
@@ -163,7 +128,7 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
     }
     p.close();
     let mut c = Recorder::default();
-    let summary = run(&bus.dir, &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::AllEnded);
     assert_eq!(summary.delivered, 500);
     assert_eq!(summary.lost, 0);
@@ -189,13 +154,13 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
         stop_after: Some(10),
         ..Recorder::default()
     };
-    let summary = run(&bus.dir, &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::Consumer);
     assert_eq!(c.ticks, (0..10).collect::<Vec<_>>());
     // The producer is still live: only the caller's flag ends this run.
     let stop = AtomicBool::new(true);
     let mut c = Recorder::default();
-    let summary = run(&bus.dir, &opts(StartFrom::Latest), &mut c, Some(&stop)).expect("run");
+    let summary = run(bus.dir(), &opts(StartFrom::Latest), &mut c, Some(&stop)).expect("run");
     assert_eq!(summary.reason, StopReason::Stopped);
     assert!(c.flushes >= 1);
     drop(p);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use snapbus::schemas::{Snapshot, Wire};
 use snapbus::{Config, Level};
-use snapbus_bus::broker::{self, BrokerConfig};
+use snapbus_bus::broker;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
@@ -85,16 +85,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     assert!(!snapbus::is_connected());
 
     // A bus appears; the producer joins it by itself.
-    let broker_dir = dir.clone();
-    let broker = std::thread::spawn(move || {
-        broker::run(
-            BrokerConfig {
-                dir: broker_dir,
-                retention: Duration::from_secs(60),
-            },
-            || {},
-        )
-    });
+    let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
     assert!(snapbus::wait_for_bus(WATCHDOG), "the producer never joined");
     assert!(t.enabled(Level::INFO));
     assert!(!t.enabled(Level::DEBUG), "the default filter is info");
@@ -232,16 +223,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
             break;
         }
     }
-    assert_eq!(
-        request(
-            &dir,
-            &ToBroker::Shutdown {
-                version: PROTOCOL_VERSION
-            }
-        ),
-        FromBroker::Ok
-    );
-    broker.join().expect("broker thread").expect("broker");
+    broker.stop().expect("broker");
     drop(sub);
     let _ = std::fs::remove_dir(&root);
     assert!(!dir.path().exists(), "the broker left its directory");
