@@ -8,7 +8,8 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-/// The severity of a snapshot.
+/// The severity of a snapshot, ordered `TRACE < DEBUG < INFO < WARN < ERROR`. Displays as
+/// the upper-case name; parses any case (and `warning` for `WARN`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Level(u8);
 
@@ -30,7 +31,7 @@ impl Level {
         self.0
     }
 
-    /// The level stored as `b`, if it is one.
+    /// The level stored as `b`, if it is one (`0..=4`).
     pub const fn from_u8(b: u8) -> Option<Level> {
         if b <= 4 { Some(Level(b)) } else { None }
     }
@@ -66,6 +67,9 @@ impl FromStr for Level {
 }
 
 /// "This level and everything more severe", or nothing at all.
+///
+/// Stored as the byte of the least severe enabled level ([`Level::as_u8`]), or `u8::MAX` for
+/// [`LevelFilter::OFF`], so [`LevelFilter::enabled`] is one compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LevelFilter(u8);
 
@@ -83,7 +87,8 @@ impl LevelFilter {
     /// ERROR only.
     pub const ERROR: LevelFilter = LevelFilter(4);
 
-    /// Whether `level` passes (one compare).
+    /// Whether `level` passes: it is this filter's level or more severe (one compare; never
+    /// for `OFF`).
     #[inline]
     pub const fn enabled(self, level: Level) -> bool {
         level.0 >= self.0

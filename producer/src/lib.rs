@@ -48,6 +48,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Level filters
+//!
+//! Each handle's level comes from a [`Filter`]: a default level plus `target=level`
+//! directives, where the most specific whole-segment prefix of the handle's target wins and
+//! `.` and `::` are the same separator. `SNAPBUS_FILTER` ([`Filter::from_env`]) sets it at
+//! start-up, [`set_filter`] or `snapbus filter` while running.
+//!
+//! ```
+//! use snapbus::{Filter, Level, LevelFilter};
+//!
+//! let filter: Filter = "warn,monty.models=debug,monty.models.noisy=off".parse()?;
+//! assert!(filter.level_for("monty::models::policy").enabled(Level::DEBUG));
+//! assert!(!filter.level_for("monty.models.noisy").enabled(Level::ERROR));
+//! assert_eq!(filter.level_for("monty.env"), LevelFilter::WARN);
+//! // `monty.model` is not a prefix of `monty.models`.
+//! let partial: Filter = "monty.model=trace".parse()?;
+//! assert_eq!(partial.level_for("monty.models"), LevelFilter::INFO);
+//!
+//! let err = "info,monty=loud".parse::<Filter>().expect_err("`loud` is not a level");
+//! assert_eq!(err.directive, "monty=loud");
+//! # Ok::<(), snapbus::FilterParseError>(())
+//! ```
+//!
 //! Run metadata: `SNAPBUS_SESSION_TAG` and `SNAPBUS_PERF_TAG` (or [`init`]) appear in
 //! `snapbus ls`; [`sample_resources`] emits the process's RSS, CPU time and page faults
 //! periodically; [`shutdown`] at the end of `main` tells consumers the stream ended (instead
