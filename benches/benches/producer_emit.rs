@@ -112,6 +112,7 @@ fn main() {
                     kind: "bench".into(),
                     globs: Vec::new(),
                     start: StartFrom::Latest,
+                    cut: false,
                 },
             )
             .unwrap();

@@ -265,6 +265,13 @@ impl Publisher {
         if let Some(&k) = keys.by_ptr.get(&ptr) {
             return Ok(k);
         }
+        let key = Self::key_of(&mut keys, desc)?;
+        keys.by_ptr.insert(ptr, key);
+        Ok(key)
+    }
+
+    /// The key of `desc` (by id, version and fingerprint), registering it the first time.
+    fn key_of(keys: &mut Keys, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
         let fp = (desc.id().to_owned(), desc.version(), desc.fingerprint());
         let key = match keys.by_fingerprint.get(&fp) {
             Some(&k) => k,
@@ -280,8 +287,43 @@ impl Publisher {
                 k
             }
         };
-        keys.by_ptr.insert(ptr, key);
         Ok(key)
+    }
+
+    /// Registers a schema known only at run time (a replayed recording's), returning the key to
+    /// pass to [`emit_raw`](Self::emit_raw).
+    pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
+        let mut keys = self
+            .inner
+            .keys
+            .lock()
+            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        Self::key_of(&mut keys, desc)
+    }
+
+    /// Emits an already-encoded payload of the schema registered as `key` (version
+    /// `version`). The payload is not checked against the schema: it must be a payload some
+    /// producer wrote with that schema (replay copies them from a CRC-checked recording).
+    pub fn emit_raw(
+        &self,
+        key: u16,
+        version: u16,
+        level: u8,
+        emitter: u16,
+        payload: &[u8],
+    ) -> Result<u64, EmitError> {
+        let meta = RecordMeta {
+            schema_key: key,
+            schema_version: version,
+            level,
+            emitter,
+        };
+        let mut claim = self.inner.writer.claim(payload.len(), meta)?;
+        claim.payload_mut().copy_from_slice(payload);
+        let seq = claim.seq();
+        claim.commit();
+        self.ring();
+        Ok(seq)
     }
 
     /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.

@@ -103,6 +103,10 @@ pub struct SubscribeOptions {
     pub globs: Vec<Glob>,
     /// Where to start in lanes that exist when subscribing.
     pub start: StartFrom,
+    /// A consistent cut (`snapbus snapshot`): read each lane only up to where its producer had
+    /// written when the subscription was made, then report it [`Event::Ended`]; lanes that
+    /// appear later are not read.
+    pub cut: bool,
 }
 
 /// A delivered record.
@@ -129,8 +133,10 @@ pub enum Event<'a> {
     Record(Record<'a>),
     /// `lost` records of this producer's lane were overwritten before they could be read.
     Lagged {
-        /// The producer.
+        /// The broker's id of the producer.
         producer_id: u64,
+        /// The producer.
+        producer: &'a ProducerInfo,
         /// How many.
         lost: u64,
     },
@@ -163,6 +169,8 @@ struct SubLane {
     matches: HashMap<u16, Option<Arc<SchemaDescriptor>>>,
     dead: bool,
     ended: bool,
+    /// With [`SubscribeOptions::cut`]: the lane position to stop at.
+    cut_at: Option<u64>,
 }
 
 enum Found {
@@ -254,7 +262,12 @@ impl Subscriber {
                 FromBroker::Lane(info) => {
                     // On a rejoin, lanes we already read keep their cursor; new ones start at
                     // their oldest record (nothing was read from them yet).
-                    self.add_lane(info, fds, if first { start } else { StartAt::Oldest });
+                    self.add_lane(
+                        info,
+                        fds,
+                        if first { start } else { StartAt::Oldest },
+                        first,
+                    );
                 }
                 FromBroker::LaneDead { producer_id } => self.lane_died(producer_id),
                 _ => {}
@@ -264,7 +277,16 @@ impl Subscriber {
         Ok(())
     }
 
-    fn add_lane(&mut self, info: LaneInfo, mut fds: Vec<std::os::fd::OwnedFd>, start: StartAt) {
+    fn add_lane(
+        &mut self,
+        info: LaneInfo,
+        mut fds: Vec<std::os::fd::OwnedFd>,
+        start: StartAt,
+        first: bool,
+    ) {
+        if self.opts.cut && !first {
+            return;
+        }
         if let Some(k) = self
             .lanes
             .iter()
@@ -282,6 +304,7 @@ impl Subscriber {
             // A lane that does not validate is skipped (and never trusted).
             return;
         };
+        let cut_at = self.opts.cut.then(|| lane.lane.stats().claim_tail);
         let mut reader = lane.lane.reader(start);
         if info.dead {
             reader.set_writer_gone(true);
@@ -294,6 +317,7 @@ impl Subscriber {
             matches: HashMap::new(),
             dead: info.dead,
             ended: false,
+            cut_at,
         });
         self.notices.push_back(Notice::Joined(self.lanes.len() - 1));
     }
@@ -326,7 +350,7 @@ impl Subscriber {
             }
             for (msg, fds) in msgs {
                 match msg {
-                    FromBroker::Lane(info) => self.add_lane(info, fds, StartAt::Oldest),
+                    FromBroker::Lane(info) => self.add_lane(info, fds, StartAt::Oldest, false),
                     FromBroker::LaneDead { producer_id } => self.lane_died(producer_id),
                     _ => {}
                 }
@@ -424,6 +448,7 @@ impl Subscriber {
             }
             Found::Lagged(k, lost) => Event::Lagged {
                 producer_id: self.lanes[k].producer_id,
+                producer: &self.lanes[k].info,
                 lost,
             },
             Found::Ended(k) => Event::Ended(&self.lanes[k].info),
@@ -448,6 +473,10 @@ impl Subscriber {
         let lane = &mut self.lanes[k];
         if lane.ended {
             return None;
+        }
+        if lane.cut_at.is_some_and(|cut| lane.reader.position() >= cut) {
+            lane.ended = true;
+            return Some(Found::Ended(k));
         }
         // Bounded work per call, so one busy lane cannot starve the others.
         for _ in 0..4096 {

@@ -43,6 +43,9 @@
 //! `consumers/examples/count.rs` is this example as a program:
 //! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
 
+pub mod recorder;
+pub mod recording;
+pub mod replay;
 mod runtime;
 
 pub use runtime::{

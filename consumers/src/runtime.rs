@@ -47,8 +47,13 @@ pub trait Consumer {
     }
 
     /// `lost` records of producer `producer_id` were overwritten before they could be read.
-    fn on_lag(&mut self, producer_id: u64, lost: u64) -> Result<Flow, HookError> {
-        let _ = (producer_id, lost);
+    fn on_lag(
+        &mut self,
+        producer_id: u64,
+        producer: &ProducerInfo,
+        lost: u64,
+    ) -> Result<Flow, HookError> {
+        let _ = (producer_id, producer, lost);
         Ok(Flow::Continue)
     }
 
@@ -86,6 +91,11 @@ pub struct RunOptions {
     pub until_end: bool,
     /// Return on SIGINT or SIGTERM (after a flush). Off when the caller handles signals.
     pub handle_signals: bool,
+    /// Read only what the lanes hold now, then stop (see [`SubscribeOptions::cut`]; use with
+    /// `until_end`).
+    ///
+    /// [`SubscribeOptions::cut`]: snapbus_bus::subscriber::SubscribeOptions::cut
+    pub cut: bool,
 }
 
 impl RunOptions {
@@ -98,6 +108,7 @@ impl RunOptions {
             flush_every: Duration::from_secs(1),
             until_end: false,
             handle_signals: true,
+            cut: false,
         }
     }
 }
@@ -161,6 +172,7 @@ pub fn run<C: Consumer + ?Sized>(
             kind: opts.kind.clone(),
             globs: opts.globs.clone(),
             start: opts.start,
+            cut: opts.cut,
         },
     )?;
     let mut seen_schemas: HashSet<(String, u32, u64)> = HashSet::new();
@@ -204,10 +216,11 @@ pub fn run<C: Consumer + ?Sized>(
             }
             Some(Event::Lagged {
                 producer_id,
+                producer,
                 lost: n,
             }) => {
                 lost += n;
-                consumer.on_lag(producer_id, n)
+                consumer.on_lag(producer_id, producer, n)
             }
             Some(Event::Joined(p)) => consumer.on_producer(ProducerChange::Joined(p)),
             Some(Event::Died(p)) => consumer.on_producer(ProducerChange::Died(p)),

@@ -68,21 +68,21 @@ impl Consumer for Recorder {
 }
 
 /// A broker in this process and its bus.
-struct Bus(broker::InProcess);
+pub(crate) struct Bus(broker::InProcess);
 
 impl Bus {
-    fn start(name: &str) -> Bus {
+    pub(crate) fn start(name: &str) -> Bus {
         let root =
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cons-{}", std::process::id()));
         let dir = BusDir::locate_in(&root, &BusName::new(name).expect("name"));
         Bus(broker::InProcess::start(dir, Duration::from_secs(60)).expect("broker"))
     }
 
-    fn dir(&self) -> &BusDir {
+    pub(crate) fn dir(&self) -> &BusDir {
         self.0.dir()
     }
 
-    fn publisher(&self) -> Publisher {
+    pub(crate) fn publisher(&self) -> Publisher {
         let p = Publisher::start(
             self.dir().clone(),
             PublisherConfig {

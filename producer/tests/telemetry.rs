@@ -98,6 +98,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
                 Glob::new("snapbus.*").expect("glob"),
             ],
             start: StartFrom::Oldest,
+            cut: false,
         },
     )
     .expect("subscribe");

@@ -22,6 +22,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
             From::Oldest => StartFrom::Oldest,
             From::Latest => StartFrom::Latest,
         },
+        cut: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!(
@@ -50,7 +51,9 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
                     break;
                 }
             }
-            Some(Event::Lagged { producer_id, lost }) => {
+            Some(Event::Lagged {
+                producer_id, lost, ..
+            }) => {
                 out.flush()?;
                 eprintln!(
                     "snapbus echo: lost {lost} records of producer {producer_id} (overwritten before they were read)"

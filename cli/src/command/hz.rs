@@ -26,6 +26,7 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
         kind: "hz".into(),
         globs: globs(&args.globs)?,
         start: StartFrom::Latest,
+        cut: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!("snapbus hz: subscribed to bus '{}'", dir.name());

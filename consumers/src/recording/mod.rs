@@ -1,0 +1,68 @@
+//! Recordings: snapbus records in [MCAP](https://mcap.dev) files, written by the recorder and
+//! by `snapbus snapshot`, read by `replay`, `inspect` and `export`.
+//!
+//! # Layout
+//!
+//! A recording is an ordinary chunked, CRC-checked, indexed MCAP file (profile `snapbus`), so
+//! any MCAP tool opens it. On top of MCAP it holds:
+//!
+//! - a **metadata record `snapbus.recording`** first: `format_version` ([`FORMAT_VERSION`]),
+//!   `source` (`recorder` or `snapshot`), `bus`, `started_nanos`, `snapbus_version`;
+//! - a **metadata record `snapbus.producer`** per producer, before its first message: `id`,
+//!   `pid`, `name`, `cmdline` (JSON array), `session_tag`, `perf_tag`, `lane_id`,
+//!   `started_nanos`;
+//! - **one MCAP schema per snapbus schema** (id, version, descriptor): name = schema id,
+//!   encoding [`SCHEMA_ENCODING`], data = the descriptor's canonical bytes;
+//! - **one channel per (schema, producer)**: topic = schema id, message encoding
+//!   [`MESSAGE_ENCODING`] (our wire format), metadata `producer_id`, `producer`, `pid`,
+//!   `schema_version`, `fingerprint` and, where they differ between records of one producer,
+//!   `emitter` and `level` (a channel is split by emitter and level so that replay restores
+//!   both; usually a schema has one of each per producer);
+//! - messages: `log_time` = `publish_time` = the record's CLOCK_REALTIME timestamp, `sequence`
+//!   = the low 32 bits of the lane's record number, data = the payload bytes as the producer
+//!   wrote them;
+//! - **loss records**: messages of schema [`LossRecord`] (`snapbus.loss`) on topic
+//!   `snapbus.loss`, one per gap, saying how many records of which producer were overwritten
+//!   before the recorder could read them. Nothing is lost silently.
+//!
+//! # Crash safety
+//!
+//! The writer finishes a chunk and flushes it to the file at least every second (and when a
+//! chunk reaches [`WriterOptions::chunk_bytes`]), so after a `kill -9` the file holds every
+//! chunk completed before the kill. [`RecordingReader`] reads such a file up to its last
+//! complete record and then reports [`ReadError`] with kind [`ReadErrorKind::Truncated`],
+//! naming the byte offset where the cut record starts.
+
+mod reader;
+mod writer;
+
+pub use reader::{ChannelInfo, Item, Message, ReadError, ReadErrorKind, RecordingReader};
+pub use writer::{RecordingWriter, WriteError, WriterOptions};
+
+use snapbus_schemas::Snapshot;
+
+/// Version of the snapbus layout on top of MCAP; a newer file is refused with a clear error.
+pub const FORMAT_VERSION: u32 = 1;
+/// The MCAP header profile of snapbus recordings.
+pub const PROFILE: &str = "snapbus";
+/// Encoding of MCAP schema records: a snapbus descriptor's canonical bytes.
+pub const SCHEMA_ENCODING: &str = "snapbus.descriptor";
+/// Encoding of MCAP messages: the snapbus wire format of the channel's schema.
+pub const MESSAGE_ENCODING: &str = "snapbus";
+/// Name of the first metadata record.
+pub const RECORDING_METADATA: &str = "snapbus.recording";
+/// Name of the per-producer metadata records.
+pub const PRODUCER_METADATA: &str = "snapbus.producer";
+
+/// An explicit gap: `lost` records of producer `producer_id` were overwritten in its ring
+/// before the recorder (or snapshot) read them.
+#[derive(Snapshot, Debug, Clone, Copy, PartialEq, Eq)]
+#[snapshot(id = "snapbus.loss", version = 1)]
+pub struct LossRecord {
+    /// The broker's id of the producer.
+    pub producer_id: u64,
+    /// The producer's pid.
+    pub producer_pid: u32,
+    /// How many records were lost.
+    pub lost: u64,
+}
