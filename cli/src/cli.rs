@@ -1,6 +1,9 @@
 //! Argument definitions (clap derive). One struct of options per verb; the verbs themselves
 //! live in `command/<verb>.rs`.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand};
 
 /// snapbus: a shared-memory event bus for scientific telemetry.
@@ -29,10 +32,26 @@ pub(crate) enum Command {
     Demo(DemoArgs),
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
+    /// Record events into an MCAP file, in this terminal (`attach recorder` runs it under the
+    /// broker instead).
+    Record(RecordArgs),
+    /// Write what the rings hold now (including recently dead producers) into an MCAP file.
+    Snapshot(SnapshotArgs),
+    /// Republish recordings into the running bus with their original timing (or print them).
+    Replay(ReplayArgs),
+    /// Describe a recording: schemas, counts, time range, producers, losses, damage.
+    Inspect(InspectArgs),
+    /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages.
+    Export(ExportArgs),
+    /// Start a built-in consumer as a process supervised by the broker; prints its id once it
+    /// is subscribed and reading.
+    Attach(AttachArgs),
+    /// Stop a consumer by id (it flushes first); waits until it has exited.
+    Detach(DetachArgs),
 }
 
 /// Which bus.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct BusArgs {
     /// The bus name (default: $SNAPBUS_BUS, else 'default').
     #[arg(long)]
@@ -165,4 +184,165 @@ pub(crate) struct SchemasArgs {
     /// Print JSON (one object per schema, with the full descriptor) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Options of `snapbus record` (and `snapbus attach recorder`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RecordArgs {
+    /// The MCAP file to write (with --rotate-mb: `<stem>-0000.mcap`, `<stem>-0001.mcap`, …).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Schema-id globs to record (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// Start a new file once the current one holds about this many megabytes.
+    #[arg(long, value_name = "N")]
+    pub(crate) rotate_mb: Option<u64>,
+    /// Start at new records, or include the history still in the rings.
+    #[arg(long, value_enum, default_value_t = From::Latest)]
+    pub(crate) from: From,
+    /// Overwrite existing files.
+    #[arg(long)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+/// Options of `snapbus snapshot`.
+#[derive(Debug, Args)]
+pub(crate) struct SnapshotArgs {
+    /// The MCAP file to write.
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Only records of the last DURATION (e.g. 30s, 500ms, 2m, 1h; default: everything).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) last: Option<Duration>,
+    /// Schema-id globs (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+/// Options of `snapbus replay`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// Recordings to replay, in order (e.g. the rotated files of one recording).
+    #[arg(required = true)]
+    pub(crate) files: Vec<PathBuf>,
+    /// Play back this many times faster than recorded (0.5: half speed).
+    #[arg(long, default_value_t = 1.0, conflicts_with = "max")]
+    pub(crate) speed: f64,
+    /// As fast as possible (consumers that cannot keep up lose records, and say so).
+    #[arg(long)]
+    pub(crate) max: bool,
+    /// Schema-id globs to replay (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// Print the records as JSON lines instead (no bus needed).
+    #[arg(long)]
+    pub(crate) print: bool,
+    /// The replay producer's name in `snapbus ls`.
+    #[arg(long, default_value = "replay")]
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+/// Options of `snapbus inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The recording.
+    pub(crate) file: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// One JSON object per record (like `echo`), in one file.
+    Jsonl,
+    /// One CSV file per schema in the output directory, nested fields flattened to dotted
+    /// columns.
+    Csv,
+    /// One Parquet file per schema in the output directory (pandas: `pd.read_parquet`).
+    Parquet,
+    /// An MCAP file with JSON messages and JSON Schemas (opens in Foxglove).
+    McapJson,
+}
+
+/// Options of `snapbus export`.
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// The recording.
+    pub(crate) file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub(crate) format: ExportFormat,
+    /// Output file (jsonl, mcap-json) or directory (csv, parquet).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Schema-id globs to export (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// Overwrite existing output.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// Options of `snapbus attach`.
+#[derive(Debug, Args)]
+pub(crate) struct AttachArgs {
+    #[command(subcommand)]
+    pub(crate) kind: AttachKind,
+}
+
+/// The built-in consumers `attach` can start.
+#[derive(Debug, Subcommand)]
+pub(crate) enum AttachKind {
+    /// Record into MCAP files (see `snapbus record --help`).
+    Recorder {
+        #[command(flatten)]
+        record: RecordArgs,
+        /// Run in this terminal instead of under the broker.
+        #[arg(long)]
+        foreground: bool,
+    },
+}
+
+/// Options of `snapbus detach`.
+#[derive(Debug, Args)]
+pub(crate) struct DetachArgs {
+    /// The consumer's id (from `attach` or `snapbus ls`).
+    pub(crate) id: u64,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+/// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s` (a bare number is seconds).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("expected a duration such as 30s, 500ms, 2m or 1h, got {s:?}");
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
 }

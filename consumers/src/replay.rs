@@ -98,7 +98,8 @@ pub fn replay<R: Read>(
         };
         if let Pace::Speed(speed) = pace {
             let (t0, w0) = *clock.get_or_insert((m.t_nanos, Instant::now()));
-            let due = w0 + Duration::from_secs_f64(m.t_nanos.saturating_sub(t0) as f64 / 1e9 / speed);
+            let due =
+                w0 + Duration::from_secs_f64(m.t_nanos.saturating_sub(t0) as f64 / 1e9 / speed);
             wait_until(due, stop);
         }
         match publisher.emit_raw(key, version, level, emitter, &m.data) {

@@ -26,7 +26,8 @@ struct Step {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rec-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let p = dir.join(name);
     let _ = std::fs::remove_file(&p);
@@ -97,7 +98,10 @@ fn a_recording_holds_every_record_with_its_schema_producer_and_metadata() {
     assert!(err.is_none(), "{err:?}");
     assert_eq!(steps(&items), (0..1000).map(step).collect::<Vec<_>>());
     let Some(Item::Metadata { name, fields }) = items.first() else {
-        panic!("the first item is the recording metadata: {:?}", items.first());
+        panic!(
+            "the first item is the recording metadata: {:?}",
+            items.first()
+        );
     };
     assert_eq!(name, "snapbus.recording");
     assert_eq!(fields["format_version"], "1");
@@ -116,7 +120,10 @@ fn a_recording_holds_every_record_with_its_schema_producer_and_metadata() {
     assert_eq!(m.channel.level, 2);
     let mut reader = RecordingReader::new(&bytes[..]);
     reader.by_ref().for_each(drop);
-    assert!(reader.complete(), "an intact file is read through its footer");
+    assert!(
+        reader.complete(),
+        "an intact file is read through its footer"
+    );
 }
 
 #[test]
@@ -162,7 +169,8 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
             emitter: 0,
             payload_len: payload.len(),
         };
-        w.write(7, &info, &desc, None, &meta, &payload).expect("write");
+        w.write(7, &info, &desc, None, &meta, &payload)
+            .expect("write");
     }
     w.finish().expect("finish");
     let bytes = std::fs::read(&path).expect("read");
@@ -170,9 +178,17 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     for cut in (0..bytes.len()).step_by(37).chain([bytes.len() - 1]) {
         let (items, err) = read_all(&bytes[..cut]);
         let err = err.unwrap_or_else(|| panic!("a file cut at {cut} reads without error"));
-        assert!(err.offset <= cut as u64, "offset {} beyond the cut {cut}", err.offset);
+        assert!(
+            err.offset <= cut as u64,
+            "offset {} beyond the cut {cut}",
+            err.offset
+        );
         let got = steps(&items);
-        assert_eq!(got, (0..got.len() as u64).map(step).collect::<Vec<_>>(), "a prefix");
+        assert_eq!(
+            got,
+            (0..got.len() as u64).map(step).collect::<Vec<_>>(),
+            "a prefix"
+        );
         assert!(got.len() >= last_count, "a longer prefix never reads less");
         last_count = got.len();
         if cut >= 8 {
@@ -183,7 +199,10 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
             assert!(err.to_string().contains("the file is cut"), "{err}");
         }
     }
-    assert!(last_count >= 280, "most records survive a cut near the end: {last_count}");
+    assert!(
+        last_count >= 280,
+        "most records survive a cut near the end: {last_count}"
+    );
 }
 
 #[test]
@@ -202,7 +221,10 @@ fn flipped_bits_wrong_magic_and_newer_versions_are_clear_errors() {
         let got = steps(&items);
         if err.is_none() {
             // A flip in a field nobody checks (an index in the summary): the records are intact.
-            assert_eq!(got, want, "flip at {at}: no error, so the records must be intact");
+            assert_eq!(
+                got, want,
+                "flip at {at}: no error, so the records must be intact"
+            );
         } else {
             assert!(
                 got.iter().zip(&want).all(|(a, b)| a == b),
@@ -222,7 +244,10 @@ fn flipped_bits_wrong_magic_and_newer_versions_are_clear_errors() {
     assert!(err.to_string().contains("MCAP major version '1'"), "{err}");
     // A newer snapbus layout: format_version 2.
     let text = b"format_version";
-    let at = good.windows(text.len()).position(|w| w == text).expect("metadata");
+    let at = good
+        .windows(text.len())
+        .position(|w| w == text)
+        .expect("metadata");
     let mut bad = good.clone();
     // "format_version" then u32 length 1 then "1".
     let v = at + text.len() + 4;
@@ -285,9 +310,15 @@ fn replay_republishes_byte_identical_payloads_in_order() {
                 .push(m.data.clone());
         }
     }
-    let want: Vec<Vec<u8>> = (0..500).map(|i| step(i).encode_to_vec().expect("encode")).collect();
+    let want: Vec<Vec<u8>> = (0..500)
+        .map(|i| step(i).encode_to_vec().expect("encode"))
+        .collect();
     assert_eq!(by_producer.len(), 2, "original and replay");
     for (id, payloads) in by_producer {
-        assert!(payloads == want, "producer {id}: {} payloads differ", payloads.len());
+        assert!(
+            payloads == want,
+            "producer {id}: {} payloads differ",
+            payloads.len()
+        );
     }
 }

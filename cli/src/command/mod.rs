@@ -1,12 +1,19 @@
 //! One module per verb.
 
+mod attach;
 mod demo;
+mod detach;
 mod down;
 mod echo;
+mod export;
 mod filter;
 mod hz;
+mod inspect;
 mod ls;
+mod record;
+mod replay;
 mod schemas;
+mod snapshot;
 mod up;
 
 use crate::cli::{Cli, Command};
@@ -22,5 +29,12 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Filter(args) => filter::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Schemas(args) => schemas::run(&args),
+        Command::Record(args) => record::run(&args, None),
+        Command::Snapshot(args) => snapshot::run(&args),
+        Command::Replay(args) => replay::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Export(args) => export::run(&args),
+        Command::Attach(args) => attach::run(args),
+        Command::Detach(args) => detach::run(&args),
     }
 }

@@ -304,9 +304,8 @@ impl<R: Read> RecordingReader<R> {
                     }
                 };
                 if channel.is_loss {
-                    let record = decode_versioned::<LossRecord>(&data, 1).map_err(|e| {
-                        err(ReadErrorKind::Corrupt(format!("a loss record: {e}")))
-                    })?;
+                    let record = decode_versioned::<LossRecord>(&data, 1)
+                        .map_err(|e| err(ReadErrorKind::Corrupt(format!("a loss record: {e}"))))?;
                     self.pending.push_back(Item::Loss {
                         channel,
                         t_nanos: header.log_time,
@@ -453,7 +452,10 @@ impl<R: Read> Iterator for RecordingReader<R> {
                         }
                     };
                     if !self.format_checked
-                        && !matches!(opcode, mcap::records::op::HEADER | mcap::records::op::METADATA)
+                        && !matches!(
+                            opcode,
+                            mcap::records::op::HEADER | mcap::records::op::METADATA
+                        )
                     {
                         return self.fail(
                             at,

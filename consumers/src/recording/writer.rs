@@ -191,7 +191,11 @@ impl RecordingWriter {
     }
 
     fn schema(&mut self, schema: &SchemaDescriptor) -> Result<u16, WriteError> {
-        let key = (schema.id().to_owned(), schema.version(), schema.fingerprint());
+        let key = (
+            schema.id().to_owned(),
+            schema.version(),
+            schema.fingerprint(),
+        );
         if let Some(&id) = self.schemas.get(&key) {
             return Ok(id);
         }
