@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -33,6 +35,10 @@ use crate::runtime::{BusDir, RuntimeError};
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// How long a new connection may take to send its first message.
 const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an attached consumer may take to subscribe.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a detached consumer may take to flush and exit before it is killed.
+const DETACH_GRACE: Duration = Duration::from_secs(10);
 /// Window of the per-schema rates in `ls`.
 const RATE_WINDOW_NANOS: u64 = 5_000_000_000;
 
@@ -60,6 +66,9 @@ pub struct BrokerConfig {
     pub dir: BusDir,
     /// How long dead producers' lanes are kept.
     pub retention: Duration,
+    /// The snapbus executable, for consumers started with `snapbus attach` (`None`: this
+    /// broker refuses to start consumers).
+    pub consumer_exe: Option<PathBuf>,
 }
 
 struct Producer {
@@ -85,9 +94,40 @@ struct Consumer {
     lag_bytes: u64,
 }
 
+/// A consumer process the broker started (`snapbus attach`) and watches.
+struct Supervised {
+    kind: String,
+    child: Child,
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+    log: PathBuf,
+    /// The `attach` request waiting for the consumer to subscribe, and its deadline.
+    attach: Option<(Conn, Instant)>,
+    /// Its consumer id once it has said hello.
+    consumer_id: Option<u64>,
+    /// How it ended, once it has.
+    status: Option<String>,
+    ended_at: Option<Instant>,
+    /// Its counters when its connection closed.
+    last: Option<ConsumerState>,
+}
+
+/// A `detach` request waiting for a consumer process to exit.
+struct Detaching {
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+    conn: Conn,
+    deadline: Instant,
+    killed: bool,
+}
+
 struct Broker {
     dir: BusDir,
     retention: Duration,
+    consumer_exe: Option<PathBuf>,
+    supervised: Vec<Supervised>,
+    detaching: Vec<Detaching>,
+    next_log: u64,
     page: Arc<DoorbellPage>,
     filter: String,
     next_id: u64,
@@ -127,6 +167,10 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
     let mut broker = Broker {
         dir: dir.clone(),
         retention: config.retention,
+        consumer_exe: config.consumer_exe,
+        supervised: Vec::new(),
+        detaching: Vec::new(),
+        next_log: 1,
         page: Arc::new(page),
         filter: String::new(),
         next_id: 1,
@@ -146,6 +190,7 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         broker.turn(&listener);
     }
     eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
+    broker.stop_supervised();
     // Remove what we own; lanes are memfds and go with their last holder.
     let _ = std::fs::remove_file(&sock);
     let _ = std::fs::remove_file(dir.lock_path());
@@ -179,6 +224,17 @@ impl Broker {
             // pidfd becomes readable when it has.
             for p in &self.producers {
                 if let (None, "disconnected", Some(fd)) = (&p.conn, p.status, &p.pidfd) {
+                    fds.push(PollFd::new(fd, PollFlags::IN));
+                }
+            }
+            // Consumer processes we watch: readable when they exit (served in `supervise`).
+            for s in &self.supervised {
+                if let (None, Some(fd)) = (&s.status, &s.pidfd) {
+                    fds.push(PollFd::new(fd, PollFlags::IN));
+                }
+            }
+            for d in &self.detaching {
+                if let Some(fd) = &d.pidfd {
                     fds.push(PollFd::new(fd, PollFlags::IN));
                 }
             }
@@ -237,6 +293,7 @@ impl Broker {
             let (conn, since) = self.pending.swap_remove(k);
             self.serve_new(conn, since);
         }
+        self.supervise();
         self.housekeeping();
     }
 
@@ -255,8 +312,10 @@ impl Broker {
             | ToBroker::HelloConsumer { version, .. }
             | ToBroker::Ls { version }
             | ToBroker::SetFilter { version, .. }
-            | ToBroker::Shutdown { version } => Some(*version),
-            ToBroker::ConsumerStats { .. } => None,
+            | ToBroker::Shutdown { version }
+            | ToBroker::Attach { version, .. }
+            | ToBroker::Detach { version, .. } => Some(*version),
+            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => None,
         };
         if version != Some(PROTOCOL_VERSION) {
             let _ = conn.send(
@@ -295,7 +354,274 @@ impl Broker {
                 let _ = conn.send(&FromBroker::Ok, &[]);
                 self.shutdown = true;
             }
-            ToBroker::ConsumerStats { .. } => {}
+            ToBroker::Attach {
+                kind, args, cwd, ..
+            } => self.attach(conn, kind, args, cwd),
+            ToBroker::Detach { consumer_id, .. } => self.detach(conn, consumer_id),
+            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => {}
+        }
+    }
+
+    /// Starts a supervised consumer; the reply waits until it has subscribed.
+    fn attach(&mut self, conn: Conn, kind: String, args: Vec<String>, cwd: String) {
+        let refuse = |conn: &Conn, message: String| {
+            let _ = conn.send(&FromBroker::Error { message }, &[]);
+        };
+        let Some(exe) = self.consumer_exe.clone() else {
+            return refuse(
+                &conn,
+                "this broker cannot start consumers (it was not started by `snapbus up`)".into(),
+            );
+        };
+        let log = self
+            .dir
+            .path()
+            .join(format!("consumer-{}.log", self.next_log));
+        self.next_log += 1;
+        let file = match OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&log)
+        {
+            Ok(f) => f,
+            Err(e) => return refuse(&conn, format!("creating {}: {e}", log.display())),
+        };
+        let spawned = file.try_clone().and_then(|out| {
+            use std::os::unix::process::CommandExt;
+            Command::new(&exe)
+                .args(&args)
+                .current_dir(&cwd)
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(file)
+                // Its own process group: a Ctrl-C meant for the broker's terminal is not its.
+                .process_group(0)
+                .spawn()
+        });
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => return refuse(&conn, format!("starting {} {args:?}: {e}", exe.display())),
+        };
+        let pid = child.id();
+        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        eprintln!(
+            "snapbus broker: started {kind} (pid {pid}): {} {}",
+            exe.display(),
+            args.join(" ")
+        );
+        self.supervised.push(Supervised {
+            kind,
+            child,
+            pid,
+            pidfd,
+            log,
+            attach: Some((conn, Instant::now() + ATTACH_TIMEOUT)),
+            consumer_id: None,
+            status: None,
+            ended_at: None,
+            last: None,
+        });
+    }
+
+    /// SIGTERM to a consumer; the reply waits until its process has exited.
+    fn detach(&mut self, conn: Conn, consumer_id: u64) {
+        let pid = self
+            .consumers
+            .iter()
+            .find(|c| c.id == consumer_id)
+            .map(|c| c.info.pid)
+            .or_else(|| {
+                self.supervised
+                    .iter()
+                    .find(|s| s.consumer_id == Some(consumer_id) && s.status.is_none())
+                    .map(|s| s.pid)
+            });
+        let Some(pid) = pid else {
+            let _ = conn.send(
+                &FromBroker::Error {
+                    message: format!(
+                        "no consumer {consumer_id} on bus '{}' (`snapbus ls` lists them)",
+                        self.dir.name()
+                    ),
+                },
+                &[],
+            );
+            return;
+        };
+        let raw = rustix::process::Pid::from_raw(pid as i32);
+        let pidfd = raw.and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        if let Some(p) = raw {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+        }
+        eprintln!("snapbus broker: detaching consumer {consumer_id} (pid {pid})");
+        self.detaching.push(Detaching {
+            pid,
+            pidfd,
+            conn,
+            deadline: Instant::now() + DETACH_GRACE,
+            killed: false,
+        });
+    }
+
+    /// Reaps supervised consumers, answers `attach` and `detach` requests that are due.
+    fn supervise(&mut self) {
+        let now = Instant::now();
+        for s in &mut self.supervised {
+            if s.status.is_some() {
+                continue;
+            }
+            match s.child.try_wait() {
+                Ok(Some(status)) => {
+                    let text = exit_text(status);
+                    eprintln!(
+                        "snapbus broker: {} (pid {}) {text}; log {}",
+                        s.kind,
+                        s.pid,
+                        s.log.display()
+                    );
+                    if let Some((conn, _)) = s.attach.take() {
+                        let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+                        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                        let tail: Vec<&str> = tail.into_iter().rev().collect();
+                        let _ = conn.send(
+                            &FromBroker::Error {
+                                message: format!(
+                                    "the {} {text} before it subscribed:\n{}",
+                                    s.kind,
+                                    tail.join("\n")
+                                ),
+                            },
+                            &[],
+                        );
+                    }
+                    s.status = Some(text);
+                    s.ended_at = Some(now);
+                    s.pidfd = None;
+                }
+                Ok(None) => {
+                    if s.attach.as_ref().is_some_and(|(_, deadline)| now > *deadline) {
+                        let _ = s.child.kill();
+                        if let Some((conn, _)) = s.attach.take() {
+                            let _ = conn.send(
+                                &FromBroker::Error {
+                                    message: format!(
+                                        "the {} did not subscribe within {ATTACH_TIMEOUT:?}; \
+                                         killed it (log {})",
+                                        s.kind,
+                                        s.log.display()
+                                    ),
+                                },
+                                &[],
+                            );
+                        }
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        let supervised = &self.supervised;
+        let mut k = 0;
+        while k < self.detaching.len() {
+            let d = &mut self.detaching[k];
+            let exited = match supervised.iter().find(|s| s.pid == d.pid) {
+                Some(s) => s.status.clone(),
+                None => d
+                    .pidfd
+                    .as_ref()
+                    .is_none_or(|fd| {
+                        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                        let zero = rustix::time::Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 0,
+                        };
+                        rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
+                    })
+                    .then(|| "exited".to_owned()),
+            };
+            if let Some(status) = exited {
+                let status = if d.killed {
+                    format!("{status}, killed after {DETACH_GRACE:?} without exiting")
+                } else {
+                    status
+                };
+                let _ = d.conn.send(&FromBroker::Detached { status }, &[]);
+                self.detaching.swap_remove(k);
+                continue;
+            }
+            if now > d.deadline && !d.killed {
+                if let Some(p) = rustix::process::Pid::from_raw(d.pid as i32) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+                d.killed = true;
+                d.deadline = now + Duration::from_secs(5);
+            } else if now > d.deadline {
+                let _ = d.conn.send(
+                    &FromBroker::Error {
+                        message: format!("consumer process {} did not exit", d.pid),
+                    },
+                    &[],
+                );
+                self.detaching.swap_remove(k);
+                continue;
+            }
+            k += 1;
+        }
+        let retention = self.retention;
+        self.supervised.retain(|s| {
+            let keep = s.ended_at.is_none_or(|t| now.duration_since(t) < retention);
+            if !keep {
+                let _ = std::fs::remove_file(&s.log);
+            }
+            keep
+        });
+    }
+
+    /// At shutdown: SIGTERM to every supervised consumer (they flush and exit), then SIGKILL
+    /// to those still running after the grace period.
+    fn stop_supervised(&mut self) {
+        for s in &self.supervised {
+            if s.status.is_none() {
+                if let Some(p) = rustix::process::Pid::from_raw(s.pid as i32) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+                }
+            }
+        }
+        let deadline = Instant::now() + DETACH_GRACE;
+        for s in &mut self.supervised {
+            if s.status.is_some() {
+                continue;
+            }
+            loop {
+                match s.child.try_wait() {
+                    Ok(Some(status)) => {
+                        eprintln!(
+                            "snapbus broker: {} (pid {}) {}",
+                            s.kind,
+                            s.pid,
+                            exit_text(status)
+                        );
+                        break;
+                    }
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    _ => {
+                        let _ = s.child.kill();
+                        let _ = s.child.wait();
+                        eprintln!("snapbus broker: {} (pid {}) killed", s.kind, s.pid);
+                        break;
+                    }
+                }
+            }
+        }
+        for s in &self.supervised {
+            let _ = std::fs::remove_file(&s.log);
         }
     }
 
@@ -401,7 +727,10 @@ impl Broker {
         ok
     }
 
-    fn add_consumer(&mut self, conn: Conn, info: ConsumerInfo) {
+    fn add_consumer(&mut self, conn: Conn, mut info: ConsumerInfo) {
+        if let Some(pid) = conn.peer_pid() {
+            info.pid = pid;
+        }
         let used: u64 = self.consumers.iter().fold(0, |m, c| m | 1 << c.bell);
         let Some(bell) = (0..BELLS_PER_PAGE as u32).find(|b| used & (1 << b) == 0) else {
             let _ = conn.send(
@@ -534,12 +863,35 @@ impl Broker {
                     let c = &mut self.consumers[k];
                     (c.delivered, c.lost, c.lag_bytes) = (delivered, lost, lag_bytes);
                 }
+                Ok(Some((ToBroker::Subscribed, _))) => {
+                    let c = &self.consumers[k];
+                    let (id, pid) = (c.id, c.info.pid);
+                    for s in &mut self.supervised {
+                        if s.pid == pid && s.status.is_none() {
+                            s.consumer_id = Some(id);
+                            if let Some((conn, _)) = s.attach.take() {
+                                let _ = conn.send(
+                                    &FromBroker::Attached {
+                                        consumer_id: id,
+                                        pid,
+                                        log: s.log.display().to_string(),
+                                    },
+                                    &[],
+                                );
+                            }
+                        }
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(_) => break,
             }
         }
         let c = self.consumers.swap_remove(k);
+        let last = self.consumer_state(&c);
+        if let Some(s) = self.supervised.iter_mut().find(|s| s.pid == c.info.pid) {
+            s.last = Some(last);
+        }
         eprintln!(
             "snapbus broker: consumer {} '{}' (pid {}) left",
             c.id, c.info.kind, c.info.pid
@@ -565,6 +917,23 @@ impl Broker {
         let retention = self.retention;
         self.producers
             .retain(|p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
+    }
+
+    fn consumer_state(&self, c: &Consumer) -> ConsumerState {
+        let sup = self
+            .supervised
+            .iter()
+            .find(|s| s.pid == c.info.pid && s.status.is_none());
+        ConsumerState {
+            id: c.id,
+            info: c.info.clone(),
+            delivered: c.delivered,
+            lost: c.lost,
+            lag_bytes: c.lag_bytes,
+            supervised: sup.is_some(),
+            status: "running".into(),
+            log: sup.map(|s| s.log.display().to_string()),
+        }
     }
 
     fn state(&mut self) -> BusState {
@@ -631,16 +1000,40 @@ impl Broker {
             consumers: self
                 .consumers
                 .iter()
-                .map(|c| ConsumerState {
-                    id: c.id,
-                    info: c.info.clone(),
-                    delivered: c.delivered,
-                    lost: c.lost,
-                    lag_bytes: c.lag_bytes,
-                })
+                .map(|c| self.consumer_state(c))
+                .chain(self.supervised.iter().filter_map(|s| {
+                    // Supervised consumers that ended: how, and their last counters.
+                    let status = s.status.clone()?;
+                    let mut st = s.last.clone().unwrap_or_else(|| ConsumerState {
+                        id: s.consumer_id.unwrap_or(0),
+                        info: ConsumerInfo {
+                            pid: s.pid,
+                            kind: s.kind.clone(),
+                            subscriptions: Vec::new(),
+                        },
+                        delivered: 0,
+                        lost: 0,
+                        lag_bytes: 0,
+                        supervised: true,
+                        status: String::new(),
+                        log: Some(s.log.display().to_string()),
+                    });
+                    st.status = status;
+                    Some(st)
+                }))
                 .collect(),
             schemas,
         }
+    }
+}
+
+/// `exited 0`, `killed by signal 9`.
+fn exit_text(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended".to_owned(),
     }
 }
 
@@ -684,7 +1077,12 @@ impl InProcess {
         let thread = std::thread::Builder::new()
             .name("snapbus-broker".into())
             .spawn(move || {
-                run(BrokerConfig { dir: d, retention }, || {
+                let config = BrokerConfig {
+                    dir: d,
+                    retention,
+                    consumer_exe: None,
+                };
+                run(config, || {
                     let _ = tx.send(());
                 })
             })

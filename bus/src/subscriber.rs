@@ -273,6 +273,9 @@ impl Subscriber {
                 _ => {}
             }
         }
+        // Every lane is mapped with its start position fixed: tell the broker (an `attach`
+        // waiting for this consumer returns now).
+        conn.send(&ToBroker::Subscribed, &[])?;
         self.conn = Some(conn);
         Ok(())
     }
@@ -365,28 +368,33 @@ impl Subscriber {
         }
         if self.last_report.elapsed() >= STATS_EVERY {
             self.last_report = Instant::now();
-            if let Some(conn) = &self.conn {
-                let lag_bytes = self
-                    .lanes
-                    .iter()
-                    .filter(|l| !l.ended)
-                    .map(|l| {
-                        l.reader
-                            .lane()
-                            .stats()
-                            .claim_tail
-                            .saturating_sub(l.reader.position())
-                    })
-                    .sum();
-                let _ = conn.send(
-                    &ToBroker::ConsumerStats {
-                        delivered: self.stats.delivered,
-                        lost: self.stats.lost,
-                        lag_bytes,
-                    },
-                    &[],
-                );
-            }
+            self.report();
+        }
+    }
+
+    /// Sends the counters to the broker (for `snapbus ls`).
+    fn report(&self) {
+        if let Some(conn) = &self.conn {
+            let lag_bytes = self
+                .lanes
+                .iter()
+                .filter(|l| !l.ended)
+                .map(|l| {
+                    l.reader
+                        .lane()
+                        .stats()
+                        .claim_tail
+                        .saturating_sub(l.reader.position())
+                })
+                .sum();
+            let _ = conn.send(
+                &ToBroker::ConsumerStats {
+                    delivered: self.stats.delivered,
+                    lost: self.stats.lost,
+                    lag_bytes,
+                },
+                &[],
+            );
         }
     }
 
@@ -568,5 +576,12 @@ impl Subscriber {
     /// Whether every lane known was read to its end (true when there are none).
     pub fn all_ended(&self) -> bool {
         self.lanes.iter().all(|l| l.ended)
+    }
+}
+
+impl Drop for Subscriber {
+    /// The final counters, so that `snapbus ls` shows what a consumer that left had done.
+    fn drop(&mut self) {
+        self.report();
     }
 }

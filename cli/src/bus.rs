@@ -103,3 +103,45 @@ pub(crate) fn record_json(r: &Record<'_>) -> serde_json::Value {
         "payload": payload,
     })
 }
+
+/// One recorded message as the JSON object `echo` prints for a live record.
+pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_json::Value {
+    let c = &m.channel;
+    let payload = match decode(c.schema.root(), &m.data) {
+        Ok(v) => v.to_json(),
+        Err(e) => json!({ "decode_error": e.to_string() }),
+    };
+    json!({
+        "schema": c.schema.id(),
+        "version": c.schema.version(),
+        "level": level_name(c.level),
+        "t_nanos": m.t_nanos,
+        "producer": { "id": c.producer_id, "name": c.producer, "pid": c.pid },
+        "target": c.emitter,
+        "seq": m.sequence,
+        "payload": payload,
+    })
+}
+
+/// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
+pub(crate) fn utc(t_nanos: u64) -> String {
+    let secs = t_nanos / 1_000_000_000;
+    let millis = (t_nanos / 1_000_000) % 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}

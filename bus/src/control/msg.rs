@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a producer says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +102,30 @@ pub enum ToBroker {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
     },
+    /// The CLI asks the broker to start a consumer it supervises: the broker's own snapbus
+    /// executable with `args`, in `cwd`. Answered with `Attached` once the consumer is
+    /// subscribed and reading (or `Error`).
+    Attach {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The consumer's kind (`recorder`, …), for messages.
+        kind: String,
+        /// Arguments of the snapbus executable (`["record", "-o", …]`).
+        args: Vec<String>,
+        /// Working directory (relative paths in `args` are the user's).
+        cwd: String,
+    },
+    /// The CLI asks the broker to stop a consumer (SIGTERM: it flushes and exits); answered
+    /// with `Detached` once the process has exited.
+    Detach {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The broker's id of the consumer.
+        consumer_id: u64,
+    },
+    /// A consumer has mapped every lane the broker sent before its `Ok` and is reading:
+    /// nothing written from now on will be missed.
+    Subscribed,
 }
 
 /// Messages from the broker.
@@ -146,6 +170,20 @@ pub enum FromBroker {
     },
     /// Reply to `Ls`.
     State(Box<BusState>),
+    /// Reply to `Attach`: the consumer is subscribed and reading.
+    Attached {
+        /// The broker's id of the consumer (for `detach`).
+        consumer_id: u64,
+        /// Its process id.
+        pid: u32,
+        /// Where its output goes.
+        log: String,
+    },
+    /// Reply to `Detach`: the consumer's process has exited.
+    Detached {
+        /// How it exited (`exited 0`, `killed by signal 9`, …).
+        status: String,
+    },
     /// A request done.
     Ok,
     /// A request refused.
@@ -187,6 +225,12 @@ pub struct ConsumerState {
     pub lost: u64,
     /// Bytes behind the lanes' tails.
     pub lag_bytes: u64,
+    /// Started by `snapbus attach` and supervised by the broker.
+    pub supervised: bool,
+    /// `running`, or how a supervised consumer ended (`exited 0`, `killed by signal 9`).
+    pub status: String,
+    /// A supervised consumer's output.
+    pub log: Option<String>,
 }
 
 /// A schema as `snapbus ls` shows it.

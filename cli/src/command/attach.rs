@@ -1,8 +1,108 @@
-//! `snapbus attach`.
+//! `snapbus attach KIND`: starts a built-in consumer as a process the broker supervises, and
+//! returns once it is subscribed and reading — nothing emitted after `attach` returns is
+//! missed. Prints the consumer's id on stdout (for `snapbus detach ID`); `--foreground` runs
+//! the consumer in this terminal instead.
 
-use crate::cli::AttachArgs;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
+
+use crate::bus::{bus_dir, connect, globs};
+use crate::cli::{AttachArgs, AttachKind, From, RecordArgs};
+use crate::command::record;
+
+/// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("`snapbus attach` is not implemented yet")
+    match args.kind {
+        AttachKind::Recorder { record, foreground } => {
+            if foreground {
+                return record::run(&record);
+            }
+            let argv = recorder_argv(&record)?;
+            attach("recorder", argv, &record.bus, &record.output.display().to_string())
+        }
+    }
+}
+
+/// The `snapbus record` command line the supervised recorder runs, with the output path made
+/// absolute (the consumer's working directory is the user's, but say it anyway).
+fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
+    globs(&r.schemas)?;
+    if r.rotate_mb == Some(0) {
+        bail!("--rotate-mb must be at least 1");
+    }
+    if !r.force && r.rotate_mb.is_none() && r.output.exists() {
+        bail!(
+            "{} exists; choose another path, or pass --force to overwrite it",
+            r.output.display()
+        );
+    }
+    let dir = bus_dir(&r.bus)?;
+    let output = std::path::absolute(&r.output)
+        .with_context(|| format!("resolving {}", r.output.display()))?;
+    let mut argv = vec![
+        "record".to_owned(),
+        "--output".to_owned(),
+        output.display().to_string(),
+        "--bus".to_owned(),
+        dir.name().to_string(),
+    ];
+    for g in &r.schemas {
+        argv.extend(["--schema".to_owned(), g.clone()]);
+    }
+    if let Some(mb) = r.rotate_mb {
+        argv.extend(["--rotate-mb".to_owned(), mb.to_string()]);
+    }
+    if r.from == From::Oldest {
+        argv.extend(["--from".to_owned(), "oldest".to_owned()]);
+    }
+    if r.force {
+        argv.push("--force".to_owned());
+    }
+    Ok(argv)
+}
+
+fn attach(
+    kind: &str,
+    argv: Vec<String>,
+    bus: &crate::cli::BusArgs,
+    what: &str,
+) -> anyhow::Result<()> {
+    let dir = bus_dir(bus)?;
+    let mut conn = connect(&dir)?;
+    let cwd = std::env::current_dir().context("finding the working directory")?;
+    let msg = ToBroker::Attach {
+        version: PROTOCOL_VERSION,
+        kind: kind.to_owned(),
+        args: argv,
+        cwd: cwd.display().to_string(),
+    };
+    let (reply, _) = conn
+        .request::<_, FromBroker>(&msg, ATTACH_TIMEOUT)
+        .with_context(|| format!("waiting for the {kind} to subscribe"))?;
+    match reply {
+        FromBroker::Attached {
+            consumer_id,
+            pid,
+            log,
+        } => {
+            println!("{consumer_id}");
+            eprintln!(
+                "snapbus attach: {kind} {consumer_id} (pid {pid}) is reading bus '{}' into {what}; \
+                 log {log}; stop it with `snapbus detach {consumer_id}{}`",
+                dir.name(),
+                if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
+                    String::new()
+                } else {
+                    format!(" --bus {}", dir.name())
+                }
+            );
+            Ok(())
+        }
+        FromBroker::Error { message } => bail!("{message}"),
+        other => bail!("unexpected reply from the broker: {other:?}"),
+    }
 }

@@ -1,8 +1,34 @@
-//! `snapbus detach`.
+//! `snapbus detach ID`: stops a consumer — supervised or not — with SIGTERM, so that it
+//! flushes (a recorder finishes its file), and returns once its process has exited.
 
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
+
+use crate::bus::{bus_dir, connect};
 use crate::cli::DetachArgs;
 
+/// The broker kills a consumer that has not exited 10 s after SIGTERM, and answers within 5 s
+/// more.
+const DETACH_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub(crate) fn run(args: &DetachArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("`snapbus detach` is not implemented yet")
+    let dir = bus_dir(&args.bus)?;
+    let mut conn = connect(&dir)?;
+    let msg = ToBroker::Detach {
+        version: PROTOCOL_VERSION,
+        consumer_id: args.id,
+    };
+    let (reply, _) = conn
+        .request::<_, FromBroker>(&msg, DETACH_TIMEOUT)
+        .context("waiting for the consumer to exit")?;
+    match reply {
+        FromBroker::Detached { status } => {
+            println!("consumer {} detached ({status})", args.id);
+            Ok(())
+        }
+        FromBroker::Error { message } => bail!("{message}"),
+        other => bail!("unexpected reply from the broker: {other:?}"),
+    }
 }

@@ -48,8 +48,8 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     writeln!(out, "\nCONSUMERS")?;
     writeln!(
         out,
-        "{:>4}  {:<12} {:>8} {:>12} {:>10} {:>12}  SUBSCRIPTIONS",
-        "ID", "KIND", "PID", "DELIVERED", "LOST", "LAG BYTES"
+        "{:>4}  {:<12} {:>8} {:<30} {:>12} {:>10} {:>12}  SUBSCRIPTIONS",
+        "ID", "KIND", "PID", "STATUS", "DELIVERED", "LOST", "LAG BYTES"
     )?;
     for c in &s.consumers {
         let subs = if c.info.subscriptions.is_empty() {
@@ -57,10 +57,15 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         } else {
             c.info.subscriptions.join(" ")
         };
+        let status = if c.supervised || c.log.is_some() {
+            format!("{} (attached)", c.status)
+        } else {
+            c.status.clone()
+        };
         writeln!(
             out,
-            "{:>4}  {:<12} {:>8} {:>12} {:>10} {:>12}  {}",
-            c.id, c.info.kind, c.info.pid, c.delivered, c.lost, c.lag_bytes, subs
+            "{:>4}  {:<12} {:>8} {:<30} {:>12} {:>10} {:>12}  {}",
+            c.id, c.info.kind, c.info.pid, status, c.delivered, c.lost, c.lag_bytes, subs
         )?;
     }
     writeln!(out, "\nSCHEMAS")?;

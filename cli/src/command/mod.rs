@@ -10,7 +10,7 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
-mod record;
+pub(crate) mod record;
 mod replay;
 mod schemas;
 mod snapshot;
@@ -29,7 +29,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Filter(args) => filter::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Schemas(args) => schemas::run(&args),
-        Command::Record(args) => record::run(&args, None),
+        Command::Record(args) => record::run(&args),
         Command::Snapshot(args) => snapshot::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Inspect(args) => inspect::run(&args),

@@ -28,6 +28,7 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
         let config = BrokerConfig {
             dir: dir.clone(),
             retention: Duration::from_secs(args.retention_secs),
+            consumer_exe: std::env::current_exe().ok(),
         };
         return match broker::run(config, || {}) {
             Ok(()) => Ok(()),

@@ -56,6 +56,13 @@ pub enum ReadErrorKind {
         /// Bytes the record declares.
         need: u64,
     },
+    /// The file ends between records but without its summary and footer: the writer was
+    /// stopped before finishing it (a killed recorder). Everything before `offset` was read.
+    #[error(
+        "the file ends without its footer: the writer did not finish it (was it killed?); \
+         every record before this offset was read"
+    )]
+    Unfinished,
     /// A record fails its CRC or does not parse.
     #[error("damaged record: {0}")]
     Corrupt(String),
@@ -474,6 +481,9 @@ impl<R: Read> Iterator for RecordingReader<R> {
                 }
                 Err(mcap::McapError::UnexpectedEof) => {
                     let have = self.fed.saturating_sub(at);
+                    if have == 0 {
+                        return self.fail(at, ReadErrorKind::Unfinished);
+                    }
                     return self.fail(
                         at,
                         ReadErrorKind::Truncated {
