@@ -505,7 +505,10 @@ impl Broker {
                     s.pidfd = None;
                 }
                 Ok(None) => {
-                    if s.attach.as_ref().is_some_and(|(_, deadline)| now > *deadline) {
+                    if s.attach
+                        .as_ref()
+                        .is_some_and(|(_, deadline)| now > *deadline)
+                    {
                         let _ = s.child.kill();
                         if let Some((conn, _)) = s.attach.take() {
                             let _ = conn.send(

@@ -86,11 +86,26 @@ pub(crate) fn level_name(level: u8) -> String {
     Level::from_u8(level).map_or_else(|| level.to_string(), |l| l.to_string().to_lowercase())
 }
 
-/// One record as the JSON object `echo` prints.
-pub(crate) fn record_json(r: &Record<'_>) -> serde_json::Value {
-    let payload = match decode(r.schema.root(), r.payload) {
-        Ok(v) => v.to_json(),
-        Err(e) => json!({ "decode_error": e.to_string() }),
+/// The wire bytes as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// One record as the JSON object `echo` prints (`raw`: the payload as hex).
+pub(crate) fn record_json(r: &Record<'_>, raw: bool) -> serde_json::Value {
+    let payload = if raw {
+        serde_json::Value::String(hex(r.payload))
+    } else {
+        match decode(r.schema.root(), r.payload) {
+            Ok(v) => v.to_json(),
+            Err(e) => json!({ "decode_error": e.to_string() }),
+        }
     };
     json!({
         "schema": r.schema.id(),

@@ -107,6 +107,9 @@ pub(crate) struct EchoArgs {
     /// to the end); at once if there is none.
     #[arg(long)]
     pub(crate) until_end: bool,
+    /// Print each payload as the hex of its wire bytes instead of decoded values.
+    #[arg(long)]
+    pub(crate) raw: bool,
 }
 
 /// Options of `snapbus hz`.

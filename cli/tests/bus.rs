@@ -14,12 +14,12 @@ use serde_json::Value;
 use crate::util::{Output, WATCHDOG, run_cmd, snapbus, unique_bus};
 
 /// A bus for one test; `down` on drop.
-struct TestBus {
-    name: String,
+pub(crate) struct TestBus {
+    pub(crate) name: String,
 }
 
 impl TestBus {
-    fn up() -> TestBus {
+    pub(crate) fn up() -> TestBus {
         let bus = TestBus { name: unique_bus() };
         let out = bus.run(&["up"]);
         assert!(out.status.success(), "up: {}", out.stderr);
@@ -27,22 +27,22 @@ impl TestBus {
         bus
     }
 
-    fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut c = snapbus();
         c.env("SNAPBUS_BUS", &self.name).args(args);
         c
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         run_cmd(&mut self.cmd(args))
     }
 
-    fn spawn(&self, name: &str, args: &[&str]) -> Bg {
+    pub(crate) fn spawn(&self, name: &str, args: &[&str]) -> Bg {
         Bg::spawn(name, self.cmd(args))
     }
 
     /// A demo that runs until killed, emitting `rate` steps per second, once it is live.
-    fn spawn_demo(&self, rate: &str) -> Bg {
+    pub(crate) fn spawn_demo(&self, rate: &str) -> Bg {
         let demo = self.spawn(
             "demo",
             &[
@@ -63,13 +63,13 @@ impl TestBus {
         demo
     }
 
-    fn ls(&self) -> Value {
+    pub(crate) fn ls(&self) -> Value {
         let out = self.run(&["ls", "--json"]);
         assert!(out.status.success(), "ls: {}", out.stderr);
         serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
     }
 
-    fn producer(&self, pid: u32) -> Option<Value> {
+    pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
         self.ls()["producers"]
             .as_array()
             .expect("producers")
@@ -86,7 +86,7 @@ impl Drop for TestBus {
 }
 
 /// A background `snapbus` process whose output lines are collected as they come.
-struct Bg {
+pub(crate) struct Bg {
     name: String,
     child: Child,
     stdout: Receiver<String>,
@@ -131,11 +131,11 @@ impl Bg {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
@@ -144,7 +144,7 @@ impl Bg {
     }
 
     /// Waits for a stderr line containing `needle`.
-    fn expect_stderr(&self, needle: &str) -> String {
+    pub(crate) fn expect_stderr(&self, needle: &str) -> String {
         loop {
             match self.stderr.recv_timeout(self.left()) {
                 Ok(line) if line.contains(needle) => return line,
@@ -159,7 +159,7 @@ impl Bg {
     }
 
     /// The next `n` stdout lines, parsed as JSON.
-    fn json_lines(&self, n: usize) -> Vec<Value> {
+    pub(crate) fn json_lines(&self, n: usize) -> Vec<Value> {
         (0..n)
             .map(|i| match self.stdout.recv_timeout(self.left()) {
                 Ok(line) => serde_json::from_str(&line).expect("a JSON line"),
@@ -174,7 +174,7 @@ impl Bg {
 
     /// Waits for the process to exit (under the watchdog); returns its status and the rest of
     /// its stdout.
-    fn wait(&mut self) -> (ExitStatus, Vec<String>) {
+    pub(crate) fn wait(&mut self) -> (ExitStatus, Vec<String>) {
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 let mut rest = Vec::new();
@@ -193,7 +193,7 @@ impl Bg {
         }
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -206,7 +206,7 @@ impl Drop for Bg {
 }
 
 /// Polls `cond` until it holds, or panics after `timeout` with `what`.
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
         assert!(t0.elapsed() < timeout, "timed out waiting until {what}");
@@ -215,7 +215,7 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 /// Checks one `echo` line against the demo's documented values.
-fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
+pub(crate) fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
     let p = &line["payload"];
     assert_eq!(p["episode"], episode, "{line}");
     match step {
@@ -232,7 +232,7 @@ fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
 }
 
 /// The demo's events in order: (episode, Some(step)) for steps, (episode, None) for ends.
-fn demo_order(episodes: u64, steps: u64) -> Vec<(u64, Option<u64>)> {
+pub(crate) fn demo_order(episodes: u64, steps: u64) -> Vec<(u64, Option<u64>)> {
     (0..episodes)
         .flat_map(|e| (0..steps).map(move |s| (e, Some(s))).chain([(e, None)]))
         .collect()

@@ -3,5 +3,6 @@
 mod bus;
 mod demo;
 mod errors;
+mod recording;
 mod schemas;
 mod util;

@@ -92,7 +92,7 @@ fn a_recording_holds_every_record_with_its_schema_producer_and_metadata() {
     let p = bus.publisher();
     let path = tmp("one.mcap");
     let files = record(&bus, &p, &path, 1000, None);
-    assert_eq!(files, [path.clone()]);
+    assert_eq!(files, std::slice::from_ref(&path));
     let bytes = std::fs::read(&path).expect("read");
     let (items, err) = read_all(&bytes);
     assert!(err.is_none(), "{err:?}");

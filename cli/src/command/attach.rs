@@ -22,7 +22,12 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 return record::run(&record);
             }
             let argv = recorder_argv(&record)?;
-            attach("recorder", argv, &record.bus, &record.output.display().to_string())
+            attach(
+                "recorder",
+                argv,
+                &record.bus,
+                &record.output.display().to_string(),
+            )
         }
     }
 }

@@ -45,7 +45,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
         match sub.next(Duration::from_millis(100))? {
             None => {}
             Some(Event::Record(r)) => {
-                writeln!(out, "{}", record_json(&r))?;
+                writeln!(out, "{}", record_json(&r, args.raw))?;
                 printed += 1;
                 if args.count.is_some_and(|n| printed >= n) {
                     break;

@@ -25,7 +25,8 @@ struct SchemaStats {
 }
 
 pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
-    let file = File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let file =
+        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file));
     let mut recording = BTreeMap::new();

@@ -54,7 +54,10 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     while !publisher.is_connected() {
         if t0.elapsed() > JOIN_TIMEOUT {
-            bail!("the broker of bus '{}' did not adopt the replay producer", dir.name());
+            bail!(
+                "the broker of bus '{}' did not adopt the replay producer",
+                dir.name()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     }

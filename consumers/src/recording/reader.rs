@@ -275,12 +275,6 @@ impl<R: Read> RecordingReader<R> {
     fn take_inner(&mut self, record: Record<'_>, at: u64) -> Result<(), ReadError> {
         let err = |kind| ReadError { offset: at, kind };
         match record {
-            Record::Header(h) => {
-                if h.profile != super::PROFILE && !h.profile.is_empty() {
-                    // Another tool's MCAP: readable if it uses our encodings (checked per
-                    // schema); remember nothing.
-                }
-            }
             Record::Schema { header, data } => {
                 let schema = if header.encoding != SCHEMA_ENCODING {
                     Err(format!(

@@ -1,0 +1,383 @@
+//! Recordings end to end with the real binary: `attach`/`detach`, `record`, `snapshot`,
+//! `replay`, `inspect`, with producers and recorders killed on purpose and files damaged on
+//! purpose.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::bus::{TestBus, wait_until};
+use crate::util::{WATCHDOG, runtime_root};
+
+/// A fresh path for a recording of this test process.
+fn out_path(name: &str) -> PathBuf {
+    let dir = runtime_root().join("files");
+    std::fs::create_dir_all(&dir).expect("files dir");
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// `replay --print FILE`: the records as JSON, and the exit status's success.
+fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) {
+    let out = bus.run(&["replay", "--print", s(file)]);
+    let lines = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    (lines, out.status.success(), out.stderr)
+}
+
+fn attach_recorder(bus: &TestBus, file: &std::path::Path) -> String {
+    let out = bus.run(&["attach", "recorder", "-o", s(file)]);
+    assert!(out.status.success(), "attach: {}", out.stderr);
+    let id = out.stdout.trim().to_owned();
+    assert!(
+        id.parse::<u64>().is_ok(),
+        "attach prints the id: {:?}",
+        out.stdout
+    );
+    id
+}
+
+fn consumer(bus: &TestBus, id: &str) -> Value {
+    bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
+    let bus = TestBus::up();
+    let file = out_path("round.mcap");
+    let id = attach_recorder(&bus, &file);
+    let c = consumer(&bus, &id);
+    assert_eq!(c["supervised"], true, "{c}");
+    assert_eq!(c["status"], "running", "{c}");
+    assert_eq!(c["info"]["kind"], "recorder", "{c}");
+    let live = bus.spawn("echo-live", &["echo", "--raw", "--count", "18"]);
+    live.expect_stderr("subscribed");
+    // Emitted right after `attach` returned: every event must be in the file.
+    let demo = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]);
+    assert!(demo.status.success(), "{}", demo.stderr);
+    let original = live.json_lines(18);
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
+    assert!(out.stdout.contains("exited 0"), "{}", out.stdout);
+    assert!(
+        consumer(&bus, &id)["status"] == "exited 0",
+        "ls shows how it ended"
+    );
+    let out = bus.run(&["inspect", s(&file)]);
+    assert!(
+        out.status.success(),
+        "inspect: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(out.stdout.contains("records    18"), "{}", out.stdout);
+    assert!(out.stdout.contains("demo.step"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("read through the footer"),
+        "{}",
+        out.stdout
+    );
+
+    let replayed = bus.spawn("echo-replay", &["echo", "--raw", "--count", "18"]);
+    replayed.expect_stderr("subscribed");
+    let out = bus.run(&["replay", "--max", s(&file)]);
+    assert!(out.status.success(), "replay: {}", out.stderr);
+    assert!(
+        out.stderr.contains("18 records republished"),
+        "{}",
+        out.stderr
+    );
+    let again = replayed.json_lines(18);
+    for (a, b) in original.iter().zip(&again) {
+        assert_eq!(a["schema"], b["schema"]);
+        assert_eq!(
+            a["payload"], b["payload"],
+            "byte-identical payloads, in order"
+        );
+        assert_eq!(a["target"], b["target"], "the emitter is restored");
+        assert_eq!(a["level"], b["level"]);
+        assert_eq!(b["producer"]["name"], "replay");
+    }
+}
+
+#[test]
+fn replay_keeps_the_original_timing_unless_told_otherwise() {
+    let bus = TestBus::up();
+    let file = out_path("timing.mcap");
+    let id = attach_recorder(&bus, &file);
+    // 20 steps at 20/s: about a second of recording.
+    let demo = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1",
+        "--steps",
+        "20",
+        "--rate",
+        "20",
+    ]);
+    assert!(demo.status.success(), "{}", demo.stderr);
+    assert!(bus.run(&["detach", &id]).status.success());
+    let (lines, ok, err) = printed(&bus, &file);
+    assert!(ok, "{err}");
+    let t = |l: &Value| l["t_nanos"].as_u64().expect("t_nanos");
+    let span = t(&lines[lines.len() - 1]) - t(&lines[0]);
+    assert!(
+        span > 800_000_000,
+        "the recording spans about a second: {span}"
+    );
+    let t0 = std::time::Instant::now();
+    let out = bus.run(&["replay", "--speed", "2", s(&file)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_nanos(span / 2),
+        "--speed 2 takes at least half the recorded span: {took:?} for {span} ns"
+    );
+}
+
+#[test]
+fn a_snapshot_after_kill9_holds_the_dead_producers_last_events() {
+    let bus = TestBus::up();
+    let mut demo = bus.spawn_demo("200");
+    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
+    echo.expect_stderr("subscribed");
+    let mut seen = echo.json_lines(5);
+    let pid = demo.pid();
+    demo.kill9();
+    wait_until("ls shows the demo dead", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
+    });
+    let mut echo = echo;
+    let (status, rest) = echo.wait();
+    assert!(status.success(), "{}", echo.log());
+    seen.extend(
+        rest.iter()
+            .map(|l| serde_json::from_str::<Value>(l).expect("JSON")),
+    );
+    let file = out_path("dead.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&file)]);
+    assert!(out.status.success(), "snapshot: {}", out.stderr);
+    let (lines, ok, err) = printed(&bus, &file);
+    assert!(ok, "{err}");
+    let of_demo: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["producer"]["pid"] == pid)
+        .collect();
+    // Everything the dead producer wrote is still in its ring (it wrote far less than a ring).
+    assert_eq!(
+        of_demo.len(),
+        seen.len(),
+        "the snapshot holds what echo saw"
+    );
+    for (a, b) in seen.iter().zip(&of_demo) {
+        assert_eq!(a["payload"], b["payload"]);
+        assert_eq!(
+            a["seq"].as_u64().map(|s| s as u32 as u64),
+            b["seq"].as_u64()
+        );
+    }
+    let out = bus.run(&["inspect", "--json", s(&file)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+    assert_eq!(v["recording"]["source"], "snapshot");
+    assert_eq!(v["complete"], true);
+}
+
+#[test]
+fn snapshot_last_holds_only_the_last_seconds() {
+    let bus = TestBus::up();
+    let demo = bus.spawn_demo("100");
+    let pid = demo.pid();
+    // About 4 s of history (the demo emits 11 records per 10 steps).
+    wait_until("4 s of history", WATCHDOG, || {
+        bus.producer(pid)
+            .is_some_and(|p| p["frames"].as_u64().unwrap_or(0) >= 440)
+    });
+    let before_nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let last = out_path("last.mcap");
+    let out = bus.run(&["snapshot", "--last", "2s", "-o", s(&last)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let all = out_path("all.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&all)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    drop(demo);
+    let (recent, ok, err) = printed(&bus, &last);
+    assert!(ok, "{err}");
+    let (everything, ok, err) = printed(&bus, &all);
+    assert!(ok, "{err}");
+    assert!(!recent.is_empty());
+    let oldest = recent
+        .iter()
+        .filter_map(|l| l["t_nanos"].as_u64())
+        .min()
+        .expect("times");
+    assert!(
+        oldest >= before_nanos - 2_000_000_000,
+        "a record {} ms older than the 2 s window",
+        (before_nanos - 2_000_000_000 - oldest) / 1_000_000
+    );
+    assert!(
+        everything.len() > recent.len() + 100,
+        "the full snapshot has the older history too ({} vs {})",
+        everything.len(),
+        recent.len()
+    );
+}
+
+#[test]
+fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
+    let bus = TestBus::up();
+    let file = out_path("killed.mcap");
+    let id = attach_recorder(&bus, &file);
+    let demo = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]);
+    assert!(demo.status.success(), "{}", demo.stderr);
+    // The recorder hands a finished chunk to the file every second.
+    wait_until("the records are in the file", WATCHDOG, || {
+        printed(&bus, &file).0.len() == 18
+    });
+    let pid = consumer(&bus, &id)["info"]["pid"].as_u64().expect("pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    wait_until("ls shows the recorder killed", WATCHDOG, || {
+        consumer(&bus, &id)["status"] == "killed by signal 9"
+    });
+    let out = bus.run(&["inspect", s(&file)]);
+    assert!(!out.status.success(), "an unfinished file is reported");
+    assert!(out.stdout.contains("records    18"), "{}", out.stdout);
+    assert!(out.stdout.contains("without its footer"), "{}", out.stdout);
+    assert!(out.stderr.contains("offset"), "{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+}
+
+#[test]
+fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
+    let bus = TestBus::up();
+    let good = out_path("good.mcap");
+    let demo = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]);
+    assert!(demo.status.success(), "{}", demo.stderr);
+    let out = bus.run(&["snapshot", "-o", s(&good)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let bytes = std::fs::read(&good).expect("read");
+    let at = |needle: &[u8]| {
+        bytes
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("needle")
+    };
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = Vec::new();
+    cases.push(("truncated", bytes[..bytes.len() / 2].to_vec(), "offset"));
+    let mut flipped = bytes.clone();
+    let payload_at = at(b"demo.step") + 200;
+    flipped[payload_at] ^= 0x04;
+    cases.push(("bit-flipped", flipped, "offset"));
+    let mut magic = bytes.clone();
+    magic[1] = b'Z';
+    cases.push(("wrong magic", magic, "not an MCAP file"));
+    let mut newer = bytes.clone();
+    newer[at(b"format_version") + 14 + 4] = b'9';
+    cases.push(("future format", newer, "format version 9"));
+    let mut major = bytes.clone();
+    major[5] = b'1';
+    cases.push(("future MCAP", major, "MCAP major version '1'"));
+    cases.push(("empty", Vec::new(), "empty"));
+    cases.push((
+        "text",
+        b"episode,reward\n1,0.5\n".to_vec(),
+        "not an MCAP file",
+    ));
+    for (what, data, needle) in cases {
+        let path = out_path(&format!("bad-{}.mcap", what.replace(' ', "-")));
+        std::fs::write(&path, data).expect("write");
+        for verb in [vec!["inspect"], vec!["replay", "--print"], vec!["replay"]] {
+            let mut args = verb.clone();
+            args.push(s(&path));
+            let out = bus.run(&args);
+            assert!(!out.status.success(), "{what}: {verb:?} succeeded");
+            assert!(
+                out.stderr.contains(needle),
+                "{what}: {verb:?}: {needle:?} not in {}",
+                out.stderr
+            );
+            assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        }
+    }
+    let out = bus.run(&["inspect", s(&out_path("missing.mcap"))]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("opening"), "{}", out.stderr);
+}
+
+#[test]
+fn attach_and_detach_refuse_what_cannot_work() {
+    let bus = TestBus::up();
+    let out = bus.run(&["detach", "999"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("no consumer 999"), "{}", out.stderr);
+    let file = out_path("exists.mcap");
+    std::fs::write(&file, b"keep me").expect("write");
+    let out = bus.run(&["attach", "recorder", "-o", s(&file)]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--force"), "{}", out.stderr);
+    assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
+    let out = bus.run(&["attach", "recorder", "-o", "/proc/no/such/dir/x.mcap"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("before it subscribed"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["snapshot", "--last", "soon", "-o", s(&out_path("x.mcap"))]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("duration"), "{}", out.stderr);
+    let out = bus.run(&["replay", "--speed", "0", s(&file)]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--speed"), "{}", out.stderr);
+}
