@@ -37,6 +37,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an attached consumer may take to subscribe.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a failing supervised consumer is restarted (after 1, 2, 4, 8, 16 s).
+const MAX_RESTARTS: u32 = 5;
 /// How long a detached consumer may take to flush and exit before it is killed.
 const DETACH_GRACE: Duration = Duration::from_secs(10);
 /// Window of the per-schema rates in `ls`.
@@ -97,6 +99,16 @@ struct Consumer {
 /// A consumer process the broker started (`snapbus attach`) and watches.
 struct Supervised {
     kind: String,
+    exe: PathBuf,
+    args: Vec<String>,
+    cwd: String,
+    /// Restart it when it fails (exits non-zero or is killed), up to [`MAX_RESTARTS`] times.
+    restart: bool,
+    restarts: u32,
+    /// When a failed consumer is due to be started again.
+    respawn_at: Option<Instant>,
+    /// A detach or the shutdown asked it to stop: never restarted.
+    stopping: bool,
     child: Child,
     pid: u32,
     pidfd: Option<OwnedFd>,
@@ -355,59 +367,38 @@ impl Broker {
                 self.shutdown = true;
             }
             ToBroker::Attach {
-                kind, args, cwd, ..
-            } => self.attach(conn, kind, args, cwd),
+                kind,
+                args,
+                cwd,
+                restart,
+                ..
+            } => self.attach(conn, kind, args, cwd, restart),
             ToBroker::Detach { consumer_id, .. } => self.detach(conn, consumer_id),
             ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => {}
         }
     }
 
     /// Starts a supervised consumer; the reply waits until it has subscribed.
-    fn attach(&mut self, conn: Conn, kind: String, args: Vec<String>, cwd: String) {
-        let refuse = |conn: &Conn, message: String| {
-            let _ = conn.send(&FromBroker::Error { message }, &[]);
-        };
+    fn attach(&mut self, conn: Conn, kind: String, args: Vec<String>, cwd: String, restart: bool) {
         let Some(exe) = self.consumer_exe.clone() else {
-            return refuse(
-                &conn,
-                "this broker cannot start consumers (it was not started by `snapbus up`)".into(),
-            );
+            let message =
+                "this broker cannot start consumers (it was not started by `snapbus up`)".into();
+            let _ = conn.send(&FromBroker::Error { message }, &[]);
+            return;
         };
         let log = self
             .dir
             .path()
             .join(format!("consumer-{}.log", self.next_log));
         self.next_log += 1;
-        let file = match OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&log)
-        {
-            Ok(f) => f,
-            Err(e) => return refuse(&conn, format!("creating {}: {e}", log.display())),
-        };
-        let spawned = file.try_clone().and_then(|out| {
-            use std::os::unix::process::CommandExt;
-            Command::new(&exe)
-                .args(&args)
-                .current_dir(&cwd)
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(file)
-                // Its own process group: a Ctrl-C meant for the broker's terminal is not its.
-                .process_group(0)
-                .spawn()
-        });
-        let child = match spawned {
+        let (child, pidfd) = match spawn_consumer(&exe, &args, &cwd, &log, 0) {
             Ok(c) => c,
-            Err(e) => return refuse(&conn, format!("starting {} {args:?}: {e}", exe.display())),
+            Err(message) => {
+                let _ = conn.send(&FromBroker::Error { message }, &[]);
+                return;
+            }
         };
         let pid = child.id();
-        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-        });
         eprintln!(
             "snapbus broker: started {kind} (pid {pid}): {} {}",
             exe.display(),
@@ -415,6 +406,13 @@ impl Broker {
         );
         self.supervised.push(Supervised {
             kind,
+            exe,
+            args,
+            cwd,
+            restart,
+            restarts: 0,
+            respawn_at: None,
+            stopping: false,
             child,
             pid,
             pidfd,
@@ -459,6 +457,11 @@ impl Broker {
         if let Some(p) = raw {
             let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
         }
+        for s in &mut self.supervised {
+            if s.pid == pid {
+                s.stopping = true;
+            }
+        }
         eprintln!("snapbus broker: detaching consumer {consumer_id} (pid {pid})");
         self.detaching.push(Detaching {
             pid,
@@ -473,6 +476,28 @@ impl Broker {
     fn supervise(&mut self) {
         let now = Instant::now();
         for s in &mut self.supervised {
+            if s.respawn_at.is_some_and(|t| now >= t) {
+                s.respawn_at = None;
+                s.restarts += 1;
+                match spawn_consumer(&s.exe, &s.args, &s.cwd, &s.log, s.restarts) {
+                    Ok((child, pidfd)) => {
+                        eprintln!(
+                            "snapbus broker: restarted {} (pid {}, restart {})",
+                            s.kind,
+                            child.id(),
+                            s.restarts
+                        );
+                        s.pid = child.id();
+                        s.child = child;
+                        s.pidfd = pidfd;
+                        s.status = None;
+                    }
+                    Err(e) => {
+                        s.status = Some(format!("could not be restarted: {e}"));
+                        s.ended_at = Some(now);
+                    }
+                }
+            }
             if s.status.is_some() {
                 continue;
             }
@@ -500,8 +525,19 @@ impl Broker {
                             &[],
                         );
                     }
-                    s.status = Some(text);
-                    s.ended_at = Some(now);
+                    let failed = !status.success();
+                    if failed && s.restart && !s.stopping && s.restarts < MAX_RESTARTS {
+                        let backoff = Duration::from_secs(1 << s.restarts);
+                        s.respawn_at = Some(now + backoff);
+                        s.status = Some(format!(
+                            "{text}; restart {} of {MAX_RESTARTS} in {}s",
+                            s.restarts + 1,
+                            backoff.as_secs()
+                        ));
+                    } else {
+                        s.status = Some(text);
+                        s.ended_at = Some(now);
+                    }
                     s.pidfd = None;
                 }
                 Ok(None) => {
@@ -588,6 +624,10 @@ impl Broker {
     /// At shutdown: SIGTERM to every supervised consumer (they flush and exit), then SIGKILL
     /// to those still running after the grace period.
     fn stop_supervised(&mut self) {
+        for s in &mut self.supervised {
+            s.stopping = true;
+            s.respawn_at = None;
+        }
         for s in &self.supervised {
             if s.status.is_none() {
                 if let Some(p) = rustix::process::Pid::from_raw(s.pid as i32) {
@@ -934,7 +974,10 @@ impl Broker {
             lost: c.lost,
             lag_bytes: c.lag_bytes,
             supervised: sup.is_some(),
-            status: "running".into(),
+            status: match sup {
+                Some(s) if s.restarts > 0 => format!("running (restarted {}x)", s.restarts),
+                _ => "running".into(),
+            },
             log: sup.map(|s| s.log.display().to_string()),
         }
     }
@@ -1028,6 +1071,41 @@ impl Broker {
             schemas,
         }
     }
+}
+
+/// Starts `exe args` in `cwd`, its output appended to `log`, in its own process group (a Ctrl-C
+/// meant for the broker's terminal is not its), with `SNAPBUS_RESTART` set to how many times
+/// it was restarted.
+fn spawn_consumer(
+    exe: &std::path::Path,
+    args: &[String],
+    cwd: &str,
+    log: &std::path::Path,
+    restart: u32,
+) -> Result<(Child, Option<OwnedFd>), String> {
+    use std::os::unix::process::CommandExt;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)
+        .map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let out = file
+        .try_clone()
+        .map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let child = Command::new(exe)
+        .args(args)
+        .current_dir(cwd)
+        .env("SNAPBUS_RESTART", restart.to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(file)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting {} {args:?}: {e}", exe.display()))?;
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    Ok((child, pidfd))
 }
 
 /// `exited 0`, `killed by signal 9`.

@@ -312,10 +312,30 @@ pub(crate) enum AttachKind {
     Recorder {
         #[command(flatten)]
         record: RecordArgs,
-        /// Run in this terminal instead of under the broker.
-        #[arg(long)]
-        foreground: bool,
+        #[command(flatten)]
+        supervise: SuperviseArgs,
     },
+}
+
+/// How `attach` runs a consumer.
+#[derive(Debug, Args)]
+pub(crate) struct SuperviseArgs {
+    /// Run in this terminal instead of under the broker.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// Whether the broker restarts the consumer when it fails (exits non-zero or is killed):
+    /// up to 5 times, after 1, 2, 4, 8 and 16 s.
+    #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
+    pub(crate) restart: Restart,
+}
+
+/// Restart policy of a supervised consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Restart {
+    /// Never restart.
+    Never,
+    /// Restart after a failure (not after `detach` or a clean exit).
+    OnFailure,
 }
 
 /// Options of `snapbus detach`.

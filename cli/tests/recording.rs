@@ -34,8 +34,10 @@ fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) 
     (lines, out.status.success(), out.stderr)
 }
 
-fn attach_recorder(bus: &TestBus, file: &std::path::Path) -> String {
-    let out = bus.run(&["attach", "recorder", "-o", s(file)]);
+fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> String {
+    let mut args = vec!["attach", "recorder", "-o", s(file)];
+    args.extend_from_slice(extra);
+    let out = bus.run(&args);
     assert!(out.status.success(), "attach: {}", out.stderr);
     let id = out.stdout.trim().to_owned();
     assert!(
@@ -60,7 +62,7 @@ fn consumer(bus: &TestBus, id: &str) -> Value {
 fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     let bus = TestBus::up();
     let file = out_path("round.mcap");
-    let id = attach_recorder(&bus, &file);
+    let id = attach_recorder(&bus, &file, &[]);
     let c = consumer(&bus, &id);
     assert_eq!(c["supervised"], true, "{c}");
     assert_eq!(c["status"], "running", "{c}");
@@ -128,7 +130,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
 fn replay_keeps_the_original_timing_unless_told_otherwise() {
     let bus = TestBus::up();
     let file = out_path("timing.mcap");
-    let id = attach_recorder(&bus, &file);
+    let id = attach_recorder(&bus, &file, &[]);
     // 20 steps at 20/s: about a second of recording.
     let demo = bus.run(&[
         "demo",
@@ -256,7 +258,7 @@ fn snapshot_last_holds_only_the_last_seconds() {
 fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
     let bus = TestBus::up();
     let file = out_path("killed.mcap");
-    let id = attach_recorder(&bus, &file);
+    let id = attach_recorder(&bus, &file, &["--restart", "never"]);
     let demo = bus.run(&[
         "demo",
         "--no-echo",
@@ -380,4 +382,61 @@ fn attach_and_detach_refuse_what_cannot_work() {
     let out = bus.run(&["replay", "--speed", "0", s(&file)]);
     assert!(!out.status.success());
     assert!(out.stderr.contains("--speed"), "{}", out.stderr);
+}
+
+#[test]
+fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
+    let bus = TestBus::up();
+    let file = out_path("crash.mcap");
+    let id = attach_recorder(&bus, &file, &[]);
+    let demo_args = [
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ];
+    assert!(bus.run(&demo_args).status.success());
+    wait_until("the first records are in the file", WATCHDOG, || {
+        printed(&bus, &file).0.len() == 18
+    });
+    let pid = consumer(&bus, &id)["info"]["pid"].as_u64().expect("pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    // Emitted while no recorder runs: still in the ring when the restarted one starts.
+    assert!(bus.run(&demo_args).status.success());
+    let restarted = || {
+        bus.ls()["consumers"]
+            .as_array()
+            .expect("consumers")
+            .iter()
+            .find(|c| c["info"]["kind"] == "recorder" && c["status"] == "running (restarted 1x)")
+            .cloned()
+    };
+    wait_until("ls shows the recorder restarted", WATCHDOG, || {
+        restarted().is_some()
+    });
+    let new_id = restarted().expect("restarted")["id"].to_string();
+    let out = bus.run(&["detach", &new_id]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let second = file.with_file_name("crash-restart1.mcap");
+    let (lines, ok, err) = printed(&bus, &second);
+    assert!(ok, "the restarted recorder finished its file: {err}");
+    let (first, _, _) = printed(&bus, &file);
+    let pids = |ls: &[Value]| {
+        ls.iter()
+            .map(|l| l["producer"]["pid"].as_u64().expect("pid"))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(lines.len(), 18, "the gap, once: {lines:?}");
+    assert!(
+        pids(&first).is_disjoint(&pids(&lines)),
+        "no record of the first demo is recorded twice"
+    );
 }

@@ -114,6 +114,8 @@ pub enum ToBroker {
         args: Vec<String>,
         /// Working directory (relative paths in `args` are the user's).
         cwd: String,
+        /// Restart the consumer when it fails (exits non-zero or is killed), with backoff.
+        restart: bool,
     },
     /// The CLI asks the broker to stop a consumer (SIGTERM: it flushes and exits); answered
     /// with `Detached` once the process has exited.

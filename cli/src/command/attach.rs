@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{AttachArgs, AttachKind, From, RecordArgs};
+use crate::cli::{AttachArgs, AttachKind, From, RecordArgs, Restart};
 use crate::command::record;
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
@@ -17,8 +17,8 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
     match args.kind {
-        AttachKind::Recorder { record, foreground } => {
-            if foreground {
+        AttachKind::Recorder { record, supervise } => {
+            if supervise.foreground {
                 return record::run(&record);
             }
             let argv = recorder_argv(&record)?;
@@ -26,6 +26,7 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 "recorder",
                 argv,
                 &record.bus,
+                supervise.restart == Restart::OnFailure,
                 &record.output.display().to_string(),
             )
         }
@@ -74,6 +75,7 @@ fn attach(
     kind: &str,
     argv: Vec<String>,
     bus: &crate::cli::BusArgs,
+    restart: bool,
     what: &str,
 ) -> anyhow::Result<()> {
     let dir = bus_dir(bus)?;
@@ -84,6 +86,7 @@ fn attach(
         kind: kind.to_owned(),
         args: argv,
         cwd: cwd.display().to_string(),
+        restart,
     };
     let (reply, _) = conn
         .request::<_, FromBroker>(&msg, ATTACH_TIMEOUT)

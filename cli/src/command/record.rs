@@ -1,10 +1,16 @@
 //! `snapbus record`: the recorder in this terminal. Ctrl-C (or SIGTERM, which `detach`
 //! sends) finishes the file — indexes, summary, footer — and exits 0.
+//!
+//! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it writes
+//! `<stem>-restartN.mcap` instead and starts after the last record of the newest earlier file
+//! of this recording, so that what the rings still hold from the gap is recorded once.
+
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use snapbus_bus::control::StartFrom;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
-use snapbus_consumers::recording::WriterOptions;
+use snapbus_consumers::recording::{Item, RecordingReader, WriterOptions};
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
@@ -18,23 +24,42 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     if args.rotate_mb == Some(0) {
         anyhow::bail!("--rotate-mb must be at least 1");
     }
+    let restart: u32 = std::env::var("SNAPBUS_RESTART")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut start = match args.from {
+        From::Oldest => StartFrom::Oldest,
+        From::Latest => StartFrom::Latest,
+    };
+    let mut output = args.output.clone();
+    if restart > 0 {
+        output = restart_path(&args.output, restart);
+        start = match last_recorded_nanos(&args.output) {
+            Some(t) => {
+                eprintln!(
+                    "snapbus record: restart {restart}: continuing with the records after {}",
+                    crate::bus::utc(t)
+                );
+                StartFrom::Time(t + 1)
+            }
+            None => StartFrom::Oldest,
+        };
+    }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());
     writer.overwrite = args.force;
     let mut recorder = Recorder::create(RecorderOptions {
-        path: args.output.clone(),
+        path: output.clone(),
         rotate_bytes: args.rotate_mb.map(|mb| mb << 20),
         writer,
     })?;
     let mut opts = RunOptions::new("recorder");
     opts.globs = globs;
-    opts.start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    opts.start = start;
     eprintln!(
         "snapbus record: recording bus '{}' into {} (Ctrl-C to stop)",
         dir.name(),
-        args.output.display()
+        output.display()
     );
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();
@@ -49,4 +74,44 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     );
     debug_assert!(messages >= summary.delivered);
     Ok(())
+}
+
+/// `run.mcap`, 2 → `run-restart2.mcap`.
+fn restart_path(path: &Path, n: u32) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "recording".into(), |s| s.to_string_lossy().into_owned());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-restart{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-restart{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// The time of the last record in the most recently written file of the recording `path`
+/// names (the file itself, its rotated parts, its restart files), read up to any damage.
+fn last_recorded_nanos(path: &Path) -> Option<u64> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    let newest = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&stem) && name.ends_with(".mcap")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()?
+        .1;
+    let file = std::fs::File::open(newest).ok()?;
+    RecordingReader::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_while(Result::ok)
+        .filter_map(|item| match item {
+            Item::Message(m) => Some(m.t_nanos),
+            _ => None,
+        })
+        .max()
 }
