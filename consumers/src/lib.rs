@@ -1,6 +1,8 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
-//! [`run`] it. Built-in consumers (recorder, aggregator, plotter) will live here too; they are
-//! **not implemented yet** (issue "Consumer runtime, recorder, ring snapshot and replay").
+//! [`run`] it. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
+//! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
+//! [`replay`] (republishing a recording into a bus). The aggregator and the plotter are not
+//! built yet.
 //!
 //! # Guarantees
 //!
@@ -12,6 +14,9 @@
 //!   consumer needs none of the producer's types.
 //! - **Clean exits.** SIGINT and SIGTERM make [`run`] flush and return; a broker restart is
 //!   survived (lanes keep being read and the subscription rejoins the new broker).
+//! - **Recordings are never silently incomplete.** Records lost before the recorder read them
+//!   are written into the file as loss records; a recording cut by a crash is read up to its
+//!   last complete chunk and the reader says where it was cut.
 //!
 //! # Example: count records per schema
 //!
