@@ -245,7 +245,7 @@ impl<R: Read> RecordingReader<R> {
     }
 
     /// Turns one top-level record into items.
-    fn take_record(&mut self, opcode: u8, record: Record<'_>, at: u64) -> Result<(), ReadError> {
+    fn take_record(&mut self, record: Record<'_>, at: u64) -> Result<(), ReadError> {
         let corrupt = |m: String| ReadError {
             offset: at,
             kind: ReadErrorKind::Corrupt(m),
@@ -264,10 +264,7 @@ impl<R: Read> RecordingReader<R> {
                 self.complete = true;
                 Ok(())
             }
-            other => {
-                let _ = opcode;
-                self.take_inner(other, at)
-            }
+            other => self.take_inner(other, at),
         }
     }
 
@@ -466,7 +463,7 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             )),
                         );
                     }
-                    if let Err(e) = self.take_record(opcode, record, at) {
+                    if let Err(e) = self.take_record(record, at) {
                         self.done = true;
                         // Items of a damaged chunk are not delivered.
                         self.pending.clear();
