@@ -351,6 +351,16 @@ fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
             );
             assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
         }
+        let exported = out_path(&format!("bad-{}.jsonl", what.replace(' ', "-")));
+        let _ = std::fs::remove_file(&exported);
+        let out = bus.run(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
+        assert!(!out.status.success(), "{what}: export succeeded");
+        assert!(
+            out.stderr.contains(needle),
+            "{what}: export: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
     }
     let out = bus.run(&["inspect", s(&out_path("missing.mcap"))]);
     assert!(!out.status.success());
@@ -439,4 +449,50 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
         pids(&first).is_disjoint(&pids(&lines)),
         "no record of the first demo is recorded twice"
     );
+}
+
+#[test]
+fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
+    if !crate::export::python_with("mcap") {
+        return;
+    }
+    let bus = TestBus::up();
+    let file = out_path("py-rec.mcap");
+    let id = attach_recorder(&bus, &file, &[]);
+    let demo = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "3",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]);
+    assert!(demo.status.success(), "{}", demo.stderr);
+    assert!(bus.run(&["detach", &id]).status.success());
+    let snap = out_path("py-snap.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&snap)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    for (f, what) in [(&file, "recording"), (&snap, "snapshot")] {
+        for mode in [None, Some("--stream")] {
+            let mut args = vec![s(f)];
+            args.extend(mode);
+            let r = crate::export::python_json("check_mcap.py", &args);
+            // 3 episodes × (5 steps + 1 episode end), one producer: two schemas, two channels.
+            assert_eq!(r["messages"], 18, "{what}: {r}");
+            assert_eq!(
+                r["topics"],
+                serde_json::json!({"demo.step": 15, "demo.episode_end": 3}),
+                "{what}: {r}"
+            );
+            assert_eq!(r["schemas"], 2, "{what}: {r}");
+            assert_eq!(r["channels"], 2, "{what}: {r}");
+            assert_eq!(
+                r["schema_encodings"],
+                serde_json::json!(["snapbus.descriptor"])
+            );
+            assert_eq!(r["message_encodings"], serde_json::json!(["snapbus"]));
+        }
+    }
 }

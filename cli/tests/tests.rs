@@ -3,6 +3,7 @@
 mod bus;
 mod demo;
 mod errors;
+mod export;
 mod recording;
 mod schemas;
 mod util;

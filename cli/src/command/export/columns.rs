@@ -1,0 +1,360 @@
+//! Flattening payloads into table columns (CSV and Parquet).
+//!
+//! A table's columns come from the schema's descriptor, not from the values, so every row of a
+//! schema has the same columns:
+//!
+//! | descriptor | columns |
+//! |---|---|
+//! | (every table) | `t_nanos`, `producer_id`, `producer`, `seq` first |
+//! | struct | one group per field, named `parent.field` (`obs.pos.x`); a root that is not a struct is one column `value` |
+//! | tuple | one group per element, `parent.0`, `parent.1`, … |
+//! | bool, integers, floats, string | one typed column |
+//! | `u128`, `i128` | text (decimal, exact) |
+//! | bytes | binary (CSV: a JSON array of numbers) |
+//! | option | the inner type's columns, empty when none |
+//! | enum | a text column with the variant's name, then each variant's fields flattened as `enum.Variant.field` (`enum.Variant` for a newtype variant, `enum.Variant.0`, … for tuple variants), empty unless that variant is set |
+//! | sequence or array of numbers | a list of floats (CSV: a JSON array) |
+//! | tensor | `name`: its elements flat, row-major, as a list of floats; `name.shape`: its dimensions as a list of integers (CSV: JSON arrays) |
+//! | anything else (sequences of other types, maps) | text: the JSON of the value (the same JSON as `echo`) |
+//!
+//! Lists of floats hold integers exactly up to 2^53. A payload column whose name is taken (a
+//! field called `seq` or `producer_id`, or a field name with a dot in it) is called
+//! `payload.<name>` (then `payload.<name>~2`, `~3`, …).
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value, VariantKind};
+
+/// What a column holds (and so its Parquet type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `bool`.
+    Bool,
+    /// Unsigned integers, by width.
+    U8,
+    /// See [`Kind::U8`].
+    U16,
+    /// See [`Kind::U8`].
+    U32,
+    /// See [`Kind::U8`].
+    U64,
+    /// Signed integers, by width.
+    I8,
+    /// See [`Kind::I8`].
+    I16,
+    /// See [`Kind::I8`].
+    I32,
+    /// See [`Kind::I8`].
+    I64,
+    /// `f32`.
+    F32,
+    /// `f64`.
+    F64,
+    /// Text: strings, enum variant names, 128-bit integers in decimal.
+    Text,
+    /// A byte buffer.
+    Bytes,
+    /// Numbers (a packed sequence or a tensor's elements), as a list of floats.
+    Floats,
+    /// A tensor's shape, as a list of integers.
+    Shape,
+    /// Anything else, as its JSON text.
+    Json,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone)]
+pub(crate) struct Column {
+    /// Its name (dotted path).
+    pub(crate) name: String,
+    /// What it holds (only Parquet has types).
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))]
+    pub(crate) kind: Kind,
+}
+
+/// One cell of a row, borrowing from the decoded value.
+#[derive(Debug)]
+pub(crate) enum Cell<'a> {
+    /// Empty (an option that is none, another enum variant).
+    Null,
+    /// A fixed column's integer.
+    U64(u64),
+    /// A fixed column's text.
+    Str(&'a str),
+    /// A leaf of the payload (a scalar, a string, bytes, or a value rendered as JSON).
+    Value(&'a Value<'a>),
+    /// Numbers, little-endian, of one dtype.
+    Numbers(DType, &'a [u8]),
+    /// A tensor's shape.
+    Shape(&'a [u64]),
+}
+
+impl Cell<'_> {
+    /// The cell as CSV text.
+    pub(crate) fn to_text(&self) -> Cow<'_, str> {
+        match self {
+            Cell::Null => Cow::Borrowed(""),
+            Cell::U64(v) => Cow::Owned(v.to_string()),
+            Cell::Str(s) => Cow::Borrowed(s),
+            Cell::Numbers(dtype, bytes) => Cow::Owned(
+                Value::Packed(Packed {
+                    dtype: *dtype,
+                    bytes: Cow::Borrowed(bytes),
+                })
+                .to_json()
+                .to_string(),
+            ),
+            Cell::Shape(dims) => Cow::Owned(serde_json::Value::from(dims.to_vec()).to_string()),
+            Cell::Value(v) => value_text(v),
+        }
+    }
+}
+
+/// A leaf value as CSV text: numbers in their shortest round-trip form (`0.1`, `1e-7`, `NaN`,
+/// `inf`), booleans as `true`/`false`, strings as they are, the rest as JSON.
+fn value_text<'a>(v: &'a Value<'a>) -> Cow<'a, str> {
+    Cow::Owned(match v {
+        Value::Bool(b) => b.to_string(),
+        Value::U8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::U128(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+        Value::I128(x) => x.to_string(),
+        Value::F32(x) => format!("{x:?}"),
+        Value::F64(x) => format!("{x:?}"),
+        Value::Str(s) => return Cow::Borrowed(s.as_ref()),
+        Value::Variant { name, .. } => return Cow::Borrowed(name.as_ref()),
+        other => other.to_json().to_string(),
+    })
+}
+
+/// How a part of the descriptor maps onto columns.
+#[derive(Debug)]
+enum Node {
+    /// The value itself goes into this column.
+    Leaf(usize),
+    /// A tensor: elements and shape.
+    Tensor { data: usize, shape: usize },
+    /// Struct fields or tuple elements, in order.
+    Fields(Vec<Node>),
+    /// An option: the inner value's columns.
+    Option(Box<Node>),
+    /// An enum: the variant name's column, and each variant's payload.
+    Enum { tag: usize, variants: Vec<Node> },
+}
+
+/// The fixed columns every table starts with.
+pub(crate) const FIXED: [(&str, Kind); 4] = [
+    ("t_nanos", Kind::U64),
+    ("producer_id", Kind::U64),
+    ("producer", Kind::Text),
+    ("seq", Kind::U32),
+];
+
+/// The columns of one schema and how its values fill them.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    columns: Vec<Column>,
+    root: Node,
+}
+
+/// Builds the columns while walking a descriptor.
+struct Builder {
+    columns: Vec<Column>,
+    taken: HashSet<String>,
+}
+
+impl Builder {
+    fn column(&mut self, path: &str, kind: Kind) -> usize {
+        let base = if path.is_empty() { "value" } else { path };
+        let mut name = base.to_owned();
+        if self.taken.contains(&name) {
+            name = format!("payload.{base}");
+        }
+        let mut n = 1;
+        while self.taken.contains(&name) {
+            n += 1;
+            name = format!("payload.{base}~{n}");
+        }
+        self.taken.insert(name.clone());
+        self.columns.push(Column { name, kind });
+        self.columns.len() - 1
+    }
+
+    fn node(&mut self, desc: &TypeDesc, path: &str) -> Node {
+        let kind = match desc {
+            TypeDesc::Bool => Kind::Bool,
+            TypeDesc::U8 => Kind::U8,
+            TypeDesc::U16 => Kind::U16,
+            TypeDesc::U32 => Kind::U32,
+            TypeDesc::U64 => Kind::U64,
+            TypeDesc::I8 => Kind::I8,
+            TypeDesc::I16 => Kind::I16,
+            TypeDesc::I32 => Kind::I32,
+            TypeDesc::I64 => Kind::I64,
+            TypeDesc::F32 => Kind::F32,
+            TypeDesc::F64 => Kind::F64,
+            TypeDesc::U128 | TypeDesc::I128 | TypeDesc::String => Kind::Text,
+            TypeDesc::Bytes => Kind::Bytes,
+            TypeDesc::Seq { elem } | TypeDesc::Array { elem, .. } if elem.as_dtype().is_some() => {
+                Kind::Floats
+            }
+            TypeDesc::Seq { .. } | TypeDesc::Array { .. } | TypeDesc::Map { .. } => Kind::Json,
+            TypeDesc::Tensor { .. } => {
+                let data = self.column(path, Kind::Floats);
+                let shape = self.column(&join(path, "shape"), Kind::Shape);
+                return Node::Tensor { data, shape };
+            }
+            TypeDesc::Option { some } => return Node::Option(Box::new(self.node(some, path))),
+            TypeDesc::Struct { fields } => {
+                return Node::Fields(
+                    fields
+                        .iter()
+                        .map(|f| self.node(&f.ty, &join(path, &f.name)))
+                        .collect(),
+                );
+            }
+            TypeDesc::Tuple { elems } => return self.elems(elems, path),
+            TypeDesc::Enum { variants } => {
+                let tag = self.column(path, Kind::Text);
+                let variants = variants
+                    .iter()
+                    .map(|v| {
+                        let at = join(path, &v.name);
+                        match &v.kind {
+                            VariantKind::Unit => Node::Fields(Vec::new()),
+                            // A newtype variant: its value at `enum.Variant`.
+                            VariantKind::Tuple { elems } if elems.len() == 1 => {
+                                Node::Fields(vec![self.node(&elems[0], &at)])
+                            }
+                            VariantKind::Tuple { elems } => self.elems(elems, &at),
+                            VariantKind::Struct { fields } => Node::Fields(
+                                fields
+                                    .iter()
+                                    .map(|f| self.node(&f.ty, &join(&at, &f.name)))
+                                    .collect(),
+                            ),
+                        }
+                    })
+                    .collect();
+                return Node::Enum { tag, variants };
+            }
+        };
+        Node::Leaf(self.column(path, kind))
+    }
+
+    fn elems(&mut self, elems: &[TypeDesc], path: &str) -> Node {
+        Node::Fields(
+            elems
+                .iter()
+                .enumerate()
+                .map(|(i, e)| self.node(e, &join(path, &i.to_string())))
+                .collect(),
+        )
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+impl Plan {
+    /// The columns of `schema`: the [`FIXED`] ones, then the payload's.
+    pub(crate) fn new(schema: &SchemaDescriptor) -> Plan {
+        let mut b = Builder {
+            columns: Vec::new(),
+            taken: HashSet::new(),
+        };
+        for (name, kind) in FIXED {
+            b.column(name, kind);
+        }
+        let root = b.node(schema.root(), "");
+        Plan {
+            columns: b.columns,
+            root,
+        }
+    }
+
+    /// All columns, in order.
+    pub(crate) fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// One row: the fixed columns, then `value` (decoded with this plan's schema) flattened.
+    pub(crate) fn row<'a>(&self, fixed: &'a Fixed<'a>, value: &'a Value<'a>) -> Vec<Cell<'a>> {
+        let mut cells: Vec<Cell<'a>> = Vec::with_capacity(self.columns.len());
+        cells.extend([
+            Cell::U64(fixed.t_nanos),
+            Cell::U64(fixed.producer_id),
+            Cell::Str(fixed.producer),
+            Cell::U64(u64::from(fixed.seq)),
+        ]);
+        cells.resize_with(self.columns.len(), || Cell::Null);
+        fill(&self.root, value, &mut cells);
+        cells
+    }
+}
+
+/// The values of the fixed columns.
+#[derive(Debug)]
+pub(crate) struct Fixed<'a> {
+    /// CLOCK_REALTIME of the record, nanoseconds.
+    pub(crate) t_nanos: u64,
+    /// The producer's id on the recorded bus.
+    pub(crate) producer_id: u64,
+    /// The producer's name.
+    pub(crate) producer: &'a str,
+    /// The low 32 bits of the record's lane sequence number.
+    pub(crate) seq: u32,
+}
+
+/// Puts `value` into the cells of `node`. A value that does not have the node's shape (it was
+/// decoded with the same descriptor, so it always has) leaves its cells empty.
+fn fill<'a>(node: &Node, value: &'a Value<'a>, cells: &mut [Cell<'a>]) {
+    let mut set = |i: usize, cell: Cell<'a>| {
+        if let Some(c) = cells.get_mut(i) {
+            *c = cell;
+        }
+    };
+    match (node, value) {
+        (Node::Leaf(i), Value::Packed(p)) => set(*i, Cell::Numbers(p.dtype, p.bytes.as_ref())),
+        (Node::Leaf(i), v) => set(*i, Cell::Value(v)),
+        (Node::Tensor { data, shape }, Value::Tensor(t)) => {
+            set(*data, Cell::Numbers(t.dtype, t.data.as_ref()));
+            set(*shape, Cell::Shape(&t.shape));
+        }
+        (Node::Fields(nodes), Value::Struct(fields)) => {
+            for (n, (_, v)) in nodes.iter().zip(fields) {
+                fill(n, v, cells);
+            }
+        }
+        (Node::Fields(nodes), Value::Seq(items)) => {
+            for (n, v) in nodes.iter().zip(items) {
+                fill(n, v, cells);
+            }
+        }
+        (Node::Option(inner), Value::Option(Some(v))) => fill(inner, v, cells),
+        (
+            Node::Enum { tag, variants },
+            Value::Variant {
+                index, value: v, ..
+            },
+        ) => {
+            set(*tag, Cell::Value(value));
+            if let Some(n) = variants.get(*index as usize) {
+                fill(n, v, cells);
+            }
+        }
+        _ => {}
+    }
+}
