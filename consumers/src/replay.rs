@@ -60,6 +60,7 @@ pub fn replay<R: Read>(
     // Channel id → (key, version, level, emitter), or None if the globs exclude it.
     let mut keys: HashMap<u16, Option<(u16, u16, u8, u16)>> = HashMap::new();
     let mut clock: Option<(u64, Instant)> = None;
+    let mut last: Option<(u16, Option<(u16, u16, u8, u16)>)> = None;
     for item in reader {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -72,23 +73,32 @@ pub fn replay<R: Read>(
             }
             Item::Metadata { .. } => continue,
         };
-        let key = match keys.get(&m.channel.id) {
-            Some(k) => *k,
-            None => {
-                let schema = &m.channel.schema;
-                let k = if globs.is_empty() || globs.iter().any(|g| g.matches(schema.id())) {
-                    let key = publisher.register_schema(schema)?;
-                    let emitter = m
-                        .channel
-                        .emitter
-                        .as_deref()
-                        .map_or(0, |name| publisher.emitter(name));
-                    let version = u16::try_from(schema.version()).unwrap_or(u16::MAX);
-                    Some((key, version, m.channel.level, emitter))
-                } else {
-                    None
+        // Records come in runs of one channel: check the last one before the map.
+        let key = match last {
+            Some((id, k)) if id == m.channel.id => k,
+            _ => {
+                let k = match keys.get(&m.channel.id) {
+                    Some(k) => *k,
+                    None => {
+                        let schema = &m.channel.schema;
+                        let k = if globs.is_empty() || globs.iter().any(|g| g.matches(schema.id()))
+                        {
+                            let key = publisher.register_schema(schema)?;
+                            let emitter = m
+                                .channel
+                                .emitter
+                                .as_deref()
+                                .map_or(0, |name| publisher.emitter(name));
+                            let version = u16::try_from(schema.version()).unwrap_or(u16::MAX);
+                            Some((key, version, m.channel.level, emitter))
+                        } else {
+                            None
+                        };
+                        keys.insert(m.channel.id, k);
+                        k
+                    }
                 };
-                keys.insert(m.channel.id, k);
+                last = Some((m.channel.id, k));
                 k
             }
         };

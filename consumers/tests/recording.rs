@@ -428,3 +428,49 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
         "recorded + lost = emitted since the first recorded record"
     );
 }
+
+/// Inputs the fuzzer found (`consumers/fuzz/README.md`): each once panicked inside the mcap
+/// crate (a chunk record length near `u64::MAX`; an attachment shorter than its header), and a
+/// footer followed by a bad end magic was reported complete.
+#[test]
+fn fuzzer_findings_are_errors_not_panics() {
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+    let huge_chunk = unhex(
+        "894d434150300d0a01080000000000000000000000000000000c300000000000000011000000736e61706275\
+         732e7265636f7264696e67170000000e000000666f726d61745f76657273696f6e010000003106310000000\
+         00000000000000000000000000000000000000009000000000000000000000000000000090000000000000005\
+         ffffffffffffffff",
+    );
+    let short_attachment = unhex(
+        "894d434150300d0a0920000000000000000000000000000000000000000000000000000000000000000000000\
+         000000000",
+    );
+    for input in [huge_chunk, short_attachment] {
+        let (_, err) = read_all(&input);
+        let err = err.expect("an error");
+        assert!(err.offset <= input.len() as u64, "{err}");
+    }
+    // A complete recording with its end magic damaged: read, but not complete.
+    let bus = Bus::start("rec7");
+    let p = bus.publisher();
+    let path = tmp("endmagic.mcap");
+    record(&bus, &p, &path, 10, None);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let n = bytes.len();
+    bytes[n - 2] ^= 0xff;
+    let mut reader = RecordingReader::new(&bytes[..]);
+    let results: Vec<_> = reader.by_ref().collect();
+    assert!(
+        results.iter().any(|r| r.is_err()),
+        "the bad end magic is reported"
+    );
+    assert!(
+        !reader.complete(),
+        "a file with a bad end magic is not complete"
+    );
+}

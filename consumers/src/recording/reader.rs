@@ -19,6 +19,18 @@ const RECORD_LIMIT: usize = 1 << 30;
 /// Largest single read.
 const READ_PIECE: usize = 1 << 20;
 
+/// Whether the reader uses records of this opcode. The others (attachments, indexes,
+/// statistics, data end, summary offsets, unknown opcodes) are skipped without being parsed:
+/// nothing needs them, and `mcap::parse_record` panics on some damaged ones (an attachment
+/// shorter than its header: a slice index out of range).
+fn used(opcode: u8) -> bool {
+    use mcap::records::op;
+    matches!(
+        opcode,
+        op::HEADER | op::FOOTER | op::SCHEMA | op::CHANNEL | op::MESSAGE | op::CHUNK | op::METADATA
+    )
+}
+
 /// What is wrong with a file, and where.
 #[derive(Debug, Error)]
 #[error("{kind} (at byte offset {offset})")]
@@ -160,6 +172,8 @@ pub struct RecordingReader<R: Read> {
     format_checked: bool,
     /// Size of the record being loaded, as far as the reader has asked for it.
     wanted: u64,
+    /// The channel of the last message (a channel record clears it: ids can be redeclared).
+    last_channel: Option<Arc<ChannelInfo>>,
 }
 
 impl<R: Read> RecordingReader<R> {
@@ -183,6 +197,7 @@ impl<R: Read> RecordingReader<R> {
             complete: false,
             format_checked: false,
             wanted: 0,
+            last_channel: None,
         }
     }
 
@@ -198,6 +213,8 @@ impl<R: Read> RecordingReader<R> {
 
     fn fail(&mut self, offset: u64, kind: ReadErrorKind) -> Option<Result<Item, ReadError>> {
         self.done = true;
+        // A footer followed by damage (a bad end magic, trailing bytes) is not a complete file.
+        self.complete = false;
         Some(Err(ReadError { offset, kind }))
     }
 
@@ -251,6 +268,13 @@ impl<R: Read> RecordingReader<R> {
             kind: ReadErrorKind::Corrupt(m),
         };
         match record {
+            // Uncompressed chunks (all that snapbus writes) are parsed here: CRC first, then
+            // the records with checked lengths. mcap's ChunkReader parses records before it
+            // checks the CRC, overflows on a record length near u64::MAX (a panic), and
+            // allocates per record.
+            Record::Chunk { header, data } if header.compression.is_empty() => {
+                self.take_plain_chunk(&header, &data, at)
+            }
             Record::Chunk { header, data } => {
                 let chunk = mcap::read::ChunkReader::new(header, &data)
                     .map_err(|e| corrupt(format!("chunk: {e}")))?;
@@ -288,36 +312,17 @@ impl<R: Read> RecordingReader<R> {
             }
             Record::Channel(c) => {
                 let info = self.channel(c);
+                self.last_channel = None;
                 self.channels.insert(info.0, info.1);
             }
             Record::Message { header, data } => {
-                let channel = match self.channels.get(&header.channel_id) {
-                    Some(Ok(c)) => Arc::clone(c),
-                    Some(Err(why)) => return Err(err(ReadErrorKind::NotSnapbus(why.clone()))),
-                    None => {
-                        return Err(err(ReadErrorKind::Corrupt(format!(
-                            "a message names channel {}, which was not declared before it",
-                            header.channel_id
-                        ))));
-                    }
-                };
-                if channel.is_loss {
-                    let record = decode_versioned::<LossRecord>(&data, 1)
-                        .map_err(|e| err(ReadErrorKind::Corrupt(format!("a loss record: {e}"))))?;
-                    self.pending.push_back(Item::Loss {
-                        channel,
-                        t_nanos: header.log_time,
-                        record,
-                    });
-                } else {
-                    self.pending.push_back(Item::Message(Message {
-                        channel,
-                        t_nanos: header.log_time,
-                        sequence: header.sequence,
-                        data: data.into_owned(),
-                        offset: at,
-                    }));
-                }
+                self.take_message(
+                    header.channel_id,
+                    header.sequence,
+                    header.log_time,
+                    &data,
+                    at,
+                )?;
             }
             Record::Metadata(m) => {
                 if m.name == RECORDING_METADATA {
@@ -343,6 +348,111 @@ impl<R: Read> RecordingReader<R> {
             }
             // Indexes, statistics, attachments: nothing a linear read needs.
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// The records of an uncompressed chunk, after its CRC is checked.
+    fn take_plain_chunk(
+        &mut self,
+        header: &mcap::records::ChunkHeader,
+        data: &[u8],
+        at: u64,
+    ) -> Result<(), ReadError> {
+        let corrupt = |m: String| ReadError {
+            offset: at,
+            kind: ReadErrorKind::Corrupt(m),
+        };
+        if header.uncompressed_size != data.len() as u64 {
+            return Err(corrupt(format!(
+                "chunk: {} bytes of records, its header says {}",
+                data.len(),
+                header.uncompressed_size
+            )));
+        }
+        if header.uncompressed_crc != 0 {
+            let crc = crc32fast::hash(data);
+            if crc != header.uncompressed_crc {
+                return Err(corrupt(format!(
+                    "chunk: CRC {crc:08x}, its header says {:08x}",
+                    header.uncompressed_crc
+                )));
+            }
+        }
+        let mut rest = data;
+        while let Some((&opcode, tail)) = rest.split_first() {
+            let Some((len, tail)) = tail.split_first_chunk::<8>() else {
+                return Err(corrupt("chunk: a record header is cut".into()));
+            };
+            let body = usize::try_from(u64::from_le_bytes(*len))
+                .ok()
+                .and_then(|n| tail.get(..n))
+                .ok_or_else(|| {
+                    corrupt(format!("chunk: record 0x{opcode:02x} runs past the chunk"))
+                })?;
+            rest = &tail[body.len()..];
+            if opcode == mcap::records::op::MESSAGE {
+                // channel_id u16, sequence u32, log_time u64, publish_time u64, data.
+                let Some((h, payload)) = body.split_first_chunk::<22>() else {
+                    return Err(corrupt("chunk: a message record is too short".into()));
+                };
+                let channel_id = u16::from_le_bytes([h[0], h[1]]);
+                let sequence = u32::from_le_bytes([h[2], h[3], h[4], h[5]]);
+                let mut log_time = [0u8; 8];
+                log_time.copy_from_slice(&h[6..14]);
+                let log_time = u64::from_le_bytes(log_time);
+                self.take_message(channel_id, sequence, log_time, payload, at)?;
+            } else if used(opcode) {
+                let record = mcap::parse_record(opcode, body)
+                    .map_err(|e| corrupt(format!("chunk: record 0x{opcode:02x}: {e}")))?;
+                self.take_inner(record, at)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A message record, inside or outside a chunk.
+    fn take_message(
+        &mut self,
+        channel_id: u16,
+        sequence: u32,
+        t_nanos: u64,
+        data: &[u8],
+        at: u64,
+    ) -> Result<(), ReadError> {
+        let err = |kind| ReadError { offset: at, kind };
+        let channel = match &self.last_channel {
+            // Most messages follow one of the same channel: skip the hash lookup.
+            Some(c) if c.id == channel_id => Arc::clone(c),
+            _ => match self.channels.get(&channel_id) {
+                Some(Ok(c)) => {
+                    self.last_channel = Some(Arc::clone(c));
+                    Arc::clone(c)
+                }
+                Some(Err(why)) => return Err(err(ReadErrorKind::NotSnapbus(why.clone()))),
+                None => {
+                    return Err(err(ReadErrorKind::Corrupt(format!(
+                        "a message names channel {channel_id}, which was not declared before it"
+                    ))));
+                }
+            },
+        };
+        if channel.is_loss {
+            let record = decode_versioned::<LossRecord>(data, 1)
+                .map_err(|e| err(ReadErrorKind::Corrupt(format!("a loss record: {e}"))))?;
+            self.pending.push_back(Item::Loss {
+                channel,
+                t_nanos,
+                record,
+            });
+        } else {
+            self.pending.push_back(Item::Message(Message {
+                channel,
+                t_nanos,
+                sequence,
+                data: data.to_vec(),
+                offset: at,
+            }));
         }
         Ok(())
     }
@@ -440,15 +550,6 @@ impl<R: Read> Iterator for RecordingReader<R> {
                 }
                 Ok(LinearReadEvent::Record { data, opcode }) => {
                     self.offset += 9 + data.len() as u64;
-                    let record = match mcap::parse_record(opcode, data) {
-                        Ok(r) => r.into_owned(),
-                        Err(e) => {
-                            return self.fail(
-                                at,
-                                ReadErrorKind::Corrupt(format!("record 0x{opcode:02x}: {e}")),
-                            );
-                        }
-                    };
                     if !self.format_checked
                         && !matches!(
                             opcode,
@@ -463,6 +564,18 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             )),
                         );
                     }
+                    if !used(opcode) {
+                        continue;
+                    }
+                    let record = match mcap::parse_record(opcode, data) {
+                        Ok(r) => r.into_owned(),
+                        Err(e) => {
+                            return self.fail(
+                                at,
+                                ReadErrorKind::Corrupt(format!("record 0x{opcode:02x}: {e}")),
+                            );
+                        }
+                    };
                     if let Err(e) = self.take_record(record, at) {
                         self.done = true;
                         // Items of a damaged chunk are not delivered.
