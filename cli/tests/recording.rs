@@ -34,6 +34,22 @@ fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) 
     (lines, out.status.success(), out.stderr)
 }
 
+/// `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at once), to its end.
+fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
+    let (e, s, r) = (episodes.to_string(), steps.to_string(), rate.to_string());
+    let out = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        &e,
+        "--steps",
+        &s,
+        "--rate",
+        &r,
+    ]);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+}
+
 fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> String {
     let mut args = vec!["attach", "recorder", "-o", s(file)];
     args.extend_from_slice(extra);
@@ -70,17 +86,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     let live = bus.spawn("echo-live", &["echo", "--raw", "--count", "18"]);
     live.expect_stderr("subscribed");
     // Emitted right after `attach` returned: every event must be in the file.
-    let demo = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(demo.status.success(), "{}", demo.stderr);
+    run_demo(&bus, 3, 5, 0);
     let original = live.json_lines(18);
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "detach: {}", out.stderr);
@@ -132,17 +138,7 @@ fn replay_keeps_the_original_timing_unless_told_otherwise() {
     let file = out_path("timing.mcap");
     let id = attach_recorder(&bus, &file, &[]);
     // 20 steps at 20/s: about a second of recording.
-    let demo = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1",
-        "--steps",
-        "20",
-        "--rate",
-        "20",
-    ]);
-    assert!(demo.status.success(), "{}", demo.stderr);
+    run_demo(&bus, 1, 20, 20);
     assert!(bus.run(&["detach", &id]).status.success());
     let (lines, ok, err) = printed(&bus, &file);
     assert!(ok, "{err}");
@@ -259,17 +255,7 @@ fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
     let bus = TestBus::up();
     let file = out_path("killed.mcap");
     let id = attach_recorder(&bus, &file, &["--restart", "never"]);
-    let demo = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(demo.status.success(), "{}", demo.stderr);
+    run_demo(&bus, 3, 5, 0);
     // The recorder hands a finished chunk to the file every second.
     wait_until("the records are in the file", WATCHDOG, || {
         printed(&bus, &file).0.len() == 18
@@ -295,17 +281,7 @@ fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
 fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
     let bus = TestBus::up();
     let good = out_path("good.mcap");
-    let demo = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(demo.status.success(), "{}", demo.stderr);
+    run_demo(&bus, 3, 5, 0);
     let out = bus.run(&["snapshot", "-o", s(&good)]);
     assert!(out.status.success(), "{}", out.stderr);
     let bytes = std::fs::read(&good).expect("read");
@@ -399,17 +375,7 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
     let bus = TestBus::up();
     let file = out_path("crash.mcap");
     let id = attach_recorder(&bus, &file, &[]);
-    let demo_args = [
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ];
-    assert!(bus.run(&demo_args).status.success());
+    run_demo(&bus, 3, 5, 0);
     wait_until("the first records are in the file", WATCHDOG, || {
         printed(&bus, &file).0.len() == 18
     });
@@ -420,7 +386,7 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
         .expect("kill");
     assert!(killed.success());
     // Emitted while no recorder runs: still in the ring when the restarted one starts.
-    assert!(bus.run(&demo_args).status.success());
+    run_demo(&bus, 3, 5, 0);
     let restarted = || {
         bus.ls()["consumers"]
             .as_array()
@@ -459,17 +425,7 @@ fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
     let bus = TestBus::up();
     let file = out_path("py-rec.mcap");
     let id = attach_recorder(&bus, &file, &[]);
-    let demo = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(demo.status.success(), "{}", demo.stderr);
+    run_demo(&bus, 3, 5, 0);
     assert!(bus.run(&["detach", &id]).status.success());
     let snap = out_path("py-snap.mcap");
     let out = bus.run(&["snapshot", "-o", s(&snap)]);

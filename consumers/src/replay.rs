@@ -57,10 +57,10 @@ pub fn replay<R: Read>(
     stop: &AtomicBool,
     summary: &mut ReplaySummary,
 ) -> Result<(), ReplayError> {
-    // Channel id → (key, version, level, emitter), or None if the globs exclude it.
-    let mut keys: HashMap<u16, Option<(u16, u16, u8, u16)>> = HashMap::new();
+    // Channel id → how to emit its records, or None if the globs exclude it.
+    let mut keys: HashMap<u16, Option<EmitAs>> = HashMap::new();
     let mut clock: Option<(u64, Instant)> = None;
-    let mut last: Option<(u16, Option<(u16, u16, u8, u16)>)> = None;
+    let mut last: Option<(u16, Option<EmitAs>)> = None;
     for item in reader {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -120,6 +120,9 @@ pub fn replay<R: Read>(
     }
     Ok(())
 }
+
+/// A channel's schema key in the replay lane, schema version, level and emitter id.
+type EmitAs = (u16, u16, u8, u16);
 
 /// Sleeps until `due` (in slices, so that `stop` is seen within 100 ms).
 fn wait_until(due: Instant, stop: &AtomicBool) {
