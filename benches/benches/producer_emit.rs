@@ -32,23 +32,6 @@ use snapbus_schemas::Wire;
 
 use snapbus_benches::Event;
 
-fn event(i: u64) -> Event {
-    Event {
-        episode: (i / 1000) as u32,
-        step: (i % 1000) as u32,
-        t: i,
-        reward: i as f64 * 0.001,
-        position: [1.0, 2.0, 3.0],
-        done: false,
-        truncated: false,
-        env_id: 3,
-        action: 7,
-        log_prob: -0.5,
-        value: 0.25,
-        seed: 42,
-    }
-}
-
 /// A subscriber debug filter: enables INFO and above only.
 struct InfoOnly;
 
@@ -92,7 +75,7 @@ fn main() {
         // Before any consumer subscribes: no doorbell to check (the wake mask is empty).
         let mut g = c.benchmark_group("emit/64B");
         g.throughput(Throughput::Elements(1));
-        let ev = event(1);
+        let ev = Event::sample(1);
         g.bench_function("bus, no reader", |b| {
             b.iter(|| telemetry.snapshot(Level::INFO, black_box(&ev)))
         });
@@ -128,15 +111,15 @@ fn main() {
     // Wait until the reader is subscribed (it then sees a record).
     let mut i = 0u64;
     while read.load(Ordering::Relaxed) == 0 {
-        telemetry.snapshot(Level::INFO, &event(i));
+        telemetry.snapshot(Level::INFO, &Event::sample(i));
         i += 1;
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(event(0).encoded_len(), 64);
+    assert_eq!(Event::sample(0).encoded_len(), 64);
     {
         let mut g = c.benchmark_group("emit/64B");
         g.throughput(Throughput::Elements(1));
-        let ev = event(1);
+        let ev = Event::sample(1);
         g.bench_function("bus+reader", |b| {
             b.iter(|| telemetry.snapshot(Level::INFO, black_box(&ev)))
         });
@@ -148,7 +131,7 @@ fn main() {
     {
         let mut g = c.benchmark_group("tracing/event");
         g.throughput(Throughput::Elements(1));
-        let ev = event(1);
+        let ev = Event::sample(1);
         g.bench_function("no subscriber", |b| {
             b.iter(|| {
                 let e = black_box(&ev);

@@ -66,23 +66,6 @@ struct Blob {
     data: Vec<u8>,
 }
 
-fn event(i: u64) -> Event {
-    Event {
-        episode: (i / 1000) as u32,
-        step: (i % 1000) as u32,
-        t: i,
-        reward: i as f64 * 0.001,
-        position: [1.0, 2.0, 3.0],
-        done: false,
-        truncated: false,
-        env_id: 3,
-        action: 7,
-        log_prob: -0.5,
-        value: 0.25,
-        seed: 42,
-    }
-}
-
 /// `n` payloads of one size, back to back, and the schema they are written with.
 struct Payloads {
     size: usize,
@@ -94,7 +77,7 @@ impl Payloads {
     fn events(n: usize) -> Payloads {
         let mut bytes = Vec::with_capacity(n * 64);
         for i in 0..n as u64 {
-            bytes.extend_from_slice(&event(i).encode_to_vec().unwrap());
+            bytes.extend_from_slice(&Event::sample(i).encode_to_vec().unwrap());
         }
         assert_eq!(bytes.len(), n * 64, "64-byte events");
         Payloads {

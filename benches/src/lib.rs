@@ -33,3 +33,23 @@ pub struct Event {
     /// Seed.
     pub seed: u64,
 }
+
+impl Event {
+    /// The `i`-th event of a run: deterministic values, every field set.
+    pub fn sample(i: u64) -> Event {
+        Event {
+            episode: (i / 1000) as u32,
+            step: (i % 1000) as u32,
+            t: i,
+            reward: i as f64 * 0.001,
+            position: [1.0, 2.0, 3.0],
+            done: false,
+            truncated: false,
+            env_id: 3,
+            action: 7,
+            log_prob: -0.5,
+            value: 0.25,
+            seed: 42,
+        }
+    }
+}

@@ -10,7 +10,7 @@ use snapbus::Level;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
-use snapbus_schemas::decode;
+use snapbus_schemas::{SchemaDescriptor, decode};
 
 use crate::cli::BusArgs;
 
@@ -97,16 +97,20 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// A payload as `echo` prints it: decoded (or the decode error), or with `raw` its hex.
+fn payload_json(schema: &SchemaDescriptor, bytes: &[u8], raw: bool) -> serde_json::Value {
+    if raw {
+        return serde_json::Value::String(hex(bytes));
+    }
+    match decode(schema.root(), bytes) {
+        Ok(v) => v.to_json(),
+        Err(e) => json!({ "decode_error": e.to_string() }),
+    }
+}
+
 /// One record as the JSON object `echo` prints (`raw`: the payload as hex).
 pub(crate) fn record_json(r: &Record<'_>, raw: bool) -> serde_json::Value {
-    let payload = if raw {
-        serde_json::Value::String(hex(r.payload))
-    } else {
-        match decode(r.schema.root(), r.payload) {
-            Ok(v) => v.to_json(),
-            Err(e) => json!({ "decode_error": e.to_string() }),
-        }
-    };
+    let payload = payload_json(r.schema, r.payload, raw);
     json!({
         "schema": r.schema.id(),
         "version": r.meta.schema_version,
@@ -122,10 +126,7 @@ pub(crate) fn record_json(r: &Record<'_>, raw: bool) -> serde_json::Value {
 /// One recorded message as the JSON object `echo` prints for a live record.
 pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_json::Value {
     let c = &m.channel;
-    let payload = match decode(c.schema.root(), &m.data) {
-        Ok(v) => v.to_json(),
-        Err(e) => json!({ "decode_error": e.to_string() }),
-    };
+    let payload = payload_json(&c.schema, &m.data, false);
     json!({
         "schema": c.schema.id(),
         "version": c.schema.version(),
@@ -140,23 +141,6 @@ pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_j
 
 /// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
 pub(crate) fn utc(t_nanos: u64) -> String {
-    let secs = t_nanos / 1_000_000_000;
-    let millis = (t_nanos / 1_000_000) % 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t_nanos);
+    humantime::format_rfc3339_millis(t).to_string()
 }

@@ -347,25 +347,16 @@ pub(crate) struct DetachArgs {
     pub(crate) bus: BusArgs,
 }
 
-/// Parses `30s`, `500ms`, `2m`, `1h`, `1.5s` (a bare number is seconds).
+/// Parses `30s`, `500ms`, `2m`, `1h 30m` (humantime's syntax) or a bare number of seconds.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("expected a duration such as 30s, 500ms, 2m or 1h, got {s:?}");
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1e3,
-        "us" => n / 1e6,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad()),
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 1e9 => Duration::from_secs_f64(secs),
+        Ok(_) => return Err(bad()),
+        Err(_) => humantime::parse_duration(s.trim()).map_err(|_| bad())?,
     };
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+    if d.is_zero() {
         return Err(bad());
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }

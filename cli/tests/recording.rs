@@ -64,6 +64,20 @@ fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> Str
     id
 }
 
+/// Waits until `file` holds `n` records (the recorder hands a finished chunk to the file every
+/// second), then `kill -9`s the recorder `id`.
+fn kill9_once_recorded(bus: &TestBus, file: &std::path::Path, id: &str, n: usize) {
+    wait_until("the records are in the file", WATCHDOG, || {
+        printed(bus, file).0.len() == n
+    });
+    let pid = consumer(bus, id)["info"]["pid"].as_u64().expect("pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+}
+
 fn consumer(bus: &TestBus, id: &str) -> Value {
     bus.ls()["consumers"]
         .as_array()
@@ -256,16 +270,7 @@ fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
     let file = out_path("killed.mcap");
     let id = attach_recorder(&bus, &file, &["--restart", "never"]);
     run_demo(&bus, 3, 5, 0);
-    // The recorder hands a finished chunk to the file every second.
-    wait_until("the records are in the file", WATCHDOG, || {
-        printed(&bus, &file).0.len() == 18
-    });
-    let pid = consumer(&bus, &id)["info"]["pid"].as_u64().expect("pid");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    kill9_once_recorded(&bus, &file, &id, 18);
     wait_until("ls shows the recorder killed", WATCHDOG, || {
         consumer(&bus, &id)["status"] == "killed by signal 9"
     });
@@ -376,15 +381,7 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
     let file = out_path("crash.mcap");
     let id = attach_recorder(&bus, &file, &[]);
     run_demo(&bus, 3, 5, 0);
-    wait_until("the first records are in the file", WATCHDOG, || {
-        printed(&bus, &file).0.len() == 18
-    });
-    let pid = consumer(&bus, &id)["info"]["pid"].as_u64().expect("pid");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    kill9_once_recorded(&bus, &file, &id, 18);
     // Emitted while no recorder runs: still in the ring when the restarted one starts.
     run_demo(&bus, 3, 5, 0);
     let restarted = || {

@@ -48,6 +48,15 @@ fn record(bus: &Bus, p: &Publisher, path: &Path, n: u64, rotate: Option<u64>) ->
         p.emit(2, p.emitter("trainer"), &step(i)).expect("emit");
     }
     p.close();
+    let (delivered, files, messages) = record_to_end(bus, path, rotate);
+    assert_eq!(delivered, n);
+    assert_eq!(messages, n);
+    files
+}
+
+/// Records everything on `bus`, from the oldest record, until every producer has ended;
+/// returns the records delivered, the files and the messages written.
+fn record_to_end(bus: &Bus, path: &Path, rotate: Option<u64>) -> (u64, Vec<PathBuf>, u64) {
     let mut rec = Recorder::create(RecorderOptions {
         path: path.to_owned(),
         rotate_bytes: rotate,
@@ -59,10 +68,8 @@ fn record(bus: &Bus, p: &Publisher, path: &Path, n: u64, rotate: Option<u64>) ->
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run(bus.dir(), &opts, &mut rec, None).expect("run");
-    assert_eq!(summary.delivered, n);
     let (files, messages) = rec.finish().expect("finish");
-    assert_eq!(messages, n);
-    files
+    (summary.delivered, files, messages)
 }
 
 fn read_all(bytes: &[u8]) -> (Vec<Item>, Option<ReadError>) {
@@ -290,18 +297,7 @@ fn replay_republishes_byte_identical_payloads_in_order() {
     assert_eq!(summary.emitted, 500);
     replayer.close();
     let out = tmp("replayed.mcap");
-    let mut rec = Recorder::create(RecorderOptions {
-        path: out.clone(),
-        rotate_bytes: None,
-        writer: WriterOptions::new("recorder", "test"),
-    })
-    .expect("create");
-    let mut opts = RunOptions::new("recorder");
-    opts.start = StartFrom::Oldest;
-    opts.until_end = true;
-    opts.handle_signals = false;
-    run(bus.dir(), &opts, &mut rec, None).expect("run");
-    rec.finish().expect("finish");
+    record_to_end(&bus, &out, None);
     let (items, err) = read_all(&std::fs::read(&out).expect("read"));
     assert!(err.is_none());
     // The bus still holds the original producer's lane (closed, retained) and the replay's:

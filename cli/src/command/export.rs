@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use snapbus_consumers::recording::{ChannelInfo, Item, LossRecord, Message, RecordingReader};
-use snapbus_schemas::{DecodeError, Value, decode};
+use snapbus_schemas::{DecodeError, Snapshot, Value, Wire, decode};
 
 use crate::cli::{ExportArgs, ExportFormat};
 
@@ -51,6 +51,14 @@ trait Sink {
     }
     /// Completes the output; returns the files written.
     fn finish(self: Box<Self>) -> anyhow::Result<Vec<PathBuf>>;
+}
+
+/// A loss record as a value of its schema, for the sinks that write decoded values.
+fn loss_value(record: &LossRecord) -> anyhow::Result<Value<'static>> {
+    let bytes = record.encode_to_vec().context("encoding a loss record")?;
+    let value =
+        decode(LossRecord::descriptor().root(), &bytes).context("decoding a loss record")?;
+    Ok(value.into_owned())
 }
 
 /// Runs `snapbus export`.

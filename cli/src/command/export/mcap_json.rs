@@ -18,7 +18,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use mcap::records::{MessageHeader, Metadata};
 use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
-use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value, Wire, decode};
+use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value};
 
 use super::Sink;
 
@@ -131,8 +131,7 @@ impl Sink for McapJson {
         record: &LossRecord,
     ) -> anyhow::Result<()> {
         let schema = LossRecord::descriptor();
-        let bytes = record.encode_to_vec().context("encoding a loss record")?;
-        let value = decode(schema.root(), &bytes).context("decoding a loss record")?;
+        let value = super::loss_value(record)?;
         self.write(channel, schema, t_nanos, 0, &value)
     }
 

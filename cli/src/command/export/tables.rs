@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
-use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value, Wire, decode};
+use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value};
 
 use super::Sink;
 use super::columns::{Cell, Fixed, Plan};
@@ -204,8 +204,7 @@ impl Sink for Tables {
         record: &LossRecord,
     ) -> anyhow::Result<()> {
         let schema = LossRecord::descriptor();
-        let bytes = record.encode_to_vec().context("encoding a loss record")?;
-        let value = decode(schema.root(), &bytes).context("decoding a loss record")?;
+        let value = super::loss_value(record)?;
         let fixed = Fixed {
             t_nanos,
             producer_id: record.producer_id,
