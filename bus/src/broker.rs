@@ -427,6 +427,21 @@ impl Broker {
 
     /// SIGTERM to a consumer; the reply waits until its process has exited.
     fn detach(&mut self, conn: Conn, consumer_id: u64) {
+        // A supervised consumer waiting to be restarted: it is simply not restarted.
+        if let Some(s) = self
+            .supervised
+            .iter_mut()
+            .find(|s| s.consumer_id == Some(consumer_id) && s.respawn_at.is_some())
+        {
+            s.respawn_at = None;
+            s.stopping = true;
+            s.ended_at = Some(Instant::now());
+            let status = s.status.clone().unwrap_or_default();
+            let status = format!("{}; not restarted", status.split(';').next().unwrap_or(""));
+            s.status = Some(status.clone());
+            let _ = conn.send(&FromBroker::Detached { status }, &[]);
+            return;
+        }
         let pid = self
             .consumers
             .iter()

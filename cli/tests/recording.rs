@@ -449,3 +449,25 @@ fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
         }
     }
 }
+
+#[test]
+fn detach_of_a_recorder_waiting_to_be_restarted_cancels_the_restart() {
+    let bus = TestBus::up();
+    let file = out_path("cancel.mcap");
+    let id = attach_recorder(&bus, &file, &[]);
+    run_demo(&bus, 1, 2, 0);
+    kill9_once_recorded(&bus, &file, &id, 3);
+    // The first restart comes 1 s after the crash.
+    wait_until("ls shows the restart pending", WATCHDOG, || {
+        consumer(&bus, &id)["status"]
+            .as_str()
+            .is_some_and(|s| s.contains("restart 1 of 5"))
+    });
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("not restarted"), "{}", out.stdout);
+    assert_eq!(
+        consumer(&bus, &id)["status"],
+        "killed by signal 9; not restarted"
+    );
+}
