@@ -96,6 +96,7 @@ fn main() {
                     globs: Vec::new(),
                     start: StartFrom::Latest,
                     cut: false,
+                    skip_lanes: Vec::new(),
                 },
             )
             .unwrap();

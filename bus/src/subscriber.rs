@@ -107,6 +107,9 @@ pub struct SubscribeOptions {
     /// written when the subscription was made, then report it [`Event::Ended`]; lanes that
     /// appear later are not read.
     pub cut: bool,
+    /// Lanes (by [`ProducerInfo::lane_id`]) not to read at all: a consumer that also produces
+    /// (the aggregator) leaves its own lane alone, so "every producer ended" can come true.
+    pub skip_lanes: Vec<u64>,
 }
 
 /// A delivered record.
@@ -287,7 +290,7 @@ impl Subscriber {
         start: StartAt,
         first: bool,
     ) {
-        if self.opts.cut && !first {
+        if (self.opts.cut && !first) || self.opts.skip_lanes.contains(&info.producer.lane_id) {
             return;
         }
         if let Some(k) = self

@@ -48,6 +48,7 @@
 //! `consumers/examples/count.rs` is this example as a program:
 //! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
 
+pub mod aggregator;
 pub mod recorder;
 pub mod recording;
 pub mod replay;

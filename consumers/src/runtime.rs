@@ -96,6 +96,10 @@ pub struct RunOptions {
     ///
     /// [`SubscribeOptions::cut`]: snapbus_bus::subscriber::SubscribeOptions::cut
     pub cut: bool,
+    /// Lanes not to read (see [`SubscribeOptions::skip_lanes`]).
+    ///
+    /// [`SubscribeOptions::skip_lanes`]: snapbus_bus::subscriber::SubscribeOptions::skip_lanes
+    pub skip_lanes: Vec<u64>,
 }
 
 impl RunOptions {
@@ -109,6 +113,7 @@ impl RunOptions {
             until_end: false,
             handle_signals: true,
             cut: false,
+            skip_lanes: Vec::new(),
         }
     }
 }
@@ -173,6 +178,7 @@ pub fn run<C: Consumer + ?Sized>(
             globs: opts.globs.clone(),
             start: opts.start,
             cut: opts.cut,
+            skip_lanes: opts.skip_lanes.clone(),
         },
     )?;
     let mut seen_schemas: HashSet<(String, u32, u64)> = HashSet::new();

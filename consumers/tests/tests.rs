@@ -1,4 +1,5 @@
 //! Integration tests of the consumer runtime (one test binary, a module per area).
 
+mod aggregator;
 mod recording;
 mod runtime;

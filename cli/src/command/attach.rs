@@ -10,7 +10,7 @@ use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{AttachArgs, AttachKind, From, RecordArgs, Restart};
-use crate::command::record;
+use crate::command::{aggregate, record};
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,6 +29,24 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 supervise.restart == Restart::OnFailure,
                 &record.output.display().to_string(),
             )
+            .map(drop)
+        }
+        AttachKind::Aggregator {
+            aggregate: args,
+            supervise,
+        } => {
+            if supervise.foreground {
+                return aggregate::run(&args);
+            }
+            let argv = aggregate::argv(&args, args.worker)?;
+            attach(
+                "aggregator",
+                argv,
+                &args.bus,
+                supervise.restart == Restart::OnFailure,
+                "<schema>.summary snapshots",
+            )
+            .map(drop)
         }
     }
 }
@@ -71,13 +89,15 @@ fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
     Ok(argv)
 }
 
-fn attach(
+/// Asks the broker to start `snapbus <argv>` as a supervised consumer; prints its id and
+/// returns it once the consumer is subscribed.
+pub(crate) fn attach(
     kind: &str,
     argv: Vec<String>,
     bus: &crate::cli::BusArgs,
     restart: bool,
     what: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let dir = bus_dir(bus)?;
     let mut conn = connect(&dir)?;
     let cwd = std::env::current_dir().context("finding the working directory")?;
@@ -108,7 +128,7 @@ fn attach(
                     format!(" --bus {}", dir.name())
                 }
             );
-            Ok(())
+            Ok(consumer_id)
         }
         FromBroker::Error { message } => bail!("{message}"),
         other => bail!("unexpected reply from the broker: {other:?}"),

@@ -23,6 +23,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
             From::Latest => StartFrom::Latest,
         },
         cut: false,
+        skip_lanes: Vec::new(),
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!(

@@ -27,6 +27,7 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
         globs: globs(&args.globs)?,
         start: StartFrom::Latest,
         cut: false,
+        skip_lanes: Vec::new(),
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!("snapbus hz: subscribed to bus '{}'", dir.name());

@@ -1,8 +1,9 @@
 //! One module per verb.
 
-mod attach;
+pub(crate) mod aggregate;
+pub(crate) mod attach;
 mod demo;
-mod detach;
+pub(crate) mod detach;
 mod down;
 mod echo;
 mod export;
@@ -14,6 +15,7 @@ pub(crate) mod record;
 mod replay;
 mod schemas;
 mod snapshot;
+mod spawn;
 mod up;
 
 use crate::cli::{Cli, Command};
@@ -36,5 +38,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Export(args) => export::run(&args),
         Command::Attach(args) => attach::run(args),
         Command::Detach(args) => detach::run(&args),
+        Command::Aggregate(args) => aggregate::run(&args),
+        Command::Spawn(args) => spawn::run(args),
     }
 }

@@ -1,0 +1,151 @@
+//! `snapbus aggregate`: the aggregator in this terminal (`attach aggregator` and `spawn
+//! aggregator` run it under the broker). Ctrl-C (or SIGTERM, which `detach` sends) stops it;
+//! windows still open then are not emitted (they are incomplete).
+//!
+//! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it first reads the
+//! summaries its earlier runs emitted (still in the rings) and does not emit those windows
+//! again.
+
+use anyhow::Context;
+use snapbus_bus::control::StartFrom;
+use snapbus_consumers::aggregator::{
+    Aggregator, AggregatorOptions, PublisherSink, Resume, previous_summaries,
+};
+use snapbus_consumers::{RunOptions, run as run_consumer};
+
+use crate::bus::{bus_dir, connect, globs};
+use crate::cli::{AggregateArgs, From};
+
+pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
+    let opts = options(args)?;
+    let dir = bus_dir(&args.bus)?;
+    drop(connect(&dir)?);
+    let label = opts.worker_label();
+    let name = if label.is_empty() {
+        "aggregator".to_owned()
+    } else {
+        format!("aggregator-{label}")
+    };
+    let restart: u32 = std::env::var("SNAPBUS_RESTART")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let resume = if restart > 0 {
+        let r = previous_summaries(&dir, &name, &opts).context("reading earlier summaries")?;
+        eprintln!(
+            "snapbus aggregate: restart {restart}: {} summaries of {} group(s) from earlier runs \
+             are still on the bus; those windows are not emitted again",
+            r.summaries,
+            r.groups()
+        );
+        r
+    } else {
+        Resume::default()
+    };
+    let sink = PublisherSink::start(&dir, &name).context("starting the summary producer")?;
+    let own_lane = sink.publisher().info().lane_id;
+    let mut aggregator = Aggregator::new(opts.clone(), sink);
+    aggregator.resume_from(resume);
+    let mut run_opts = RunOptions::new(name.clone());
+    run_opts.globs = opts.globs.clone();
+    run_opts.start = match args.from {
+        From::Oldest => StartFrom::Oldest,
+        From::Latest => StartFrom::Latest,
+    };
+    run_opts.until_end = args.until_end;
+    // Its own summaries are not read back (and its lane never ends while it runs).
+    run_opts.skip_lanes = vec![own_lane];
+    eprintln!(
+        "snapbus aggregate: {name} summarizing bus '{}' per {}{} (Ctrl-C to stop)",
+        dir.name(),
+        opts.window,
+        if opts.group_by.is_empty() {
+            String::new()
+        } else {
+            format!(", grouped by {}", opts.group_by.join(", "))
+        }
+    );
+    let result = run_consumer(&dir, &run_opts, &mut aggregator, None);
+    let s = aggregator.stats();
+    eprintln!(
+        "snapbus aggregate: {} records summarized ({} of other workers' groups, {} skipped), {} \
+         window and {} experiment summaries emitted, {} not emitted again, {} records lost \
+         before they could be read{}; {} window(s) still open were not emitted",
+        s.summarized,
+        s.other_workers,
+        s.skipped,
+        s.windows,
+        s.experiments,
+        s.already_emitted,
+        s.lost,
+        if restart > 0 && s.lost > 0 {
+            " (not recoverable: the rings no longer hold them)"
+        } else {
+            ""
+        },
+        aggregator.open_windows()
+    );
+    result?;
+    Ok(())
+}
+
+/// The `snapbus aggregate` command line a supervised worker runs (paths made absolute).
+pub(crate) fn argv(args: &AggregateArgs, worker: (u32, u32)) -> anyhow::Result<Vec<String>> {
+    let opts = options(args)?;
+    let dir = bus_dir(&args.bus)?;
+    let mut argv = vec![
+        "aggregate".to_owned(),
+        "--bus".to_owned(),
+        dir.name().to_string(),
+    ];
+    let mut push = |flag: &str, value: String| argv.extend([flag.to_owned(), value]);
+    for g in &args.schemas {
+        push("--schema", g.clone());
+    }
+    for g in &args.group_by {
+        push("--group-by", g.clone());
+    }
+    push("--window", opts.window.to_string());
+    push("--episode-field", opts.episode_field.clone());
+    for f in &args.fields {
+        push("--field", f.clone());
+    }
+    if let Some(d) = &opts.csv_dir {
+        push("--csv", d.display().to_string());
+    }
+    push(
+        "--from",
+        match args.from {
+            From::Oldest => "oldest",
+            From::Latest => "latest",
+        }
+        .to_owned(),
+    );
+    push("--worker", format!("{}/{}", worker.0, worker.1));
+    if args.until_end {
+        argv.push("--until-end".to_owned());
+    }
+    Ok(argv)
+}
+
+/// The library options from the arguments (checked).
+pub(crate) fn options(args: &AggregateArgs) -> anyhow::Result<AggregatorOptions> {
+    let mut opts = AggregatorOptions::new(args.window);
+    opts.globs = globs(&args.schemas)?;
+    opts.fields = globs(&args.fields).context("--field")?;
+    for f in args.group_by.iter().chain([&args.episode_field]) {
+        if f.is_empty() || f.split('.').any(str::is_empty) {
+            anyhow::bail!("{f:?} is not a field path (names separated by dots, e.g. info.env_id)");
+        }
+    }
+    opts.group_by = args.group_by.clone();
+    opts.episode_field = args.episode_field.clone();
+    (opts.worker, opts.workers) = (args.worker.0 - 1, args.worker.1);
+    opts.csv_dir = match &args.csv {
+        Some(p) => {
+            Some(std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))?)
+        }
+        None => None,
+    };
+    Ok(opts)
+}

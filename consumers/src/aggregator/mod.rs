@@ -1,0 +1,1014 @@
+//! The aggregator: step-level records turned into per-window and per-experiment statistics,
+//! emitted back onto the bus as `<schema>.summary` snapshots (and, optionally, CSV rows).
+//!
+//! # What is summarized
+//!
+//! - **Groups.** Records are grouped by source producer (its lane) and by the values of the
+//!   `group_by` fields (dotted paths to scalars, strings or enums; enums by variant name).
+//! - **Fields.** Every numeric field (integers, floats, bools as 0/1, options of those) at any
+//!   depth of structs and tuples, except the group-by and window fields; fixed arrays of up to
+//!   16 numbers element by element (`position.0`); longer arrays, sequences and tensors by
+//!   their per-record mean, minimum and maximum (`observation.mean`, …). `fields` narrows this
+//!   to some dotted paths. Values inside enums, maps and sequences of structs are not
+//!   summarized. NaN values are not counted.
+//! - **Statistics** per field: count, mean, std (population), min, max, last, and p50/p95/p99
+//!   from a DDSketch (within [`QUANTILE_RELATIVE_ACCURACY`] of the value at rank ⌊p·(n−1)⌋).
+//! - **Windows** ([`Window`]): per episode (the window closes when the episode field changes),
+//!   every N records of a group, or per T seconds of record time (closed by a later record, or
+//!   one second after its end by the wall clock). Schemas without the episode field are
+//!   summarized per experiment only.
+//! - **Experiment**: when a producer ends (or dies and its lane has been read to the end), its
+//!   open windows close and one `window = "experiment"` summary per group is emitted: the merge
+//!   of all its windows (`index` = their number).
+//!
+//! # The summary schema
+//!
+//! `<schema>.summary`, the source schema's version: `producer`, `producer_pid`,
+//! `producer_lane`, `group { <group-by fields> }` (only with `group_by`), `window`
+//! (`episode`, `steps:N`, `secs:T` or `experiment`), `index` (the episode number, the window's
+//! number within the group, or the T-second bucket since the epoch), `count` (records),
+//! `lost` (records of the producer — any schema — overwritten before they were read, since
+//! the group's previous window closed; for the experiment: all of them), `first_t_nanos`,
+//! `last_t_nanos`, `first_seq`, `last_seq` (the lane's record numbers), and `stats { <field>
+//! { count, mean, std, min, max, last, p50, p95, p99 } }` with dotted fields as nested structs.
+//! Summary schemas are never summarized again unless a subscription glob ends in `.summary`.
+//!
+//! # Workers
+//!
+//! With `workers = N`, worker `i` summarizes the groups whose hash of (schema id, producer
+//! lane, group values) is `i` modulo N (XXH3-64), so N workers see every group exactly once.
+//!
+//! # Restarts
+//!
+//! A restarted worker ([`Resume`]) reads what its earlier runs emitted (their summaries stay
+//! in the ring), re-reads the rings from the oldest record, and does not emit again a window
+//! that was emitted (known from each group's last emitted `last_seq`); the records of those
+//! windows still count towards the experiment summary. What the rings no longer hold is
+//! reported as `lost`.
+
+mod plan;
+mod stats;
+mod summary;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig, PublisherError};
+use snapbus_bus::runtime::BusDir;
+use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_schemas::SchemaDescriptor;
+
+use crate::{Consumer, Flow, HookError, ProducerChange, RunError, RunOptions};
+use plan::{Extracted, KeyValue, Plan, PlanError};
+pub use stats::{EXACT_QUANTILES_UP_TO, QUANTILE_RELATIVE_ACCURACY};
+use summary::{Acc, Closed, Emitted, Layout, Source};
+pub use summary::{EXPERIMENT, SUMMARY_SUFFIX};
+
+/// How records are cut into windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// One window per value of the episode field (it closes when the value changes).
+    Episode,
+    /// Every N records of a group.
+    Steps(u64),
+    /// Every T of record time, aligned to the epoch.
+    Secs(Duration),
+}
+
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Window::Episode => write!(f, "episode"),
+            Window::Steps(n) => write!(f, "steps:{n}"),
+            Window::Secs(d) => write!(f, "secs:{}", d.as_secs_f64()),
+        }
+    }
+}
+
+impl FromStr for Window {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Window, String> {
+        let bad = || format!("expected episode, steps:N (N ≥ 1) or secs:T (T > 0), got {s:?}");
+        match s.split_once(':') {
+            None if s == "episode" => Ok(Window::Episode),
+            Some(("steps", n)) => match n.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Window::Steps(n)),
+                _ => Err(bad()),
+            },
+            Some(("secs", t)) => match t.parse::<f64>() {
+                Ok(t) if (0.001..=1e9).contains(&t) => Ok(Window::Secs(Duration::from_secs_f64(t))),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// What to summarize and how.
+#[derive(Debug, Clone)]
+pub struct AggregatorOptions {
+    /// The subscription globs (a summary schema is summarized only if one of these ends in
+    /// `.summary`).
+    pub globs: Vec<Glob>,
+    /// Dotted paths of the fields that group records (besides the producer).
+    pub group_by: Vec<String>,
+    /// How records are cut into windows.
+    pub window: Window,
+    /// The field holding the episode number (for [`Window::Episode`]).
+    pub episode_field: String,
+    /// Dotted-path globs of the fields to summarize (empty: every numeric field).
+    pub fields: Vec<Glob>,
+    /// This worker's number, `0..workers`.
+    pub worker: u32,
+    /// How many workers share the work.
+    pub workers: u32,
+    /// A directory to write one CSV file per summary schema into (one row per closed window).
+    pub csv_dir: Option<PathBuf>,
+}
+
+impl AggregatorOptions {
+    /// Every schema, per episode (field `episode`), one worker, no CSV.
+    pub fn new(window: Window) -> AggregatorOptions {
+        AggregatorOptions {
+            globs: Vec::new(),
+            group_by: Vec::new(),
+            window,
+            episode_field: "episode".to_owned(),
+            fields: Vec::new(),
+            worker: 0,
+            workers: 1,
+            csv_dir: None,
+        }
+    }
+
+    /// The worker's label, `2of3` (empty for a single worker).
+    pub fn worker_label(&self) -> String {
+        if self.workers > 1 {
+            format!("{}of{}", self.worker + 1, self.workers)
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// Where summaries go.
+pub trait SummarySink {
+    /// Emits one summary payload of `schema`.
+    fn emit(&mut self, schema: &Arc<SchemaDescriptor>, payload: &[u8]) -> Result<(), HookError>;
+}
+
+/// Summaries collected in memory (tests, benchmarks).
+impl SummarySink for Vec<(Arc<SchemaDescriptor>, Vec<u8>)> {
+    fn emit(&mut self, schema: &Arc<SchemaDescriptor>, payload: &[u8]) -> Result<(), HookError> {
+        self.push((Arc::clone(schema), payload.to_vec()));
+        Ok(())
+    }
+}
+
+/// Summaries published on the bus by a producer of the aggregator's own.
+pub struct PublisherSink {
+    publisher: Publisher,
+    keys: HashMap<u64, u16>,
+    emitter: u16,
+}
+
+/// Level of summary snapshots (INFO).
+const SUMMARY_LEVEL: u8 = 2;
+
+impl PublisherSink {
+    /// Starts the producer (`name` in `snapbus ls`) on the bus of `dir`.
+    pub fn start(dir: &BusDir, name: &str) -> Result<PublisherSink, PublisherError> {
+        let publisher = Publisher::start(
+            dir.clone(),
+            PublisherConfig {
+                name: name.to_owned(),
+                // Summaries are small and few: 8 MiB holds hundreds of thousands.
+                lane: LaneConfig {
+                    capacity: 8 << 20,
+                    max_frame: 1 << 20,
+                    block_size: 64 << 10,
+                },
+                session_tag: None,
+                perf_tag: None,
+            },
+        )?;
+        let emitter = publisher.emitter("snapbus.aggregator");
+        // Joined before anything is emitted, so that `ls` lists it and a snapshot taken
+        // right after a summary sees its lane (the bus is running: the caller checked).
+        let t0 = std::time::Instant::now();
+        while !publisher.is_connected() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(PublisherSink {
+            publisher,
+            keys: HashMap::new(),
+            emitter,
+        })
+    }
+
+    /// The producer (for its name and lane id).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+impl SummarySink for PublisherSink {
+    fn emit(&mut self, schema: &Arc<SchemaDescriptor>, payload: &[u8]) -> Result<(), HookError> {
+        let key = match self.keys.get(&schema.fingerprint()) {
+            Some(k) => *k,
+            None => {
+                let k = self.publisher.register_schema(schema)?;
+                self.keys.insert(schema.fingerprint(), k);
+                k
+            }
+        };
+        let version = u16::try_from(schema.version())
+            .map_err(|_| format!("{} version {} > 65535", schema.id(), schema.version()))?;
+        self.publisher
+            .emit_raw(key, version, SUMMARY_LEVEL, self.emitter, payload)?;
+        Ok(())
+    }
+}
+
+/// Counters of an aggregator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AggregatorStats {
+    /// Records of subscribed schemas received.
+    pub records: u64,
+    /// Records summarized by this worker.
+    pub summarized: u64,
+    /// Records of groups that belong to other workers.
+    pub other_workers: u64,
+    /// Records of schemas that cannot be summarized as asked, or whose payload is malformed.
+    pub skipped: u64,
+    /// Window summaries emitted.
+    pub windows: u64,
+    /// Experiment summaries emitted.
+    pub experiments: u64,
+    /// Windows not emitted again after a restart.
+    pub already_emitted: u64,
+    /// Records overwritten before they could be read.
+    pub lost: u64,
+}
+
+/// What an earlier run of a worker emitted, per group (see [`previous_summaries`]).
+#[derive(Debug, Clone, Default)]
+pub struct Resume {
+    groups: HashMap<(String, u32, Vec<u8>), Emitted2>,
+    /// Summaries found.
+    pub summaries: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Emitted2 {
+    last_seq: Option<u64>,
+    last_index: u64,
+    experiment: bool,
+}
+
+impl Resume {
+    /// Takes note of one summary an earlier run emitted (`schema` is its `<id>.summary`
+    /// schema; anything else is ignored). `window` is this run's window setting: windows of
+    /// another setting do not count as emitted.
+    pub fn add_summary(&mut self, schema: &SchemaDescriptor, payload: &[u8], window: Window) {
+        if let Some(e) = summary::read_emitted(schema, payload) {
+            self.add(schema.version(), e, &window.to_string());
+        }
+    }
+
+    fn add(&mut self, version: u32, e: Emitted, window: &str) {
+        let mut key = e.lane_id.to_le_bytes().to_vec();
+        e.group.iter().for_each(|v| v.encode_into(&mut key));
+        let entry = self.groups.entry((e.schema, version, key)).or_default();
+        if e.window == EXPERIMENT {
+            entry.experiment = true;
+        } else if e.window == window && entry.last_seq.is_none_or(|s| s < e.last_seq) {
+            entry.last_seq = Some(e.last_seq);
+            entry.last_index = e.index;
+        }
+        self.summaries += 1;
+    }
+
+    /// Groups with summaries.
+    pub fn groups(&self) -> usize {
+        self.groups.len()
+    }
+}
+
+/// Reads the summaries still in the rings that producers named `name` emitted (an earlier run
+/// of this worker), for [`Aggregator::resume_from`].
+pub fn previous_summaries(
+    dir: &BusDir,
+    name: &str,
+    opts: &AggregatorOptions,
+) -> Result<Resume, RunError> {
+    struct Collect<'a> {
+        name: &'a str,
+        window: Window,
+        resume: Resume,
+    }
+    impl Consumer for Collect<'_> {
+        fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+            if r.producer.name == self.name {
+                self.resume.add_summary(r.schema, r.payload, self.window);
+            }
+            Ok(Flow::Continue)
+        }
+    }
+    let mut c = Collect {
+        name,
+        window: opts.window,
+        resume: Resume::default(),
+    };
+    let mut run_opts = RunOptions::new("aggregator-resume");
+    run_opts.globs = vec![
+        Glob::new(&format!("*{SUMMARY_SUFFIX}"))
+            .map_err(|e| RunError::Hook(e.to_string().into()))?,
+    ];
+    run_opts.start = StartFrom::Oldest;
+    run_opts.cut = true;
+    run_opts.until_end = true;
+    run_opts.handle_signals = false;
+    crate::run(dir, &run_opts, &mut c, None)?;
+    Ok(c.resume)
+}
+
+/// The aggregator consumer. Feed it with [`crate::run`]; it emits into `S`.
+pub struct Aggregator<S: SummarySink> {
+    opts: AggregatorOptions,
+    window_name: String,
+    summaries_wanted: bool,
+    sink: S,
+    schemas: Vec<SchemaState>,
+    by_ptr: HashMap<usize, usize>,
+    held: Vec<Arc<SchemaDescriptor>>,
+    last_schema: Option<(usize, usize)>,
+    producers: HashMap<u64, ProducerState>,
+    resume: Resume,
+    scratch: Extracted,
+    key: Vec<u8>,
+    buf: Vec<u8>,
+    stats: AggregatorStats,
+}
+
+struct ProducerState {
+    source: Arc<Source>,
+    lost: u64,
+}
+
+struct SchemaState {
+    desc: Arc<SchemaDescriptor>,
+    /// `None`: not summarized (the reason was printed once).
+    plan: Option<(Plan, Layout)>,
+    groups: Vec<Group>,
+    index: HashMap<Vec<u8>, usize>,
+    last: Option<usize>,
+    malformed: u64,
+    csv: Option<csv::Writer<File>>,
+}
+
+struct Open {
+    acc: Acc,
+    /// The episode number or the time bucket.
+    key: u64,
+    index: u64,
+}
+
+struct Group {
+    key: Vec<u8>,
+    source: Arc<Source>,
+    values: Vec<KeyValue>,
+    mine: bool,
+    open: Option<Open>,
+    experiment: Acc,
+    windows: u64,
+    next_index: u64,
+    lost_mark: u64,
+    resume: Option<Emitted2>,
+    experiment_emitted: bool,
+}
+
+/// A window that closed, to be emitted.
+struct Finished {
+    acc: Acc,
+    index: u64,
+    lost: u64,
+    /// An earlier run of this worker emitted it already.
+    emitted_before: bool,
+}
+
+/// What is emitted.
+enum Kind {
+    Window,
+    Experiment,
+}
+
+impl<S: SummarySink> Aggregator<S> {
+    /// A new aggregator emitting into `sink`.
+    pub fn new(opts: AggregatorOptions, sink: S) -> Aggregator<S> {
+        let summaries_wanted = opts
+            .globs
+            .iter()
+            .any(|g| g.as_str().ends_with(SUMMARY_SUFFIX));
+        Aggregator {
+            window_name: opts.window.to_string(),
+            opts,
+            summaries_wanted,
+            sink,
+            schemas: Vec::new(),
+            by_ptr: HashMap::new(),
+            held: Vec::new(),
+            last_schema: None,
+            producers: HashMap::new(),
+            resume: Resume::default(),
+            scratch: Extracted::default(),
+            key: Vec::new(),
+            buf: Vec::new(),
+            stats: AggregatorStats::default(),
+        }
+    }
+
+    /// Don't emit again what an earlier run emitted (see [`previous_summaries`]).
+    pub fn resume_from(&mut self, resume: Resume) {
+        self.resume = resume;
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> AggregatorStats {
+        self.stats
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// Windows open now (not emitted: they are incomplete).
+    pub fn open_windows(&self) -> usize {
+        self.schemas
+            .iter()
+            .flat_map(|s| &s.groups)
+            .filter(|g| g.open.is_some())
+            .count()
+    }
+
+    fn schema_index(&mut self, schema: &Arc<SchemaDescriptor>) -> usize {
+        let ptr = Arc::as_ptr(schema) as usize;
+        if let Some((p, i)) = self.last_schema {
+            if p == ptr {
+                return i;
+            }
+        }
+        let i = match self.by_ptr.get(&ptr) {
+            Some(i) => *i,
+            None => {
+                let i = match self
+                    .schemas
+                    .iter()
+                    .position(|s| s.desc.fingerprint() == schema.fingerprint())
+                {
+                    Some(i) => i,
+                    None => {
+                        let state = self.compile(schema);
+                        self.schemas.push(state);
+                        self.schemas.len() - 1
+                    }
+                };
+                // Keep this `Arc` alive, so that its address is never reused by another
+                // schema while it is a key of `by_ptr`.
+                self.held.push(Arc::clone(schema));
+                self.by_ptr.insert(ptr, i);
+                i
+            }
+        };
+        self.last_schema = Some((ptr, i));
+        i
+    }
+
+    fn compile(&self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
+        let mut state = SchemaState {
+            desc: Arc::clone(schema),
+            plan: None,
+            groups: Vec::new(),
+            index: HashMap::new(),
+            last: None,
+            malformed: 0,
+            csv: None,
+        };
+        if schema.id().ends_with(SUMMARY_SUFFIX) && !self.summaries_wanted {
+            return state;
+        }
+        let window_field = match self.opts.window {
+            Window::Episode => Some(self.opts.episode_field.as_str()),
+            _ => None,
+        };
+        let plan = match Plan::compile(
+            schema.root(),
+            &self.opts.group_by,
+            window_field,
+            &self.opts.fields,
+        ) {
+            Ok(p) => p,
+            Err(PlanError::GroupField(f)) => {
+                eprintln!(
+                    "snapbus aggregator: not summarizing {} v{}: it has no group-by field {f:?} \
+                     (a number, bool, string or enum outside options and sequences)",
+                    schema.id(),
+                    schema.version()
+                );
+                return state;
+            }
+        };
+        let group = &plan.keys[..self.opts.group_by.len()];
+        let layout = match Layout::new(schema, group, &plan.leaves) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!(
+                    "snapbus aggregator: not summarizing {} v{}: {e}",
+                    schema.id(),
+                    schema.version()
+                );
+                return state;
+            }
+        };
+        let how = match (self.opts.window, plan.has_window_field) {
+            (Window::Episode, false) => format!(
+                "per experiment only (it has no integer field {:?})",
+                self.opts.episode_field
+            ),
+            (w, _) => format!("per {w}"),
+        };
+        eprintln!(
+            "snapbus aggregator: summarizing {} v{} {how} as {}: {} field(s){}",
+            schema.id(),
+            schema.version(),
+            layout.desc.id(),
+            plan.leaves.len(),
+            if plan.leaves.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", plan.leaves.join(", "))
+            }
+        );
+        state.plan = Some((plan, layout));
+        state
+    }
+
+    fn producer(&mut self, info: &ProducerInfo) -> &mut ProducerState {
+        self.producers
+            .entry(info.lane_id)
+            .or_insert_with(|| ProducerState {
+                source: Arc::new(Source {
+                    name: info.name.clone(),
+                    pid: info.pid,
+                    lane_id: info.lane_id,
+                }),
+                lost: 0,
+            })
+    }
+
+    /// Closes every window of the producer with lane `lane_id` and emits its experiment
+    /// summaries.
+    fn end_producer(&mut self, lane_id: u64) -> Result<(), HookError> {
+        let lost = self.producers.get(&lane_id).map_or(0, |p| p.lost);
+        for s in &mut self.schemas {
+            let SchemaState {
+                plan,
+                groups,
+                csv,
+                index,
+                last,
+                ..
+            } = s;
+            let Some((_, layout)) = plan else { continue };
+            let mut out = Out {
+                sink: &mut self.sink,
+                csv,
+                layout,
+                opts: &self.opts,
+                window_name: &self.window_name,
+                buf: &mut self.buf,
+                stats: &mut self.stats,
+            };
+            for g in groups
+                .iter_mut()
+                .filter(|g| g.source.lane_id == lane_id && g.mine)
+            {
+                if let Some(f) = g.close(lost) {
+                    out.finished(g, &f)?;
+                }
+                let before = g.experiment_emitted || g.resume.is_some_and(|r| r.experiment);
+                if !before && g.experiment.count > 0 {
+                    g.experiment_emitted = true;
+                    out.emit(g, Kind::Experiment, g.windows, lost, &g.experiment)?;
+                }
+            }
+            // Forget the ended producer's groups.
+            groups.retain(|g| g.source.lane_id != lane_id);
+            *index = groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.key.clone(), i))
+                .collect();
+            *last = None;
+        }
+        self.producers.remove(&lane_id);
+        Ok(())
+    }
+
+    /// Closes time windows that ended more than a second ago by the wall clock.
+    fn close_stale(&mut self) -> Result<(), HookError> {
+        let Window::Secs(period) = self.opts.window else {
+            return Ok(());
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let period = period.as_nanos() as u64;
+        for s in &mut self.schemas {
+            let SchemaState {
+                plan, groups, csv, ..
+            } = s;
+            let Some((_, layout)) = plan else { continue };
+            let mut out = Out {
+                sink: &mut self.sink,
+                csv,
+                layout,
+                opts: &self.opts,
+                window_name: &self.window_name,
+                buf: &mut self.buf,
+                stats: &mut self.stats,
+            };
+            for g in groups.iter_mut() {
+                let stale = g.open.as_ref().is_some_and(|o| {
+                    (o.key + 1)
+                        .saturating_mul(period)
+                        .saturating_add(1_000_000_000)
+                        <= now
+                });
+                if stale {
+                    let lost = self.producers.get(&g.source.lane_id).map_or(0, |p| p.lost);
+                    if let Some(f) = g.close(lost) {
+                        out.finished(g, &f)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Group {
+    /// Adds a record; returns the window it closed, if any.
+    #[inline]
+    fn add(
+        &mut self,
+        window: Window,
+        window_key: Option<u64>,
+        meta: (u64, u64),
+        values: &[f64],
+        lost: u64,
+    ) -> Option<Finished> {
+        let (t_nanos, seq) = meta;
+        let mut finished = None;
+        if let Some(r) = self.resume {
+            if r.last_seq.is_none_or(|s| seq > s) {
+                // Past what the earlier run emitted: a window still open here holds only
+                // records of emitted windows (`close` says so).
+                finished = self.close(lost);
+                if r.last_seq.is_some() {
+                    self.next_index = self.next_index.max(r.last_index + 1);
+                }
+                self.experiment_emitted = r.experiment;
+                self.resume = None;
+            }
+        }
+        match window {
+            Window::Episode => {
+                let Some(ep) = window_key else {
+                    self.experiment.add(t_nanos, seq, values);
+                    return None;
+                };
+                if self.open.as_ref().is_some_and(|o| o.key != ep) {
+                    finished = self.close(lost);
+                }
+                self.open_or(ep, ep, values.len())
+                    .acc
+                    .add(t_nanos, seq, values);
+            }
+            Window::Steps(n) => {
+                let index = self.next_index;
+                let open = self.open_or(0, index, values.len());
+                open.acc.add(t_nanos, seq, values);
+                if open.acc.count >= n {
+                    finished = self.close(lost);
+                }
+            }
+            Window::Secs(period) => {
+                let bucket = t_nanos / (period.as_nanos() as u64).max(1);
+                if self.open.as_ref().is_some_and(|o| o.key != bucket) {
+                    finished = self.close(lost);
+                }
+                self.open_or(bucket, bucket, values.len())
+                    .acc
+                    .add(t_nanos, seq, values);
+            }
+        }
+        finished
+    }
+
+    fn open_or(&mut self, key: u64, index: u64, leaves: usize) -> &mut Open {
+        self.open.get_or_insert_with(|| Open {
+            acc: Acc::new(leaves),
+            key,
+            index,
+        })
+    }
+
+    /// Closes the open window (if any): it is merged into the experiment and returned, unless
+    /// an earlier run emitted it already.
+    fn close(&mut self, producer_lost: u64) -> Option<Finished> {
+        let open = self.open.take()?;
+        self.experiment.merge(&open.acc);
+        self.windows += 1;
+        self.next_index = open.index + 1;
+        let lost = producer_lost - self.lost_mark;
+        self.lost_mark = producer_lost;
+        let emitted_before = self
+            .resume
+            .is_some_and(|r| r.last_seq.is_some_and(|s| open.acc.last_seq <= s));
+        Some(Finished {
+            acc: open.acc,
+            index: open.index,
+            lost,
+            emitted_before,
+        })
+    }
+}
+
+/// Where an emitted summary goes, besides the sink.
+struct Out<'a, S> {
+    sink: &'a mut S,
+    csv: &'a mut Option<csv::Writer<File>>,
+    layout: &'a Layout,
+    opts: &'a AggregatorOptions,
+    window_name: &'a str,
+    buf: &'a mut Vec<u8>,
+    stats: &'a mut AggregatorStats,
+}
+
+impl<S: SummarySink> Out<'_, S> {
+    /// Emits a summary of group `g` (and writes its CSV row).
+    fn emit(
+        &mut self,
+        g: &Group,
+        kind: Kind,
+        index: u64,
+        lost: u64,
+        acc: &Acc,
+    ) -> Result<(), HookError> {
+        let closed = Closed {
+            source: &g.source,
+            group: &g.values,
+            window: match kind {
+                Kind::Window => self.window_name,
+                Kind::Experiment => EXPERIMENT,
+            },
+            index,
+            lost,
+            acc,
+        };
+        self.layout.encode(&closed, self.buf)?;
+        self.sink.emit(&self.layout.desc, self.buf)?;
+        if let Some(dir) = &self.opts.csv_dir {
+            if self.csv.is_none() {
+                *self.csv = Some(open_csv(dir, self.layout, self.opts)?);
+            }
+            if let Some(w) = self.csv.as_mut() {
+                w.write_record(self.layout.csv_row(&closed))?;
+            }
+        }
+        match kind {
+            Kind::Window => self.stats.windows += 1,
+            Kind::Experiment => self.stats.experiments += 1,
+        }
+        Ok(())
+    }
+
+    /// Emits a closed window, unless an earlier run emitted it.
+    fn finished(&mut self, g: &Group, f: &Finished) -> Result<(), HookError> {
+        if f.emitted_before {
+            self.stats.already_emitted += 1;
+            return Ok(());
+        }
+        self.emit(g, Kind::Window, f.index, f.lost, &f.acc)
+    }
+}
+
+/// `<dir>/<summary id>[-<i>of<N>].csv`, appended to if it exists with the same columns.
+fn open_csv(
+    dir: &std::path::Path,
+    layout: &Layout,
+    opts: &AggregatorOptions,
+) -> Result<csv::Writer<File>, HookError> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let label = opts.worker_label();
+    let name = if label.is_empty() {
+        format!("{}.csv", layout.desc.id())
+    } else {
+        format!("{}-{label}.csv", layout.desc.id())
+    };
+    let path = dir.join(name);
+    let header = layout.csv_header();
+    let existing = File::open(&path).ok().and_then(|f| {
+        let mut line = String::new();
+        BufReader::new(f).read_line(&mut line).ok()?;
+        Some(line)
+    });
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(file);
+    match existing.filter(|l| !l.is_empty()) {
+        None => w.write_record(&header)?,
+        Some(line) => {
+            let theirs: Vec<&str> = line.trim_end().split(',').collect();
+            let mut ours = csv::WriterBuilder::new().from_writer(Vec::new());
+            ours.write_record(&header)?;
+            let ours = String::from_utf8(ours.into_inner().map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            if theirs != ours.trim_end().split(',').collect::<Vec<_>>() {
+                return Err(format!(
+                    "{} exists with other columns (another schema version, group-by or field \
+                     set); choose another --csv directory",
+                    path.display()
+                )
+                .into());
+            }
+        }
+    }
+    Ok(w)
+}
+
+impl<S: SummarySink> Consumer for Aggregator<S> {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.stats.records += 1;
+        let si = self.schema_index(r.schema);
+        let lane_id = r.producer.lane_id;
+        let producer = self.producer(r.producer);
+        let (producer_lost, source) = (producer.lost, Arc::clone(&producer.source));
+        let state = &mut self.schemas[si];
+        let SchemaState {
+            plan,
+            groups,
+            index,
+            last,
+            malformed,
+            csv,
+            ..
+        } = state;
+        let Some((plan, layout)) = plan else {
+            self.stats.skipped += 1;
+            return Ok(Flow::Continue);
+        };
+        if plan.extract(r.payload, &mut self.scratch).is_err() {
+            self.stats.skipped += 1;
+            *malformed += 1;
+            if *malformed == 1 {
+                eprintln!(
+                    "snapbus aggregator: a payload of {} v{} from {} (pid {}) does not match its \
+                     descriptor; such records are skipped",
+                    state.desc.id(),
+                    state.desc.version(),
+                    r.producer.name,
+                    r.producer.pid
+                );
+            }
+            return Ok(Flow::Continue);
+        }
+        let n_group = self.opts.group_by.len();
+        self.key.clear();
+        self.key.extend_from_slice(&lane_id.to_le_bytes());
+        for k in &self.scratch.keys[..n_group] {
+            match k {
+                Some(v) => v.encode_into(&mut self.key),
+                None => self.key.push(0xff),
+            }
+        }
+        let gi = match *last {
+            Some(i) if groups[i].key == self.key => i,
+            _ => match index.get(self.key.as_slice()) {
+                Some(i) => *i,
+                None => {
+                    let mine = self.opts.workers <= 1 || {
+                        let mut h = xxhash_rust::xxh3::Xxh3::new();
+                        h.update(state.desc.id().as_bytes());
+                        h.update(&self.key);
+                        h.digest() % u64::from(self.opts.workers) == u64::from(self.opts.worker)
+                    };
+                    let resume = self
+                        .resume
+                        .groups
+                        .get(&(
+                            state.desc.id().to_owned(),
+                            state.desc.version(),
+                            self.key.clone(),
+                        ))
+                        .copied();
+                    groups.push(Group {
+                        key: self.key.clone(),
+                        source,
+                        values: self.scratch.keys[..n_group]
+                            .iter()
+                            .map(|k| k.clone().unwrap_or(KeyValue::Bool(false)))
+                            .collect(),
+                        mine,
+                        open: None,
+                        experiment: Acc::new(plan.leaves.len()),
+                        windows: 0,
+                        next_index: 0,
+                        lost_mark: 0,
+                        resume,
+                        experiment_emitted: false,
+                    });
+                    index.insert(self.key.clone(), groups.len() - 1);
+                    groups.len() - 1
+                }
+            },
+        };
+        *last = Some(gi);
+        let g = &mut groups[gi];
+        if !g.mine {
+            self.stats.other_workers += 1;
+            return Ok(Flow::Continue);
+        }
+        self.stats.summarized += 1;
+        let window_key = if plan.has_window_field {
+            match &self.scratch.keys[n_group] {
+                Some(KeyValue::U64(v)) => Some(*v),
+                Some(KeyValue::I64(v)) => Some(*v as u64),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(f) = g.add(
+            self.opts.window,
+            window_key,
+            (r.meta.t_nanos, r.meta.seq),
+            &self.scratch.values,
+            producer_lost,
+        ) {
+            let mut out = Out {
+                sink: &mut self.sink,
+                csv,
+                layout,
+                opts: &self.opts,
+                window_name: &self.window_name,
+                buf: &mut self.buf,
+                stats: &mut self.stats,
+            };
+            out.finished(g, &f)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_lag(
+        &mut self,
+        _producer_id: u64,
+        producer: &ProducerInfo,
+        lost: u64,
+    ) -> Result<Flow, HookError> {
+        self.stats.lost += lost;
+        self.producer(producer).lost += lost;
+        Ok(Flow::Continue)
+    }
+
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(p) = change {
+            self.end_producer(p.lane_id)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        self.close_stale()?;
+        for s in &mut self.schemas {
+            if let Some(w) = s.csv.as_mut() {
+                w.flush()?;
+            }
+        }
+        Ok(())
+    }
+}

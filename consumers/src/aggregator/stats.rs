@@ -1,0 +1,299 @@
+//! Streaming statistics of one numeric field: count, mean and standard deviation (Welford),
+//! minimum, maximum, last value, and quantiles — exact while a window holds at most
+//! [`EXACT_QUANTILES_UP_TO`] values, from a DDSketch beyond. All of them merge, so the
+//! experiment-level statistics are the merge of the closed windows'.
+
+use sketches_ddsketch::{Config, DDSketch};
+
+/// Relative accuracy of the quantiles: a reported p-quantile is within 1 % of the value at
+/// rank ⌊p·(n−1)⌋ of the sorted values (DDSketch's guarantee).
+pub const QUANTILE_RELATIVE_ACCURACY: f64 = 0.01;
+
+/// Up to this many values, quantiles are exact (the values are kept and sorted when asked).
+pub const EXACT_QUANTILES_UP_TO: usize = 256;
+
+/// The quantiles every summary reports.
+pub(crate) const QUANTILES: [(&str, f64); 3] = [("p50", 0.50), ("p95", 0.95), ("p99", 0.99)];
+
+fn sketch_config() -> Config {
+    // 2048 bins cover values over 17 orders of magnitude at 1 %; |v| ≤ 1e-9 counts as zero.
+    Config::new(QUANTILE_RELATIVE_ACCURACY, 2048, 1e-9)
+}
+
+/// One field's statistics.
+#[derive(Clone)]
+pub(crate) struct Stat {
+    pub(crate) count: u64,
+    mean: f64,
+    m2: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+    pub(crate) last: f64,
+    /// The values while there are at most [`EXACT_QUANTILES_UP_TO`] (then `sketch` takes over).
+    exact: Vec<f64>,
+    sketch: Option<Box<DDSketch>>,
+}
+
+impl Default for Stat {
+    fn default() -> Stat {
+        Stat {
+            count: 0,
+            mean: 0.0,
+            m2: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            last: f64::NAN,
+            exact: Vec::new(),
+            sketch: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Stat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stat")
+            .field("count", &self.count)
+            .field("mean", &self.mean)
+            .field("min", &self.min)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stat {
+    /// Adds one value (NaN is ignored: it has no place in an order or a mean).
+    #[inline]
+    pub(crate) fn add(&mut self, v: f64) {
+        if v.is_nan() {
+            return;
+        }
+        self.count += 1;
+        let delta = v - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (v - self.mean);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.last = v;
+        match self.sketch.as_mut() {
+            Some(s) => s.add(v),
+            None => {
+                self.exact.push(v);
+                if self.exact.len() > EXACT_QUANTILES_UP_TO {
+                    self.spill();
+                }
+            }
+        }
+    }
+
+    /// Moves the kept values into a sketch.
+    fn spill(&mut self) -> &mut DDSketch {
+        let exact = std::mem::take(&mut self.exact);
+        self.sketch.get_or_insert_with(|| {
+            let mut s = DDSketch::new(sketch_config());
+            exact.iter().for_each(|v| s.add(*v));
+            Box::new(s)
+        })
+    }
+
+    /// Folds `later` (statistics of values that came after these) into `self` (Chan et al.'s
+    /// parallel update for the moments; the sketches merge exactly).
+    pub(crate) fn merge(&mut self, later: &Stat) {
+        if later.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = later.clone();
+            return;
+        }
+        let n = (self.count + later.count) as f64;
+        let delta = later.mean - self.mean;
+        self.mean += delta * later.count as f64 / n;
+        self.m2 += later.m2 + delta * delta * self.count as f64 * later.count as f64 / n;
+        self.count += later.count;
+        self.min = self.min.min(later.min);
+        self.max = self.max.max(later.max);
+        self.last = later.last;
+        match &later.sketch {
+            // Same configuration on both sides, so the merge cannot fail.
+            Some(theirs) => drop(self.spill().merge(theirs)),
+            None => match self.sketch.as_mut() {
+                Some(mine) => later.exact.iter().for_each(|v| mine.add(*v)),
+                None => {
+                    self.exact.extend_from_slice(&later.exact);
+                    if self.exact.len() > EXACT_QUANTILES_UP_TO {
+                        self.spill();
+                    }
+                }
+            },
+        }
+    }
+
+    /// The mean (NaN when empty).
+    pub(crate) fn mean(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.mean }
+    }
+
+    /// The population standard deviation (NaN when empty, 0 for one value).
+    pub(crate) fn std(&self) -> f64 {
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            (self.m2 / self.count as f64).max(0.0).sqrt()
+        }
+    }
+
+    /// The minimum (NaN when empty).
+    pub(crate) fn min(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.min }
+    }
+
+    /// The maximum (NaN when empty).
+    pub(crate) fn max(&self) -> f64 {
+        if self.count == 0 { f64::NAN } else { self.max }
+    }
+
+    /// The `q`-quantile: the value at rank ⌊q·(n−1)⌋ of the sorted values (numpy's
+    /// `method="lower"`), exactly or within [`QUANTILE_RELATIVE_ACCURACY`]; NaN when empty.
+    pub(crate) fn quantile(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return f64::NAN;
+        }
+        match &self.sketch {
+            None => {
+                let mut sorted = self.exact.clone();
+                sorted.sort_by(f64::total_cmp);
+                sorted[((q * (sorted.len() - 1) as f64) as usize).min(sorted.len() - 1)]
+            }
+            Some(s) => s
+                .quantile(q)
+                .ok()
+                .flatten()
+                .map_or(f64::NAN, |v| v.clamp(self.min, self.max)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exact(values: &[f64]) -> (f64, f64) {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        (mean, var.sqrt())
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 11) as f64 / (1u64 << 53) as f64) * 200.0 - 50.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn moments_and_quantiles_match_a_sorted_reference() {
+        let v = values(10_001, 7);
+        let mut s = Stat::default();
+        v.iter().for_each(|x| s.add(*x));
+        let (mean, std) = exact(&v);
+        assert_eq!(s.count, v.len() as u64);
+        assert!((s.mean() - mean).abs() < 1e-9 * mean.abs().max(1.0));
+        assert!((s.std() - std).abs() < 1e-9 * std);
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(s.min(), sorted[0]);
+        assert_eq!(s.max(), sorted[sorted.len() - 1]);
+        assert_eq!(s.last, v[v.len() - 1]);
+        for (_, q) in QUANTILES {
+            let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
+            let got = s.quantile(q);
+            assert!(
+                (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
+                "q{q}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn merging_windows_equals_adding_everything_in_order() {
+        let v = values(3_000, 11);
+        let mut whole = Stat::default();
+        v.iter().for_each(|x| whole.add(*x));
+        let mut merged = Stat::default();
+        for chunk in v.chunks(777) {
+            let mut w = Stat::default();
+            chunk.iter().for_each(|x| w.add(*x));
+            merged.merge(&w);
+        }
+        assert_eq!(merged.count, whole.count);
+        assert!((merged.mean() - whole.mean()).abs() < 1e-9);
+        assert!((merged.std() - whole.std()).abs() < 1e-9);
+        assert_eq!(
+            (merged.min(), merged.max(), merged.last),
+            (whole.min(), whole.max(), whole.last)
+        );
+        for (_, q) in QUANTILES {
+            assert_eq!(merged.quantile(q), whole.quantile(q));
+        }
+    }
+
+    #[test]
+    fn nan_is_ignored_and_empty_is_nan() {
+        let mut s = Stat::default();
+        assert!(s.mean().is_nan() && s.quantile(0.5).is_nan() && s.min().is_nan());
+        s.add(f64::NAN);
+        assert_eq!(s.count, 0);
+        s.add(2.0);
+        assert_eq!(
+            (s.count, s.mean(), s.std(), s.quantile(0.99)),
+            (1, 2.0, 0.0, 2.0)
+        );
+    }
+
+    #[test]
+    fn small_windows_have_exact_quantiles_and_merge_across_the_threshold() {
+        let v = values(EXACT_QUANTILES_UP_TO, 3);
+        let mut s = Stat::default();
+        v.iter().for_each(|x| s.add(*x));
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        for (_, q) in QUANTILES {
+            assert_eq!(
+                s.quantile(q),
+                sorted[(q * (sorted.len() - 1) as f64) as usize]
+            );
+        }
+        // Small + small past the threshold, small into large and large into small: all
+        // within the sketch's accuracy of the exact answer.
+        let w = values(EXACT_QUANTILES_UP_TO * 3, 5);
+        for split in [
+            10,
+            EXACT_QUANTILES_UP_TO - 1,
+            EXACT_QUANTILES_UP_TO + 7,
+            w.len() - 3,
+        ] {
+            let (a, b) = w.split_at(split);
+            let mut sa = Stat::default();
+            a.iter().for_each(|x| sa.add(*x));
+            let mut sb = Stat::default();
+            b.iter().for_each(|x| sb.add(*x));
+            sa.merge(&sb);
+            let mut sorted = w.clone();
+            sorted.sort_by(f64::total_cmp);
+            for (_, q) in QUANTILES {
+                let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
+                let got = sa.quantile(q);
+                assert!(
+                    (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
+                    "split {split} q{q}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}

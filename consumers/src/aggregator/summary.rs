@@ -1,0 +1,421 @@
+//! The summary schemas: how a closed window becomes a snapshot on the bus and a CSV row.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use snapbus_schemas::{
+    DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, decode, encode_value,
+};
+
+use super::plan::{KeyType, KeyValue};
+use super::stats::{QUANTILES, Stat};
+
+/// The suffix of summary schema ids: `demo.step` is summarized as `demo.step.summary`.
+pub const SUMMARY_SUFFIX: &str = ".summary";
+
+/// The `window` value of experiment-level summaries.
+pub const EXPERIMENT: &str = "experiment";
+
+/// The statistics of one window of one group.
+#[derive(Debug, Clone)]
+pub(crate) struct Acc {
+    pub(crate) count: u64,
+    pub(crate) first_t_nanos: u64,
+    pub(crate) last_t_nanos: u64,
+    pub(crate) first_seq: u64,
+    pub(crate) last_seq: u64,
+    pub(crate) stats: Vec<Stat>,
+}
+
+impl Acc {
+    pub(crate) fn new(leaves: usize) -> Acc {
+        Acc {
+            count: 0,
+            first_t_nanos: 0,
+            last_t_nanos: 0,
+            first_seq: 0,
+            last_seq: 0,
+            stats: vec![Stat::default(); leaves],
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, t_nanos: u64, seq: u64, values: &[f64]) {
+        if self.count == 0 {
+            self.first_t_nanos = t_nanos;
+            self.first_seq = seq;
+        }
+        self.count += 1;
+        self.last_t_nanos = t_nanos;
+        self.last_seq = seq;
+        for (s, v) in self.stats.iter_mut().zip(values) {
+            s.add(*v);
+        }
+    }
+
+    /// Folds a later window into this one.
+    pub(crate) fn merge(&mut self, later: &Acc) {
+        if later.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            self.first_t_nanos = later.first_t_nanos;
+            self.first_seq = later.first_seq;
+        }
+        self.count += later.count;
+        self.last_t_nanos = later.last_t_nanos;
+        self.last_seq = later.last_seq;
+        for (s, l) in self.stats.iter_mut().zip(&later.stats) {
+            s.merge(l);
+        }
+    }
+}
+
+/// Who a summary is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) name: String,
+    pub(crate) pid: u32,
+    pub(crate) lane_id: u64,
+}
+
+/// One summary to emit.
+pub(crate) struct Closed<'a> {
+    pub(crate) source: &'a Source,
+    pub(crate) group: &'a [KeyValue],
+    pub(crate) window: &'a str,
+    pub(crate) index: u64,
+    pub(crate) lost: u64,
+    pub(crate) acc: &'a Acc,
+}
+
+/// A summary schema and how to fill it.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    pub(crate) desc: Arc<SchemaDescriptor>,
+    group: Vec<(String, KeyType)>,
+    leaves: Vec<String>,
+}
+
+const STAT_NAMES: [&str; 6] = ["count", "mean", "std", "min", "max", "last"];
+
+impl Layout {
+    /// The summary schema of `source` (`<id>.summary`, same version) for these group-by fields
+    /// and summarized leaves.
+    pub(crate) fn new(
+        source: &SchemaDescriptor,
+        group: &[(String, KeyType)],
+        leaves: &[String],
+    ) -> Result<Layout, DescriptorError> {
+        let stat_ty = TypeDesc::Struct {
+            fields: STAT_NAMES
+                .iter()
+                .map(|n| {
+                    let ty = if *n == "count" {
+                        TypeDesc::U64
+                    } else {
+                        TypeDesc::F64
+                    };
+                    Field::new(*n, ty)
+                })
+                .chain(QUANTILES.iter().map(|(n, _)| Field::new(*n, TypeDesc::F64)))
+                .collect(),
+        };
+        let mut stats = Tree::default();
+        for leaf in leaves {
+            stats.insert(leaf.split('.'), stat_ty.clone());
+        }
+        let mut fields = vec![
+            Field::new("producer", TypeDesc::String),
+            Field::new("producer_pid", TypeDesc::U32),
+            Field::new("producer_lane", TypeDesc::U64),
+        ];
+        if !group.is_empty() {
+            fields.push(Field::new(
+                "group",
+                TypeDesc::Struct {
+                    fields: group.iter().map(|(n, t)| Field::new(n, t.desc())).collect(),
+                },
+            ));
+        }
+        fields.extend([
+            Field::new("window", TypeDesc::String),
+            Field::new("index", TypeDesc::U64),
+            Field::new("count", TypeDesc::U64),
+            Field::new("lost", TypeDesc::U64),
+            Field::new("first_t_nanos", TypeDesc::U64),
+            Field::new("last_t_nanos", TypeDesc::U64),
+            Field::new("first_seq", TypeDesc::U64),
+            Field::new("last_seq", TypeDesc::U64),
+            Field::new("stats", stats.into_desc()),
+        ]);
+        let desc = SchemaDescriptor::new(
+            format!("{}{SUMMARY_SUFFIX}", source.id()),
+            source.version(),
+            TypeDesc::Struct { fields },
+        )?;
+        Ok(Layout {
+            desc: Arc::new(desc),
+            group: group.to_vec(),
+            leaves: leaves.to_vec(),
+        })
+    }
+
+    /// The summary's payload.
+    pub(crate) fn encode(&self, c: &Closed<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+        let mut stats = Tree::default();
+        for (leaf, s) in self.leaves.iter().zip(&c.acc.stats) {
+            stats.insert(leaf.split('.'), stat_value(s));
+        }
+        let mut fields: Vec<(Cow<'_, str>, Value<'_>)> = vec![
+            ("producer".into(), Value::Str(c.source.name.as_str().into())),
+            ("producer_pid".into(), Value::U32(c.source.pid)),
+            ("producer_lane".into(), Value::U64(c.source.lane_id)),
+        ];
+        if !self.group.is_empty() {
+            let group = self
+                .group
+                .iter()
+                .zip(c.group)
+                .map(|((n, t), v)| (Cow::from(n.as_str()), key_value(*t, v)))
+                .collect();
+            fields.push(("group".into(), Value::Struct(group)));
+        }
+        let a = c.acc;
+        fields.extend([
+            ("window".into(), Value::Str(c.window.into())),
+            ("index".into(), Value::U64(c.index)),
+            ("count".into(), Value::U64(a.count)),
+            ("lost".into(), Value::U64(c.lost)),
+            ("first_t_nanos".into(), Value::U64(a.first_t_nanos)),
+            ("last_t_nanos".into(), Value::U64(a.last_t_nanos)),
+            ("first_seq".into(), Value::U64(a.first_seq)),
+            ("last_seq".into(), Value::U64(a.last_seq)),
+            ("stats".into(), stats.into_value()),
+        ]);
+        out.clear();
+        encode_value(self.desc.root(), &Value::Struct(fields), out).map_err(|e| e.to_string())
+    }
+
+    /// The CSV header: the scalar fields, `group.<field>`, then `<leaf>.<stat>`.
+    pub(crate) fn csv_header(&self) -> Vec<String> {
+        let mut h: Vec<String> = ["producer", "producer_pid", "producer_lane"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        h.extend(self.group.iter().map(|(n, _)| format!("group.{n}")));
+        h.extend(
+            [
+                "window",
+                "index",
+                "count",
+                "lost",
+                "first_t_nanos",
+                "last_t_nanos",
+                "first_seq",
+                "last_seq",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned()),
+        );
+        for leaf in &self.leaves {
+            for s in STAT_NAMES.iter().chain(QUANTILES.iter().map(|(n, _)| n)) {
+                h.push(format!("{leaf}.{s}"));
+            }
+        }
+        h
+    }
+
+    /// One CSV row (NaN as an empty cell).
+    pub(crate) fn csv_row(&self, c: &Closed<'_>) -> Vec<String> {
+        let a = c.acc;
+        let mut r = vec![
+            c.source.name.clone(),
+            c.source.pid.to_string(),
+            c.source.lane_id.to_string(),
+        ];
+        r.extend(c.group.iter().map(|v| match v {
+            KeyValue::Bool(b) => b.to_string(),
+            KeyValue::U64(v) => v.to_string(),
+            KeyValue::I64(v) => v.to_string(),
+            KeyValue::F64(v) => float(*v),
+            KeyValue::Str(s) => s.clone(),
+        }));
+        r.extend([
+            c.window.to_owned(),
+            c.index.to_string(),
+            a.count.to_string(),
+            c.lost.to_string(),
+            a.first_t_nanos.to_string(),
+            a.last_t_nanos.to_string(),
+            a.first_seq.to_string(),
+            a.last_seq.to_string(),
+        ]);
+        for s in &a.stats {
+            r.push(s.count.to_string());
+            for v in [s.mean(), s.std(), s.min(), s.max(), s.last] {
+                r.push(float(v));
+            }
+            for (_, q) in QUANTILES {
+                r.push(float(s.quantile(q)));
+            }
+        }
+        r
+    }
+}
+
+fn float(v: f64) -> String {
+    if v.is_nan() {
+        String::new()
+    } else {
+        v.to_string()
+    }
+}
+
+fn stat_value(s: &Stat) -> Value<'static> {
+    let mut f: Vec<(Cow<'static, str>, Value<'static>)> = vec![
+        ("count".into(), Value::U64(s.count)),
+        ("mean".into(), Value::F64(s.mean())),
+        ("std".into(), Value::F64(s.std())),
+        ("min".into(), Value::F64(s.min())),
+        ("max".into(), Value::F64(s.max())),
+        ("last".into(), Value::F64(s.last)),
+    ];
+    for (n, q) in QUANTILES {
+        f.push((n.into(), Value::F64(s.quantile(q))));
+    }
+    Value::Struct(f)
+}
+
+fn key_value(t: KeyType, v: &KeyValue) -> Value<'_> {
+    match (t, v) {
+        (KeyType::Bool, KeyValue::Bool(b)) => Value::Bool(*b),
+        (KeyType::U64, KeyValue::U64(v)) => Value::U64(*v),
+        (KeyType::I64, KeyValue::I64(v)) => Value::I64(*v),
+        (KeyType::F64, KeyValue::F64(v)) => Value::F64(*v),
+        (_, KeyValue::Str(s)) => Value::Str(s.as_str().into()),
+        // The plan gives every slot values of its own type; anything else would be a bug,
+        // and encoding reports the mismatch instead of panicking.
+        (_, KeyValue::Bool(b)) => Value::Bool(*b),
+        (_, KeyValue::U64(v)) => Value::U64(*v),
+        (_, KeyValue::I64(v)) => Value::I64(*v),
+        (_, KeyValue::F64(v)) => Value::F64(*v),
+    }
+}
+
+/// A summary read back from the bus (what a restarted aggregator needs to know).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Emitted {
+    /// The summarized schema's id.
+    pub(crate) schema: String,
+    pub(crate) lane_id: u64,
+    pub(crate) group: Vec<KeyValue>,
+    pub(crate) window: String,
+    pub(crate) index: u64,
+    pub(crate) last_seq: u64,
+}
+
+/// Decodes a summary payload (of a schema named `<id>.summary`); `None` if it is not one of
+/// ours.
+pub(crate) fn read_emitted(desc: &SchemaDescriptor, payload: &[u8]) -> Option<Emitted> {
+    let schema = desc.id().strip_suffix(SUMMARY_SUFFIX)?.to_owned();
+    let v = decode(desc.root(), payload).ok()?;
+    let u64_of = |name: &str| match v.field(name) {
+        Some(Value::U64(x)) => Some(*x),
+        _ => None,
+    };
+    let group = match v.field("group") {
+        None => Vec::new(),
+        Some(Value::Struct(fields)) => fields
+            .iter()
+            .map(|(_, v)| match v {
+                Value::Bool(b) => Some(KeyValue::Bool(*b)),
+                Value::U64(x) => Some(KeyValue::U64(*x)),
+                Value::I64(x) => Some(KeyValue::I64(*x)),
+                Value::F64(x) => Some(KeyValue::F64(*x)),
+                Value::Str(s) => Some(KeyValue::Str(s.to_string())),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?,
+        Some(_) => return None,
+    };
+    let window = match v.field("window") {
+        Some(Value::Str(s)) => s.to_string(),
+        _ => return None,
+    };
+    Some(Emitted {
+        schema,
+        lane_id: u64_of("producer_lane")?,
+        group,
+        window,
+        index: u64_of("index")?,
+        last_seq: u64_of("last_seq")?,
+    })
+}
+
+/// Dotted names as nested structs, in first-seen order.
+struct Tree<T> {
+    children: Vec<(String, Tree<T>)>,
+    leaf: Option<T>,
+}
+
+impl<T> Default for Tree<T> {
+    fn default() -> Self {
+        Tree {
+            children: Vec::new(),
+            leaf: None,
+        }
+    }
+}
+
+impl<T> Tree<T> {
+    fn insert<'a>(&mut self, mut path: impl Iterator<Item = &'a str>, leaf: T) {
+        match path.next() {
+            None => self.leaf = Some(leaf),
+            Some(name) => {
+                let i = match self.children.iter().position(|(n, _)| n == name) {
+                    Some(i) => i,
+                    None => {
+                        self.children.push((name.to_owned(), Tree::default()));
+                        self.children.len() - 1
+                    }
+                };
+                self.children[i].1.insert(path, leaf);
+            }
+        }
+    }
+}
+
+impl Tree<TypeDesc> {
+    fn into_desc(self) -> TypeDesc {
+        let children = self
+            .children
+            .into_iter()
+            .map(|(n, t)| Field::new(n, t.into_desc()));
+        match self.leaf {
+            Some(d) if children.len() == 0 => d,
+            // A name that is both a leaf and a parent (`a` and `a.b`): the descriptor refuses
+            // the empty field name, and the schema is reported as not summarizable.
+            Some(d) => TypeDesc::Struct {
+                fields: std::iter::once(Field::new("", d)).chain(children).collect(),
+            },
+            None => TypeDesc::Struct {
+                fields: children.collect(),
+            },
+        }
+    }
+}
+
+impl Tree<Value<'static>> {
+    fn into_value(self) -> Value<'static> {
+        match self.leaf {
+            Some(v) => v,
+            None => Value::Struct(
+                self.children
+                    .into_iter()
+                    .map(|(n, t)| (Cow::Owned(n), t.into_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
