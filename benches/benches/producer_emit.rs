@@ -97,6 +97,7 @@ fn main() {
                     start: StartFrom::Latest,
                     cut: false,
                     skip_lanes: Vec::new(),
+                    count_history_as_lost: false,
                 },
             )
             .unwrap();

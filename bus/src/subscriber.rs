@@ -110,6 +110,12 @@ pub struct SubscribeOptions {
     /// Lanes (by [`ProducerInfo::lane_id`]) not to read at all: a consumer that also produces
     /// (the aggregator) leaves its own lane alone, so "every producer ended" can come true.
     pub skip_lanes: Vec<u64>,
+    /// In lanes read from their oldest record, count the records already overwritten when
+    /// reading began as lost (see [`LaneReader::count_loss_from_lane_start`]): for consumers
+    /// that account for a producer's whole run, like the aggregator.
+    ///
+    /// [`LaneReader::count_loss_from_lane_start`]: crate::lane::LaneReader::count_loss_from_lane_start
+    pub count_history_as_lost: bool,
 }
 
 /// A delivered record.
@@ -312,6 +318,9 @@ impl Subscriber {
         };
         let cut_at = self.opts.cut.then(|| lane.lane.stats().claim_tail);
         let mut reader = lane.lane.reader(start);
+        if self.opts.count_history_as_lost && matches!(start, StartAt::Oldest) {
+            reader.count_loss_from_lane_start();
+        }
         if info.dead {
             reader.set_writer_gone(true);
         }

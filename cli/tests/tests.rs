@@ -1,5 +1,6 @@
 //! End-to-end tests of the `snapbus` binary (one test binary, a module per verb).
 
+mod aggregator;
 mod bus;
 mod demo;
 mod errors;

@@ -100,6 +100,11 @@ pub struct RunOptions {
     ///
     /// [`SubscribeOptions::skip_lanes`]: snapbus_bus::subscriber::SubscribeOptions::skip_lanes
     pub skip_lanes: Vec<u64>,
+    /// Count records overwritten before reading began as lost (see
+    /// [`SubscribeOptions::count_history_as_lost`]).
+    ///
+    /// [`SubscribeOptions::count_history_as_lost`]: snapbus_bus::subscriber::SubscribeOptions::count_history_as_lost
+    pub count_history_as_lost: bool,
 }
 
 impl RunOptions {
@@ -114,6 +119,7 @@ impl RunOptions {
             handle_signals: true,
             cut: false,
             skip_lanes: Vec::new(),
+            count_history_as_lost: false,
         }
     }
 }
@@ -179,6 +185,7 @@ pub fn run<C: Consumer + ?Sized>(
             start: opts.start,
             cut: opts.cut,
             skip_lanes: opts.skip_lanes.clone(),
+            count_history_as_lost: opts.count_history_as_lost,
         },
     )?;
     let mut seen_schemas: HashSet<(String, u32, u64)> = HashSet::new();

@@ -100,6 +100,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
             start: StartFrom::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
+            count_history_as_lost: false,
         },
     )
     .expect("subscribe");

@@ -210,6 +210,16 @@ impl<M: LaneMem> LaneReader<M> {
         r
     }
 
+    /// Count the records overwritten before this reader's first record as lost too (the
+    /// lane's first record is number 0), as if it had started at the lane's beginning. For
+    /// consumers that account for a producer's whole run (the aggregator). No effect once a
+    /// record was read.
+    pub fn count_loss_from_lane_start(&mut self) {
+        if self.next_seq.is_none() {
+            self.next_seq = Some((0, 0));
+        }
+    }
+
     /// Only deliver records whose schema key is in `keys` (others are skipped without copying
     /// their payload). Loss counts still cover every record of the lane.
     pub fn set_filter(&mut self, keys: impl IntoIterator<Item = u16>) {

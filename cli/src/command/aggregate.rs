@@ -55,6 +55,9 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     run_opts.until_end = args.until_end;
     // Its own summaries are not read back (and its lane never ends while it runs).
     run_opts.skip_lanes = vec![own_lane];
+    // A producer's records overwritten before this worker read them are missing from its
+    // experiment summary: say so.
+    run_opts.count_history_as_lost = true;
     eprintln!(
         "snapbus aggregate: {name} summarizing bus '{}' per {}{} (Ctrl-C to stop)",
         dir.name(),

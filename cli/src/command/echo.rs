@@ -24,6 +24,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
         },
         cut: false,
         skip_lanes: Vec::new(),
+        count_history_as_lost: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!(

@@ -28,6 +28,7 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
         start: StartFrom::Latest,
         cut: false,
         skip_lanes: Vec::new(),
+        count_history_as_lost: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
     eprintln!("snapbus hz: subscribed to bus '{}'", dir.name());

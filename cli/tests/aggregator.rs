@@ -1,0 +1,350 @@
+//! Aggregators end to end with the real binary: summaries of `snapbus demo` checked against
+//! statistics computed here from the demo's documented formulas, one worker against three,
+//! and a worker killed on purpose.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::bus::{TestBus, wait_until};
+use crate::util::{WATCHDOG, runtime_root};
+
+/// The demo's values (see `snapbus demo --help`) for episode `e`, step `s`, 8x6 images.
+fn demo_leaves(e: u64, s: u64) -> Vec<(&'static str, f64)> {
+    let reward = ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5;
+    let pixels: Vec<f64> = (0..6u64)
+        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
+        .collect();
+    vec![
+        ("step", s as f64),
+        ("reward", reward),
+        ("position.0", f64::from(s as f32 * 0.5)),
+        ("position.1", f64::from(e as f32)),
+        ("position.2", f64::from((s % 8) as f32 - 4.0)),
+        (
+            "observation.mean",
+            pixels.iter().sum::<f64>() / pixels.len() as f64,
+        ),
+        (
+            "observation.min",
+            pixels.iter().copied().fold(f64::INFINITY, f64::min),
+        ),
+        (
+            "observation.max",
+            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ),
+    ]
+}
+
+fn mode(e: u64) -> &'static str {
+    if e % 4 == 3 { "Eval" } else { "Train" }
+}
+
+/// Checks the `stats` of a summary against the demo steps `(e, s)` it covers.
+fn check_stats(summary: &Value, steps: &[(u64, u64)]) {
+    let p = &summary["payload"];
+    assert_eq!(p["count"], steps.len() as u64, "{p}");
+    for (i, (leaf, _)) in demo_leaves(0, 0).iter().enumerate() {
+        let v: Vec<f64> = steps.iter().map(|(e, s)| demo_leaves(*e, *s)[i].1).collect();
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let q = |p: f64| sorted[(p * (sorted.len() - 1) as f64) as usize];
+        let want = [
+            ("count", n),
+            ("mean", mean),
+            ("std", std),
+            ("min", sorted[0]),
+            ("max", sorted[sorted.len() - 1]),
+            ("last", v[v.len() - 1]),
+            ("p50", q(0.5)),
+            ("p95", q(0.95)),
+            ("p99", q(0.99)),
+        ];
+        let mut node = &p["stats"];
+        for part in leaf.split('.') {
+            node = &node[part];
+        }
+        for (stat, w) in want {
+            let got = node[stat].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (got - w).abs() <= 1e-9 * w.abs().max(1.0),
+                "{leaf}.{stat}: got {got}, want {w} in {p}"
+            );
+        }
+    }
+}
+
+/// `n` summaries of `glob` from the oldest record on.
+fn summaries(bus: &TestBus, glob: &str, n: usize) -> Vec<Value> {
+    let count = n.to_string();
+    let echo = bus.spawn(
+        "echo-summaries",
+        &["echo", glob, "--from", "oldest", "--count", &count],
+    );
+    echo.json_lines(n)
+}
+
+fn attach(bus: &TestBus, args: &[&str]) -> Vec<String> {
+    let out = bus.run(args);
+    assert!(out.status.success(), "{args:?}: {}", out.stderr);
+    let ids: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
+    assert!(
+        ids.iter().all(|i| i.parse::<u64>().is_ok()),
+        "ids: {:?}",
+        out.stdout
+    );
+    ids
+}
+
+fn run_demo(bus: &TestBus, episodes: u32, steps: u32, env: &[(&str, &str)]) {
+    let (e, s) = (episodes.to_string(), steps.to_string());
+    let mut cmd = bus.cmd(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        &e,
+        "--steps",
+        &s,
+        "--rate",
+        "0",
+    ]);
+    cmd.envs(env.iter().copied());
+    let out = crate::util::run_cmd(&mut cmd);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+}
+
+#[test]
+fn demo_summaries_per_episode_and_experiment_equal_statistics_computed_here() {
+    let bus = TestBus::up();
+    let csv_dir = runtime_root().join("files").join("agg-csv");
+    let _ = std::fs::remove_dir_all(&csv_dir);
+    let csv = csv_dir.to_str().expect("utf-8");
+    let ids = attach(
+        &bus,
+        &[
+            "attach",
+            "aggregator",
+            "--schema",
+            "demo.step",
+            "--group-by",
+            "mode",
+            "--csv",
+            csv,
+        ],
+    );
+    assert_eq!(ids.len(), 1);
+    run_demo(&bus, 4, 5, &[]);
+    // Train: episodes 0, 1, 2 and its experiment; Eval: episode 3 and its experiment.
+    let got = summaries(&bus, "demo.step.summary", 6);
+    let mut seen = BTreeSet::new();
+    for g in &got {
+        let p = &g["payload"];
+        assert_eq!(g["producer"]["name"], "aggregator");
+        assert_eq!(p["producer"], "demo");
+        assert_eq!(p["lost"], 0);
+        let group = p["group"]["mode"].as_str().expect("group").to_owned();
+        let window = p["window"].as_str().expect("window").to_owned();
+        let index = p["index"].as_u64().expect("index");
+        let steps: Vec<(u64, u64)> = if window == "episode" {
+            assert_eq!(mode(index), group);
+            (0..5).map(|s| (index, s)).collect()
+        } else {
+            assert_eq!(window, "experiment");
+            (0..4u64)
+                .filter(|e| mode(*e) == group)
+                .flat_map(|e| (0..5).map(move |s| (e, s)))
+                .collect()
+        };
+        check_stats(g, &steps);
+        seen.insert((group, window, index));
+    }
+    let want: BTreeSet<(String, String, u64)> = [
+        ("Train", "episode", 0),
+        ("Train", "episode", 1),
+        ("Train", "episode", 2),
+        ("Train", "experiment", 3),
+        ("Eval", "episode", 3),
+        ("Eval", "experiment", 1),
+    ]
+    .iter()
+    .map(|(g, w, i)| ((*g).to_owned(), (*w).to_owned(), *i))
+    .collect();
+    assert_eq!(seen, want);
+
+    // The CSV has the same rows (flushed every second; detach flushes too).
+    let out = bus.run(&["detach", &ids[0]]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let text = std::fs::read_to_string(csv_dir.join("demo.step.summary.csv")).expect("csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    let col = |n: &str| header.iter().position(|h| *h == n).expect("column");
+    for (row, g) in rows.iter().zip(&got) {
+        let p = &g["payload"];
+        assert_eq!(row[col("group.mode")], p["group"]["mode"]);
+        assert_eq!(row[col("window")], p["window"]);
+        assert_eq!(row[col("count")], p["count"].to_string());
+        // serde_json parses floats to within an ulp; the CSV holds the shortest round trip.
+        let mean: f64 = row[col("reward.mean")].parse().expect("float");
+        let want = p["stats"]["reward"]["mean"].as_f64().expect("mean");
+        assert!((mean - want).abs() <= 1e-15 * want.abs().max(1.0), "{mean} vs {want}");
+    }
+}
+
+/// The summaries as comparable text, by (group, window, index), without who emitted them.
+fn by_key(v: &[&Value]) -> BTreeMap<(String, String, u64), String> {
+    v.iter()
+        .map(|g| {
+            let p = &g["payload"];
+            (
+                (
+                    p["group"].to_string(),
+                    p["window"].as_str().expect("window").to_owned(),
+                    p["index"].as_u64().expect("index"),
+                ),
+                format!("{} {} {}", p["count"], p["lost"], p["stats"]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn one_worker_and_three_workers_emit_the_same_summaries() {
+    let bus = TestBus::up();
+    let one = attach(&bus, &["attach", "aggregator", "--group-by", "step"]);
+    let three = attach(
+        &bus,
+        &["spawn", "aggregator", "-n", "3", "--group-by", "step"],
+    );
+    assert_eq!((one.len(), three.len()), (1, 3));
+    let kinds: BTreeSet<String> = bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| c["info"]["kind"].as_str().expect("kind").to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["aggregator", "aggregator-1of3", "aggregator-2of3", "aggregator-3of3"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    );
+    run_demo(&bus, 3, 6, &[]);
+    // demo.step: 6 step groups × (3 episodes + experiment); demo.episode_end has no `step`
+    // field, so it is not summarized (the aggregator says so in its log).
+    let per_set = 6 * 4;
+    let all = summaries(&bus, "demo.*.summary", 2 * per_set);
+    let (single, split): (Vec<&Value>, Vec<&Value>) = all
+        .iter()
+        .partition(|g| g["producer"]["name"] == "aggregator");
+    assert_eq!(single.len(), per_set);
+    let workers: BTreeSet<&str> = split
+        .iter()
+        .map(|g| g["producer"]["name"].as_str().expect("name"))
+        .collect();
+    assert!(workers.len() >= 2, "6 groups all fell to one worker: {workers:?}");
+    for schema in ["demo.step.summary"] {
+        let of = |v: &[&Value]| -> Vec<Value> {
+            v.iter().filter(|g| g["schema"] == schema).map(|g| (*g).clone()).collect()
+        };
+        let (a, b) = (of(&single), of(&split));
+        assert_eq!(a.len(), b.len(), "{schema}: nothing twice, nothing missed");
+        assert_eq!(
+            by_key(&a.iter().collect::<Vec<_>>()),
+            by_key(&b.iter().collect::<Vec<_>>()),
+            "{schema}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_worker_shows_in_ls_and_its_restart_reports_what_the_ring_lost() {
+    let bus = TestBus::up();
+    let ids = attach(
+        &bus,
+        &[
+            "spawn",
+            "aggregator",
+            "-n",
+            "3",
+            "--group-by",
+            "step",
+            "--field",
+            "reward",
+        ],
+    );
+    // Kill worker 2 of 3; it is restarted after a second.
+    let worker = |kind: &str| -> Value {
+        bus.ls()["consumers"]
+            .as_array()
+            .expect("consumers")
+            .iter()
+            .find(|c| c["info"]["kind"] == kind)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let pid = worker("aggregator-2of3")["info"]["pid"]
+        .as_u64()
+        .expect("pid");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    // Meanwhile a demo with a 64 KiB ring (about 450 steps) emits 2,000 steps: the restarted
+    // worker finds most of them overwritten.
+    run_demo(&bus, 20, 100, &[("SNAPBUS_LANE_BYTES", "65536")]);
+    wait_until("ls shows the worker restarted", WATCHDOG, || {
+        worker("aggregator-2of3")["status"] == "running (restarted 1x)"
+    });
+    // Its loss is in `ls` (the subscriber's counters) and in its experiment summaries.
+    wait_until("ls shows the restarted worker's loss", WATCHDOG, || {
+        worker("aggregator-2of3")["lost"].as_u64().is_some_and(|n| n > 0)
+    });
+    let restarted = worker("aggregator-2of3");
+    let new_pid = restarted["info"]["pid"].as_u64().expect("pid");
+    assert_ne!(new_pid, pid);
+
+    // Every summary any worker emitted, once the demo's experiment summaries are out: 100
+    // groups, so one experiment summary each (the killed worker's first run saw no demo).
+    let echo = bus.spawn(
+        "echo-all",
+        &["echo", "demo.step.summary", "--from", "oldest"],
+    );
+    let mut experiments = 0;
+    let mut seen = BTreeSet::new();
+    let mut lost_by_worker: BTreeMap<String, u64> = BTreeMap::new();
+    while experiments < 100 {
+        let g = echo.json_lines(1).remove(0);
+        let p = &g["payload"];
+        let key = (
+            p["group"]["step"].as_u64().expect("group"),
+            p["window"].as_str().expect("window").to_owned(),
+            p["index"].as_u64().expect("index"),
+        );
+        assert!(seen.insert(key.clone()), "{key:?} emitted twice");
+        if key.1 == "experiment" {
+            experiments += 1;
+            let name = g["producer"]["name"].as_str().expect("name").to_owned();
+            *lost_by_worker.entry(name).or_default() += p["lost"].as_u64().expect("lost");
+            // Nothing is missed silently: what was summarized plus what was lost covers the
+            // group's 20 steps.
+            assert!(
+                p["count"].as_u64().expect("count") + p["lost"].as_u64().expect("lost") >= 20,
+                "{p}"
+            );
+        }
+    }
+    assert!(
+        lost_by_worker.get("aggregator-2of3").is_some_and(|n| *n > 0),
+        "the restarted worker reports the records the ring no longer held: {lost_by_worker:?}"
+    );
+    let _ = ids;
+}
