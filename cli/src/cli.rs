@@ -181,9 +181,12 @@ pub(crate) struct DemoArgs {
     pub(crate) image: ImageSize,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
-    /// Don't start a `snapbus echo` that prints the events; only emit them.
+    /// Don't start any consumer (the echo, the aggregator); only emit the events.
     #[arg(long)]
     pub(crate) no_echo: bool,
+    /// Don't attach the aggregator (per-episode and experiment summaries of demo.step).
+    #[arg(long)]
+    pub(crate) no_aggregator: bool,
 }
 
 /// Options of `snapbus schemas`.

@@ -18,8 +18,11 @@ Values, so a consumer can check what it received:
 
 The demo emits at level INFO under the target `demo`, on the bus named by --bus or
 $SNAPBUS_BUS (default `default`); it starts that bus if none is running and stops it at the
-end. Unless --no-echo, it also starts `snapbus echo 'demo.*'` as a separate process, which
-prints every event it receives as one JSON line:
+end. Unless --no-echo, it also attaches an aggregator (unless --no-aggregator), which emits
+`demo.step.summary` snapshots back onto the bus: one per episode (count, mean, std, min, max,
+last, p50, p95, p99 of step, reward, position.0..2 and the observation's mean, min and max)
+and one with window = \"experiment\" at the end; and it starts `snapbus echo 'demo.*'` as a
+separate process, which prints every event and summary it receives as one JSON line:
   {\"schema\": .., \"version\": .., \"level\": \"info\", \"t_nanos\": .., \"producer\": {..},
    \"target\": \"demo\", \"seq\": .., \"payload\": {..}}";
 

@@ -31,12 +31,37 @@ fn demo_emits_the_documented_values_in_order() {
         "0",
     ]);
     assert!(out.status.success(), "{}", out.stderr);
-    let lines: Vec<Value> = out
+    let all: Vec<Value> = out
         .stdout
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
+    // The events, and the aggregator's summaries: one per episode, one for the experiment.
+    let (summaries, lines): (Vec<&Value>, Vec<&Value>) =
+        all.iter().partition(|l| l["schema"] == "demo.step.summary");
     assert_eq!(lines.len() as u64, episodes * (steps + 1));
+    assert_eq!(summaries.len() as u64, episodes + 1);
+    let mut all_rewards = Vec::new();
+    for (i, sm) in summaries.iter().enumerate() {
+        let p = &sm["payload"];
+        let (window, index) = (p["window"].as_str().expect("window"), p["index"].as_u64());
+        let rewards: Vec<f64> = if i as u64 == episodes {
+            assert_eq!((window, index), ("experiment", Some(episodes)));
+            all_rewards.clone()
+        } else {
+            assert_eq!((window, index), ("episode", Some(i as u64)));
+            (0..steps).map(|s| expected_reward(i as u64, s)).collect()
+        };
+        all_rewards.extend(if window == "episode" {
+            rewards.clone()
+        } else {
+            Vec::new()
+        });
+        let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
+        assert_eq!(p["count"], rewards.len() as u64);
+        let got = p["stats"]["reward"]["mean"].as_f64().expect("mean");
+        assert!((got - mean).abs() < 1e-12, "{got} vs {mean}");
+    }
 
     let mut it = lines.iter();
     let mut last_t = 0;

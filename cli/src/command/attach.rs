@@ -99,7 +99,30 @@ pub(crate) fn attach(
     what: &str,
 ) -> anyhow::Result<u64> {
     let dir = bus_dir(bus)?;
-    let mut conn = connect(&dir)?;
+    let (consumer_id, pid, log) = start(&dir, kind, argv, restart)?;
+    println!("{consumer_id}");
+    eprintln!(
+        "snapbus attach: {kind} {consumer_id} (pid {pid}) is reading bus '{}' into {what}; \
+         log {log}; stop it with `snapbus detach {consumer_id}{}`",
+        dir.name(),
+        if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
+            String::new()
+        } else {
+            format!(" --bus {}", dir.name())
+        }
+    );
+    Ok(consumer_id)
+}
+
+/// Asks the broker to start `snapbus <argv>`; returns (id, pid, log path) once the consumer is
+/// subscribed. Prints nothing.
+pub(crate) fn start(
+    dir: &snapbus_bus::runtime::BusDir,
+    kind: &str,
+    argv: Vec<String>,
+    restart: bool,
+) -> anyhow::Result<(u64, u32, String)> {
+    let mut conn = connect(dir)?;
     let cwd = std::env::current_dir().context("finding the working directory")?;
     let msg = ToBroker::Attach {
         version: PROTOCOL_VERSION,
@@ -116,20 +139,7 @@ pub(crate) fn attach(
             consumer_id,
             pid,
             log,
-        } => {
-            println!("{consumer_id}");
-            eprintln!(
-                "snapbus attach: {kind} {consumer_id} (pid {pid}) is reading bus '{}' into {what}; \
-                 log {log}; stop it with `snapbus detach {consumer_id}{}`",
-                dir.name(),
-                if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
-                    String::new()
-                } else {
-                    format!(" --bus {}", dir.name())
-                }
-            );
-            Ok(consumer_id)
-        }
+        } => Ok((consumer_id, pid, log)),
         FromBroker::Error { message } => bail!("{message}"),
         other => bail!("unexpected reply from the broker: {other:?}"),
     }

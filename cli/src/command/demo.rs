@@ -1,7 +1,8 @@
 //! `snapbus demo`: a simulated experiment with deterministic values (see `--help`), emitting
 //! onto a bus through the `snapbus` producer API. It starts a bus if none is running (and
-//! stops it at the end), and unless `--no-echo` it starts `snapbus echo` as a separate
-//! process that prints every event it receives as a JSON line.
+//! stops it at the end), and unless `--no-echo` it attaches an aggregator (per-episode and
+//! experiment summaries of `demo.step`, emitted back onto the bus) and starts `snapbus echo`
+//! as a separate process that prints every event and summary it receives as a JSON line.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,7 @@ use snapbus::Level;
 
 use crate::bus::{bus_dir, interrupted, state};
 use crate::cli::DemoArgs;
-use crate::command::{down, up};
+use crate::command::{attach, detach, down, up};
 use crate::demo::{episode_end, step_event};
 
 /// How long the demo waits for its producer to join the bus.
@@ -44,10 +45,56 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
 
 fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<()> {
     let total = u64::from(args.episodes) * (u64::from(args.steps) + 1);
+    // One summary per episode and one for the experiment (episodes without steps have none).
+    let aggregate = !args.no_echo && !args.no_aggregator && args.episodes > 0 && args.steps > 0;
+    let aggregator = if aggregate {
+        Some(attach_aggregator(bus)?)
+    } else {
+        None
+    };
+    let summaries = if aggregate {
+        u64::from(args.episodes) + 1
+    } else {
+        0
+    };
+    let result = emit(args, bus, stop, total, summaries);
+    if let Some((dir, id)) = aggregator {
+        if let Err(e) = detach::stop(&dir, id) {
+            eprintln!("snapbus demo: stopping the aggregator: {e:#}");
+        }
+    }
+    result
+}
+
+/// Attaches `snapbus aggregate --schema demo.step` under the broker (not restarted).
+fn attach_aggregator(bus: &str) -> anyhow::Result<(snapbus_bus::runtime::BusDir, u64)> {
+    let dir = bus_dir(&crate::cli::BusArgs {
+        bus: Some(bus.to_owned()),
+    })?;
+    let argv = ["aggregate", "--bus", bus, "--schema", "demo.step"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let (id, pid, _) =
+        attach::start(&dir, "aggregator", argv, false).context("attaching the aggregator")?;
+    eprintln!(
+        "snapbus demo: aggregator {id} (pid {pid}) summarizes demo.step per episode into \
+         demo.step.summary"
+    );
+    Ok((dir, id))
+}
+
+fn emit(
+    args: &DemoArgs,
+    bus: &str,
+    stop: &AtomicBool,
+    total: u64,
+    summaries: u64,
+) -> anyhow::Result<()> {
     let mut echo = if args.no_echo || total == 0 {
         None
     } else {
-        Some(spawn_echo(bus, total)?)
+        Some(spawn_echo(bus, total + summaries)?)
     };
     snapbus::init(snapbus::Config {
         bus: Some(bus.to_owned()),
@@ -110,7 +157,10 @@ fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<(
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("snapbus echo did not receive all {total} events within 30 s");
+                bail!(
+                    "snapbus echo did not receive all {total} events and {summaries} summaries \
+                     within 30 s"
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -118,7 +168,8 @@ fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<(
     Ok(())
 }
 
-/// `snapbus echo --from oldest --count TOTAL` in its own process, printing to our stdout.
+/// `snapbus echo --from oldest --count TOTAL 'demo.*'` in its own process, printing to our
+/// stdout (the summaries are `demo.step.summary`: `demo.*` matches them).
 fn spawn_echo(bus: &str, total: u64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("finding the snapbus executable")?;
     Command::new(exe)

@@ -14,20 +14,23 @@ use crate::cli::DetachArgs;
 const DETACH_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(args: &DetachArgs) -> anyhow::Result<()> {
-    let dir = bus_dir(&args.bus)?;
-    let mut conn = connect(&dir)?;
+    let status = stop(&bus_dir(&args.bus)?, args.id)?;
+    println!("consumer {} detached ({status})", args.id);
+    Ok(())
+}
+
+/// Stops consumer `id` and returns how it ended; prints nothing.
+pub(crate) fn stop(dir: &snapbus_bus::runtime::BusDir, id: u64) -> anyhow::Result<String> {
+    let mut conn = connect(dir)?;
     let msg = ToBroker::Detach {
         version: PROTOCOL_VERSION,
-        consumer_id: args.id,
+        consumer_id: id,
     };
     let (reply, _) = conn
         .request::<_, FromBroker>(&msg, DETACH_TIMEOUT)
         .context("waiting for the consumer to exit")?;
     match reply {
-        FromBroker::Detached { status } => {
-            println!("consumer {} detached ({status})", args.id);
-            Ok(())
-        }
+        FromBroker::Detached { status } => Ok(status),
         FromBroker::Error { message } => bail!("{message}"),
         other => bail!("unexpected reply from the broker: {other:?}"),
     }
