@@ -549,3 +549,29 @@ fn the_record_after_a_loss_is_delivered_next_by_either_read() {
         assert_eq!(reader.stats().lost, lost);
     }
 }
+
+/// A reader that starts at the oldest record of a lapped lane counts nothing before it,
+/// unless asked to count from the lane's start: then the records already overwritten are
+/// reported as lost before the first record (what the aggregator needs), exactly.
+#[test]
+fn counting_loss_from_the_lane_start_reports_the_overwritten_history_exactly() {
+    let lane = filled_lane(2000);
+    let first_seq = |count: bool| {
+        let mut reader = lane.reader(StartAt::Oldest);
+        if count {
+            reader.count_loss_from_lane_start();
+        }
+        let mut lost = 0;
+        loop {
+            match reader.poll() {
+                Poll::Lagged(n) => lost += n,
+                Poll::Frame(f) => return (lost, f.meta.seq),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let (lost, first) = first_seq(false);
+    assert_eq!(lost, 0);
+    assert!(first > 0, "the lane wrapped");
+    assert_eq!(first_seq(true), (first, first));
+}
