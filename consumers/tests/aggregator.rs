@@ -829,3 +829,24 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     check(&got[3], &steps);
     drop(agg);
 }
+
+#[test]
+fn a_quiet_time_window_is_closed_by_the_wall_clock_a_second_after_its_end() {
+    let mut agg = Aggregator::new(
+        AggregatorOptions::new(Window::Secs(Duration::from_secs(1))),
+        Sink::new(),
+    );
+    let mut feed = Feed::new(&[1]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    // A window that ended 9 s ago, and one far in the future (its end has not come).
+    feed.send(&mut agg, 1, &step(1, 0, 0, 0), now - 10_000_000_000);
+    agg.flush().expect("flush");
+    assert_eq!(summaries(agg.sink()).len(), 1, "closed by the clock");
+    feed.send(&mut agg, 1, &step(1, 0, 0, 1), now + 3_600_000_000_000);
+    agg.flush().expect("flush");
+    assert_eq!(summaries(agg.sink()).len(), 1, "not before its end");
+    assert_eq!(agg.open_windows(), 1);
+}
