@@ -1,8 +1,9 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
 //! [`run`] it. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
 //! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
-//! [`replay`] (republishing a recording into a bus). The aggregator and the plotter are not
-//! built yet.
+//! [`replay`] (republishing a recording into a bus), and [`aggregator`] (per-window and
+//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots). The
+//! plotter is not built yet.
 //!
 //! # Guarantees
 //!
@@ -14,6 +15,10 @@
 //!   consumer needs none of the producer's types.
 //! - **Clean exits.** SIGINT and SIGTERM make [`run`] flush and return; a broker restart is
 //!   survived (lanes keep being read and the subscription rejoins the new broker).
+//! - **Summaries say what they miss.** Every aggregator summary carries the number of the
+//!   producer's records that were overwritten before they could be read; N aggregator workers
+//!   split the groups so that each group is summarized by exactly one; a restarted worker does
+//!   not emit a window twice.
 //! - **Recordings are never silently incomplete.** Records lost before the recorder read them
 //!   are written into the file as loss records; a recording cut by a crash is read up to its
 //!   last complete chunk and the reader says where it was cut.

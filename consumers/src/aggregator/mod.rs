@@ -11,15 +11,17 @@
 //!   their per-record mean, minimum and maximum (`observation.mean`, …). `fields` narrows this
 //!   to some dotted paths. Values inside enums, maps and sequences of structs are not
 //!   summarized. NaN values are not counted.
-//! - **Statistics** per field: count, mean, std (population), min, max, last, and p50/p95/p99
-//!   from a DDSketch (within [`QUANTILE_RELATIVE_ACCURACY`] of the value at rank ⌊p·(n−1)⌋).
+//! - **Statistics** per field: count, mean, std (population), min, max, last, and p50/p95/p99:
+//!   the value at rank ⌊p·(n−1)⌋ of the sorted values, exact for up to
+//!   [`EXACT_QUANTILES_UP_TO`] values, beyond that from a DDSketch (`sketches-ddsketch`),
+//!   within [`QUANTILE_RELATIVE_ACCURACY`] of it.
 //! - **Windows** ([`Window`]): per episode (the window closes when the episode field changes),
 //!   every N records of a group, or per T seconds of record time (closed by a later record, or
 //!   one second after its end by the wall clock). Schemas without the episode field are
 //!   summarized per experiment only.
 //! - **Experiment**: when a producer ends (or dies and its lane has been read to the end), its
 //!   open windows close and one `window = "experiment"` summary per group is emitted: the merge
-//!   of all its windows (`index` = their number).
+//!   of all the windows this worker closed (`index` = their number).
 //!
 //! # The summary schema
 //!
@@ -28,7 +30,9 @@
 //! (`episode`, `steps:N`, `secs:T` or `experiment`), `index` (the episode number, the window's
 //! number within the group, or the T-second bucket since the epoch), `count` (records),
 //! `lost` (records of the producer — any schema — overwritten before they were read, since
-//! the group's previous window closed; for the experiment: all of them), `first_t_nanos`,
+//! the group's previous window closed; for the experiment: all of them; with
+//! `count_history_as_lost` in the run options, as `snapbus aggregate` sets it, this includes
+//! records already overwritten when the worker started), `first_t_nanos`,
 //! `last_t_nanos`, `first_seq`, `last_seq` (the lane's record numbers), and `stats { <field>
 //! { count, mean, std, min, max, last, p50, p95, p99 } }` with dotted fields as nested structs.
 //! Summary schemas are never summarized again unless a subscription glob ends in `.summary`.
@@ -45,6 +49,23 @@
 //! that was emitted (known from each group's last emitted `last_seq`); the records of those
 //! windows still count towards the experiment summary. What the rings no longer hold is
 //! reported as `lost`.
+//!
+//! # Example: summaries of every schema on a bus, per 100 records, into CSV files
+//!
+//! ```no_run
+//! use snapbus_bus::runtime::{BusDir, BusName};
+//! use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, PublisherSink, Window};
+//! use snapbus_consumers::{RunOptions, run};
+//!
+//! let dir = BusDir::locate(&BusName::resolve(None)?);
+//! let mut opts = AggregatorOptions::new(Window::Steps(100));
+//! opts.csv_dir = Some("summaries".into());
+//! let sink = PublisherSink::start(&dir, "aggregator")?;
+//! let mut run_opts = RunOptions::new("aggregator");
+//! run_opts.skip_lanes = vec![sink.publisher().info().lane_id];
+//! run(&dir, &run_opts, &mut Aggregator::new(opts, sink), None)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod plan;
 mod stats;
