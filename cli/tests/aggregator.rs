@@ -102,23 +102,6 @@ fn attach(bus: &TestBus, args: &[&str]) -> Vec<String> {
     ids
 }
 
-fn run_demo(bus: &TestBus, episodes: u32, steps: u32, env: &[(&str, &str)]) {
-    let (e, s) = (episodes.to_string(), steps.to_string());
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        &e,
-        "--steps",
-        &s,
-        "--rate",
-        "0",
-    ]);
-    cmd.envs(env.iter().copied());
-    let out = crate::util::run_cmd(&mut cmd);
-    assert!(out.status.success(), "demo: {}", out.stderr);
-}
-
 #[test]
 fn demo_summaries_per_episode_and_experiment_equal_statistics_computed_here() {
     let bus = TestBus::up();
@@ -139,7 +122,7 @@ fn demo_summaries_per_episode_and_experiment_equal_statistics_computed_here() {
         ],
     );
     assert_eq!(ids.len(), 1);
-    run_demo(&bus, 4, 5, &[]);
+    bus.demo(4, 5, 0, &[]);
     // Train: episodes 0, 1, 2 and its experiment; Eval: episode 3 and its experiment.
     let got = summaries(&bus, "demo.step.summary", 6);
     let mut seen = BTreeSet::new();
@@ -245,7 +228,7 @@ fn one_worker_and_three_workers_emit_the_same_summaries() {
         .map(|s| (*s).to_owned())
         .collect()
     );
-    run_demo(&bus, 3, 12, &[]);
+    bus.demo(3, 12, 0, &[]);
     // demo.step: 12 step groups × (3 episodes + experiment); demo.episode_end has no `step`
     // field, so it is not summarized (the aggregator says so in its log).
     let per_set = 12 * 4;
@@ -305,7 +288,7 @@ fn a_killed_worker_shows_in_ls_and_its_restart_reports_what_the_ring_lost() {
     );
     // Meanwhile a demo with a 64 KiB ring (about 450 steps) emits 2,000 steps: the restarted
     // worker finds most of them overwritten.
-    run_demo(&bus, 20, 100, &[("SNAPBUS_LANE_BYTES", "65536")]);
+    bus.demo(20, 100, 0, &[("SNAPBUS_LANE_BYTES", "65536")]);
     wait_until("ls shows the worker restarted", WATCHDOG, || {
         worker("aggregator-2of3")["status"] == "running (restarted 1x)"
     });

@@ -63,6 +63,25 @@ impl TestBus {
         demo
     }
 
+    /// `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at once) with
+    /// extra environment variables, run to its end.
+    pub(crate) fn demo(&self, episodes: u32, steps: u32, rate: u32, env: &[(&str, &str)]) {
+        let (e, s, r) = (episodes.to_string(), steps.to_string(), rate.to_string());
+        let mut cmd = self.cmd(&[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            &e,
+            "--steps",
+            &s,
+            "--rate",
+            &r,
+        ]);
+        cmd.envs(env.iter().copied());
+        let out = run_cmd(&mut cmd);
+        assert!(out.status.success(), "demo: {}", out.stderr);
+    }
+
     pub(crate) fn ls(&self) -> Value {
         let out = self.run(&["ls", "--json"]);
         assert!(out.status.success(), "ls: {}", out.stderr);

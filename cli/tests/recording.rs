@@ -34,20 +34,8 @@ fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) 
     (lines, out.status.success(), out.stderr)
 }
 
-/// `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at once), to its end.
 fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
-    let (e, s, r) = (episodes.to_string(), steps.to_string(), rate.to_string());
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        &e,
-        "--steps",
-        &s,
-        "--rate",
-        &r,
-    ]);
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    bus.demo(episodes, steps, rate, &[]);
 }
 
 fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> String {

@@ -363,10 +363,8 @@ pub fn previous_summaries(
 
 /// The aggregator consumer. Feed it with [`crate::run`]; it emits into `S`.
 pub struct Aggregator<S: SummarySink> {
-    opts: AggregatorOptions,
-    window_name: String,
+    out: Emitter<S>,
     summaries_wanted: bool,
-    sink: S,
     schemas: Vec<SchemaState>,
     by_ptr: HashMap<usize, usize>,
     held: Vec<Arc<SchemaDescriptor>>,
@@ -375,8 +373,6 @@ pub struct Aggregator<S: SummarySink> {
     resume: Resume,
     scratch: Extracted,
     key: Vec<u8>,
-    buf: Vec<u8>,
-    stats: AggregatorStats,
 }
 
 struct ProducerState {
@@ -439,10 +435,14 @@ impl<S: SummarySink> Aggregator<S> {
             .iter()
             .any(|g| g.as_str().ends_with(SUMMARY_SUFFIX));
         Aggregator {
-            window_name: opts.window.to_string(),
-            opts,
+            out: Emitter {
+                window_name: opts.window.to_string(),
+                opts,
+                sink,
+                buf: Vec::new(),
+                stats: AggregatorStats::default(),
+            },
             summaries_wanted,
-            sink,
             schemas: Vec::new(),
             by_ptr: HashMap::new(),
             held: Vec::new(),
@@ -451,8 +451,6 @@ impl<S: SummarySink> Aggregator<S> {
             resume: Resume::default(),
             scratch: Extracted::default(),
             key: Vec::new(),
-            buf: Vec::new(),
-            stats: AggregatorStats::default(),
         }
     }
 
@@ -463,12 +461,12 @@ impl<S: SummarySink> Aggregator<S> {
 
     /// Counters so far.
     pub fn stats(&self) -> AggregatorStats {
-        self.stats
+        self.out.stats
     }
 
     /// The sink.
     pub fn sink(&self) -> &S {
-        &self.sink
+        &self.out.sink
     }
 
     /// Windows open now (not emitted: they are incomplete).
@@ -526,15 +524,15 @@ impl<S: SummarySink> Aggregator<S> {
         if schema.id().ends_with(SUMMARY_SUFFIX) && !self.summaries_wanted {
             return state;
         }
-        let window_field = match self.opts.window {
-            Window::Episode => Some(self.opts.episode_field.as_str()),
+        let window_field = match self.out.opts.window {
+            Window::Episode => Some(self.out.opts.episode_field.as_str()),
             _ => None,
         };
         let plan = match Plan::compile(
             schema.root(),
-            &self.opts.group_by,
+            &self.out.opts.group_by,
             window_field,
-            &self.opts.fields,
+            &self.out.opts.fields,
         ) {
             Ok(p) => p,
             Err(PlanError::GroupField(f)) => {
@@ -547,7 +545,7 @@ impl<S: SummarySink> Aggregator<S> {
                 return state;
             }
         };
-        let group = &plan.keys[..self.opts.group_by.len()];
+        let group = &plan.keys[..self.out.opts.group_by.len()];
         let layout = match Layout::new(schema, group, &plan.leaves) {
             Ok(l) => l,
             Err(e) => {
@@ -559,10 +557,10 @@ impl<S: SummarySink> Aggregator<S> {
                 return state;
             }
         };
-        let how = match (self.opts.window, plan.has_window_field) {
+        let how = match (self.out.opts.window, plan.has_window_field) {
             (Window::Episode, false) => format!(
                 "per experiment only (it has no integer field {:?})",
-                self.opts.episode_field
+                self.out.opts.episode_field
             ),
             (w, _) => format!("per {w}"),
         };
@@ -609,26 +607,25 @@ impl<S: SummarySink> Aggregator<S> {
                 ..
             } = s;
             let Some((_, layout)) = plan else { continue };
-            let mut out = Out {
-                sink: &mut self.sink,
-                csv,
-                layout,
-                opts: &self.opts,
-                window_name: &self.window_name,
-                buf: &mut self.buf,
-                stats: &mut self.stats,
-            };
             for g in groups
                 .iter_mut()
                 .filter(|g| g.source.lane_id == lane_id && g.mine)
             {
                 if let Some(f) = g.close(lost) {
-                    out.finished(g, &f)?;
+                    self.out.finished(csv, layout, g, &f)?;
                 }
                 let before = g.experiment_emitted || g.resume.is_some_and(|r| r.experiment);
                 if !before && g.experiment.count > 0 {
                     g.experiment_emitted = true;
-                    out.emit(g, Kind::Experiment, g.windows, lost, &g.experiment)?;
+                    self.out.emit(
+                        csv,
+                        layout,
+                        g,
+                        Kind::Experiment,
+                        g.windows,
+                        lost,
+                        &g.experiment,
+                    )?;
                 }
             }
             // Forget the ended producer's groups.
@@ -646,7 +643,7 @@ impl<S: SummarySink> Aggregator<S> {
 
     /// Closes time windows that ended more than a second ago by the wall clock.
     fn close_stale(&mut self) -> Result<(), HookError> {
-        let Window::Secs(period) = self.opts.window else {
+        let Window::Secs(period) = self.out.opts.window else {
             return Ok(());
         };
         let now = SystemTime::now()
@@ -658,15 +655,6 @@ impl<S: SummarySink> Aggregator<S> {
                 plan, groups, csv, ..
             } = s;
             let Some((_, layout)) = plan else { continue };
-            let mut out = Out {
-                sink: &mut self.sink,
-                csv,
-                layout,
-                opts: &self.opts,
-                window_name: &self.window_name,
-                buf: &mut self.buf,
-                stats: &mut self.stats,
-            };
             for g in groups.iter_mut() {
                 let stale = g.open.as_ref().is_some_and(|o| {
                     (o.key + 1)
@@ -677,7 +665,7 @@ impl<S: SummarySink> Aggregator<S> {
                 if stale {
                     let lost = self.producers.get(&g.source.lane_id).map_or(0, |p| p.lost);
                     if let Some(f) = g.close(lost) {
-                        out.finished(g, &f)?;
+                        self.out.finished(csv, layout, g, &f)?;
                     }
                 }
             }
@@ -774,21 +762,22 @@ impl Group {
     }
 }
 
-/// Where an emitted summary goes, besides the sink.
-struct Out<'a, S> {
-    sink: &'a mut S,
-    csv: &'a mut Option<csv::Writer<File>>,
-    layout: &'a Layout,
-    opts: &'a AggregatorOptions,
-    window_name: &'a str,
-    buf: &'a mut Vec<u8>,
-    stats: &'a mut AggregatorStats,
+/// Where summaries go: the sink, the CSV files, the counters.
+struct Emitter<S> {
+    sink: S,
+    opts: AggregatorOptions,
+    window_name: String,
+    buf: Vec<u8>,
+    stats: AggregatorStats,
 }
 
-impl<S: SummarySink> Out<'_, S> {
+impl<S: SummarySink> Emitter<S> {
     /// Emits a summary of group `g` (and writes its CSV row).
+    #[allow(clippy::too_many_arguments)]
     fn emit(
         &mut self,
+        csv: &mut Option<csv::Writer<File>>,
+        layout: &Layout,
         g: &Group,
         kind: Kind,
         index: u64,
@@ -799,21 +788,21 @@ impl<S: SummarySink> Out<'_, S> {
             source: &g.source,
             group: &g.values,
             window: match kind {
-                Kind::Window => self.window_name,
+                Kind::Window => &self.window_name,
                 Kind::Experiment => EXPERIMENT,
             },
             index,
             lost,
             acc,
         };
-        self.layout.encode(&closed, self.buf)?;
-        self.sink.emit(&self.layout.desc, self.buf)?;
+        layout.encode(&closed, &mut self.buf)?;
+        self.sink.emit(&layout.desc, &self.buf)?;
         if let Some(dir) = &self.opts.csv_dir {
-            if self.csv.is_none() {
-                *self.csv = Some(open_csv(dir, self.layout, self.opts)?);
+            if csv.is_none() {
+                *csv = Some(open_csv(dir, layout, &self.opts)?);
             }
-            if let Some(w) = self.csv.as_mut() {
-                w.write_record(self.layout.csv_row(&closed))?;
+            if let Some(w) = csv.as_mut() {
+                w.write_record(layout.csv_row(&closed))?;
             }
         }
         match kind {
@@ -824,12 +813,18 @@ impl<S: SummarySink> Out<'_, S> {
     }
 
     /// Emits a closed window, unless an earlier run emitted it.
-    fn finished(&mut self, g: &Group, f: &Finished) -> Result<(), HookError> {
+    fn finished(
+        &mut self,
+        csv: &mut Option<csv::Writer<File>>,
+        layout: &Layout,
+        g: &Group,
+        f: &Finished,
+    ) -> Result<(), HookError> {
         if f.emitted_before {
             self.stats.already_emitted += 1;
             return Ok(());
         }
-        self.emit(g, Kind::Window, f.index, f.lost, &f.acc)
+        self.emit(csv, layout, g, Kind::Window, f.index, f.lost, &f.acc)
     }
 }
 
@@ -884,7 +879,7 @@ fn open_csv(
 
 impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        self.stats.records += 1;
+        self.out.stats.records += 1;
         let si = self.schema_index(r.schema);
         let lane_id = r.producer.lane_id;
         let producer = self.producer(r.producer);
@@ -900,11 +895,11 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             ..
         } = state;
         let Some((plan, layout)) = plan else {
-            self.stats.skipped += 1;
+            self.out.stats.skipped += 1;
             return Ok(Flow::Continue);
         };
         if plan.extract(r.payload, &mut self.scratch).is_err() {
-            self.stats.skipped += 1;
+            self.out.stats.skipped += 1;
             *malformed += 1;
             if *malformed == 1 {
                 eprintln!(
@@ -918,7 +913,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             }
             return Ok(Flow::Continue);
         }
-        let n_group = self.opts.group_by.len();
+        let n_group = self.out.opts.group_by.len();
         self.key.clear();
         self.key.extend_from_slice(&lane_id.to_le_bytes());
         for k in &self.scratch.keys[..n_group] {
@@ -932,11 +927,12 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             _ => match index.get(self.key.as_slice()) {
                 Some(i) => *i,
                 None => {
-                    let mine = self.opts.workers <= 1 || {
+                    let mine = self.out.opts.workers <= 1 || {
                         let mut h = xxhash_rust::xxh3::Xxh3::new();
                         h.update(state.desc.id().as_bytes());
                         h.update(&self.key);
-                        h.digest() % u64::from(self.opts.workers) == u64::from(self.opts.worker)
+                        h.digest() % u64::from(self.out.opts.workers)
+                            == u64::from(self.out.opts.worker)
                     };
                     let resume = self
                         .resume
@@ -971,10 +967,10 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         *last = Some(gi);
         let g = &mut groups[gi];
         if !g.mine {
-            self.stats.other_workers += 1;
+            self.out.stats.other_workers += 1;
             return Ok(Flow::Continue);
         }
-        self.stats.summarized += 1;
+        self.out.stats.summarized += 1;
         let window_key = if plan.has_window_field {
             match &self.scratch.keys[n_group] {
                 Some(KeyValue::U64(v)) => Some(*v),
@@ -985,22 +981,13 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             None
         };
         if let Some(f) = g.add(
-            self.opts.window,
+            self.out.opts.window,
             window_key,
             (r.meta.t_nanos, r.meta.seq),
             &self.scratch.values,
             producer_lost,
         ) {
-            let mut out = Out {
-                sink: &mut self.sink,
-                csv,
-                layout,
-                opts: &self.opts,
-                window_name: &self.window_name,
-                buf: &mut self.buf,
-                stats: &mut self.stats,
-            };
-            out.finished(g, &f)?;
+            self.out.finished(csv, layout, g, &f)?;
         }
         Ok(Flow::Continue)
     }
@@ -1011,7 +998,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         producer: &ProducerInfo,
         lost: u64,
     ) -> Result<Flow, HookError> {
-        self.stats.lost += lost;
+        self.out.stats.lost += lost;
         self.producer(producer).lost += lost;
         Ok(Flow::Continue)
     }
