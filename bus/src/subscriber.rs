@@ -7,7 +7,7 @@
 //! catalog, so a schema that first appears after the subscription is matched too. If the
 //! broker goes away the lanes keep being read, and the subscriber rejoins a new broker.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,10 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const STATS_EVERY: Duration = Duration::from_millis(500);
 /// How often to look for a broker after losing it.
 const RECONNECT_EVERY: Duration = Duration::from_millis(200);
+/// A busy subscriber serves its control socket after this many records…
+const PUMP_EVERY_RECORDS: u32 = 1024;
+/// …or this long, whichever comes first (checked every 16 records).
+const PUMP_EVERY: Duration = Duration::from_millis(20);
 
 /// Why subscribing or reading failed.
 #[derive(Debug, Error)]
@@ -175,11 +179,34 @@ struct SubLane {
     reader: LaneReader<ShmMem>,
     catalog: Catalog,
     /// Schema key → its descriptor if it matches the globs, `None` if it does not.
-    matches: HashMap<u16, Option<Arc<SchemaDescriptor>>>,
+    matches: KeyMap,
     dead: bool,
     ended: bool,
     /// With [`SubscribeOptions::cut`]: the lane position to stop at.
     cut_at: Option<u64>,
+}
+
+/// Schema key → whether it matches (with its descriptor), indexed by the key: a lookup per
+/// record is an index, not a hash.
+#[derive(Default)]
+struct KeyMap(Vec<Option<Option<Arc<SchemaDescriptor>>>>);
+
+impl KeyMap {
+    /// `None`: the key was never classified.
+    #[inline]
+    fn get(&self, key: u16) -> Option<&Option<Arc<SchemaDescriptor>>> {
+        self.0.get(usize::from(key)).and_then(Option::as_ref)
+    }
+
+    fn insert_new(&mut self, key: u16, f: impl FnOnce() -> Option<Arc<SchemaDescriptor>>) {
+        let k = usize::from(key);
+        if self.0.len() <= k {
+            self.0.resize(k + 1, None);
+        }
+        if self.0[k].is_none() {
+            self.0[k] = Some(f());
+        }
+    }
 }
 
 enum Found {
@@ -207,6 +234,9 @@ pub struct Subscriber {
     stats: SubscriberStats,
     last_report: Instant,
     last_reconnect: Instant,
+    /// Calls of `next` since the control socket was last served, and when that was.
+    since_pump: u32,
+    last_pump: Instant,
 }
 
 impl Subscriber {
@@ -225,6 +255,8 @@ impl Subscriber {
             stats: SubscriberStats::default(),
             last_report: Instant::now(),
             last_reconnect: Instant::now(),
+            since_pump: 0,
+            last_pump: Instant::now(),
         };
         s.join(true)?;
         Ok(s)
@@ -329,7 +361,7 @@ impl Subscriber {
             info: info.producer,
             reader,
             catalog,
-            matches: HashMap::new(),
+            matches: KeyMap::default(),
             dead: info.dead,
             ended: false,
             cut_at,
@@ -350,6 +382,8 @@ impl Subscriber {
 
     /// Handles what the broker sent; rejoins a broker after losing one; reports counters.
     fn pump_control(&mut self) {
+        self.since_pump = 0;
+        self.last_pump = Instant::now();
         if let Some(conn) = self.conn.as_mut() {
             let mut msgs = Vec::new();
             let mut lost_conn = false;
@@ -413,9 +447,17 @@ impl Subscriber {
     /// The next event, waiting up to `timeout` (sleeping on the doorbell, not spinning).
     /// `Ok(None)`: nothing within the timeout.
     pub fn next(&mut self, timeout: Duration) -> Result<Option<Event<'_>>, SubscribeError> {
-        let deadline = Instant::now() + timeout;
+        let mut deadline = None;
         let found = loop {
-            self.pump_control();
+            // The control socket (new lanes, deaths) and the counters for `ls` are served when
+            // idle, and while busy every few records (a syscall per record would halve the
+            // rate of a fast consumer).
+            self.since_pump += 1;
+            if self.since_pump >= PUMP_EVERY_RECORDS
+                || (self.since_pump % 16 == 0 && self.last_pump.elapsed() >= PUMP_EVERY)
+            {
+                self.pump_control();
+            }
             if let Some(n) = self.notices.pop_front() {
                 return Ok(Some(match n {
                     Notice::Joined(k) => Event::Joined(&self.lanes[k].info),
@@ -425,7 +467,12 @@ impl Subscriber {
             if let Some(f) = self.poll_lanes() {
                 break f;
             }
+            self.pump_control();
+            if !self.notices.is_empty() {
+                continue;
+            }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
                 return Ok(None);
             }
@@ -454,7 +501,7 @@ impl Subscriber {
                 let l = &self.lanes[k];
                 let schema = l
                     .matches
-                    .get(&meta.schema_key)
+                    .get(meta.schema_key)
                     .and_then(|m| m.as_ref())
                     .expect("a found record's key matches");
                 Event::Record(Record {
@@ -506,7 +553,7 @@ impl Subscriber {
             let scratch = &mut self.scratch;
             let res = reader.read_in_place(|m, view| {
                 // Copy records we want, and records we cannot classify yet.
-                let wanted = matches.get(&m.schema_key).is_none_or(|d| d.is_some());
+                let wanted = matches.get(m.schema_key).is_none_or(|d| d.is_some());
                 wanted && {
                     scratch.resize(view.len(), 0);
                     view.copy_to(scratch)
@@ -514,16 +561,16 @@ impl Subscriber {
             });
             match res {
                 Ok((meta, copied)) => {
-                    if !lane.matches.contains_key(&meta.schema_key) {
+                    if lane.matches.get(meta.schema_key).is_none() {
                         lane.catalog.refresh();
                         for (key, d) in lane.catalog.schemas() {
-                            lane.matches.entry(key).or_insert_with(|| {
+                            lane.matches.insert_new(key, || {
                                 (globs.is_empty() || globs.iter().any(|g| g.matches(d.id())))
                                     .then(|| Arc::clone(d))
                             });
                         }
                     }
-                    match lane.matches.get(&meta.schema_key) {
+                    match lane.matches.get(meta.schema_key) {
                         Some(Some(_)) if copied => return Some(Found::Record(k, meta)),
                         Some(_) => {}
                         None => self.stats.unknown_keys += 1,

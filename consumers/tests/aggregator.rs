@@ -641,32 +641,45 @@ fn malformed_payloads_summary_schemas_and_missing_group_fields_are_skipped_not_f
 
 #[test]
 fn fields_select_what_is_summarized_and_enums_group_by_variant_name() {
-    let mut opts = AggregatorOptions::new(Window::Episode);
-    opts.group_by = vec!["mode".into(), "info.note".into()];
-    opts.fields = vec![
-        Glob::new("reward").expect("glob"),
-        Glob::new("pos").expect("glob"),
-    ];
-    let mut agg = Aggregator::new(opts, Sink::new());
-    let mut feed = Feed::new(&[1]);
-    for s in 0..6 {
-        feed.send(&mut agg, 1, &step(1, 0, 1, s), 1);
+    // Group-by fields in payload order and reversed: the summary's group follows the option.
+    for reversed in [false, true] {
+        let mut group_by = vec!["mode".to_owned(), "info.note".to_owned()];
+        if reversed {
+            group_by.reverse();
+        }
+        let mut opts = AggregatorOptions::new(Window::Episode);
+        opts.group_by = group_by;
+        opts.fields = vec![
+            Glob::new("reward").expect("glob"),
+            Glob::new("pos").expect("glob"),
+        ];
+        let mut agg = Aggregator::new(opts, Sink::new());
+        let mut feed = Feed::new(&[1]);
+        for s in 0..6 {
+            feed.send(&mut agg, 1, &step(1, 0, 1, s), 1);
+        }
+        feed.end(&mut agg, 1);
+        let all = summaries(agg.sink());
+        let groups: BTreeSet<Vec<String>> = all.iter().map(|s| s.group.clone()).collect();
+        let want: BTreeSet<Vec<String>> = ["", "n", "nn"]
+            .iter()
+            .map(|n| {
+                let mut g = vec!["Eval".to_owned(), (*n).to_owned()];
+                if reversed {
+                    g.reverse();
+                }
+                g
+            })
+            .collect();
+        assert_eq!(groups, want);
+        let leaves: BTreeSet<&str> = all[0]
+            .stats
+            .keys()
+            .filter_map(|k| k.rsplit_once('.'))
+            .map(|(l, _)| l)
+            .collect();
+        assert_eq!(leaves, BTreeSet::from(["reward", "pos.0", "pos.1"]));
     }
-    feed.end(&mut agg, 1);
-    let all = summaries(agg.sink());
-    let groups: BTreeSet<Vec<String>> = all.iter().map(|s| s.group.clone()).collect();
-    let want: BTreeSet<Vec<String>> = ["", "n", "nn"]
-        .iter()
-        .map(|n| vec!["Eval".to_owned(), (*n).to_owned()])
-        .collect();
-    assert_eq!(groups, want);
-    let leaves: BTreeSet<&str> = all[0]
-        .stats
-        .keys()
-        .filter_map(|k| k.rsplit_once('.'))
-        .map(|(l, _)| l)
-        .collect();
-    assert_eq!(leaves, BTreeSet::from(["reward", "pos.0", "pos.1"]));
 }
 
 fn tmp_dir(name: &str) -> PathBuf {

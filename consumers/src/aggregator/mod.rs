@@ -366,10 +366,13 @@ pub struct Aggregator<S: SummarySink> {
     out: Emitter<S>,
     summaries_wanted: bool,
     schemas: Vec<SchemaState>,
-    by_ptr: HashMap<usize, usize>,
-    held: Vec<Arc<SchemaDescriptor>>,
+    /// A schema `Arc`'s address → (its state's index, its lane, the `Arc` itself, kept so that
+    /// the address is not reused while it is a key here).
+    by_ptr: HashMap<usize, (usize, u64, Arc<SchemaDescriptor>)>,
     last_schema: Option<(usize, usize)>,
     producers: HashMap<u64, ProducerState>,
+    /// The lane of the last record and its producer's loss count (saves a lookup per record).
+    last_producer: Option<(u64, u64)>,
     resume: Resume,
     scratch: Extracted,
     key: Vec<u8>,
@@ -399,6 +402,8 @@ struct Open {
 }
 
 struct Group {
+    lane_id: u64,
+    /// The group-by values as extracted ([`Extracted::group`]).
     key: Vec<u8>,
     source: Arc<Source>,
     values: Vec<KeyValue>,
@@ -445,9 +450,9 @@ impl<S: SummarySink> Aggregator<S> {
             summaries_wanted,
             schemas: Vec::new(),
             by_ptr: HashMap::new(),
-            held: Vec::new(),
             last_schema: None,
             producers: HashMap::new(),
+            last_producer: None,
             resume: Resume::default(),
             scratch: Extracted::default(),
             key: Vec::new(),
@@ -478,7 +483,7 @@ impl<S: SummarySink> Aggregator<S> {
             .count()
     }
 
-    fn schema_index(&mut self, schema: &Arc<SchemaDescriptor>) -> usize {
+    fn schema_index(&mut self, schema: &Arc<SchemaDescriptor>, lane_id: u64) -> usize {
         let ptr = Arc::as_ptr(schema) as usize;
         if let Some((p, i)) = self.last_schema {
             if p == ptr {
@@ -486,7 +491,7 @@ impl<S: SummarySink> Aggregator<S> {
             }
         }
         let i = match self.by_ptr.get(&ptr) {
-            Some(i) => *i,
+            Some((i, _, _)) => *i,
             None => {
                 let i = match self
                     .schemas
@@ -500,10 +505,7 @@ impl<S: SummarySink> Aggregator<S> {
                         self.schemas.len() - 1
                     }
                 };
-                // Keep this `Arc` alive, so that its address is never reused by another
-                // schema while it is a key of `by_ptr`.
-                self.held.push(Arc::clone(schema));
-                self.by_ptr.insert(ptr, i);
+                self.by_ptr.insert(ptr, (i, lane_id, Arc::clone(schema)));
                 i
             }
         };
@@ -629,7 +631,7 @@ impl<S: SummarySink> Aggregator<S> {
                 }
             }
             // Forget the ended producer's groups.
-            groups.retain(|g| g.source.lane_id != lane_id);
+            groups.retain(|g| g.lane_id != lane_id);
             *index = groups
                 .iter()
                 .enumerate()
@@ -638,6 +640,10 @@ impl<S: SummarySink> Aggregator<S> {
             *last = None;
         }
         self.producers.remove(&lane_id);
+        self.last_producer = None;
+        // Forget its schemas' addresses (the subscriber drops them with the lane).
+        self.by_ptr.retain(|_, (_, lane, _)| *lane != lane_id);
+        self.last_schema = None;
         Ok(())
     }
 
@@ -683,6 +689,7 @@ impl Group {
         window_key: Option<u64>,
         meta: (u64, u64),
         values: &[f64],
+        binary: &[bool],
         lost: u64,
     ) -> Option<Finished> {
         let (t_nanos, seq) = meta;
@@ -708,13 +715,11 @@ impl Group {
                 if self.open.as_ref().is_some_and(|o| o.key != ep) {
                     finished = self.close(lost);
                 }
-                self.open_or(ep, ep, values.len())
-                    .acc
-                    .add(t_nanos, seq, values);
+                self.open_or(ep, ep, binary).acc.add(t_nanos, seq, values);
             }
             Window::Steps(n) => {
                 let index = self.next_index;
-                let open = self.open_or(0, index, values.len());
+                let open = self.open_or(0, index, binary);
                 open.acc.add(t_nanos, seq, values);
                 if open.acc.count >= n {
                     finished = self.close(lost);
@@ -725,7 +730,7 @@ impl Group {
                 if self.open.as_ref().is_some_and(|o| o.key != bucket) {
                     finished = self.close(lost);
                 }
-                self.open_or(bucket, bucket, values.len())
+                self.open_or(bucket, bucket, binary)
                     .acc
                     .add(t_nanos, seq, values);
             }
@@ -733,9 +738,9 @@ impl Group {
         finished
     }
 
-    fn open_or(&mut self, key: u64, index: u64, leaves: usize) -> &mut Open {
+    fn open_or(&mut self, key: u64, index: u64, binary: &[bool]) -> &mut Open {
         self.open.get_or_insert_with(|| Open {
-            acc: Acc::new(leaves),
+            acc: Acc::new(binary),
             key,
             index,
         })
@@ -828,6 +833,13 @@ impl<S: SummarySink> Emitter<S> {
     }
 }
 
+/// Whether two group keys are equal (short keys, compared inline: a `memcmp` call per record
+/// showed in the profile).
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// `<dir>/<summary id>[-<i>of<N>].csv`, appended to if it exists with the same columns.
 fn open_csv(
     dir: &std::path::Path,
@@ -880,10 +892,16 @@ fn open_csv(
 impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         self.out.stats.records += 1;
-        let si = self.schema_index(r.schema);
         let lane_id = r.producer.lane_id;
-        let producer = self.producer(r.producer);
-        let (producer_lost, source) = (producer.lost, Arc::clone(&producer.source));
+        let si = self.schema_index(r.schema, lane_id);
+        let producer_lost = match self.last_producer {
+            Some((lane, lost)) if lane == lane_id => lost,
+            _ => {
+                let lost = self.producer(r.producer).lost;
+                self.last_producer = Some((lane_id, lost));
+                lost
+            }
+        };
         let state = &mut self.schemas[si];
         let SchemaState {
             plan,
@@ -913,56 +931,61 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             }
             return Ok(Flow::Continue);
         }
-        let n_group = self.out.opts.group_by.len();
-        self.key.clear();
-        self.key.extend_from_slice(&lane_id.to_le_bytes());
-        for k in &self.scratch.keys[..n_group] {
-            match k {
-                Some(v) => v.encode_into(&mut self.key),
-                None => self.key.push(0xff),
-            }
-        }
         let gi = match *last {
-            Some(i) if groups[i].key == self.key => i,
-            _ => match index.get(self.key.as_slice()) {
-                Some(i) => *i,
-                None => {
-                    let mine = self.out.opts.workers <= 1 || {
-                        let mut h = xxhash_rust::xxh3::Xxh3::new();
-                        h.update(state.desc.id().as_bytes());
-                        h.update(&self.key);
-                        h.digest() % u64::from(self.out.opts.workers)
-                            == u64::from(self.out.opts.worker)
-                    };
-                    let resume = self
-                        .resume
-                        .groups
-                        .get(&(
-                            state.desc.id().to_owned(),
-                            state.desc.version(),
-                            self.key.clone(),
-                        ))
-                        .copied();
-                    groups.push(Group {
-                        key: self.key.clone(),
-                        source,
-                        values: self.scratch.keys[..n_group]
-                            .iter()
-                            .map(|k| k.clone().unwrap_or(KeyValue::Bool(false)))
-                            .collect(),
-                        mine,
-                        open: None,
-                        experiment: Acc::new(plan.leaves.len()),
-                        windows: 0,
-                        next_index: 0,
-                        lost_mark: 0,
-                        resume,
-                        experiment_emitted: false,
-                    });
-                    index.insert(self.key.clone(), groups.len() - 1);
-                    groups.len() - 1
+            Some(i)
+                if groups[i].lane_id == lane_id
+                    && same_key(&groups[i].key, &self.scratch.group) =>
+            {
+                i
+            }
+            _ => {
+                self.key.clear();
+                self.key.extend_from_slice(&lane_id.to_le_bytes());
+                self.key.extend_from_slice(&self.scratch.group);
+                match index.get(self.key.as_slice()) {
+                    Some(i) => *i,
+                    None => {
+                        let n_group = self.out.opts.group_by.len();
+                        let values = plan::decode_group(&self.scratch.group, n_group)
+                            .ok_or("a group key that does not decode")?;
+                        let mine = self.out.opts.workers <= 1 || {
+                            let mut h = xxhash_rust::xxh3::Xxh3::new();
+                            h.update(state.desc.id().as_bytes());
+                            h.update(&self.key);
+                            h.digest() % u64::from(self.out.opts.workers)
+                                == u64::from(self.out.opts.worker)
+                        };
+                        let mut resume_key = lane_id.to_le_bytes().to_vec();
+                        values.iter().for_each(|v| v.encode_into(&mut resume_key));
+                        let resume = self
+                            .resume
+                            .groups
+                            .get(&(state.desc.id().to_owned(), state.desc.version(), resume_key))
+                            .copied();
+                        let source = self
+                            .producers
+                            .get(&lane_id)
+                            .map(|p| Arc::clone(&p.source))
+                            .ok_or("producer state missing")?;
+                        groups.push(Group {
+                            lane_id,
+                            key: self.scratch.group.clone(),
+                            source,
+                            values,
+                            mine,
+                            open: None,
+                            experiment: Acc::new(plan.binary_leaves()),
+                            windows: 0,
+                            next_index: 0,
+                            lost_mark: 0,
+                            resume,
+                            experiment_emitted: false,
+                        });
+                        index.insert(self.key.clone(), groups.len() - 1);
+                        groups.len() - 1
+                    }
                 }
-            },
+            }
         };
         *last = Some(gi);
         let g = &mut groups[gi];
@@ -972,11 +995,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         }
         self.out.stats.summarized += 1;
         let window_key = if plan.has_window_field {
-            match &self.scratch.keys[n_group] {
-                Some(KeyValue::U64(v)) => Some(*v),
-                Some(KeyValue::I64(v)) => Some(*v as u64),
-                _ => None,
-            }
+            self.scratch.window
         } else {
             None
         };
@@ -985,6 +1004,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             window_key,
             (r.meta.t_nanos, r.meta.seq),
             &self.scratch.values,
+            plan.binary_leaves(),
             producer_lost,
         ) {
             self.out.finished(csv, layout, g, &f)?;
@@ -1000,6 +1020,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     ) -> Result<Flow, HookError> {
         self.out.stats.lost += lost;
         self.producer(producer).lost += lost;
+        self.last_producer = None;
         Ok(Flow::Continue)
     }
 

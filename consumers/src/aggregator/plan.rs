@@ -142,6 +142,8 @@ pub(crate) struct Plan {
     pub(crate) keys: Vec<(String, KeyType)>,
     /// Whether the last key slot is the window field.
     pub(crate) has_window_field: bool,
+    /// Per leaf: a bool.
+    binary: Vec<bool>,
 }
 
 /// Why a schema cannot be summarized as asked.
@@ -151,13 +153,46 @@ pub(crate) enum PlanError {
     GroupField(String),
 }
 
-/// What one record yields.
+/// What one record yields (the vectors are reused from record to record).
 #[derive(Debug, Default)]
 pub(crate) struct Extracted {
     /// One value per leaf; NaN where absent (a none option, an empty sequence) or NaN.
     pub(crate) values: Vec<f64>,
-    /// One value per key slot.
-    pub(crate) keys: Vec<Option<KeyValue>>,
+    /// The group-by values as bytes, in payload order: per field its slot number, then its
+    /// [`KeyValue::encode_into`] encoding ([`decode_group`] reads it back).
+    pub(crate) group: Vec<u8>,
+    /// The window field's value.
+    pub(crate) window: Option<u64>,
+}
+
+/// The group-by values of [`Extracted::group`] in slot order (`None` if malformed).
+pub(crate) fn decode_group(mut bytes: &[u8], slots: usize) -> Option<Vec<KeyValue>> {
+    let mut out: Vec<Option<KeyValue>> = vec![None; slots];
+    while let Some((&slot, rest)) = bytes.split_first() {
+        let (&tag, rest) = rest.split_first()?;
+        let (v, rest) = match tag {
+            0 => (KeyValue::Bool(*rest.first()? != 0), rest.get(1..)?),
+            1..=3 => {
+                let b: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+                let v = match tag {
+                    1 => KeyValue::U64(u64::from_le_bytes(b)),
+                    2 => KeyValue::I64(i64::from_le_bytes(b)),
+                    _ => KeyValue::F64(f64::from_bits(u64::from_le_bytes(b))),
+                };
+                (v, rest.get(8..)?)
+            }
+            4 => {
+                let n =
+                    usize::try_from(u64::from_le_bytes(rest.get(..8)?.try_into().ok()?)).ok()?;
+                let s = std::str::from_utf8(rest.get(8..8usize.checked_add(n)?)?).ok()?;
+                (KeyValue::Str(s.to_owned()), rest.get(8 + n..)?)
+            }
+            _ => return None,
+        };
+        *out.get_mut(usize::from(slot))? = Some(v);
+        bytes = rest;
+    }
+    out.into_iter().collect()
 }
 
 /// Whether the payload was malformed (shorter than its descriptor says, a bad tag).
@@ -167,6 +202,7 @@ pub(crate) struct Malformed;
 struct Compiler<'a> {
     ops: Vec<Op>,
     leaves: Vec<String>,
+    binary: Vec<bool>,
     group_by: &'a [String],
     window_field: Option<&'a str>,
     fields: &'a [Glob],
@@ -188,6 +224,7 @@ impl Plan {
         let mut c = Compiler {
             ops: Vec::new(),
             leaves: Vec::new(),
+            binary: Vec::new(),
             group_by,
             window_field,
             fields,
@@ -210,6 +247,7 @@ impl Plan {
             leaves: c.leaves,
             keys,
             has_window_field,
+            binary: c.binary,
         };
         if window_field.is_some() && !has_window_field {
             // Keys must be dense: the window field was not found, so no op writes it.
@@ -220,10 +258,15 @@ impl Plan {
 
     /// Runs the plan over `payload`, filling `out` (its vectors are reused).
     pub(crate) fn extract(&self, payload: &[u8], out: &mut Extracted) -> Result<(), Malformed> {
-        out.values.clear();
-        out.values.resize(self.leaves.len(), f64::NAN);
-        out.keys.clear();
-        out.keys.resize(self.keys.len(), None);
+        if out.values.len() == self.leaves.len() {
+            out.values.fill(f64::NAN);
+        } else {
+            out.values.clear();
+            out.values.resize(self.leaves.len(), f64::NAN);
+        }
+        out.group.clear();
+        out.window = None;
+        let window_slot = self.window_slot();
         let mut cur = Cursor {
             buf: payload,
             pos: 0,
@@ -253,19 +296,29 @@ impl Plan {
                 Op::Key { scalar, slot } => {
                     let start = cur.pos;
                     cur.skip(scalar.size())?;
-                    out.keys[*slot] = Some(key_of(*scalar, &payload[start..cur.pos]));
+                    let key = key_of(*scalar, &payload[start..cur.pos]);
+                    if Some(*slot) == window_slot {
+                        out.window = match key {
+                            KeyValue::U64(v) => Some(v),
+                            KeyValue::I64(v) => Some(v as u64),
+                            _ => None,
+                        };
+                    } else {
+                        out.group.push(*slot as u8);
+                        key.encode_into(&mut out.group);
+                    }
                 }
                 Op::KeyStr { slot } => {
                     let n = cur.u64()?;
                     let bytes = cur.take_elems(n, 1)?;
-                    let s = std::str::from_utf8(bytes).map_err(|_| Malformed)?;
-                    out.keys[*slot] = Some(KeyValue::Str(s.to_owned()));
+                    std::str::from_utf8(bytes).map_err(|_| Malformed)?;
+                    push_str_key(&mut out.group, *slot, bytes);
                 }
                 Op::Enum { slot, variants } => {
                     let idx = cur.u32()? as usize;
                     let (name, payload_desc) = variants.get(idx).ok_or(Malformed)?;
                     if let Some(slot) = slot {
-                        out.keys[*slot] = Some(KeyValue::Str(name.clone()));
+                        push_str_key(&mut out.group, *slot, name.as_bytes());
                     }
                     if let Some(d) = payload_desc {
                         skip_value(d, &mut cur, 0)?;
@@ -275,6 +328,26 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+impl Plan {
+    /// The key slot of the window field, if the schema has it.
+    fn window_slot(&self) -> Option<usize> {
+        self.has_window_field.then(|| self.keys.len() - 1)
+    }
+
+    /// Whether leaf `i` is a bool (its quantiles are kept exactly).
+    pub(crate) fn binary_leaves(&self) -> &[bool] {
+        &self.binary
+    }
+}
+
+/// Appends a string key as [`KeyValue::Str`] would encode it, after its slot.
+fn push_str_key(out: &mut Vec<u8>, slot: usize, bytes: &[u8]) {
+    out.push(slot as u8);
+    out.push(4);
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
 impl Compiler<'_> {
@@ -298,6 +371,7 @@ impl Compiler<'_> {
             d if Scalar::of(d).is_some() && selected => {
                 let scalar = Scalar::of(d).unwrap_or(Scalar::Bool);
                 let leaf = self.leaf(path.to_owned());
+                self.binary[leaf] = scalar == Scalar::Bool;
                 self.ops.push(Op::Num { scalar, leaf });
             }
             TypeDesc::Array { len, elem } if selected && elem.as_dtype().is_some() => {
@@ -338,6 +412,7 @@ impl Compiler<'_> {
             TypeDesc::Option { some } if Scalar::of(some).is_some() && selected => {
                 let scalar = Scalar::of(some).unwrap_or(Scalar::Bool);
                 let leaf = self.leaf(path.to_owned());
+                self.binary[leaf] = scalar == Scalar::Bool;
                 self.ops.push(Op::OptNum { scalar, leaf });
             }
             TypeDesc::Enum { variants } => {
@@ -389,13 +464,14 @@ impl Compiler<'_> {
 
     fn leaf(&mut self, name: String) -> usize {
         self.leaves.push(name);
+        self.binary.push(false);
         self.leaves.len() - 1
     }
 
     fn reduced_leaves(&mut self, path: &str) -> usize {
         let first = self.leaves.len();
         for stat in ["mean", "min", "max"] {
-            self.leaves.push(join(path, stat));
+            self.leaf(join(path, stat));
         }
         first
     }
@@ -464,6 +540,7 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn skip(&mut self, n: usize) -> Result<(), Malformed> {
         let end = self.pos.checked_add(n).ok_or(Malformed)?;
         if end > self.buf.len() {
@@ -473,6 +550,7 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
+    #[inline(always)]
     fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
         let bytes = self
             .buf
@@ -484,6 +562,7 @@ impl<'a> Cursor<'a> {
         Ok(bytes)
     }
 
+    #[inline(always)]
     fn take_elems(&mut self, count: u64, size: usize) -> Result<&'a [u8], Malformed> {
         let n = usize::try_from(count)
             .ok()
@@ -494,18 +573,22 @@ impl<'a> Cursor<'a> {
         Ok(&self.buf[start..self.pos])
     }
 
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take::<1>()?[0])
     }
 
+    #[inline(always)]
     fn u32(&mut self) -> Result<u32, Malformed> {
         Ok(u32::from_le_bytes(self.take()?))
     }
 
+    #[inline(always)]
     fn u64(&mut self) -> Result<u64, Malformed> {
         Ok(u64::from_le_bytes(self.take()?))
     }
 
+    #[inline(always)]
     fn scalar(&mut self, s: Scalar) -> Result<f64, Malformed> {
         match s {
             Scalar::Bool => match self.u8()? {
@@ -523,7 +606,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// A little-endian number of type `d` (`b` has exactly its size) as f64.
-#[inline]
+#[inline(always)]
 fn num(d: DType, b: &[u8]) -> f64 {
     fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
         let mut a = [0u8; N];
@@ -544,6 +627,7 @@ fn num(d: DType, b: &[u8]) -> f64 {
     }
 }
 
+#[inline]
 fn key_of(s: Scalar, b: &[u8]) -> KeyValue {
     match s {
         Scalar::Bool => KeyValue::Bool(b[0] != 0),

@@ -1,7 +1,8 @@
 //! Streaming statistics of one numeric field: count, mean and standard deviation (Welford),
-//! minimum, maximum, last value, and quantiles — exact while a window holds at most
-//! [`EXACT_QUANTILES_UP_TO`] values, from a DDSketch beyond. All of them merge, so the
-//! experiment-level statistics are the merge of the closed windows'.
+//! minimum, maximum, last value, and quantiles. Quantiles are exact while a window holds at
+//! most [`EXACT_QUANTILES_UP_TO`] values, while every value is the same, and always for bools
+//! (their quantiles follow from the count of ones); otherwise they come from a DDSketch. All of
+//! it merges, so the experiment-level statistics are the merge of the closed windows'.
 
 use sketches_ddsketch::{Config, DDSketch};
 
@@ -20,6 +21,19 @@ fn sketch_config() -> Config {
     Config::new(QUANTILE_RELATIVE_ACCURACY, 2048, 1e-9)
 }
 
+/// What a field's quantiles are computed from.
+#[derive(Clone)]
+enum Dist {
+    /// The values themselves (at most [`EXACT_QUANTILES_UP_TO`]).
+    Exact(Vec<f64>),
+    /// More values than that, all equal to `min` (no storage, no sketch).
+    Same,
+    /// A bool: the number of ones is all there is to know.
+    Binary { ones: u64 },
+    /// A sketch of every value.
+    Sketch(Box<DDSketch>),
+}
+
 /// One field's statistics.
 #[derive(Clone)]
 pub(crate) struct Stat {
@@ -29,9 +43,7 @@ pub(crate) struct Stat {
     pub(crate) min: f64,
     pub(crate) max: f64,
     pub(crate) last: f64,
-    /// The values while there are at most [`EXACT_QUANTILES_UP_TO`] (then `sketch` takes over).
-    exact: Vec<f64>,
-    sketch: Option<Box<DDSketch>>,
+    dist: Dist,
 }
 
 impl Default for Stat {
@@ -43,8 +55,7 @@ impl Default for Stat {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             last: f64::NAN,
-            exact: Vec::new(),
-            sketch: None,
+            dist: Dist::Exact(Vec::new()),
         }
     }
 }
@@ -61,6 +72,14 @@ impl std::fmt::Debug for Stat {
 }
 
 impl Stat {
+    /// Statistics of a bool field (values 0 and 1).
+    pub(crate) fn binary() -> Stat {
+        Stat {
+            dist: Dist::Binary { ones: 0 },
+            ..Stat::default()
+        }
+    }
+
     /// Adds one value (NaN is ignored: it has no place in an order or a mean).
     #[inline]
     pub(crate) fn add(&mut self, v: f64) {
@@ -74,29 +93,62 @@ impl Stat {
         self.min = self.min.min(v);
         self.max = self.max.max(v);
         self.last = v;
-        match self.sketch.as_mut() {
-            Some(s) => s.add(v),
-            None => {
-                self.exact.push(v);
-                if self.exact.len() > EXACT_QUANTILES_UP_TO {
-                    self.spill();
+        match &mut self.dist {
+            Dist::Sketch(s) => s.add(v),
+            Dist::Binary { ones } => *ones += u64::from(v != 0.0),
+            Dist::Same if v == self.min && v == self.max => {}
+            Dist::Same => {
+                // The first value that differs: all earlier ones were `v_old`.
+                let old = if v == self.max { self.min } else { self.max };
+                let mut s = new_sketch();
+                s.add_with_count(old, self.count - 1);
+                s.add(v);
+                self.dist = Dist::Sketch(s);
+            }
+            Dist::Exact(values) => {
+                values.push(v);
+                if values.len() > EXACT_QUANTILES_UP_TO {
+                    self.dist = self.spilled();
                 }
             }
         }
     }
 
-    /// Moves the kept values into a sketch.
-    fn spill(&mut self) -> &mut DDSketch {
-        let exact = std::mem::take(&mut self.exact);
-        self.sketch.get_or_insert_with(|| {
-            let mut s = DDSketch::new(sketch_config());
-            exact.iter().for_each(|v| s.add(*v));
-            Box::new(s)
-        })
+    /// What too many exact values become: `Same` if they are all equal, else a sketch.
+    fn spilled(&self) -> Dist {
+        if self.min == self.max {
+            return Dist::Same;
+        }
+        Dist::Sketch(self.to_sketch())
+    }
+
+    /// A sketch of every value so far.
+    fn to_sketch(&self) -> Box<DDSketch> {
+        match &self.dist {
+            Dist::Sketch(s) => s.clone(),
+            Dist::Exact(values) => {
+                let mut s = new_sketch();
+                values.iter().for_each(|v| s.add(*v));
+                s
+            }
+            Dist::Same => {
+                let mut s = new_sketch();
+                if self.count > 0 {
+                    s.add_with_count(self.min, self.count);
+                }
+                s
+            }
+            Dist::Binary { ones } => {
+                let mut s = new_sketch();
+                s.add_with_count(0.0, self.count - ones);
+                s.add_with_count(1.0, *ones);
+                s
+            }
+        }
     }
 
     /// Folds `later` (statistics of values that came after these) into `self` (Chan et al.'s
-    /// parallel update for the moments; the sketches merge exactly).
+    /// parallel update for the moments; distributions merge exactly where they can).
     pub(crate) fn merge(&mut self, later: &Stat) {
         if later.count == 0 {
             return;
@@ -105,6 +157,38 @@ impl Stat {
             *self = later.clone();
             return;
         }
+        let dist = match (&mut self.dist, &later.dist) {
+            (Dist::Binary { ones }, Dist::Binary { ones: theirs }) => Dist::Binary {
+                ones: *ones + theirs,
+            },
+            (Dist::Exact(mine), Dist::Exact(theirs))
+                if mine.len() + theirs.len() <= EXACT_QUANTILES_UP_TO =>
+            {
+                mine.extend_from_slice(theirs);
+                Dist::Exact(std::mem::take(mine))
+            }
+            (mine, theirs)
+                if self.min == self.max
+                    && later.min == later.max
+                    && self.min == later.min
+                    && !matches!(mine, Dist::Binary { .. })
+                    && !matches!(theirs, Dist::Binary { .. }) =>
+            {
+                // One value throughout.
+                let total = self.count + later.count;
+                if total as usize <= EXACT_QUANTILES_UP_TO {
+                    Dist::Exact(vec![self.min; total as usize])
+                } else {
+                    Dist::Same
+                }
+            }
+            _ => {
+                let mut s = self.to_sketch();
+                // Same configuration on both sides, so the merge cannot fail.
+                let _ = s.merge(&later.to_sketch());
+                Dist::Sketch(s)
+            }
+        };
         let n = (self.count + later.count) as f64;
         let delta = later.mean - self.mean;
         self.mean += delta * later.count as f64 / n;
@@ -113,19 +197,7 @@ impl Stat {
         self.min = self.min.min(later.min);
         self.max = self.max.max(later.max);
         self.last = later.last;
-        match &later.sketch {
-            // Same configuration on both sides, so the merge cannot fail.
-            Some(theirs) => drop(self.spill().merge(theirs)),
-            None => match self.sketch.as_mut() {
-                Some(mine) => later.exact.iter().for_each(|v| mine.add(*v)),
-                None => {
-                    self.exact.extend_from_slice(&later.exact);
-                    if self.exact.len() > EXACT_QUANTILES_UP_TO {
-                        self.spill();
-                    }
-                }
-            },
-        }
+        self.dist = dist;
     }
 
     /// The mean (NaN when empty).
@@ -152,25 +224,49 @@ impl Stat {
         if self.count == 0 { f64::NAN } else { self.max }
     }
 
-    /// The `q`-quantile: the value at rank ⌊q·(n−1)⌋ of the sorted values (numpy's
+    /// The [`QUANTILES`]: each the value at rank ⌊q·(n−1)⌋ of the sorted values (numpy's
     /// `method="lower"`), exactly or within [`QUANTILE_RELATIVE_ACCURACY`]; NaN when empty.
-    pub(crate) fn quantile(&self, q: f64) -> f64 {
+    pub(crate) fn quantiles(&self) -> [f64; 3] {
+        let rank = |q: f64| (q * (self.count - 1) as f64) as u64;
         if self.count == 0 {
-            return f64::NAN;
+            return [f64::NAN; 3];
         }
-        match &self.sketch {
-            None => {
-                let mut sorted = self.exact.clone();
-                sorted.sort_by(f64::total_cmp);
-                sorted[((q * (sorted.len() - 1) as f64) as usize).min(sorted.len() - 1)]
+        match &self.dist {
+            Dist::Exact(values) => {
+                let mut sorted = values.clone();
+                sorted.sort_unstable_by(f64::total_cmp);
+                QUANTILES.map(|(_, q)| sorted[(rank(q) as usize).min(sorted.len() - 1)])
             }
-            Some(s) => s
-                .quantile(q)
-                .ok()
-                .flatten()
-                .map_or(f64::NAN, |v| v.clamp(self.min, self.max)),
+            Dist::Same => [self.min; 3],
+            Dist::Binary { ones } => QUANTILES.map(|(_, q)| {
+                if rank(q) < self.count - ones {
+                    0.0
+                } else {
+                    1.0
+                }
+            }),
+            Dist::Sketch(s) => QUANTILES.map(|(_, q)| {
+                s.quantile(q)
+                    .ok()
+                    .flatten()
+                    .map_or(f64::NAN, |v| v.clamp(self.min, self.max))
+            }),
         }
     }
+
+    /// One quantile (see [`Stat::quantiles`]).
+    #[cfg(test)]
+    pub(crate) fn quantile(&self, q: f64) -> f64 {
+        let i = QUANTILES
+            .iter()
+            .position(|(_, x)| *x == q)
+            .expect("one of QUANTILES");
+        self.quantiles()[i]
+    }
+}
+
+fn new_sketch() -> Box<DDSketch> {
+    Box::new(DDSketch::new(sketch_config()))
 }
 
 #[cfg(test)]
@@ -254,6 +350,46 @@ mod tests {
             (s.count, s.mean(), s.std(), s.quantile(0.99)),
             (1, 2.0, 0.0, 2.0)
         );
+    }
+
+    #[test]
+    fn constant_and_bool_fields_have_exact_quantiles_at_any_count() {
+        let n = EXACT_QUANTILES_UP_TO * 4 + 3;
+        let mut same = Stat::default();
+        (0..n).for_each(|_| same.add(7.5));
+        assert_eq!(same.quantiles(), [7.5; 3]);
+        // The first different value: a sketch holding both, the 7.5s counted.
+        same.add(-1.0);
+        let mut sorted = vec![7.5; n];
+        sorted.push(-1.0);
+        sorted.sort_by(f64::total_cmp);
+        for (_, q) in QUANTILES {
+            let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
+            assert!((same.quantile(q) - want).abs() <= 0.01 * want.abs(), "q{q}");
+        }
+        // Bools: exact, and merged exactly.
+        let bits: Vec<f64> = (0..n).map(|i| if i % 10 < 3 { 1.0 } else { 0.0 }).collect();
+        let (a, b) = bits.split_at(n / 3);
+        let mut sa = Stat::binary();
+        a.iter().for_each(|v| sa.add(*v));
+        let mut sb = Stat::binary();
+        b.iter().for_each(|v| sb.add(*v));
+        sa.merge(&sb);
+        let mut sorted = bits.clone();
+        sorted.sort_by(f64::total_cmp);
+        for (_, q) in QUANTILES {
+            assert_eq!(
+                sa.quantile(q),
+                sorted[(q * (sorted.len() - 1) as f64) as usize]
+            );
+        }
+        // Constant windows merge into a constant experiment, with no sketch.
+        let mut w = Stat::default();
+        (0..300).for_each(|_| w.add(3.0));
+        let mut e = Stat::default();
+        (0..5).for_each(|_| e.merge(&w));
+        assert_eq!((e.count, e.quantiles()), (1500, [3.0; 3]));
+        assert!(matches!(e.dist, Dist::Same));
     }
 
     #[test]

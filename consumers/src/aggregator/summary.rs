@@ -28,14 +28,18 @@ pub(crate) struct Acc {
 }
 
 impl Acc {
-    pub(crate) fn new(leaves: usize) -> Acc {
+    /// Statistics for leaves of which those flagged `true` are bools.
+    pub(crate) fn new(binary: &[bool]) -> Acc {
         Acc {
             count: 0,
             first_t_nanos: 0,
             last_t_nanos: 0,
             first_seq: 0,
             last_seq: 0,
-            stats: vec![Stat::default(); leaves],
+            stats: binary
+                .iter()
+                .map(|b| if *b { Stat::binary() } else { Stat::default() })
+                .collect(),
         }
     }
 
@@ -256,9 +260,7 @@ impl Layout {
             for v in [s.mean(), s.std(), s.min(), s.max(), s.last] {
                 r.push(float(v));
             }
-            for (_, q) in QUANTILES {
-                r.push(float(s.quantile(q)));
-            }
+            r.extend(s.quantiles().map(float));
         }
         r
     }
@@ -281,8 +283,8 @@ fn stat_value(s: &Stat) -> Value<'static> {
         ("max".into(), Value::F64(s.max())),
         ("last".into(), Value::F64(s.last)),
     ];
-    for (n, q) in QUANTILES {
-        f.push((n.into(), Value::F64(s.quantile(q))));
+    for ((n, _), q) in QUANTILES.iter().zip(s.quantiles()) {
+        f.push(((*n).into(), Value::F64(q)));
     }
     Value::Struct(f)
 }
