@@ -340,3 +340,85 @@ fn a_killed_worker_shows_in_ls_and_its_restart_reports_what_the_ring_lost() {
     );
     let _ = ids;
 }
+
+#[test]
+fn a_restarted_aggregator_emits_every_window_once_and_its_experiment_counts_them_all() {
+    let bus = TestBus::up();
+    let id = attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]).remove(0);
+    let mut demo = bus.spawn_demo("200");
+    let echo = bus.spawn(
+        "echo-summaries",
+        &["echo", "demo.step.summary", "--from", "oldest"],
+    );
+    // A few windows out, then the aggregator is killed; the broker restarts it after 1 s.
+    let mut got = echo.json_lines(3);
+    let pid = |bus: &TestBus| -> Option<(u64, String)> {
+        bus.ls()["consumers"].as_array()?.iter().find_map(|c| {
+            (c["info"]["kind"] == "aggregator").then(|| {
+                (
+                    c["info"]["pid"].as_u64().unwrap_or(0),
+                    c["status"].to_string(),
+                )
+            })
+        })
+    };
+    let (first_pid, _) = pid(&bus).expect("the aggregator in ls");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &first_pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    wait_until("ls shows the aggregator restarted", WATCHDOG, || {
+        pid(&bus).is_some_and(|(p, status)| p != first_pid && status.contains("restarted 1x"))
+    });
+    // More windows from the restarted one, then the experiment ends (the demo is killed: its
+    // lane is read to the end and the experiment summary follows).
+    got.extend(echo.json_lines(5));
+    demo.kill9();
+    loop {
+        let line = echo.json_lines(1).remove(0);
+        let last = line["payload"]["window"] == "experiment";
+        got.push(line);
+        if last {
+            break;
+        }
+    }
+    let windows: Vec<&Value> = got
+        .iter()
+        .filter(|g| g["payload"]["window"] == "episode")
+        .collect();
+    // The two runs' lanes are read side by side: sort before comparing.
+    let mut indices: Vec<u64> = windows
+        .iter()
+        .map(|g| g["payload"]["index"].as_u64().expect("index"))
+        .collect();
+    indices.sort_unstable();
+    let want: Vec<u64> = (0..indices.len() as u64).collect();
+    assert_eq!(indices, want, "every episode once");
+    let last = *indices.last().expect("windows");
+    for w in &windows {
+        if w["payload"]["index"] != last {
+            assert_eq!(w["payload"]["count"], 10, "{w}");
+        }
+    }
+    let total: u64 = windows
+        .iter()
+        .map(|g| g["payload"]["count"].as_u64().expect("count"))
+        .sum();
+    let exp = &got[got.len() - 1]["payload"];
+    assert_eq!(
+        exp["count"], total,
+        "the experiment counts every window: {exp}"
+    );
+    assert_eq!(exp["index"], windows.len() as u64);
+    assert_eq!(exp["lost"], 0);
+    assert!(got.iter().all(|g| g["payload"]["lost"] == 0));
+    let producers: BTreeSet<u64> = got
+        .iter()
+        .map(|g| g["producer"]["pid"].as_u64().expect("pid"))
+        .collect();
+    assert_eq!(producers.len(), 2, "both runs emitted: {producers:?}");
+    let _ = bus.run(&["detach", &id]);
+}
