@@ -858,8 +858,15 @@ fn a_quiet_time_window_is_closed_by_the_wall_clock_a_second_after_its_end() {
     feed.send(&mut agg, 1, &step(1, 0, 0, 0), now - 10_000_000_000);
     agg.flush().expect("flush");
     assert_eq!(summaries(agg.sink()).len(), 1, "closed by the clock");
+    // A late record of the closed window: counted by the experiment, no second window.
+    feed.send(&mut agg, 1, &step(1, 0, 0, 2), now - 10_000_000_000);
+    assert_eq!(summaries(agg.sink()).len(), 1);
     feed.send(&mut agg, 1, &step(1, 0, 0, 1), now + 3_600_000_000_000);
     agg.flush().expect("flush");
     assert_eq!(summaries(agg.sink()).len(), 1, "not before its end");
     assert_eq!(agg.open_windows(), 1);
+    feed.end(&mut agg, 1);
+    let all = summaries(agg.sink());
+    let got: Vec<(&str, u64)> = all.iter().map(|s| (s.window.as_str(), s.count)).collect();
+    assert_eq!(got, [("secs:1", 1), ("secs:1", 1), (EXPERIMENT, 3)]);
 }

@@ -282,13 +282,15 @@ pub struct AggregatorStats {
 /// What an earlier run of a worker emitted, per group (see [`previous_summaries`]).
 #[derive(Debug, Clone, Default)]
 pub struct Resume {
-    groups: HashMap<(String, u32, Vec<u8>), Emitted2>,
+    groups: HashMap<(String, u32, Vec<u8>), EmittedBefore>,
     /// Summaries found.
     pub summaries: u64,
 }
 
+/// What an earlier run emitted for one group: its last window's `last_seq` and `index`, and
+/// whether the experiment summary was out.
 #[derive(Debug, Clone, Copy, Default)]
-struct Emitted2 {
+struct EmittedBefore {
     last_seq: Option<u64>,
     last_index: u64,
     experiment: bool,
@@ -413,7 +415,7 @@ struct Group {
     windows: u64,
     next_index: u64,
     lost_mark: u64,
-    resume: Option<Emitted2>,
+    resume: Option<EmittedBefore>,
     experiment_emitted: bool,
 }
 
@@ -727,6 +729,12 @@ impl Group {
             }
             Window::Secs(period) => {
                 let bucket = t_nanos / (period.as_nanos() as u64).max(1);
+                if bucket < self.next_index {
+                    // A late record of a window the clock already closed: it counts in the
+                    // experiment, and no window is emitted twice.
+                    self.experiment.add(t_nanos, seq, values);
+                    return finished;
+                }
                 if self.open.as_ref().is_some_and(|o| o.key != bucket) {
                     finished = self.close(lost);
                 }
