@@ -17,8 +17,9 @@
 //!   within [`QUANTILE_RELATIVE_ACCURACY`] of it.
 //! - **Windows** ([`Window`]): per episode (the window closes when the episode field changes),
 //!   every N records of a group, or per T seconds of record time (closed by a later record, or
-//!   one second after its end by the wall clock). Schemas without the episode field are
-//!   summarized per experiment only.
+//!   one second after its end by the wall clock; a record that arrives later still counts in
+//!   the experiment, never in a second window of that bucket). Schemas without the episode
+//!   field are summarized per experiment only.
 //! - **Experiment**: when a producer ends (or dies and its lane has been read to the end), its
 //!   open windows close and one `window = "experiment"` summary per group is emitted: the merge
 //!   of all the windows this worker closed (`index` = their number).
