@@ -53,6 +53,29 @@ pub(crate) enum Command {
     Aggregate(AggregateArgs),
     /// Start N supervised workers of a built-in consumer that split the work between them.
     Spawn(SpawnArgs),
+    /// Serve a live web page with plots of the numeric fields (and images of the tensors) of
+    /// the subscribed schemas, in this terminal; prints its URL.
+    Plot(PlotArgs),
+}
+
+/// Options of `snapbus plot` (and `attach plotter`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PlotArgs {
+    /// Schema-id globs to plot (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// The port on 127.0.0.1 (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) port: u16,
+    /// Points kept per series (the oldest go first).
+    #[arg(long, value_name = "N", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
+    pub(crate) history: u64,
+    /// Start with the history still in the rings, or with new records only.
+    #[arg(long, value_enum, default_value_t = From::Oldest)]
+    pub(crate) from: From,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
 }
 
 /// Which bus.
@@ -320,6 +343,14 @@ pub(crate) enum AttachKind {
     Recorder {
         #[command(flatten)]
         record: RecordArgs,
+        #[command(flatten)]
+        supervise: SuperviseArgs,
+    },
+    /// A live web page plotting the subscribed schemas (see `snapbus plot --help`); prints its
+    /// URL once the page is served and the plotter is reading.
+    Plotter {
+        #[command(flatten)]
+        plot: PlotArgs,
         #[command(flatten)]
         supervise: SuperviseArgs,
     },

@@ -54,6 +54,7 @@
 //! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
 
 pub mod aggregator;
+pub mod plotter;
 pub mod recorder;
 pub mod recording;
 pub mod replay;

@@ -1,5 +1,6 @@
 //! Integration tests of the consumer runtime (one test binary, a module per area).
 
 mod aggregator;
+mod plotter;
 mod recording;
 mod runtime;

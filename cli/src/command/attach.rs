@@ -10,7 +10,7 @@ use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{AttachArgs, AttachKind, From, RecordArgs, Restart};
-use crate::command::{aggregate, record};
+use crate::command::{aggregate, plot, record};
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,6 +30,38 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 &record.output.display().to_string(),
             )
             .map(drop)
+        }
+        AttachKind::Plotter {
+            plot: args,
+            supervise,
+        } => {
+            if supervise.foreground {
+                return plot::run(&args);
+            }
+            let argv = plot::argv(&args)?;
+            let dir = bus_dir(&args.bus)?;
+            let (id, pid, log) = start(
+                &dir,
+                "plotter",
+                argv,
+                supervise.restart == Restart::OnFailure,
+            )?;
+            // The plotter wrote its URL before it subscribed, and it has subscribed.
+            let url = std::fs::read_to_string(plot::url_path(&dir, pid))
+                .with_context(|| format!("reading the URL of plotter {id} (log {log})"))?;
+            println!("{}", url.trim());
+            eprintln!(
+                "snapbus attach: plotter {id} (pid {pid}) serves {} for bus '{}'; log {log}; \
+                 stop it with `snapbus detach {id}{}`",
+                url.trim(),
+                dir.name(),
+                if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
+                    String::new()
+                } else {
+                    format!(" --bus {}", dir.name())
+                }
+            );
+            Ok(())
         }
         AttachKind::Aggregator {
             aggregate: args,

@@ -11,6 +11,7 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
+pub(crate) mod plot;
 pub(crate) mod record;
 mod replay;
 mod schemas;
@@ -40,5 +41,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Detach(args) => detach::run(&args),
         Command::Aggregate(args) => aggregate::run(&args),
         Command::Spawn(args) => spawn::run(args),
+        Command::Plot(args) => plot::run(&args),
     }
 }

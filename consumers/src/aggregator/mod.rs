@@ -68,7 +68,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod plan;
+pub(crate) mod plan;
 mod stats;
 mod summary;
 

@@ -1,0 +1,397 @@
+//! The live plotter: a consumer that keeps a bounded history of every numeric field of the
+//! subscribed schemas (and the latest frame of every 2-D/3-D tensor) and serves a web page on
+//! 127.0.0.1 that plots them live.
+//!
+//! - **Series**: one per (producer, schema, numeric leaf) — the same leaves the aggregator
+//!   summarizes (`reward`, `position.0`, `observation.mean`, …). Each point has the record's
+//!   time and its sample number (the n-th record of that series), so the page can plot by time
+//!   or by step. At most `history_points` points per series are kept (the oldest go first).
+//! - **Images**: tensor fields of rank 2 (`[h, w]`, grey) or 3 (`[h, w, c]`: c = 3 RGB, 4 RGBA,
+//!   otherwise channel 0), scaled to 0–255 (u8 as is, other types from their min and max),
+//!   images larger than 512 × 512 subsampled; the latest frame is kept, at most
+//!   `max_frame_hz` times per second.
+//! - **Serving** ([`serve`]): the page (`web/`: our own HTML, JavaScript and CSS, embedded in
+//!   the binary — no CDN, works offline), JSON endpoints, and a server-sent-events stream that
+//!   pushes, about four times a second, the min/max envelope (one column per pixel) of the
+//!   series a page shows over its visible span. However fast the producers emit, a page gets at
+//!   most `width` columns per series per message, so it stays responsive. Any number of pages
+//!   can watch; closing them, or stopping the plotter, never affects a producer.
+//!
+//! The endpoints: `GET /api/series`, `/api/data?ids=&x=time|step&from=&to=&width=`,
+//! `/api/frame?id=`, `/api/stream?ids=&x=&span=&width=` (see `http.rs`).
+
+mod http;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::subscriber::Record;
+use snapbus_schemas::{DType, SchemaDescriptor, TypeDesc, Value, decode};
+
+use crate::aggregator::plan::{Extracted, Plan};
+use crate::{Consumer, Flow, HookError};
+pub use http::{STREAM_EVERY, Server, serve};
+use store::{Frame, Image, Series};
+pub use store::{Store, XAxis};
+
+/// Images larger than this per side are subsampled.
+pub const MAX_IMAGE_SIDE: u64 = 512;
+
+/// How the plotter keeps data.
+#[derive(Debug, Clone)]
+pub struct PlotterOptions {
+    /// Points kept per series.
+    pub history_points: usize,
+    /// Frames kept per second per image series, at most.
+    pub max_frame_hz: f64,
+}
+
+impl Default for PlotterOptions {
+    /// 100,000 points per series, 30 frames per second.
+    fn default() -> PlotterOptions {
+        PlotterOptions {
+            history_points: 100_000,
+            max_frame_hz: 30.0,
+        }
+    }
+}
+
+/// The plotter consumer: feeds a [`Store`] that [`serve`] serves.
+pub struct Plotter {
+    store: Arc<Mutex<Store>>,
+    opts: PlotterOptions,
+    /// (lane, schema fingerprint) → what its records feed.
+    schemas: HashMap<(u64, u64), Feeds>,
+    last: Option<(u64, u64)>,
+    scratch: Extracted,
+}
+
+/// What the records of one schema from one producer feed.
+struct Feeds {
+    plan: Option<Plan>,
+    /// Series id per leaf of the plan.
+    series: Vec<usize>,
+    /// (dotted path, image id) per tensor field.
+    images: Vec<(String, usize)>,
+    last_frame: Option<Instant>,
+    /// The newest record not yet turned into frames (payload, seq, time): frames are made at
+    /// most `max_frame_hz` times a second, and the newest one at the next flush.
+    pending: Option<(Vec<u8>, u64, f64)>,
+    schema: Arc<SchemaDescriptor>,
+}
+
+impl Plotter {
+    /// A plotter feeding a new store.
+    pub fn new(opts: PlotterOptions) -> Plotter {
+        Plotter {
+            store: Arc::new(Mutex::new(Store::new(opts.history_points))),
+            opts,
+            schemas: HashMap::new(),
+            last: None,
+            scratch: Extracted::default(),
+        }
+    }
+
+    /// The store, for [`serve`].
+    pub fn store(&self) -> Arc<Mutex<Store>> {
+        Arc::clone(&self.store)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Store>, HookError> {
+        self.store
+            .lock()
+            .map_err(|_| "the plotter's store was poisoned by a panic".into())
+    }
+
+    fn feeds(&mut self, r: &Record<'_>) -> Result<(), HookError> {
+        let key = (r.producer.lane_id, r.schema.fingerprint());
+        if self.schemas.contains_key(&key) {
+            return Ok(());
+        }
+        let plan = Plan::compile(r.schema.root(), &[], None, &[]).ok();
+        let mut tensors = Vec::new();
+        tensor_paths(r.schema.root(), "", &mut tensors);
+        let mut store = self.lock()?;
+        let new_series = |store: &mut Store, field: &str| {
+            store.series.push(Series {
+                schema: r.schema.id().to_owned(),
+                producer: r.producer.name.clone(),
+                pid: r.producer.pid,
+                field: field.to_owned(),
+                points: Default::default(),
+                samples: 0,
+            });
+            store.series.len() - 1
+        };
+        let series = plan
+            .as_ref()
+            .map(|p| p.leaves.iter().map(|l| new_series(&mut store, l)).collect())
+            .unwrap_or_default();
+        let images = tensors
+            .into_iter()
+            .map(|path| {
+                store.images.push(Image {
+                    schema: r.schema.id().to_owned(),
+                    producer: r.producer.name.clone(),
+                    pid: r.producer.pid,
+                    field: path.clone(),
+                    frame: None,
+                    frames: 0,
+                });
+                (path, store.images.len() - 1)
+            })
+            .collect();
+        store.version += 1;
+        drop(store);
+        self.schemas.insert(
+            key,
+            Feeds {
+                plan,
+                series,
+                images,
+                last_frame: None,
+                pending: None,
+                schema: Arc::clone(r.schema),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Dotted paths of the tensor fields reachable through structs.
+fn tensor_paths(desc: &TypeDesc, path: &str, out: &mut Vec<String>) {
+    match desc {
+        TypeDesc::Tensor { .. } => out.push(path.to_owned()),
+        TypeDesc::Struct { fields } => {
+            for f in fields {
+                let p = if path.is_empty() {
+                    f.name.clone()
+                } else {
+                    format!("{path}.{}", f.name)
+                };
+                tensor_paths(&f.ty, &p, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A tensor as an image, or `None` if it is not 2-D or 3-D.
+fn frame_of(t: &snapbus_schemas::TensorView<'_>, seq: u64, time: f64) -> Option<Frame> {
+    let (h, w, c) = match t.shape[..] {
+        [h, w] => (h, w, 1),
+        [h, w, c] => (h, w, c),
+        _ => return None,
+    };
+    if h == 0 || w == 0 || c == 0 {
+        return None;
+    }
+    let channels = if matches!(c, 3 | 4) { c } else { 1 };
+    let stride = h.max(w).div_ceil(MAX_IMAGE_SIDE).max(1);
+    let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+    let at = |y: u64, x: u64, k: u64| t.get_f64(((y * w + x) * c + k) as usize);
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut values = Vec::with_capacity((oh * ow * channels) as usize);
+    for y in (0..h).step_by(stride as usize) {
+        for x in (0..w).step_by(stride as usize) {
+            for k in 0..channels {
+                let v = at(y, x, k)?;
+                if v.is_finite() {
+                    min = min.min(v);
+                    max = max.max(v);
+                }
+                values.push(v);
+            }
+        }
+    }
+    let data = if t.dtype == DType::U8 {
+        values.iter().map(|v| *v as u8).collect()
+    } else {
+        let range = if max > min { max - min } else { 1.0 };
+        values
+            .iter()
+            .map(|v| {
+                if v.is_finite() {
+                    ((v - min) / range * 255.0).round().clamp(0.0, 255.0) as u8
+                } else {
+                    0
+                }
+            })
+            .collect()
+    };
+    Some(Frame {
+        seq,
+        t: time,
+        shape: if c == 1 && t.shape.len() == 2 {
+            vec![oh, ow]
+        } else {
+            vec![oh, ow, channels]
+        },
+        channels,
+        dtype: dtype_name(t.dtype),
+        min: if min.is_finite() { min } else { 0.0 },
+        max: if max.is_finite() { max } else { 0.0 },
+        data,
+    })
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::U8 => "u8",
+        DType::U16 => "u16",
+        DType::U32 => "u32",
+        DType::U64 => "u64",
+        DType::I8 => "i8",
+        DType::I16 => "i16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    }
+}
+
+/// Sets the frames of `images` (dotted path, image id) from a decoded record.
+fn set_frames(store: &mut Store, images: &[(String, usize)], v: &Value<'_>, seq: u64, t: f64) {
+    for (path, id) in images {
+        if let (Some(Value::Tensor(tv)), Some(img)) = (v.path(path), store.images.get_mut(*id)) {
+            if let Some(frame) = frame_of(tv, seq, t) {
+                img.frame = Some(frame);
+            }
+        }
+    }
+}
+
+/// Seconds since the epoch, now.
+pub(crate) fn now_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Consumer for Plotter {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        let key = (r.producer.lane_id, r.schema.fingerprint());
+        if self.last != Some(key) {
+            self.feeds(r)?;
+            self.last = Some(key);
+        }
+        let Some(feeds) = self.schemas.get_mut(&key) else {
+            return Ok(Flow::Continue);
+        };
+        let t = r.meta.t_nanos as f64 / 1e9;
+        let extracted = match &feeds.plan {
+            Some(plan) => plan.extract(r.payload, &mut self.scratch).is_ok(),
+            None => false,
+        };
+        let now = Instant::now();
+        let frame_due = !feeds.images.is_empty()
+            && feeds.last_frame.is_none_or(|l| {
+                now.duration_since(l).as_secs_f64() * self.opts.max_frame_hz >= 1.0
+            });
+        let value = if frame_due {
+            feeds.last_frame = Some(now);
+            feeds.pending = None;
+            decode(r.schema.root(), r.payload).ok()
+        } else {
+            if !feeds.images.is_empty() {
+                let (buf, seq, time) = feeds.pending.get_or_insert_with(|| (Vec::new(), 0, 0.0));
+                buf.clear();
+                buf.extend_from_slice(r.payload);
+                (*seq, *time) = (r.meta.seq, t);
+            }
+            None
+        };
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| HookError::from("the plotter's store was poisoned by a panic"))?;
+        store.count_record(now_secs());
+        if extracted {
+            for (id, v) in feeds.series.iter().zip(&self.scratch.values) {
+                store.push(*id, t, *v);
+            }
+        }
+        for (_, id) in &feeds.images {
+            if let Some(img) = store.images.get_mut(*id) {
+                img.frames += 1;
+            }
+        }
+        if let Some(v) = &value {
+            set_frames(&mut store, &feeds.images, v, r.meta.seq, t);
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Turns the newest records not yet shown into frames.
+    fn flush(&mut self) -> Result<(), HookError> {
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| HookError::from("the plotter's store was poisoned by a panic"))?;
+        for feeds in self.schemas.values_mut() {
+            if let Some((payload, seq, t)) = feeds.pending.take() {
+                if let Ok(v) = decode(feeds.schema.root(), &payload) {
+                    set_frames(&mut store, &feeds.images, &v, seq, t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_lag(
+        &mut self,
+        _producer_id: u64,
+        _producer: &ProducerInfo,
+        lost: u64,
+    ) -> Result<Flow, HookError> {
+        self.lock()?.lost += lost;
+        Ok(Flow::Continue)
+    }
+
+    fn on_schema(&mut self, _schema: &Arc<SchemaDescriptor>) -> Result<Flow, HookError> {
+        Ok(Flow::Continue)
+    }
+}
+
+/// Keeps the store's first use honest in tests: a fresh plotter has no series.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use snapbus_schemas::Tensor;
+
+    #[test]
+    fn frames_are_scaled_subsampled_and_shaped() {
+        let t = Tensor::new(vec![2, 3], vec![0u16, 100, 200, 300, 400, 1000]).expect("tensor");
+        let bytes = snapbus_schemas::Wire::encode_to_vec(&t).expect("encode");
+        let desc = TypeDesc::Tensor { dtype: DType::U16 };
+        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
+            panic!("a tensor");
+        };
+        let f = frame_of(&view, 7, 1.5).expect("2-D is an image");
+        assert_eq!(
+            (f.shape.clone(), f.channels, f.min, f.max),
+            (vec![2, 3], 1, 0.0, 1000.0)
+        );
+        assert_eq!(f.data, [0, 26, 51, 77, 102, 255]);
+
+        let big = Tensor::new(vec![1030, 4, 3], vec![9u8; 1030 * 4 * 3]).expect("tensor");
+        let bytes = snapbus_schemas::Wire::encode_to_vec(&big).expect("encode");
+        let desc = TypeDesc::Tensor { dtype: DType::U8 };
+        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
+            panic!("a tensor");
+        };
+        let f = frame_of(&view, 1, 0.0).expect("3-D RGB");
+        assert_eq!((f.shape.clone(), f.channels), (vec![344, 2, 3], 3));
+        assert_eq!(f.data.len(), 344 * 2 * 3);
+
+        let v = Tensor::new(vec![5], vec![1u8; 5]).expect("tensor");
+        let bytes = snapbus_schemas::Wire::encode_to_vec(&v).expect("encode");
+        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
+            panic!("a tensor");
+        };
+        assert!(frame_of(&view, 1, 0.0).is_none(), "1-D is not an image");
+    }
+}
