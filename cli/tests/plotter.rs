@@ -135,3 +135,16 @@ fn attach_plotter_serves_a_page_that_plots_a_running_demo_and_detaching_leaves_i
     assert_eq!(bus.producer(demo_pid).expect("demo")["status"], "live");
     demo.kill9();
 }
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let bus = TestBus::up();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let out = bus.run(&["plot", "--port", &port]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+    let out = bus.run(&["attach", "plotter", "--port", &port, "--restart", "never"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+}
