@@ -1,9 +1,9 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
 //! [`run`] it. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
 //! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
-//! [`replay`] (republishing a recording into a bus), and [`aggregator`] (per-window and
-//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots). The
-//! plotter is not built yet.
+//! [`replay`] (republishing a recording into a bus), [`aggregator`] (per-window and
+//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots) and
+//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas).
 //!
 //! # Guarantees
 //!
@@ -19,6 +19,9 @@
 //!   producer's records that were overwritten before they could be read; N aggregator workers
 //!   split the groups so that each group is summarized by exactly one; a restarted worker does
 //!   not emit a window twice.
+//! - **Watching costs the experiment nothing.** The plotter is a consumer like any other;
+//!   its pages get at most one min/max pair per pixel column per update, however fast the
+//!   producers emit, and closing them or stopping the plotter never reaches a producer.
 //! - **Recordings are never silently incomplete.** Records lost before the recorder read them
 //!   are written into the file as loss records; a recording cut by a crash is read up to its
 //!   last complete chunk and the reader says where it was cut.
