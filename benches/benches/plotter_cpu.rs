@@ -174,10 +174,11 @@ fn measure(kind: &str, root: &Path, dir: &BusDir, warm: Duration, span: Duration
     let stream_stats = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let reader = (url != "-").then(|| {
         let (stop, stats) = (Arc::clone(&stop), Arc::clone(&stream_stats));
-        let addr = url
+        let (addr, token) = url
             .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_owned();
+            .split_once("/?token=")
+            .map(|(a, t)| (a.to_owned(), t.to_owned()))
+            .unwrap();
         std::thread::spawn(move || {
             // The series appear with the first record.
             std::thread::sleep(Duration::from_millis(300));
@@ -186,8 +187,8 @@ fn measure(kind: &str, root: &Path, dir: &BusDir, warm: Duration, span: Duration
                 .unwrap();
             write!(
                 s,
-                "GET /api/stream?ids=0,1,2,3,4,5,6,7,8,9&x=time&span=30&width=1000 HTTP/1.1\r\n\
-                 Host: bench\r\n\r\n"
+                "GET /api/stream?ids=0,1,2,3,4,5,6,7,8,9&x=time&span=30&width=1000&token={token} \
+                 HTTP/1.1\r\nHost: bench\r\n\r\n"
             )
             .unwrap();
             let mut buf = vec![0u8; 1 << 16];

@@ -17,15 +17,19 @@ use serde_json::Value;
 use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, run_cmd, runtime_root};
 
+/// `GET path` on the plotter of `url` (`http://ADDR/?token=T`), with its token.
 fn get(url: &str, path: &str) -> (u16, String) {
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let mut s = TcpStream::connect(&addr).expect("connect");
+    let rest = url.trim_start_matches("http://");
+    let (addr, token) = rest.split_once("/?token=").expect("a URL with a token");
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: t\r\n\r\n").expect("write");
+    write!(
+        s,
+        "GET {path}{sep}token={token} HTTP/1.0\r\nHost: t\r\n\r\n"
+    )
+    .expect("write");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let (head, body) = text.split_once("\r\n\r\n").expect("a response");
@@ -65,7 +69,7 @@ fn attach_plotter_serves_a_page_that_plots_a_running_demo_and_detaching_leaves_i
     assert!(out.status.success(), "attach: {}", out.stderr);
     let url = out.stdout.trim().to_owned();
     assert!(
-        url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
+        url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
         "{url}"
     );
     let plotter = bus.ls()["consumers"]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 use snapbus_bus::control::StartFrom;
 use snapbus_bus::schemas::{Snapshot, Tensor};
-use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
+use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
 use snapbus_consumers::{RunOptions, run};
 
 use crate::runtime::Bus;
@@ -50,10 +50,30 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body.to_owned())
 }
 
-fn get_json(addr: SocketAddr, path: &str) -> Json {
-    let (status, body) = get(addr, path);
-    assert_eq!(status, 200, "{path}: {body}");
-    serde_json::from_str(&body).expect("JSON")
+/// Requests to a plotter, with its token.
+struct Api {
+    addr: SocketAddr,
+    token: String,
+}
+
+impl Api {
+    fn of(server: &Server) -> Api {
+        Api {
+            addr: server.addr(),
+            token: server.token().to_owned(),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        get(self.addr, &format!("{path}{sep}token={}", self.token))
+    }
+
+    fn json(&self, path: &str) -> Json {
+        let (status, body) = self.get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).expect("JSON")
+    }
 }
 
 /// The reference: every point's column computed on its own.
@@ -85,8 +105,13 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         max_frame_hz: 1000.0,
     });
     let server = serve(plotter.store(), 0).expect("serve");
-    let addr = server.addr();
+    let api = Api::of(&server);
     assert!(server.url().starts_with("http://127.0.0.1:"));
+    assert!(
+        server
+            .url()
+            .contains(&format!("/?token={}", server.token()))
+    );
     let mut opts = RunOptions::new("plotter");
     opts.start = StartFrom::Oldest;
     opts.until_end = true;
@@ -96,11 +121,11 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
 
     // The page and its files.
     for (path, needle) in [("/", "<html"), ("/app.js", ""), ("/app.css", "")] {
-        let (status, body) = get(addr, path);
+        let (status, body) = api.get(path);
         assert_eq!(status, 200, "{path}");
         assert!(body.contains(needle), "{path}");
     }
-    let series = get_json(addr, "/api/series");
+    let series = api.json("/api/series");
     let fields: Vec<&str> = series["series"]
         .as_array()
         .expect("series")
@@ -136,10 +161,9 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         (4000.0, 9000.0, 4000),
         (0.0, 999.0, 50),
     ] {
-        let d = get_json(
-            addr,
-            &format!("/api/data?ids=0&x=step&from={from}&to={to}&width={width}"),
-        );
+        let d = api.json(&format!(
+            "/api/data?ids=0&x=step&from={from}&to={to}&width={width}"
+        ));
         let s = &d["series"][0];
         let got: Vec<(f64, f64, f64)> = s["columns"]
             .as_array()
@@ -176,7 +200,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         assert!(got.len() <= width);
     }
     // Time axis without a range: the whole held range, every point in some column.
-    let d = get_json(addr, "/api/data?ids=0,1&width=100");
+    let d = api.json("/api/data?ids=0,1&width=100");
     assert_eq!(d["x"], "time");
     for s in d["series"].as_array().expect("series") {
         assert_eq!(s["points"], 4000);
@@ -184,7 +208,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         assert!(!cols.is_empty() && cols.len() <= 100);
     }
     // The envelope of pos.1 = -i over samples 1000..5000 spans exactly its min and max.
-    let d = get_json(addr, "/api/data?ids=2&x=step&width=3");
+    let d = api.json("/api/data?ids=2&x=step&width=3");
     let cols = d["series"][0]["columns"].as_array().expect("columns");
     let lo = cols
         .iter()
@@ -197,19 +221,20 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
     assert_eq!((lo, hi), (-((n - 1) as f64), -1000.0));
 
     // The latest frame: f32 scaled from its min..max to 0..255.
-    let f = get_json(addr, "/api/frame?id=0");
+    let f = api.json("/api/frame?id=0");
     assert_eq!(f["shape"], serde_json::json!([2, 2]));
     assert_eq!(f["seq"], n - 1);
     assert_eq!(f["data"], serde_json::json!([0, 0, 0, 255]));
     assert_eq!(f["max"], (n - 1) as f64);
 
     // The stream: a first event with the counters and the last 100 samples' envelope.
-    let mut s = TcpStream::connect(addr).expect("connect");
+    let mut s = TcpStream::connect(api.addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     write!(
         s,
-        "GET /api/stream?ids=0&x=step&span=100&width=10 HTTP/1.1\r\nHost: t\r\n\r\n"
+        "GET /api/stream?ids=0&x=step&span=100&width=10&token={} HTTP/1.1\r\nHost: t\r\n\r\n",
+        api.token
     )
     .expect("write");
     let mut lines = BufReader::new(s).lines();
@@ -236,12 +261,42 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         ("/api/frame?id=9", 404),
         ("/nope", 404),
     ] {
-        let (got, body) = get(addr, path);
+        let (got, body) = api.get(path);
         assert_eq!(got, status, "{path}: {body}");
     }
-    let d = get_json(addr, "/api/data?ids=77");
+    let d = api.json("/api/data?ids=77");
     assert_eq!(d["series"], serde_json::json!([]));
-    assert_eq!(get(addr, "/api/series").0, 200);
+    assert_eq!(api.get("/api/series").0, 200);
+
+    // Without the token (another user of the machine): 403 everywhere, the page included;
+    // with the cookie the page sets, allowed.
+    for path in [
+        "/",
+        "/api/series",
+        "/api/data?ids=0",
+        "/api/stream?ids=0",
+        "/app.js",
+    ] {
+        assert_eq!(get(api.addr, path).0, 403, "{path}");
+        assert_eq!(
+            get(api.addr, &format!("{path}?token=wrong")).0,
+            403,
+            "{path}"
+        );
+    }
+    let mut s = TcpStream::connect(api.addr).expect("connect");
+    write!(
+        s,
+        "GET /api/series HTTP/1.0\r\nCookie: a=b; snapbus_plotter={}\r\n\r\n",
+        api.token
+    )
+    .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    assert!(
+        text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200"),
+        "{text}"
+    );
 }
 
 /// Many records per second into one plotter while pages ask: the producer is never slowed
@@ -251,6 +306,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
     let bus = Bus::start("plot-fast");
     let mut plotter = Plotter::new(PlotterOptions::default());
     let server = serve(plotter.store(), 0).expect("serve");
+    let api = Api::of(&server);
     let stop = Arc::new(AtomicBool::new(false));
     let dir = bus.dir().clone();
     let consumer = {
@@ -269,13 +325,13 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
     for i in 0..n {
         p.emit(2, 0, &step(i)).expect("emit");
         if i % 10_000 == 0 {
-            assert_eq!(get(server.addr(), "/api/series").0, 200);
+            assert_eq!(api.get("/api/series").0, 200);
         }
     }
     p.close();
     let (summary, _plotter) = consumer.join().expect("consumer");
     assert_eq!(summary.delivered + summary.lost, n);
-    let series = get_json(server.addr(), "/api/series");
+    let series = api.json("/api/series");
     assert_eq!(series["stats"]["records"], summary.delivered);
     assert_eq!(series["stats"]["lost"], summary.lost);
     stop.store(true, Ordering::Relaxed);

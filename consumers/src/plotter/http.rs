@@ -1,4 +1,6 @@
-//! The plotter's HTTP server (`tiny_http`, one thread per request, 127.0.0.1 only).
+//! The plotter's HTTP server (`tiny_http`, one thread per request, 127.0.0.1 only). Every
+//! request needs the server's random token (in the query, or in the cookie the page gets when
+//! it is opened with it): other users of the machine can reach 127.0.0.1 too.
 //!
 //! - `GET /`, `/app.js`, `/app.css`: the page (embedded).
 //! - `GET /api/series`: series, image series and counters.
@@ -35,6 +37,7 @@ const APP_CSS: &str = include_str!("web/app.css");
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
+    token: String,
 }
 
 impl Server {
@@ -43,11 +46,28 @@ impl Server {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT/`.
+    /// The secret every request must carry (`?token=` or the cookie the page gets).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// `http://127.0.0.1:PORT/?token=…`: the page, for whoever has this URL.
     pub fn url(&self) -> String {
-        format!("http://{}/", self.addr)
+        format!("http://{}/?token={}", self.addr, self.token)
     }
 }
+
+/// 128 random bits, hex: other local users can reach 127.0.0.1 but cannot read the URL the
+/// plotter printed, so they get 403 (the bus itself is private to its user; so is its data).
+fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The cookie that carries the token after the first page load.
+const COOKIE: &str = "snapbus_plotter";
 
 /// Binds 127.0.0.1:`port` (0: a free port) and serves `store` from a thread; returns once
 /// the socket is listening.
@@ -58,19 +78,22 @@ pub fn serve(store: Arc<Mutex<Store>>, port: u16) -> std::io::Result<Server> {
         .server_addr()
         .to_ip()
         .ok_or_else(|| std::io::Error::other("the server has no IP address"))?;
+    let token = new_token()?;
     let streams = Arc::new(AtomicUsize::new(0));
+    let secret: Arc<str> = token.clone().into();
     std::thread::Builder::new()
         .name("plotter-http".into())
         .spawn(move || {
             for request in server.incoming_requests() {
                 let store = Arc::clone(&store);
                 let streams = Arc::clone(&streams);
+                let secret = Arc::clone(&secret);
                 let _ = std::thread::Builder::new()
                     .name("plotter-request".into())
-                    .spawn(move || handle(request, &store, &streams));
+                    .spawn(move || handle(request, &store, &streams, &secret));
             }
         })?;
-    Ok(Server { addr })
+    Ok(Server { addr, token })
 }
 
 fn header(name: &'static str, value: &'static str) -> Header {
@@ -158,15 +181,57 @@ fn query(q: &str) -> Result<Query, String> {
     Ok(out)
 }
 
-fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize) {
+/// Whether the request carries the token (in the query or the cookie).
+fn authorized(request: &Request, query: &str, token: &str) -> bool {
+    let in_query = params(query)
+        .iter()
+        .any(|(k, v)| *k == "token" && *v == token);
+    let in_cookie = request.headers().iter().any(|h| {
+        h.field.equiv("Cookie")
+            && h.value.as_str().split(';').any(|c| {
+                c.trim()
+                    .strip_prefix(COOKIE)
+                    .and_then(|r| r.strip_prefix('='))
+                    == Some(token)
+            })
+    });
+    in_query || in_cookie
+}
+
+fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize, token: &str) {
     if *request.method() != Method::Get {
         respond(request, 405, "text/plain", "GET only\n".into());
         return;
     }
     let url = request.url().to_owned();
     let (path, q) = url.split_once('?').unwrap_or((&url, ""));
+    if path == "/favicon.ico" {
+        respond(request, 204, "text/plain", String::new());
+        return;
+    }
+    if !authorized(&request, q, token) {
+        respond(
+            request,
+            403,
+            "text/plain; charset=utf-8",
+            "Open the URL the plotter printed (it carries the page's token).\n".into(),
+        );
+        return;
+    }
     match path {
-        "/" | "/index.html" => respond(request, 200, "text/html; charset=utf-8", INDEX_HTML.into()),
+        "/" | "/index.html" => {
+            // The page's own requests carry the token as a cookie from here on.
+            let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+            let response = Response::from_string(INDEX_HTML)
+                .with_status_code(200)
+                .with_header(header("Content-Type", "text/html; charset=utf-8"))
+                .with_header(header("Cache-Control", "no-store"))
+                .with_header(
+                    Header::from_bytes(&b"Set-Cookie"[..], cookie.as_bytes())
+                        .expect("an ASCII cookie"),
+                );
+            let _ = request.respond(response);
+        }
         "/app.js" => respond(
             request,
             200,
@@ -174,7 +239,6 @@ fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize) {
             APP_JS.into(),
         ),
         "/app.css" => respond(request, 200, "text/css; charset=utf-8", APP_CSS.into()),
-        "/favicon.ico" => respond(request, 204, "text/plain", String::new()),
         "/api/series" => {
             let body = with_store(store, |s| s.series_json(now_secs()));
             json_response(request, 200, &body);
