@@ -231,26 +231,11 @@ fn frame_of(t: &snapbus_schemas::TensorView<'_>, seq: u64, time: f64) -> Option<
             vec![oh, ow, channels]
         },
         channels,
-        dtype: dtype_name(t.dtype),
+        dtype: t.dtype.name(),
         min: if min.is_finite() { min } else { 0.0 },
         max: if max.is_finite() { max } else { 0.0 },
         data,
     })
-}
-
-fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::U8 => "u8",
-        DType::U16 => "u16",
-        DType::U32 => "u32",
-        DType::U64 => "u64",
-        DType::I8 => "i8",
-        DType::I16 => "i16",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-    }
 }
 
 /// Sets the frames of `images` (dotted path, image id) from a decoded record.
