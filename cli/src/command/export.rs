@@ -35,8 +35,12 @@ use crate::cli::{ExportArgs, ExportFormat};
 trait Sink {
     /// A record whose payload decoded to `value`.
     fn message(&mut self, m: &Message, value: &Value<'_>) -> anyhow::Result<()>;
-    /// A record whose payload did not decode. Returns whether it was written anyway.
-    fn undecodable(&mut self, m: &Message, err: &DecodeError) -> anyhow::Result<bool>;
+    /// A record whose payload did not decode. Returns whether it was written anyway (by
+    /// default it is not).
+    fn undecodable(&mut self, m: &Message, err: &DecodeError) -> anyhow::Result<bool> {
+        let _ = (m, err);
+        Ok(false)
+    }
     /// A loss record.
     fn loss(
         &mut self,

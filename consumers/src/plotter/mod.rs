@@ -100,12 +100,6 @@ impl Plotter {
         Arc::clone(&self.store)
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Store>, HookError> {
-        self.store
-            .lock()
-            .map_err(|_| "the plotter's store was poisoned by a panic".into())
-    }
-
     fn feeds(&mut self, r: &Record<'_>) -> Result<(), HookError> {
         let key = (r.producer.lane_id, r.schema.fingerprint());
         if self.schemas.contains_key(&key) {
@@ -114,7 +108,7 @@ impl Plotter {
         let plan = Plan::compile(r.schema.root(), &[], None, &[]).ok();
         let mut tensors = Vec::new();
         tensor_paths(r.schema.root(), "", &mut tensors);
-        let mut store = self.lock()?;
+        let mut store = lock(&self.store)?;
         let new_series = |store: &mut Store, field: &str| {
             store.series.push(Series {
                 schema: r.schema.id().to_owned(),
@@ -159,6 +153,13 @@ impl Plotter {
         );
         Ok(())
     }
+}
+
+/// The store, locked (a panic while it was held poisons it: an error, not a second panic).
+fn lock(store: &Mutex<Store>) -> Result<MutexGuard<'_, Store>, HookError> {
+    store
+        .lock()
+        .map_err(|_| "the plotter's store was poisoned by a panic".into())
 }
 
 /// Dotted paths of the tensor fields reachable through structs.
@@ -271,13 +272,15 @@ impl Consumer for Plotter {
             Some(plan) => plan.extract(r.payload, &mut self.scratch).is_ok(),
             None => false,
         };
-        let now = Instant::now();
-        let frame_due = !feeds.images.is_empty()
-            && feeds.last_frame.is_none_or(|l| {
-                now.duration_since(l).as_secs_f64() * self.opts.max_frame_hz >= 1.0
-            });
+        // The monotonic clock is read only for records that carry images.
+        let now = (!feeds.images.is_empty()).then(Instant::now);
+        let frame_due = now.is_some_and(|now| {
+            feeds
+                .last_frame
+                .is_none_or(|l| now.duration_since(l).as_secs_f64() * self.opts.max_frame_hz >= 1.0)
+        });
         let value = if frame_due {
-            feeds.last_frame = Some(now);
+            feeds.last_frame = now;
             feeds.pending = None;
             decode(r.schema.root(), r.payload).ok()
         } else {
@@ -289,10 +292,7 @@ impl Consumer for Plotter {
             }
             None
         };
-        let mut store = self
-            .store
-            .lock()
-            .map_err(|_| HookError::from("the plotter's store was poisoned by a panic"))?;
+        let mut store = lock(&self.store)?;
         store.count_record(now_secs());
         if extracted {
             for (id, v) in feeds.series.iter().zip(&self.scratch.values) {
@@ -312,10 +312,7 @@ impl Consumer for Plotter {
 
     /// Turns the newest records not yet shown into frames.
     fn flush(&mut self) -> Result<(), HookError> {
-        let mut store = self
-            .store
-            .lock()
-            .map_err(|_| HookError::from("the plotter's store was poisoned by a panic"))?;
+        let mut store = lock(&self.store)?;
         for feeds in self.schemas.values_mut() {
             if let Some((payload, seq, t)) = feeds.pending.take() {
                 if let Ok(v) = decode(feeds.schema.root(), &payload) {
@@ -332,16 +329,11 @@ impl Consumer for Plotter {
         _producer: &ProducerInfo,
         lost: u64,
     ) -> Result<Flow, HookError> {
-        self.lock()?.lost += lost;
-        Ok(Flow::Continue)
-    }
-
-    fn on_schema(&mut self, _schema: &Arc<SchemaDescriptor>) -> Result<Flow, HookError> {
+        lock(&self.store)?.lost += lost;
         Ok(Flow::Continue)
     }
 }
 
-/// Keeps the store's first use honest in tests: a fresh plotter has no series.
 #[cfg(test)]
 mod tests {
     use super::*;

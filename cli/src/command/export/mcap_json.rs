@@ -18,7 +18,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use mcap::records::{MessageHeader, Metadata};
 use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
-use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
 use super::Sink;
 
@@ -118,10 +118,6 @@ impl McapJson {
 impl Sink for McapJson {
     fn message(&mut self, m: &Message, value: &Value<'_>) -> anyhow::Result<()> {
         self.write(&m.channel, &m.channel.schema, m.t_nanos, m.sequence, value)
-    }
-
-    fn undecodable(&mut self, _m: &Message, _err: &DecodeError) -> anyhow::Result<bool> {
-        Ok(false)
     }
 
     fn loss(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
-use snapbus_schemas::{DecodeError, SchemaDescriptor, Snapshot, Value};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
 use super::Sink;
 use super::columns::{Cell, Fixed, Plan};
@@ -191,10 +191,6 @@ impl Sink for Tables {
             seq: m.sequence,
         };
         self.row(c.id, &c.schema, &fixed, value)
-    }
-
-    fn undecodable(&mut self, _m: &Message, _err: &DecodeError) -> anyhow::Result<bool> {
-        Ok(false)
     }
 
     fn loss(
