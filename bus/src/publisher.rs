@@ -138,6 +138,9 @@ thread_local! {
 impl Publisher {
     /// Creates this process's lane and catalog and starts looking for the broker of `dir`.
     pub fn start(dir: BusDir, config: PublisherConfig) -> Result<Publisher, PublisherError> {
+        // Rings then need no full fence per record (see `doorbell`); register before the
+        // first record rather than during it.
+        crate::doorbell::register_producer();
         let lane = ShmLane::create("snapbus-lane", &config.lane)?;
         let writer = lane
             .lane

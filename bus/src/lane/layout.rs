@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicU64;
 /// `"SNAPLANE"`, little-endian.
 pub const LANE_MAGIC: u64 = u64::from_le_bytes(*b"SNAPLANE");
 /// Layout version of this file's constants.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Written next to the layout version; reads back differently on a foreign-endian machine.
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
 /// Written last during initialisation (Release); readers refuse a lane without it.
@@ -117,9 +117,9 @@ pub struct LaneHeader {
     pub init_done: AtomicU64,
     _pad0: [u64; 5],
     // ---- line 1: claim tail ----
-    /// Absolute end of the newest claim ("tail intent"). Written by the producer's claimers
-    /// (stored, then `fence(Release)` before any claimed byte is written); read by readers with
-    /// Acquire to find new data, and after `fence(Acquire)` to validate copies.
+    /// Absolute end of the newest claim. Written by the producer's claimers (Relaxed, before
+    /// `write_limit` and its `fence(Release)`); read by readers with Acquire to find new data
+    /// (only once they have read up to the last value they loaded) and to detect laps.
     pub claim_tail: AtomicU64,
     _pad1: [u64; 15],
     // ---- line 2: state ----
@@ -130,7 +130,9 @@ pub struct LaneHeader {
     pub final_tail: AtomicU64,
     _pad2: [u64; 14],
     // ---- line 3: counters (Relaxed, producer-written, for `snapbus ls`) ----
-    /// DATA frames committed.
+    /// DATA frames committed. Written only by the producer, with a Relaxed load and store (no
+    /// read-modify-write: the single writer is its only writer, shared writers change it under
+    /// their claim lock, counting a claim when it is made and taking it back on abort).
     pub frames_committed: AtomicU64,
     /// Claims dropped because they would have overwritten an in-flight claim (lap guard).
     pub dropped_wrap: AtomicU64,
@@ -139,7 +141,18 @@ pub struct LaneHeader {
     /// Claims dropped without commit (become ABORTED frames).
     pub aborted: AtomicU64,
     _pad3: [u64; 12],
-    _rest: [u64; (HEADER_LEN - 4 * 128) / 8],
+    // ---- line 4: write limit (layout version 2) ----
+    /// No byte at an absolute position at or past this value has been written: the writer
+    /// raises it (Relaxed store, under the claim lock for shared writers, then
+    /// `fence(Release)`) before it writes any byte beyond it, in steps of
+    /// [`Geometry::limit_granule`], so it changes once per granule, not once per record.
+    /// Readers validate copies against it (`fence(Acquire)`, then a Relaxed load): the line
+    /// stays in their cache, where validating against `claim_tail` (written with every record)
+    /// moved a cache line between the two CPUs per record. Always `>= claim_tail`, and at most
+    /// two granules beyond it.
+    pub write_limit: AtomicU64,
+    _pad4: [u64; 15],
+    _rest: [u64; (HEADER_LEN - 5 * 128) / 8],
 }
 
 const _: () = {
@@ -150,6 +163,7 @@ const _: () = {
     assert!(offset_of!(LaneHeader, final_tail) == 264);
     assert!(offset_of!(LaneHeader, frames_committed) == 384);
     assert!(offset_of!(LaneHeader, aborted) == 408);
+    assert!(offset_of!(LaneHeader, write_limit) == 512);
 };
 
 /// Word index of a header field.
@@ -288,6 +302,15 @@ impl Geometry {
     /// Total segment size in bytes.
     pub fn segment_len(&self) -> u64 {
         self.data_off + self.capacity
+    }
+
+    /// The step in which the writer raises `write_limit`: a thirty-second of the capacity, at
+    /// most 64 KiB (a power of two). The limit is at most two granules (a sixteenth of the
+    /// capacity) ahead of `claim_tail`, well inside the eighth readers keep as slack when they
+    /// resync.
+    #[inline]
+    pub fn limit_granule(&self) -> u64 {
+        (self.capacity / 32).min(64 << 10)
     }
 
     /// The committed tag of position `pos`.

@@ -3,8 +3,10 @@
 //!
 //! For a frame at `pos`: load the commit word (Acquire); if it is `tag(pos)`, read the header
 //! words, bounds-check them, copy (or view) the payload with atomic loads, then `fence(Acquire)`
-//! and re-load `claim_tail`: if it has passed `pos + capacity`, a writer may have overwritten
-//! what was read, so the copy is discarded (torn) and the cursor resyncs. A frame is delivered
+//! and load `write_limit` (which the writer raises before writing past it, so it is at least
+//! `claim_tail`) and, only if that has passed `pos + capacity`, `claim_tail`: if it has too, a
+//! writer may have overwritten what was read, so the copy is discarded (torn) and the cursor
+//! resyncs. A frame is delivered
 //! only if it was committed and not overwritten while it was read.
 //!
 //! The whole segment is untrusted: every length and offset is checked before use, garbage is
@@ -85,7 +87,8 @@ pub struct ReaderStats {
     pub lost: u64,
     /// Times the reader was lapped and resynced.
     pub lapped: u64,
-    /// Copies discarded because the frame was overwritten while being read.
+    /// Copies discarded because the frame was overwritten while being read (a reader that
+    /// finds a frame overwritten before it began reading counts a lap instead).
     pub torn: u64,
     /// Invalid frames or headers skipped (garbage in the segment).
     pub garbage: u64,
@@ -162,7 +165,17 @@ enum Step<R> {
 /// costs the producer nothing.
 pub struct LaneReader<M: LaneMem> {
     lane: Arc<Lane<M>>,
+    cur: Cursor,
+}
+
+/// A reader's state, apart from the lane (so the reading loop borrows the lane and mutates
+/// the cursor without touching the `Arc`'s count: an atomic read-modify-write per record).
+struct Cursor {
     pos: u64,
+    /// The newest `claim_tail` this reader has loaded: bytes before it are claimed, so while
+    /// the cursor is behind it there is no need to load the tail (a line the producer writes
+    /// with every record) just to learn that there is more to read.
+    known_tail: u64,
     /// The sequence number the next DATA/ABORTED frame should have, and the position after
     /// which it lies (the last accepted frame's, or the lane's start): known once a frame was
     /// accepted, or from the start for a reader that starts at position 0 (the lane's first
@@ -178,14 +191,20 @@ pub struct LaneReader<M: LaneMem> {
     stalled_since: Option<(u64, Instant)>,
 }
 
+/// The lane's `claim_tail` (Acquire).
+#[inline]
+fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
+    lane.word(word!(claim_tail)).load(Ordering::Acquire)
+}
+
 /// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl<M: LaneMem> LaneReader<M> {
     pub(crate) fn new(lane: Arc<Lane<M>>, start: StartAt) -> LaneReader<M> {
-        let mut r = LaneReader {
-            lane,
+        let mut r = Cursor {
             pos: 0,
+            known_tail: 0,
             next_seq: None,
             not_before_nanos: None,
             filter: None,
@@ -195,19 +214,20 @@ impl<M: LaneMem> LaneReader<M> {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             stalled_since: None,
         };
-        let tail = r.tail();
+        let tail = tail_of(&lane);
+        r.known_tail = tail;
         match start {
             StartAt::Latest => r.pos = tail,
-            StartAt::Oldest => r.pos = r.oldest_boundary(tail),
+            StartAt::Oldest => r.pos = r.oldest_boundary(&lane, tail),
             StartAt::Time(t) => {
-                r.pos = r.oldest_boundary(tail);
+                r.pos = r.oldest_boundary(&lane, tail);
                 r.not_before_nanos = Some(t);
             }
         }
         if r.pos == 0 {
             r.next_seq = Some((0, 0));
         }
-        r
+        LaneReader { lane, cur: r }
     }
 
     /// Count the records overwritten before this reader's first record as lost too (the
@@ -215,8 +235,8 @@ impl<M: LaneMem> LaneReader<M> {
     /// consumers that account for a producer's whole run (the aggregator). No effect once a
     /// record was read.
     pub fn count_loss_from_lane_start(&mut self) {
-        if self.next_seq.is_none() {
-            self.next_seq = Some((0, 0));
+        if self.cur.next_seq.is_none() {
+            self.cur.next_seq = Some((0, 0));
         }
     }
 
@@ -227,28 +247,28 @@ impl<M: LaneMem> LaneReader<M> {
         for k in keys {
             bits[usize::from(k) / 64] |= 1 << (k % 64);
         }
-        self.filter = Some(bits);
+        self.cur.filter = Some(bits);
     }
 
     /// Deliver every record.
     pub fn clear_filter(&mut self) {
-        self.filter = None;
+        self.cur.filter = None;
     }
 
     /// Tell the reader the writer is gone (its process died: socket EOF or pidfd). Frames it
     /// left claimed but uncommitted are then skipped at once and counted as holes.
     pub fn set_writer_gone(&mut self, gone: bool) {
-        self.writer_gone = gone;
+        self.cur.writer_gone = gone;
     }
 
     /// How long a live writer may leave a frame uncommitted before it is skipped.
     pub fn set_stall_timeout(&mut self, timeout: Duration) {
-        self.stall_timeout = timeout;
+        self.cur.stall_timeout = timeout;
     }
 
     /// The reader's counters.
     pub fn stats(&self) -> ReaderStats {
-        self.stats
+        self.cur.stats
     }
 
     /// The lane.
@@ -258,47 +278,38 @@ impl<M: LaneMem> LaneReader<M> {
 
     /// The absolute position of the next frame to read.
     pub fn position(&self) -> u64 {
-        self.pos
+        self.cur.pos
     }
 
     /// Whether the lane has claimed bytes ahead of the cursor (a cheap check before sleeping).
     pub fn has_pending_bytes(&self) -> bool {
-        self.tail() > self.pos
+        self.tail() > self.cur.pos
     }
 
     fn tail(&self) -> u64 {
-        self.lane.word(word!(claim_tail)).load(Ordering::Acquire)
-    }
-
-    fn accepts(&self, key: u16) -> bool {
-        match &self.filter {
-            None => true,
-            Some(bits) => bits
-                .get(usize::from(key) / 64)
-                .is_some_and(|w| w & (1 << (key % 64)) != 0),
-        }
+        tail_of(&self.lane)
     }
 
     /// Reads the next record into the reader's buffer.
     pub fn poll(&mut self) -> Poll<'_> {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let step = self.step(|meta, view| {
+        let mut scratch = std::mem::take(&mut self.cur.scratch);
+        let step = self.cur.step(&self.lane, |meta, view| {
             scratch.resize(meta.payload_len, 0);
             view.copy_to(&mut scratch)
         });
-        self.scratch = scratch;
+        self.cur.scratch = scratch;
         match step {
             Step::Deliver(meta, true) => {
-                self.stats.delivered += 1;
+                self.cur.stats.delivered += 1;
                 Poll::Frame(Frame {
                     meta,
-                    payload: self.scratch.get(..meta.payload_len).unwrap_or(&[]),
+                    payload: self.cur.scratch.get(..meta.payload_len).unwrap_or(&[]),
                 })
             }
             // A failed copy is out of bounds, which validation already excludes; treat it as
             // garbage rather than deliver it.
             Step::Deliver(_, false) => {
-                self.stats.garbage += 1;
+                self.cur.stats.garbage += 1;
                 Poll::Pending
             }
             Step::Lagged(n) => Poll::Lagged(n),
@@ -318,9 +329,12 @@ impl<M: LaneMem> LaneReader<M> {
         f: impl FnOnce(&FrameMeta, &PayloadView<'_, M>) -> R,
     ) -> Result<(FrameMeta, R), Poll<'static>> {
         let mut f = Some(f);
-        match self.step(|meta, view| f.take().map(|f| f(meta, view))) {
+        match self
+            .cur
+            .step(&self.lane, |meta, view| f.take().map(|f| f(meta, view)))
+        {
             Step::Deliver(meta, Some(r)) => {
-                self.stats.delivered += 1;
+                self.cur.stats.delivered += 1;
                 Ok((meta, r))
             }
             Step::Deliver(_, None) => Err(Poll::Pending),
@@ -330,16 +344,36 @@ impl<M: LaneMem> LaneReader<M> {
             Step::Closed => Err(Poll::Closed),
         }
     }
+}
+
+impl Cursor {
+    fn accepts(&self, key: u16) -> bool {
+        match &self.filter {
+            None => true,
+            Some(bits) => bits
+                .get(usize::from(key) / 64)
+                .is_some_and(|w| w & (1 << (key % 64)) != 0),
+        }
+    }
 
     /// The core loop: advance to the next deliverable record, validating as we go.
-    fn step<R>(&mut self, mut visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R) -> Step<R> {
-        let lane = Arc::clone(&self.lane);
+    fn step<M: LaneMem, R>(
+        &mut self,
+        lane: &Lane<M>,
+        mut visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,
+    ) -> Step<R> {
         let g = lane.geo;
         let cap = g.capacity;
         // Bounded work per call: every iteration advances the cursor or returns, but cap the
         // number anyway so a hostile segment can never spin a reader forever.
         for _ in 0..1_000_000 {
-            let tail = self.tail();
+            // Behind the last tail seen there is more to read: no need to load it again (a
+            // stale tail is safe: every read is validated against a fresh load below).
+            let fresh = self.pos >= self.known_tail;
+            if fresh {
+                self.known_tail = tail_of(lane);
+            }
+            let tail = self.known_tail;
             if self.pos >= tail {
                 let state = lane.word(word!(state)).load(Ordering::Acquire);
                 if state == LaneState::Closed as u64
@@ -350,7 +384,7 @@ impl<M: LaneMem> LaneReader<M> {
                 return Step::Empty;
             }
             if tail - self.pos > cap {
-                self.resync(tail);
+                self.resync(lane, tail);
                 if tail - self.pos > cap {
                     // No safe boundary (a garbage tail or anchors): give up on this lap.
                     self.pos = tail;
@@ -370,11 +404,11 @@ impl<M: LaneMem> LaneReader<M> {
             if commit != tag {
                 if commit == tag ^ BUSY || self.pos < tail {
                     // Claimed, not committed (or overwritten: re-check the lap first).
-                    if self.tail() - self.pos > cap {
-                        self.resync(self.tail());
+                    if tail_of(lane) - self.pos > cap {
+                        self.resync(lane, tail_of(lane));
                         continue;
                     }
-                    match self.maybe_skip_hole(commit == tag ^ BUSY, tail) {
+                    match self.maybe_skip_hole(lane, commit == tag ^ BUSY, tail) {
                         true => continue,
                         false => return Step::Pending,
                     }
@@ -398,10 +432,10 @@ impl<M: LaneMem> LaneReader<M> {
                 if lane.word(word!(claim_tail)).load(Ordering::Relaxed)
                     > self.pos.saturating_add(cap)
                 {
-                    self.resync(self.tail());
+                    self.resync(lane, tail_of(lane));
                 } else {
                     self.stats.garbage += 1;
-                    self.skip_garbage(tail);
+                    self.skip_garbage(lane, tail);
                 }
                 continue;
             }
@@ -421,19 +455,27 @@ impl<M: LaneMem> LaneReader<M> {
                 && self.not_before_nanos.is_none_or(|t| meta.t_nanos >= t);
             let result = wanted.then(|| {
                 let view = PayloadView {
-                    lane: &lane,
+                    lane,
                     byte_off: g.byte_off(self.pos) + FRAME_HEADER_LEN,
                     len: meta.payload_len,
                 };
                 visit(&meta, &view)
             });
             fence(Ordering::Acquire);
-            if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos.saturating_add(cap) {
-                // Overwritten while we read it: discard.
-                if wanted {
+            // Validate against the write limit first: the same proof as `claim_tail` (it is
+            // raised before any byte past it is written), on a line the writer changes once
+            // per granule instead of once per record. Only within two granules of being lapped
+            // does the exact `claim_tail` decide, so no intact record is discarded.
+            let lap = self.pos.saturating_add(cap);
+            if lane.word(word!(write_limit)).load(Ordering::Relaxed) > lap
+                && lane.word(word!(claim_tail)).load(Ordering::Relaxed) > lap
+            {
+                // Overwritten: discard. While we read it, if the tail loaded before was fresh;
+                // with a stale one the lap may have come before, which only the resync counts.
+                if wanted && fresh {
                     self.stats.torn += 1;
                 }
-                self.resync(self.tail());
+                self.resync(lane, tail_of(lane));
                 continue;
             }
             self.pos = self.pos.saturating_add(aligned);
@@ -492,26 +534,27 @@ impl<M: LaneMem> LaneReader<M> {
     }
 
     /// After a lap: jump to the oldest frame boundary that is safe to read.
-    fn resync(&mut self, tail: u64) {
+    fn resync<M: LaneMem>(&mut self, lane: &Lane<M>, tail: u64) {
         self.stats.lapped += 1;
-        self.pos = self.oldest_boundary(tail);
+        self.known_tail = tail;
+        self.pos = self.oldest_boundary(lane, tail);
     }
 
     /// The oldest frame boundary still worth reading, with some slack so the reader is not
     /// overrun again at once.
-    fn oldest_boundary(&self, tail: u64) -> u64 {
-        let g = &self.lane.geo;
+    fn oldest_boundary<M: LaneMem>(&self, lane: &Lane<M>, tail: u64) -> u64 {
+        let g = &lane.geo;
         if tail <= g.capacity {
             return 0;
         }
         let target = tail - g.capacity + g.capacity / 8;
-        self.boundary_at_or_after(target, tail)
+        self.boundary_at_or_after(lane, target, tail)
     }
 
     /// First frame boundary at or after `target`, found through the block anchors; `tail` if
     /// none is valid.
-    fn boundary_at_or_after(&self, target: u64, tail: u64) -> u64 {
-        let g = &self.lane.geo;
+    fn boundary_at_or_after<M: LaneMem>(&self, lane: &Lane<M>, target: u64, tail: u64) -> u64 {
+        let g = &lane.geo;
         let first = target.div_ceil(g.block_size());
         for b in first..first.saturating_add(g.n_blocks) {
             // A garbage tail near `u64::MAX` must not wrap the block positions around.
@@ -521,7 +564,7 @@ impl<M: LaneMem> LaneReader<M> {
             if block_start >= tail {
                 break;
             }
-            let a = self.lane.word(g.anchor_word(b)).load(Ordering::Acquire);
+            let a = lane.word(g.anchor_word(b)).load(Ordering::Acquire);
             let limit = block_start.saturating_add(g.max_frame + g.block_size());
             if a >= block_start && a < limit && a <= tail {
                 return a;
@@ -532,9 +575,9 @@ impl<M: LaneMem> LaneReader<M> {
 
     /// The frame at `pos` is claimed but not committed. If its writer is gone, or it has been
     /// stuck longer than the stall timeout, skip it (counted as a hole) and return `true`.
-    fn maybe_skip_hole(&mut self, busy: bool, tail: u64) -> bool {
+    fn maybe_skip_hole<M: LaneMem>(&mut self, lane: &Lane<M>, busy: bool, tail: u64) -> bool {
         if !self.writer_gone
-            && self.lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
+            && lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
         {
             self.writer_gone = true;
         }
@@ -554,11 +597,10 @@ impl<M: LaneMem> LaneReader<M> {
         }
         self.stats.holes += 1;
         self.stalled_since = None;
-        let g = self.lane.geo;
+        let g = lane.geo;
         if busy {
             // The length was written before BUSY: skip exactly this frame if it is sane.
-            let len_meta = self
-                .lane
+            let len_meta = lane
                 .word(g.frame_word(self.pos, fw::LEN_META))
                 .load(Ordering::Relaxed);
             let aligned = align_frame(u64::from(len_meta as u32));
@@ -571,14 +613,14 @@ impl<M: LaneMem> LaneReader<M> {
                 return true;
             }
         }
-        self.skip_garbage(tail);
+        self.skip_garbage(lane, tail);
         true
     }
 
     /// Moves past an unreadable position: the next committed or busy frame tag within
     /// `max_frame`, else the next valid anchor, else the tail.
-    fn skip_garbage(&mut self, tail: u64) {
-        let g = self.lane.geo;
+    fn skip_garbage<M: LaneMem>(&mut self, lane: &Lane<M>, tail: u64) {
+        let g = lane.geo;
         let limit = self.pos.saturating_add(g.max_frame).min(tail);
         let mut q = self.pos.saturating_add(8);
         while q < limit {
@@ -586,8 +628,7 @@ impl<M: LaneMem> LaneReader<M> {
             if phys == 0 || phys + FRAME_HEADER_LEN as u64 > g.capacity {
                 break;
             }
-            let c = self
-                .lane
+            let c = lane
                 .word(g.frame_word(q, fw::COMMIT))
                 .load(Ordering::Acquire);
             if c == g.tag(q) || c == g.tag(q) ^ BUSY {
@@ -596,7 +637,7 @@ impl<M: LaneMem> LaneReader<M> {
             }
             q += 8;
         }
-        let next = self.boundary_at_or_after(self.pos.saturating_add(1), tail);
+        let next = self.boundary_at_or_after(lane, self.pos.saturating_add(1), tail);
         self.pos = next.max(self.pos.saturating_add(8));
     }
 }

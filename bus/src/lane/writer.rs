@@ -2,9 +2,10 @@
 //!
 //! Protocol, per frame at absolute position `start` (ending at `end`):
 //! 1. **Claim**: compute `start`/`end` from the process-local tail (inserting a PAD frame at the
-//!    physical end of the ring), store `claim_tail = end` (Relaxed), then `fence(Release)`:
-//!    the new tail intent is visible before any byte of `[old tail, end)` is overwritten, so a
-//!    reader that copied overwritten bytes sees a tail that proves it was lapped.
+//!    physical end of the ring), store `claim_tail = end` (Relaxed) and, if `end` passes it,
+//!    raise `write_limit` past `end` by up to two granules, then `fence(Release)`: the limit is
+//!    visible before any byte of `[old tail, end)` is overwritten, so a reader that copied
+//!    overwritten bytes sees a limit that proves it was lapped.
 //! 2. Write header words 1–4 (Relaxed), then the commit word `tag ^ BUSY` (Release): from now on
 //!    the frame's length is known and a dead writer's hole can be skipped.
 //! 3. Write the payload in place (the encoder writes straight into the ring).
@@ -27,7 +28,7 @@ use super::layout::{
 use super::{Lane, RecordMeta, now_realtime_nanos};
 use crate::doorbell::DoorbellPage;
 use crate::mem::LaneMem;
-use crate::sync::{AtomicU64, Mutex, Ordering, fence};
+use crate::sync::{AtomicU64, ClaimLock, Ordering, fence};
 use crate::testpoint;
 
 /// A claim could not be made.
@@ -130,11 +131,17 @@ impl Local {
 }
 
 impl<M: LaneMem> Lane<M> {
-    /// Publishes the tail intent: `claim_tail = end`, then a release fence so no byte of the
-    /// claimed range is overwritten before the intent is visible.
+    /// Publishes the tail intent: `claim_tail = end` and, when `end` passes it, a new
+    /// `write_limit` (the next granule boundary after `end`, plus a granule), then a release
+    /// fence so no byte of the claimed range is overwritten before the limit is visible.
     #[inline]
     fn publish_intent(&self, end: u64) {
         self.word(word!(claim_tail)).store(end, Ordering::Relaxed);
+        let limit = self.word(word!(write_limit));
+        if end > limit.load(Ordering::Relaxed) {
+            let g = self.geo.limit_granule();
+            limit.store(((end + g - 1) & !(g - 1)) + g, Ordering::Relaxed);
+        }
         fence(Ordering::Release);
     }
 
@@ -307,9 +314,12 @@ impl<M: LaneMem> Claim<'_, M> {
         testpoint::hit("before_commit");
         self.lane.finish_frame(self.start, self.end);
         testpoint::hit("after_commit");
-        self.lane
-            .word(word!(frames_committed))
-            .fetch_add(1, Ordering::Relaxed);
+        if self.inflight.is_none() {
+            // The single writer is the only one to write the counter: a load and a store, not
+            // a read-modify-write (a locked instruction would wait for the frame's lines).
+            let w = self.lane.word(word!(frames_committed));
+            w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
         self.release();
         self.done = true;
     }
@@ -317,11 +327,9 @@ impl<M: LaneMem> Claim<'_, M> {
     /// Retires the claim: after this, other claims may reuse its bytes.
     fn release(&self) {
         match self.inflight {
-            Some(Inflight::Slot(slot)) => slot.store(RETIRED, Ordering::Release),
+            Some(Inflight::Slot(slot, _)) => slot.store(RETIRED, Ordering::Release),
             Some(Inflight::Overflow(state)) => {
-                if let Ok(mut st) = state.lock() {
-                    st.overflow.retain(|&(seq, _)| seq != self.seq);
-                }
+                state.lock().overflow.retain(|&(seq, _)| seq != self.seq);
             }
             None => {}
         }
@@ -333,6 +341,16 @@ impl<M: LaneMem> Drop for Claim<'_, M> {
         if !self.done {
             self.lane
                 .abort_frame(self.start, self.end, self.payload_len, self.meta);
+            if let Some(Inflight::Slot(_, state) | Inflight::Overflow(state)) = self.inflight {
+                // A shared writer counted the claim as committed when it made it; take it
+                // back (under the lock, like every change of the counter by shared writers).
+                let _held = state.lock();
+                let w = self.lane.word(word!(frames_committed));
+                w.store(
+                    w.load(Ordering::Relaxed).saturating_sub(1),
+                    Ordering::Relaxed,
+                );
+            }
             self.release();
         }
     }
@@ -482,10 +500,11 @@ const RETIRED: u64 = u64::MAX;
 /// How a shared writer's claim is retired.
 #[derive(Clone, Copy)]
 enum Inflight<'w> {
-    /// A Release store of [`RETIRED`] into its slot, without the lock.
-    Slot(&'w AtomicU64),
+    /// A Release store of [`RETIRED`] into its slot, without the lock (the lock is only
+    /// taken if the claim is aborted).
+    Slot(&'w AtomicU64, &'w ClaimLock<SharedLocal>),
     /// Removal from `SharedLocal::overflow`, under the lock.
-    Overflow(&'w Mutex<SharedLocal>),
+    Overflow(&'w ClaimLock<SharedLocal>),
 }
 
 #[derive(Debug, Default)]
@@ -501,13 +520,14 @@ pub(crate) struct SharedLocal {
 
 /// A writer many threads of one process share. Claims take a process-local lock for the claim
 /// arithmetic only (never during the copy); the lock is never in shared memory, so a crash
-/// cannot leave it held for anyone.
+/// cannot leave it held for anyone. The lane's `frames_committed` counts a claim when it is
+/// made (under the lock) and takes it back if it is aborted: claims in flight count.
 ///
 /// Lap guard: a claim that would overwrite bytes of a claim another thread is still writing
 /// is dropped ([`ClaimError::Lapped`], counted in `dropped_wrap`), never waited for.
 pub struct SharedLaneWriter<M: LaneMem> {
     lane: Arc<Lane<M>>,
-    state: Mutex<SharedLocal>,
+    state: ClaimLock<SharedLocal>,
     /// In-flight claims, process-local: `slots[seq % INFLIGHT_SLOTS]` holds the start
     /// position of claim `seq` while it is in flight (stored under the lock, Relaxed), and
     /// [`RETIRED`] once it is committed or aborted (stored by the claim's thread **without**
@@ -520,7 +540,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     pub(crate) fn new(lane: Arc<Lane<M>>) -> SharedLaneWriter<M> {
         SharedLaneWriter {
             lane,
-            state: Mutex::new(SharedLocal::default()),
+            state: ClaimLock::new(SharedLocal::default()),
             slots: (0..INFLIGHT_SLOTS)
                 .map(|_| AtomicU64::new(RETIRED))
                 .collect(),
@@ -542,9 +562,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
         let geo = self.lane.geo;
         let now = now_realtime_nanos();
         let (r, inflight) = {
-            let Ok(mut st) = self.state.lock() else {
-                return Err(ClaimError::Closed);
-            };
+            let mut st = self.state.lock();
             if st.local.closed {
                 return Err(ClaimError::Closed);
             }
@@ -585,11 +603,14 @@ impl<M: LaneMem> SharedLaneWriter<M> {
                 return Err(ClaimError::Lapped);
             }
             st.local.accept(&r);
+            // Counted now, under the lock: a load and a store (see the type's docs).
+            let committed = self.lane.word(word!(frames_committed));
+            committed.store(committed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             // The slot is free once the scan has passed its previous owner.
             let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
                 let slot = self.slot(r.seq);
                 slot.store(r.start, Ordering::Relaxed);
-                Inflight::Slot(slot)
+                Inflight::Slot(slot, &self.state)
             } else {
                 st.overflow.push((r.seq, r.start));
                 Inflight::Overflow(&self.state)
@@ -623,12 +644,11 @@ impl<M: LaneMem> SharedLaneWriter<M> {
 
     /// Closes the lane (see [`LaneWriter::close`]).
     pub fn close(&self) {
-        if let Ok(mut st) = self.state.lock() {
-            if !st.local.closed {
-                st.local.closed = true;
-                let t = now_realtime_nanos().max(st.local.last_t);
-                self.lane.close_at(st.local.tail, st.local.seq, t);
-            }
+        let mut st = self.state.lock();
+        if !st.local.closed {
+            st.local.closed = true;
+            let t = now_realtime_nanos().max(st.local.last_t);
+            self.lane.close_at(st.local.tail, st.local.seq, t);
         }
     }
 }
