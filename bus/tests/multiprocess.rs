@@ -11,7 +11,9 @@
 //!   `delivered + lost == written`, and the reader reaches `Closed`; and paced
 //!   ([`paced_stream_delivers_every_checksummed_frame`], and the 10-million-frame
 //!   [`paced_stream_10m_delivers_every_checksummed_frame`], `#[ignore]`d), so that the reader
-//!   process receives and checks every one of the records.
+//!   process receives and checks every one of the records; and one record at a time to a
+//!   reader that sleeps between them ([`sleeping_reader_is_woken_for_every_record`]): no
+//!   wakeup is lost.
 //! - (b) `producer_killed_<point>` for each crash point, and
 //!   [`producer_killed_externally_at_random_moments`]: a reader that had the lane mapped gets
 //!   every record committed before the kill, reports the uncommitted claim as a hole once told
@@ -225,6 +227,56 @@ fn stream_checksummed_frames_between_processes() {
         n,
         false,
         secs(240),
+    );
+}
+
+/// (a), always on: a reader process that sleeps on its doorbell between records (with a 10 s
+/// timeout) is woken by the producer process for every one of 400 records, one at a time,
+/// each written after a varying delay so the rings land before, during and after the reader's
+/// move to sleep. A lost wakeup (the asymmetric-fence protocol of `doorbell` failing) would
+/// leave a record unread for 10 s: no round may take 2 s.
+#[test]
+fn sleeping_reader_is_woken_for_every_record() {
+    const ROUNDS: u64 = 400;
+    let wd = Watchdog::new("sleeping_reader_is_woken_for_every_record", secs(60));
+    let dl = wd.deadline;
+    let bells = bells();
+    let mut producer = spawn("producer", "producer", &producer_env(4 << 20, &bells, 1));
+    let lane = lane_path(&mut producer, dl);
+    let mut renv = reader_env(&lane, &bells, 0);
+    renv.push(("MP_PROGRESS", "1".to_owned()));
+    renv.push(("MP_SLEEP_MS", "10000".to_owned()));
+    let mut reader = spawn("reader", "reader", &renv);
+    reader.expect("ready", dl);
+    let mut slowest = Duration::ZERO;
+    for i in 0..ROUNDS {
+        // 0 to ~80 µs after the reader announced the last record: it is spinning, preparing
+        // to sleep or asleep when the ring comes.
+        let delay = Duration::from_nanos((i * 7919) % 80_000);
+        let t = Instant::now();
+        while t.elapsed() < delay {
+            std::hint::spin_loop();
+        }
+        let t0 = Instant::now();
+        producer.send("write 1");
+        let round = Deadline::after(secs(2).min(dl.left()));
+        assert_eq!(
+            reader.expect("progress", round).num("delivered"),
+            i + 1,
+            "{}",
+            reader.log()
+        );
+        slowest = slowest.max(t0.elapsed());
+    }
+    producer.send("close");
+    producer.expect("closed", dl);
+    producer.wait_success(dl);
+    let res = reader.expect("result", dl);
+    reader.wait_success(dl);
+    assert_clean_full_read(&res, ROUNDS, &reader.log());
+    eprintln!(
+        "{ROUNDS} rounds, slowest {slowest:.2?}; reader: {}",
+        res.line
     );
 }
 
