@@ -456,7 +456,7 @@ impl Subscriber {
             // rate of a fast consumer).
             self.since_pump += 1;
             if self.since_pump >= PUMP_EVERY_RECORDS
-                || (self.since_pump % 16 == 0 && self.last_pump.elapsed() >= PUMP_EVERY)
+                || (self.since_pump % 128 == 0 && self.last_pump.elapsed() >= PUMP_EVERY)
             {
                 self.pump_control();
             }

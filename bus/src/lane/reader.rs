@@ -188,7 +188,9 @@ struct Cursor {
     stats: ReaderStats,
     writer_gone: bool,
     stall_timeout: Duration,
-    stalled_since: Option<(u64, Instant)>,
+    /// A frame found claimed but uncommitted: its position, the polls that found it so, and
+    /// when the stall timeout started counting.
+    stalled_since: Option<(u64, u32, Option<Instant>)>,
 }
 
 /// The lane's `claim_tail` (Acquire).
@@ -196,6 +198,10 @@ struct Cursor {
 fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
     lane.word(word!(claim_tail)).load(Ordering::Acquire)
 }
+
+/// Polls that find a frame unfinished before the stall clock starts (no clock read per poll
+/// for a reader right behind the writer).
+const STALL_POLLS: u32 = 64;
 
 /// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -582,15 +588,27 @@ impl Cursor {
             self.writer_gone = true;
         }
         if !self.writer_gone {
-            let now = Instant::now();
-            match self.stalled_since {
-                Some((p, since)) if p == self.pos => {
-                    if now.duration_since(since) < self.stall_timeout {
+            let timeout = self.stall_timeout;
+            match &mut self.stalled_since {
+                Some((p, polls, since)) if *p == self.pos => {
+                    // A reader right behind the writer meets frames being written all the
+                    // time; the clock is only read once one stays unfinished for a while.
+                    *polls += 1;
+                    if *polls < STALL_POLLS && !timeout.is_zero() {
                         return false;
+                    }
+                    let now = Instant::now();
+                    match since {
+                        None => {
+                            *since = Some(now);
+                            return false;
+                        }
+                        Some(s) if now.duration_since(*s) < timeout => return false,
+                        Some(_) => {}
                     }
                 }
                 _ => {
-                    self.stalled_since = Some((self.pos, now));
+                    self.stalled_since = Some((self.pos, 0, None));
                     return false;
                 }
             }
