@@ -1,0 +1,392 @@
+//! What every peer shares: the message layout, the clock, pinning, CPU time, the producer's
+//! send loop and the consumer's tally.
+//!
+//! Every message is `size` bytes: the sequence number (`u64` LE) at 0, the send time
+//! (`CLOCK_MONOTONIC` nanoseconds, `u64` LE; 0 in throughput runs) at 8, and the sequence
+//! number again in the last 8 bytes (sizes ≥ 24), so a consumer checks both ends of every
+//! message it receives. The end of a run is a message whose sequence number is [`END_SEQ`].
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// Bytes of the message header (sequence number, send time).
+pub(crate) const HEADER_LEN: usize = 16;
+/// The sequence number of the end-of-run message.
+pub(crate) const END_SEQ: u64 = u64::MAX;
+/// Latency samples discarded at the start of a run (connection set-up, first page faults),
+/// for every peer alike.
+pub(crate) const WARMUP_FRACTION: f64 = 0.05;
+
+/// What a run measures.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize,
+)]
+pub(crate) enum Mode {
+    /// As many messages as possible for `--secs`; delivered messages per second.
+    Throughput,
+    /// `--count` messages, one every `--interval-nanos`; one-way latency of each.
+    Latency,
+}
+
+/// How a consumer waits for the next message.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize, Deserialize,
+)]
+pub(crate) enum Wait {
+    /// Busy-polls (burns its core).
+    Spin,
+    /// Blocks in the kernel (futex, `read`, …) when there is nothing to read.
+    Sleep,
+}
+
+impl Wait {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Wait::Spin => "spin",
+            Wait::Sleep => "sleep",
+        }
+    }
+}
+
+/// One side of one run (the arguments of `compare child …`).
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct RunArgs {
+    /// The peer (see `compare --help`).
+    #[arg(long)]
+    pub(crate) peer: String,
+    /// Message size in bytes (at least 16).
+    #[arg(long)]
+    pub(crate) size: usize,
+    /// Throughput or latency.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Mode,
+    /// How the consumer waits.
+    #[arg(long, value_enum, default_value = "sleep")]
+    pub(crate) wait: Wait,
+    /// Throughput: how long the producer sends, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) secs: f64,
+    /// Latency: how many messages.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) count: u64,
+    /// Latency: nanoseconds between two messages.
+    #[arg(long, default_value_t = 50_000)]
+    pub(crate) interval_nanos: u64,
+    /// The CPU to pin this process to.
+    #[arg(long)]
+    pub(crate) cpu: Option<usize>,
+    /// The other CPU (for peers that run both sides in one process).
+    #[arg(long)]
+    pub(crate) other_cpu: Option<usize>,
+    /// Where to meet: what the consumer printed on its `ready` line.
+    #[arg(long, default_value = "")]
+    pub(crate) rendezvous: String,
+    /// A private directory for sockets and bus directories, removed by the parent.
+    #[arg(long)]
+    pub(crate) scratch: PathBuf,
+}
+
+impl RunArgs {
+    /// These arguments as a `compare child <role>` command line.
+    pub(crate) fn to_argv(&self) -> Vec<String> {
+        use clap::ValueEnum;
+        let name = |v: Option<clap::builder::PossibleValue>| {
+            v.map(|v| v.get_name().to_owned()).unwrap_or_default()
+        };
+        let mut v = vec![
+            "--peer".into(),
+            self.peer.clone(),
+            "--size".into(),
+            self.size.to_string(),
+            "--mode".into(),
+            name(self.mode.to_possible_value()),
+            "--wait".into(),
+            name(self.wait.to_possible_value()),
+            "--secs".into(),
+            self.secs.to_string(),
+            "--count".into(),
+            self.count.to_string(),
+            "--interval-nanos".into(),
+            self.interval_nanos.to_string(),
+            "--scratch".into(),
+            self.scratch.display().to_string(),
+        ];
+        for (flag, cpu) in [("--cpu", self.cpu), ("--other-cpu", self.other_cpu)] {
+            if let Some(c) = cpu {
+                v.extend([flag.to_owned(), c.to_string()]);
+            }
+        }
+        if !self.rendezvous.is_empty() {
+            v.extend(["--rendezvous".to_owned(), self.rendezvous.clone()]);
+        }
+        v
+    }
+}
+
+/// The consumer's result line (`result {json}`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct ConsumerReport {
+    /// Messages received intact (not counting the end message).
+    pub(crate) delivered: u64,
+    /// Messages missing from the sequence (overwritten or dropped by the transport).
+    pub(crate) lost: u64,
+    /// Messages with a wrong length, header or trailer, or out of order.
+    pub(crate) bad: u64,
+    /// From the first message received to the end message, nanoseconds.
+    pub(crate) window_nanos: u64,
+    /// Latency runs: percentiles of the one-way latency (after the warm-up), nanoseconds.
+    pub(crate) p50_nanos: Option<u64>,
+    /// 99th percentile.
+    pub(crate) p99_nanos: Option<u64>,
+    /// Latency samples behind the percentiles.
+    pub(crate) samples: u64,
+    /// CPU time of the whole process, nanoseconds.
+    pub(crate) cpu_nanos: u64,
+}
+
+/// The producer's result line (`done {json}`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct ProducerReport {
+    /// Messages sent (not counting the end message).
+    pub(crate) sent: u64,
+    /// CPU time of the whole process, nanoseconds.
+    pub(crate) cpu_nanos: u64,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (the same clock as Python's `time.monotonic_ns`, so the
+/// send time in a message means the same in every process).
+#[inline]
+pub(crate) fn mono_nanos() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Pins the calling thread (and threads it starts later) to `cpu`.
+pub(crate) fn pin(cpu: Option<usize>) -> Result<()> {
+    if let Some(cpu) = cpu {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set)
+            .with_context(|| format!("cannot pin to CPU {cpu}"))?;
+    }
+    Ok(())
+}
+
+/// CPU time (user + system, every thread) of process `pid` ("self" for this one), in
+/// nanoseconds, from `/proc/<pid>/stat` (clock ticks of 10 ms).
+pub(crate) fn process_cpu_nanos(pid: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (tick(11) + tick(12)) * 10_000_000
+}
+
+/// Writes the message header (and trailer) for sequence number `seq` sent at `t_nanos`.
+#[inline]
+pub(crate) fn stamp(buf: &mut [u8], seq: u64, t_nanos: u64) {
+    buf[..8].copy_from_slice(&seq.to_le_bytes());
+    buf[8..16].copy_from_slice(&t_nanos.to_le_bytes());
+    let n = buf.len();
+    if n >= 24 {
+        buf[n - 8..].copy_from_slice(&seq.to_le_bytes());
+    }
+}
+
+/// Prints one protocol line to the parent.
+pub(crate) fn say(line: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The producer's side of a run, for every peer: announce `armed`, wait for the parent's
+/// `go` (the consumer is connected by then), send, then the end message.
+///
+/// `send` gets `prefix` followed by the message (a transport's own framing, e.g. a length,
+/// so that sending is one copy) and copies it into the transport; `flush` pushes out anything
+/// a batching transport still holds.
+pub(crate) fn run_producer(
+    args: &RunArgs,
+    prefix: &[u8],
+    mut send: impl FnMut(&[u8]) -> Result<()>,
+    mut flush: impl FnMut() -> Result<()>,
+) -> Result<ProducerReport> {
+    if args.size < HEADER_LEN {
+        bail!("--size must be at least {HEADER_LEN} bytes");
+    }
+    let mut buf = vec![0u8; prefix.len() + args.size];
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let at = prefix.len();
+    say("armed")?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != "go" {
+        bail!("expected `go` from the parent, got {line:?}");
+    }
+    let mut sent = 0u64;
+    match args.mode {
+        Mode::Throughput => {
+            let deadline = mono_nanos() + (args.secs * 1e9) as u64;
+            loop {
+                for _ in 0..64 {
+                    stamp(&mut buf[at..], sent, 0);
+                    send(&buf)?;
+                    sent += 1;
+                }
+                if mono_nanos() >= deadline {
+                    break;
+                }
+            }
+        }
+        Mode::Latency => {
+            let mut next = mono_nanos() + args.interval_nanos;
+            while sent < args.count {
+                let mut now = mono_nanos();
+                while now < next {
+                    std::hint::spin_loop();
+                    now = mono_nanos();
+                }
+                stamp(&mut buf[at..], sent, now);
+                send(&buf)?;
+                flush()?;
+                sent += 1;
+                // A transport that fell far behind does not get a burst to catch up with.
+                next = (next + args.interval_nanos).max(now);
+            }
+        }
+    }
+    stamp(&mut buf[at..], END_SEQ, 0);
+    send(&buf)?;
+    flush()?;
+    Ok(ProducerReport {
+        sent,
+        cpu_nanos: process_cpu_nanos("self"),
+    })
+}
+
+/// The consumer's count of one run.
+pub(crate) struct Tally {
+    size: usize,
+    mode: Mode,
+    next_seq: u64,
+    delivered: u64,
+    lost: u64,
+    bad: u64,
+    first_nanos: Option<u64>,
+    end_nanos: u64,
+    latencies: Vec<u64>,
+}
+
+impl Tally {
+    pub(crate) fn new(args: &RunArgs) -> Tally {
+        Tally {
+            size: args.size,
+            mode: args.mode,
+            next_seq: 0,
+            delivered: 0,
+            lost: 0,
+            bad: 0,
+            first_nanos: None,
+            end_nanos: 0,
+            latencies: Vec::with_capacity(match args.mode {
+                Mode::Latency => args.count as usize,
+                Mode::Throughput => 0,
+            }),
+        }
+    }
+
+    /// Counts one received message; `false` once the end message arrived. Reads the clock
+    /// only for the first and the last message of a throughput run (a clock read costs about
+    /// what a 64-byte message does), and for every message of a latency run.
+    #[inline]
+    pub(crate) fn on_message(&mut self, msg: &[u8]) -> bool {
+        let word = |at: usize| {
+            msg.get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let Some(seq) = word(0) else {
+            self.bad += 1;
+            return true;
+        };
+        if seq == END_SEQ {
+            self.end_nanos = mono_nanos();
+            return false;
+        }
+        let n = msg.len();
+        if n != self.size || (n >= 24 && word(n - 8) != Some(seq)) || seq < self.next_seq {
+            self.bad += 1;
+            return true;
+        }
+        self.lost += seq - self.next_seq;
+        self.next_seq = seq + 1;
+        self.delivered += 1;
+        match self.mode {
+            Mode::Throughput => {
+                if self.first_nanos.is_none() {
+                    self.first_nanos = Some(mono_nanos());
+                }
+            }
+            Mode::Latency => {
+                let now = mono_nanos();
+                self.first_nanos.get_or_insert(now);
+                self.latencies
+                    .push(now.saturating_sub(word(8).unwrap_or(now)));
+            }
+        }
+        true
+    }
+
+    /// Messages lost after the last one received (the end message carries no count, so the
+    /// consumer is told the producer's total when it is known).
+    pub(crate) fn report(mut self) -> ConsumerReport {
+        let window_nanos = self
+            .end_nanos
+            .saturating_sub(self.first_nanos.unwrap_or(self.end_nanos));
+        let skip = (self.latencies.len() as f64 * WARMUP_FRACTION) as usize;
+        let lat = &mut self.latencies[skip..];
+        lat.sort_unstable();
+        let pct =
+            |p: f64| (!lat.is_empty()).then(|| lat[((lat.len() - 1) as f64 * p).round() as usize]);
+        ConsumerReport {
+            delivered: self.delivered,
+            lost: self.lost,
+            bad: self.bad,
+            window_nanos,
+            p50_nanos: pct(0.50),
+            p99_nanos: pct(0.99),
+            samples: lat.len() as u64,
+            cpu_nanos: process_cpu_nanos("self"),
+        }
+    }
+}
+
+/// The consumer's side of a run, for every peer: `ready <rendezvous>` (set up before this is
+/// called), then receive until the end message, then `result {json}`.
+pub(crate) fn finish_consumer(tally: Tally) -> Result<()> {
+    let report = tally.report();
+    say(&format!("result {}", serde_json::to_string(&report)?))
+}
+
+/// Waits up to `timeout` for `cond`, napping 1 ms between checks (set-up only, never in a
+/// measured loop).
+pub(crate) fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        if t0.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}

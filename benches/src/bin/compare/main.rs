@@ -1,0 +1,246 @@
+//! `compare`: snapbus against the transports researchers use today, side by side, in one run,
+//! with producer and consumer in separate processes pinned to different CPUs.
+//!
+//! ```sh
+//! cargo run --release -p snapbus-benches --features iceoryx2 --bin compare   # ~10 min, writes BENCHMARKS.md
+//! cargo run --release -p snapbus-benches --bin compare -- --quick           # < 1 min, prints only
+//! ```
+//!
+//! For every message size (64 B, 4 KiB, 1 MiB) and every peer it measures throughput (messages
+//! delivered per second at the consumer, and GB/s) and one-way latency (p50/p99 of a paced
+//! stream, for a spinning and a sleeping consumer where the peer has both), plus the machine's
+//! own limits (memcpy bandwidth of 1 MiB blocks, the cross-process cache-line round trip).
+//! Runs are interleaved (all peers of a size in turn, rotated each repetition) and repeated;
+//! the report gives the median and min–max of the repetitions, the load other processes put
+//! on the machine during each run, and the ratio snapbus / best peer per row.
+//!
+//! The harness re-executes itself as the processes of each run (`compare child …`, a JSON-line
+//! protocol on their stdout; see `run.rs`); the Python peer is `mp_queue.py` beside this file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+mod common;
+mod peers;
+mod refs;
+mod report;
+mod run;
+
+use common::RunArgs;
+
+/// snapbus against its peers: throughput and latency across processes, in one run.
+#[derive(Parser, Debug)]
+#[command(name = "compare")]
+struct Cli {
+    #[command(subcommand)]
+    child: Option<Sub>,
+    /// A short run (under a minute: one repetition, 0.1 s per throughput run): proves the
+    /// harness and every peer work; its figures are not for publishing.
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions of every run (default 5; 1 with --quick).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Only these peers (repeatable; default all).
+    #[arg(long = "peer", value_name = "PEER")]
+    peers: Vec<String>,
+    /// Only these message sizes in bytes (repeatable; default 64, 4096, 1048576).
+    #[arg(long = "size", value_name = "BYTES")]
+    sizes: Vec<usize>,
+    /// Seconds the producer sends in a throughput run (default 1; 0.1 with --quick).
+    #[arg(long)]
+    secs: Option<f64>,
+    /// Where the report goes: a Markdown file whose `compare` section is replaced (created if
+    /// missing). Default: the workspace's BENCHMARKS.md for a full run of every peer and size,
+    /// nowhere for --quick or a filtered run (the report is always printed).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the report only.
+    #[arg(long, conflicts_with = "out")]
+    no_write: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// One process of a run (used by the harness itself).
+    #[command(hide = true)]
+    Child {
+        #[command(subcommand)]
+        role: Role,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Role {
+    Consumer(RunArgs),
+    Producer(RunArgs),
+    Both(RunArgs),
+    Memcpy {
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long)]
+        secs: f64,
+    },
+    Ping {
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long)]
+        secs: f64,
+    },
+    Pong {
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(long)]
+        rendezvous: String,
+    },
+}
+
+fn child(role: Role) -> Result<()> {
+    match role {
+        Role::Consumer(a) => {
+            common::pin(a.cpu)?;
+            peers::consumer(&a)
+        }
+        Role::Producer(a) => {
+            common::pin(a.cpu)?;
+            peers::producer(&a)
+        }
+        Role::Both(a) => peers::both(&a),
+        Role::Memcpy { cpu, secs } => refs::memcpy(cpu, secs),
+        Role::Ping { cpu, secs } => refs::ping(cpu, secs),
+        Role::Pong { cpu, rendezvous } => refs::pong(cpu, &rendezvous),
+    }
+}
+
+/// Removes the scratch directory (sockets, the bus) when the run ends, however it ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn parent(cli: Cli) -> Result<bool> {
+    let all_sizes = [64usize, 4 << 10, 1 << 20];
+    let sizes = if cli.sizes.is_empty() {
+        all_sizes.to_vec()
+    } else {
+        cli.sizes.clone()
+    };
+    if let Some(s) = sizes
+        .iter()
+        .find(|&&s| !(common::HEADER_LEN..=4 << 20).contains(&s))
+    {
+        bail!(
+            "--size {s}: sizes go from {} bytes to 4 MiB",
+            common::HEADER_LEN
+        );
+    }
+    let mut peers = Vec::new();
+    let mut skipped = Vec::new();
+    for p in peers::PEERS {
+        if !cli.peers.is_empty() && !cli.peers.iter().any(|n| n == p.name) {
+            continue;
+        }
+        match (p.available)() {
+            Ok(()) => peers.push(p),
+            Err(why) => skipped.push((p, why)),
+        }
+    }
+    for name in &cli.peers {
+        peers::find(name)?;
+    }
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        bail!("the harness pins producer and consumer to CPUs 0 and 1: this machine has one");
+    }
+    let plan = run::Plan {
+        quick: cli.quick,
+        reps: cli.reps.unwrap_or(if cli.quick { 1 } else { 5 }).max(1),
+        sizes,
+        peers,
+        secs: cli.secs.unwrap_or(if cli.quick { 0.1 } else { 1.0 }),
+        ref_secs: if cli.quick { 0.1 } else { 0.5 },
+    };
+    let full = cli.peers.is_empty() && cli.sizes.is_empty() && !cli.quick;
+    let out = match (&cli.out, cli.no_write, full) {
+        (Some(p), _, _) => Some(p.clone()),
+        (None, false, true) => Some(report::default_out()),
+        _ => None,
+    };
+
+    let root = std::env::temp_dir().join(format!("snapbus-compare-{}", std::process::id()));
+    std::fs::create_dir(&root).with_context(|| format!("create {}", root.display()))?;
+    let scratch = Scratch(root.clone());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let bus_dir = peers::snapbus_bus_dir(&root)?;
+    let broker = snapbus_bus::broker::InProcess::start(bus_dir, Duration::from_millis(200))
+        .context("start the broker")?;
+
+    let started = std::time::SystemTime::now();
+    let mut outcomes = Vec::new();
+    let mut refs = Vec::new();
+    let mut n = 0;
+    for rep in 0..plan.reps {
+        run::check_exe()?;
+        let r = run::run_refs(&plan, &root);
+        eprintln!(
+            "[{}/{}] references: {}",
+            rep + 1,
+            plan.reps,
+            report::refs_line(&r)
+        );
+        refs.push(r);
+        for job in run::jobs(&plan, rep) {
+            n += 1;
+            let o = run::run_job(&plan, &job, &root, n);
+            eprintln!("[{}/{}] {}", rep + 1, plan.reps, report::outcome_line(&o));
+            outcomes.push(o);
+        }
+    }
+    let _ = broker.stop();
+    drop(scratch);
+
+    let text = report::render(&report::Input {
+        plan: &plan,
+        outcomes: &outcomes,
+        refs: &refs,
+        skipped: &skipped,
+        started,
+        finished: std::time::SystemTime::now(),
+        command: report::command_line(),
+    });
+    println!("{text}");
+    if let Some(path) = out {
+        report::write_section(&path, &text)?;
+        eprintln!("wrote the report into {}", path.display());
+    }
+    let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
+    if failed > 0 {
+        eprintln!("{failed} run(s) failed (see the report)");
+    }
+    Ok(failed == 0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.child {
+        Some(Sub::Child { role }) => child(role).map(|()| true),
+        None => parent(cli),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("compare: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

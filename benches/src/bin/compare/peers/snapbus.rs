@@ -1,0 +1,135 @@
+//! snapbus: the producer's `Publisher` writes into its lane in shared memory, a `Subscriber`
+//! in the consumer process reads it; the broker (a thread of the harness, as `snapbus up`
+//! would be) introduces them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
+use snapbus_schemas::{Bytes, Snapshot};
+
+use crate::common::{RunArgs, Tally, Wait, finish_consumer, run_producer, say, wait_for};
+
+pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
+    payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
+    copy into the ring) into a 64 MiB lane; the consumer is a `Subscriber` (the API every \
+    snapbus consumer uses) reading the payload in place; spinning: `next(Duration::ZERO)` in a \
+    loop; sleeping: `next(100 ms)`, which spins 64 times, then sleeps on the doorbell futex.";
+
+/// The payload type: the message as one `bytes` field.
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "bench.blob", version = 1)]
+pub(crate) struct Blob {
+    /// The message.
+    pub(crate) data: Bytes,
+}
+
+/// The bus all runs share: `<scratch root>/bus`, name `compare`.
+pub(crate) fn bus_dir(scratch_root: &Path) -> Result<BusDir> {
+    let name = BusName::new("compare").map_err(|e| anyhow!("{e}"))?;
+    Ok(BusDir::locate_in(&scratch_root.join("bus"), &name))
+}
+
+/// The run's producer name: the run's scratch directory name (unique per run).
+fn run_name(args: &RunArgs) -> Result<String> {
+    args.scratch
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("bad scratch directory"))
+}
+
+fn root(args: &RunArgs) -> Result<&Path> {
+    args.scratch
+        .parent()
+        .ok_or_else(|| anyhow!("scratch has no parent"))
+}
+
+pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
+    let name = run_name(args)?;
+    let dir = bus_dir(root(args)?)?;
+    let mut sub = Subscriber::connect(
+        &dir,
+        SubscribeOptions {
+            kind: "compare".into(),
+            globs: Vec::new(),
+            // Lanes of earlier runs are not read; this run's lane appears later and is read
+            // from its first record.
+            start: StartFrom::Latest,
+            cut: false,
+            skip_lanes: Vec::new(),
+            count_history_as_lost: false,
+        },
+    )
+    .context("subscribe")?;
+    say(&format!("ready {name}"))?;
+    let timeout = match args.wait {
+        Wait::Spin => Duration::ZERO,
+        Wait::Sleep => Duration::from_millis(100),
+    };
+    let mut tally = Tally::new(args);
+    let mut last_seen = Instant::now();
+    loop {
+        match sub.next(timeout)? {
+            Some(Event::Joined(p)) if p.name == name => say("joined")?,
+            Some(Event::Record(r)) if r.producer.name == name => {
+                last_seen = Instant::now();
+                // A `bytes` value: an 8-byte length, then the bytes (read in place).
+                let data = r.payload.get(8..).unwrap_or(&[]);
+                if !tally.on_message(data) {
+                    break;
+                }
+            }
+            Some(Event::Ended(p) | Event::Died(p)) if p.name == name => {
+                bail!("the producer's lane ended before its end message")
+            }
+            Some(_) => {}
+            None => {
+                if last_seen.elapsed() > Duration::from_secs(60) {
+                    bail!("nothing from the producer for 60 s");
+                }
+            }
+        }
+    }
+    finish_consumer(tally)
+}
+
+pub(crate) fn producer(args: &RunArgs) -> Result<()> {
+    let dir = bus_dir(root(args)?)?;
+    let publisher = Publisher::start(
+        dir,
+        PublisherConfig {
+            name: args.rendezvous.clone(),
+            lane: LaneConfig {
+                capacity: 64 << 20,
+                max_frame: 4 << 20,
+                block_size: 64 << 10,
+            },
+            session_tag: None,
+            perf_tag: None,
+        },
+    )
+    .context("start the publisher")?;
+    if !wait_for(Duration::from_secs(30), || publisher.is_connected()) {
+        bail!("no broker");
+    }
+    let key = publisher.register_schema(Blob::descriptor())?;
+    let version = Blob::VERSION as u16;
+    let prefix = (args.size as u64).to_le_bytes();
+    let report = run_producer(
+        args,
+        &prefix,
+        |payload| {
+            publisher.emit_raw(key, version, 2, 0, payload)?;
+            Ok(())
+        },
+        || Ok(()),
+    )?;
+    publisher.close();
+    say(&format!("done {}", serde_json::to_string(&report)?))
+}

@@ -1,0 +1,172 @@
+//! The machine's own limits, measured in the same run as the peers: memcpy bandwidth for
+//! 1 MiB blocks, and the round trip of one cache line between two processes on the two CPUs.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use snapbus_bus::lane::{LaneConfig, ShmLane};
+use snapbus_bus::mem::LaneMem;
+
+use crate::common::{mono_nanos, pin, process_cpu_nanos, say};
+
+/// `child memcpy`'s result.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct MemcpyReport {
+    /// 1 MiB blocks copied into a rotating 64 MiB destination (memory bandwidth), GB/s.
+    pub(crate) rotating_gbytes_per_sec: f64,
+    /// 1 MiB copied again and again into the same 1 MiB (cache bandwidth), GB/s.
+    pub(crate) resident_gbytes_per_sec: f64,
+    /// CPU time of the process, nanoseconds.
+    pub(crate) cpu_nanos: u64,
+}
+
+/// `child ping`'s result.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct PingReport {
+    /// Median over batches of the time for one round trip of the line, nanoseconds.
+    pub(crate) round_trip_nanos: f64,
+    /// CPU time of both processes, nanoseconds.
+    pub(crate) cpu_nanos: u64,
+}
+
+/// `child pong`'s result.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct PongReport {
+    /// CPU time of the process, nanoseconds.
+    pub(crate) cpu_nanos: u64,
+}
+
+const BLOCK: usize = 1 << 20;
+
+/// Copies 1 MiB blocks for `secs` seconds in each of two ways.
+pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
+    pin(cpu)?;
+    let src = vec![7u8; BLOCK];
+    let mut dst = vec![0u8; 64 * BLOCK];
+    let rate = |dst: &mut [u8], rotate: bool| {
+        // Touch everything once so page faults stay out of the measurement.
+        dst.fill(1);
+        let blocks = dst.len() / BLOCK;
+        let t0 = mono_nanos();
+        let deadline = t0 + (secs * 1e9) as u64;
+        let mut n = 0usize;
+        loop {
+            let at = if rotate { n % blocks } else { 0 };
+            dst[at * BLOCK..(at + 1) * BLOCK].copy_from_slice(&src);
+            n += 1;
+            std::hint::black_box(&dst[at * BLOCK]);
+            if n % 16 == 0 && mono_nanos() >= deadline {
+                break;
+            }
+        }
+        (n * BLOCK) as f64 / (mono_nanos() - t0) as f64
+    };
+    let rotating = rate(&mut dst, true);
+    let resident = rate(&mut dst[..BLOCK], false);
+    say(&format!(
+        "result {}",
+        serde_json::to_string(&MemcpyReport {
+            rotating_gbytes_per_sec: rotating,
+            resident_gbytes_per_sec: resident,
+            cpu_nanos: process_cpu_nanos("self"),
+        })?
+    ))
+}
+
+/// The word both processes write: the first of the lane's data area (a fresh lane's data is
+/// never written by a lane writer here; the lane is only a shared, sealed memfd).
+fn shared_word(lane: &ShmLane) -> Result<&AtomicU64> {
+    let word = lane.lane.geometry().data_off as usize / 8;
+    lane.lane.mem().get(word).context("word out of the mapping")
+}
+
+/// A value the pong side never answers: stop.
+const STOP: u64 = u64::MAX - 1;
+
+/// The ping side: creates the shared page, prints `ready <pid>:<fd>`, then for `secs`
+/// seconds writes odd numbers and waits for the pong side's next even one.
+pub(crate) fn ping(cpu: Option<usize>, secs: f64) -> Result<()> {
+    pin(cpu)?;
+    let lane = ShmLane::create(
+        "compare-pingpong",
+        &LaneConfig {
+            capacity: 64 << 10,
+            max_frame: 8 << 10,
+            block_size: 16 << 10,
+        },
+    )?;
+    let word = shared_word(&lane)?;
+    say(&format!(
+        "ready {}:{}",
+        std::process::id(),
+        lane.fd.as_raw_fd()
+    ))?;
+    // The pong side says hello by writing 2.
+    let t0 = mono_nanos();
+    while word.load(Ordering::Acquire) != 2 {
+        if mono_nanos() - t0 > 30_000_000_000 {
+            bail!("the pong side never answered");
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    const BATCH: u64 = 10_000;
+    let mut v = 2u64;
+    let mut per_trip = Vec::new();
+    let deadline = mono_nanos() + (secs * 1e9) as u64;
+    while mono_nanos() < deadline || per_trip.is_empty() {
+        let b0 = mono_nanos();
+        for _ in 0..BATCH {
+            word.store(v + 1, Ordering::Release);
+            while word.load(Ordering::Acquire) != v + 2 {
+                std::hint::spin_loop();
+            }
+            v += 2;
+        }
+        per_trip.push((mono_nanos() - b0) as f64 / BATCH as f64);
+    }
+    word.store(STOP, Ordering::Release);
+    per_trip.sort_by(f64::total_cmp);
+    say(&format!(
+        "result {}",
+        serde_json::to_string(&PingReport {
+            round_trip_nanos: per_trip[per_trip.len() / 2],
+            cpu_nanos: process_cpu_nanos("self"),
+        })?
+    ))
+}
+
+/// The pong side: maps the ping side's page read-write and answers every odd number with the
+/// next even one.
+pub(crate) fn pong(cpu: Option<usize>, rendezvous: &str) -> Result<()> {
+    pin(cpu)?;
+    let (pid, fd) = rendezvous
+        .split_once(':')
+        .with_context(|| format!("bad rendezvous {rendezvous:?}"))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))?;
+    let lane = ShmLane::open_rw(OwnedFd::from(file))?;
+    let word = shared_word(&lane)?;
+    word.store(2, Ordering::Release);
+    loop {
+        let v = word.load(Ordering::Acquire);
+        if v == STOP {
+            break;
+        }
+        if v % 2 == 1 {
+            word.store(v + 1, Ordering::Release);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    say(&format!(
+        "done {}",
+        serde_json::to_string(&PongReport {
+            cpu_nanos: process_cpu_nanos("self"),
+        })?
+    ))
+}
