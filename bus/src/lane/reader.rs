@@ -172,9 +172,10 @@ pub struct LaneReader<M: LaneMem> {
 /// the cursor without touching the `Arc`'s count: an atomic read-modify-write per record).
 struct Cursor {
     pos: u64,
-    /// The newest `claim_tail` this reader has loaded: bytes before it are claimed, so while
-    /// the cursor is behind it there is no need to load the tail (a line the producer writes
-    /// with every record) just to learn that there is more to read.
+    /// A position the lane's `claim_tail` is known to have reached (the last value loaded, or
+    /// the end of a committed frame's header seen at the cursor): bytes before it are claimed,
+    /// so while the cursor is behind it there is no need to load the tail (a line the producer
+    /// writes with every record) just to learn that there is more to read.
     known_tail: u64,
     /// The sequence number the next DATA/ABORTED frame should have, and the position after
     /// which it lies (the last accepted frame's, or the lane's start): known once a frame was
@@ -375,9 +376,24 @@ impl Cursor {
         for _ in 0..1_000_000 {
             // Behind the last tail seen there is more to read: no need to load it again (a
             // stale tail is safe: every read is validated against a fresh load below).
-            let fresh = self.pos >= self.known_tail;
+            let mut fresh = self.pos >= self.known_tail;
             if fresh {
-                self.known_tail = tail_of(lane);
+                // Peek at the frame first: if it is committed, there is data without loading
+                // `claim_tail` (a line the writer stores with every record, so each load a
+                // reader makes slows the next store of the writer).
+                let phys = self.pos & (cap - 1);
+                let committed = phys + FRAME_HEADER_LEN as u64 <= cap
+                    && lane
+                        .word(g.frame_word(self.pos, fw::COMMIT))
+                        .load(Ordering::Acquire)
+                        == g.tag(self.pos);
+                if committed {
+                    // The frame's header at least is claimed: a lower bound of the tail.
+                    self.known_tail = self.pos + FRAME_HEADER_LEN as u64;
+                    fresh = false;
+                } else {
+                    self.known_tail = tail_of(lane);
+                }
             }
             let tail = self.known_tail;
             if self.pos >= tail {
