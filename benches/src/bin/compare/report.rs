@@ -701,7 +701,7 @@ fn goals(
     ) {
         let mem = memcpy.map_or(String::new(), |m| {
             format!(
-                "; {:.0} % of the memcpy reference",
+                "; {:.0} % of the rotating memcpy reference",
                 s * (1 << 20) as f64 / 1e9 / m.median * 100.0
             )
         });
@@ -742,12 +742,13 @@ fn goals(
         );
         match (snap, best) {
             (Some(s), Some((p, v, _))) => {
-                let line = rtt.map_or(String::new(), |r| {
-                    format!(
+                let line = match (wait, rtt) {
+                    (Wait::Spin, Some(r)) => format!(
                         "; the one-way cache-line limit is ~{}",
                         nanos_text(r.median / 2.0)
-                    )
-                });
+                    ),
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     out,
                     "| {text} | snapbus {}, {} {} ({}){line} | {} |",
