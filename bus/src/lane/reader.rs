@@ -6,8 +6,8 @@
 //! and load `write_limit` (which the writer raises before writing past it, so it is at least
 //! `claim_tail`) and, only if that has passed `pos + capacity`, `claim_tail`: if it has too, a
 //! writer may have overwritten what was read, so the copy is discarded (torn) and the cursor
-//! resyncs. A frame is delivered
-//! only if it was committed and not overwritten while it was read.
+//! resyncs. A frame is delivered only if it was committed and not overwritten while it was
+//! read.
 //!
 //! The whole segment is untrusted: every length and offset is checked before use, garbage is
 //! skipped and counted, and nothing here can panic or read out of bounds.

@@ -390,3 +390,87 @@ pub(crate) fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> boo
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(mode: Mode, size: usize) -> RunArgs {
+        RunArgs {
+            peer: "test".into(),
+            size,
+            mode,
+            wait: Wait::Sleep,
+            secs: 1.0,
+            count: 100,
+            interval_nanos: 1000,
+            cpu: None,
+            other_cpu: None,
+            rendezvous: String::new(),
+            scratch: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    fn msg(size: usize, seq: u64, t: u64) -> Vec<u8> {
+        let mut m = vec![0u8; size];
+        stamp(&mut m, seq, t);
+        m
+    }
+
+    #[test]
+    fn tally_counts_gaps_as_lost_and_damage_as_bad() {
+        let mut t = Tally::new(&args(Mode::Throughput, 64));
+        for seq in [0, 1, 2, 5, 6] {
+            assert!(t.on_message(&msg(64, seq, 0)));
+        }
+        // Wrong trailer, wrong length, a repeat: bad, and not delivered.
+        let mut torn = msg(64, 7, 0);
+        torn[60] ^= 1;
+        assert!(t.on_message(&torn));
+        assert!(t.on_message(&msg(32, 7, 0)));
+        assert!(t.on_message(&msg(64, 6, 0)));
+        assert!(t.on_message(&msg(64, 9, 0)));
+        assert!(!t.on_message(&msg(64, END_SEQ, 0)));
+        let r = t.report();
+        assert_eq!((r.delivered, r.lost, r.bad), (6, 4, 3), "{r:?}");
+        assert!(r.p50_nanos.is_none());
+    }
+
+    #[test]
+    fn tally_latency_drops_the_warmup_and_takes_percentiles() {
+        let mut t = Tally::new(&args(Mode::Latency, 64));
+        let now = mono_nanos();
+        // 100 messages sent 1..=100 s ago: the first 5 (the oldest, 96..=100 s) are dropped.
+        for seq in 0..100u64 {
+            let age = (100 - seq) * 1_000_000_000;
+            assert!(t.on_message(&msg(64, seq, now - age)));
+        }
+        assert!(!t.on_message(&msg(64, END_SEQ, 0)));
+        let r = t.report();
+        assert_eq!(r.samples, 95);
+        let secs = |n: Option<u64>| n.map(|v| v / 1_000_000_000);
+        // Latencies 1..=95 s (plus the test's own time): p50 is the 48th, p99 the 94th.
+        assert_eq!(secs(r.p50_nanos), Some(48));
+        assert_eq!(secs(r.p99_nanos), Some(94));
+    }
+
+    #[test]
+    fn run_args_survive_the_command_line() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            a: RunArgs,
+        }
+        let mut a = args(Mode::Latency, 4096);
+        a.cpu = Some(1);
+        a.rendezvous = "x:1".into();
+        let argv = std::iter::once("t".to_owned()).chain(a.to_argv());
+        let back = Wrap::parse_from(argv).a;
+        assert_eq!(back.to_argv(), a.to_argv());
+        assert_eq!(
+            (back.mode, back.size, back.cpu),
+            (Mode::Latency, 4096, Some(1))
+        );
+    }
+}

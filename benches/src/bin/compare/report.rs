@@ -793,3 +793,41 @@ pub(crate) fn write_section(path: &Path, text: &str) -> Result<()> {
     };
     std::fs::write(path, new).with_context(|| format!("write {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_takes_median_min_max() {
+        let s = spread(vec![3.0, 1.0, 2.0]).expect("values");
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        let s = spread(vec![4.0, 1.0, 2.0, 3.0]).expect("values");
+        assert_eq!(s.median, 2.5);
+        assert!(spread(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn the_section_replaces_only_what_is_between_the_markers() {
+        let dir = std::env::temp_dir().join(format!("compare-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("B.md");
+        std::fs::write(
+            &path,
+            format!("# top\n\n{BEGIN}\nold\n{END}\n\n## rest\nkept\n"),
+        )
+        .expect("write");
+        write_section(&path, &format!("{BEGIN}\nnew\n{END}\n")).expect("section");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text,
+            format!("# top\n\n{BEGIN}\nnew\n{END}\n\n## rest\nkept\n")
+        );
+        // No markers: appended after what is there.
+        std::fs::write(&path, "# only\n").expect("write");
+        write_section(&path, &format!("{BEGIN}\nx\n{END}")).expect("section");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text, format!("# only\n\n{BEGIN}\nx\n{END}\n"));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

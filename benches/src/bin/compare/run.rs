@@ -415,3 +415,43 @@ pub(crate) fn check_exe() -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::PEERS;
+
+    #[test]
+    fn every_repetition_runs_every_row_once_and_rotates_the_order() {
+        let plan = Plan {
+            quick: true,
+            reps: 3,
+            sizes: vec![64, 4096],
+            peers: PEERS.iter().collect(),
+            secs: 0.1,
+            ref_secs: 0.1,
+        };
+        let key = |j: &Job| (j.peer.name, j.size, j.mode, j.wait);
+        let expected: usize = PEERS
+            .iter()
+            .map(|p| usize::from(p.throughput) + p.latency_waits.len())
+            .sum::<usize>()
+            * plan.sizes.len();
+        let mut firsts = Vec::new();
+        for rep in 0..plan.reps {
+            let jobs = jobs(&plan, rep);
+            let mut keys: Vec<_> = jobs.iter().map(key).collect();
+            assert_eq!(keys.len(), expected);
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), expected, "no row twice");
+            firsts.push(jobs[0].peer.name);
+        }
+        firsts.dedup();
+        assert_eq!(
+            firsts.len(),
+            plan.reps,
+            "a different peer starts each repetition"
+        );
+    }
+}
