@@ -575,3 +575,36 @@ fn counting_loss_from_the_lane_start_reports_the_overwritten_history_exactly() {
     assert!(first > 0, "the lane wrapped");
     assert_eq!(first_seq(true), (first, first));
 }
+
+/// Zeroed memory past the tail never reads as a committed frame, whatever the salt (a salt
+/// equal to a position made `pos ^ salt` zero before layout version 2): a reader right behind
+/// the writer, which peeks at the next commit word before loading the tail, reports `Empty`,
+/// counts no garbage and stays on the next frame boundary.
+#[test]
+fn zeroed_memory_past_the_tail_is_never_a_frame() {
+    for salt in [40u64, 48, 80, 4096, 1 << 40] {
+        let lane = Lane::heap(&CONFIG, salt).expect("lane");
+        let mut writer = lane.writer().expect("writer");
+        let mut reader = lane.reader(StartAt::Oldest);
+        for seq in 0..4u64 {
+            // Empty payloads: 40-byte frames, so frames start at 40, 80, …
+            let claim = writer.claim(0, meta(1)).expect("claim");
+            assert_eq!(claim.seq(), seq);
+            claim.commit();
+            match reader.poll() {
+                Poll::Frame(f) => assert_eq!(f.meta.seq, seq, "salt {salt}"),
+                other => panic!("salt {salt}: expected record {seq}, got {other:?}"),
+            }
+            for _ in 0..3 {
+                assert_eq!(reader.poll(), Poll::Empty, "salt {salt}");
+            }
+            assert_eq!(reader.position(), 40 * (seq + 1), "salt {salt}");
+        }
+        let s = reader.stats();
+        assert_eq!(
+            (s.delivered, s.garbage, s.lost),
+            (4, 0, 0),
+            "salt {salt}: {s:?}"
+        );
+    }
+}

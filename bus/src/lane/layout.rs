@@ -11,7 +11,7 @@
 //!
 //! | word | contents | written |
 //! |---|---|---|
-//! | 0 | commit tag: `pos ^ salt` = committed, `pos ^ salt ^ BUSY` = claimed, anything else = not written in this lap | BUSY first (Release), committed last (Release) |
+//! | 0 | commit tag: `tag(pos) = pos ^ (salt \| 1 << 63)` = committed, `tag(pos) ^ BUSY` = claimed, anything else = not written in this lap | BUSY first (Release), committed last (Release) |
 //! | 1 | `frame_len: u32` (header + payload) \| `kind: u8` << 32 \| `level: u8` << 40 \| `emitter: u16` << 48 | before BUSY |
 //! | 2 | `schema_key: u16` \| `schema_version: u16` << 16 (upper 32 bits reserved, 0) | before BUSY |
 //! | 3 | `seq: u64`, the lane's record number (DATA and ABORTED frames) | before BUSY |
@@ -313,10 +313,12 @@ impl Geometry {
         (self.capacity / 32).min(64 << 10)
     }
 
-    /// The committed tag of position `pos`.
+    /// The committed tag of position `pos`: `pos ^ (salt | 1 << 63)`. Positions stay below
+    /// 2^63, so a tag always has its top bit set and zeroed memory (a fresh lane beyond its
+    /// tail) never reads as committed, whatever the salt (layout version 2).
     #[inline]
     pub fn tag(&self, pos: u64) -> u64 {
-        pos ^ self.salt
+        pos ^ (self.salt | 1 << 63)
     }
 
     /// Word index of the frame word `w` of the frame at absolute position `pos`.

@@ -450,6 +450,14 @@ impl Cursor {
                 && phys + aligned <= cap
                 && kind.is_some();
             if !sane {
+                if !fresh {
+                    // Found through the peek: if it lies beyond the tail, it is a coincidence
+                    // in memory nobody has claimed, not garbage: nothing to read yet.
+                    self.known_tail = tail_of(lane);
+                    if self.pos >= self.known_tail {
+                        return Step::Empty;
+                    }
+                }
                 fence(Ordering::Acquire);
                 if lane.word(word!(claim_tail)).load(Ordering::Relaxed)
                     > self.pos.saturating_add(cap)
