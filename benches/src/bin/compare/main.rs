@@ -2,7 +2,7 @@
 //! with producer and consumer in separate processes pinned to different CPUs.
 //!
 //! ```sh
-//! cargo run --release -p snapbus-benches --features iceoryx2 --bin compare   # ~10 min, writes BENCHMARKS.md
+//! cargo run --release -p snapbus-benches --features iceoryx2 --bin compare   # ~5 min, writes BENCHMARKS.md
 //! cargo run --release -p snapbus-benches --bin compare -- --quick           # < 1 min, prints only
 //! ```
 //!
