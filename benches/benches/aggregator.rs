@@ -50,7 +50,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::path::PathBuf;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,14 +58,13 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use snapbus_bus::broker;
 use snapbus_bus::control::{ProducerInfo, StartFrom};
 use snapbus_bus::lane::{FrameMeta, LaneConfig};
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
 use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 
-use snapbus_benches::Event;
+use snapbus_benches::{Event, TempDir, connected_publisher};
 
 /// Events per iteration.
 const N: usize = 1_000_000;
@@ -233,47 +232,15 @@ fn core(c: &mut Criterion) {
     g.finish();
 }
 
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("snapbus-bench-aggregator-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn lane(c: &mut Criterion, tmp: &TempDir) {
-    let dir = BusDir::locate_in(&tmp.0.join("bus"), &BusName::new("bench").unwrap());
+    let dir = BusDir::locate_in(&tmp.path().join("bus"), &BusName::new("bench").unwrap());
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(600)).unwrap();
-    let publisher = Publisher::start(
-        dir.clone(),
-        PublisherConfig {
-            name: "steps".into(),
-            lane: LaneConfig {
-                capacity: 128 << 20,
-                max_frame: 1 << 20,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .unwrap();
-    let t0 = Instant::now();
-    while !publisher.is_connected() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no broker");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let lane = LaneConfig {
+        capacity: 128 << 20,
+        max_frame: 1 << 20,
+        block_size: 64 << 10,
+    };
+    let publisher = connected_publisher(dir.clone(), "steps", lane).unwrap();
     for i in 0..N as u64 {
         publisher.emit(2, 0, &Event::sample(i)).unwrap();
     }
@@ -339,7 +306,7 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
 }
 
 fn main() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("bench-aggregator").unwrap();
     let mut c = Criterion::default().configure_from_args();
     core(&mut c);
     lane(&mut c, &tmp);

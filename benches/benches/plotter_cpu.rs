@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use snapbus_benches::{TempDir, connected_publisher};
 use snapbus_bus::broker;
 use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::Record;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
@@ -137,19 +137,7 @@ fn measure(kind: &str, root: &Path, dir: &BusDir, warm: Duration, span: Duration
     let url = lines.next().unwrap().unwrap();
     // Wait until the child has subscribed: the broker lists it.
     std::thread::sleep(Duration::from_millis(500));
-    let publisher = Publisher::start(
-        dir.clone(),
-        PublisherConfig {
-            name: "ten".into(),
-            lane: LaneConfig::default(),
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .unwrap();
-    while !publisher.is_connected() {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let publisher = connected_publisher(dir.clone(), "ten", LaneConfig::default()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let emitted = Arc::new(AtomicU64::new(0));
     let producer = {
@@ -275,9 +263,8 @@ fn main() {
     } else {
         (Duration::from_secs(2), MEASURE)
     };
-    let tmp = std::env::temp_dir().join(format!("snapbus-plotter-cpu-{}", std::process::id()));
-    let root = tmp.join("bus");
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = TempDir::new("plotter-cpu").unwrap();
+    let root = tmp.path().join("bus");
     let dir = BusDir::locate_in(&root, &BusName::new("bench").unwrap());
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(10)).unwrap();
     println!(
@@ -303,5 +290,4 @@ fn main() {
         );
     }
     drop(broker);
-    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -35,7 +35,7 @@
 use std::fs::File;
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -44,13 +44,12 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use snapbus_bus::broker;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::{FrameMeta, LaneConfig};
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 
-use snapbus_benches::Event;
+use snapbus_benches::{Event, TempDir, connected_publisher};
 
 /// Payload bytes per `recorder_write` iteration.
 const WRITE_BYTES: usize = 8 << 20;
@@ -128,25 +127,6 @@ fn meta(i: usize, payload_len: usize) -> FrameMeta {
         level: 2,
         emitter: 0,
         payload_len,
-    }
-}
-
-/// A temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("snapbus-bench-recording-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -263,21 +243,7 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
     let root = tmp.join("bus");
     let dir = BusDir::locate_in(&root, &BusName::new("bench").unwrap());
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(10)).unwrap();
-    let publisher = Publisher::start(
-        dir,
-        PublisherConfig {
-            name: "replay".into(),
-            lane: LaneConfig::default(),
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .unwrap();
-    let t0 = Instant::now();
-    while !publisher.is_connected() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no broker");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let publisher = connected_publisher(dir, "replay", LaneConfig::default()).unwrap();
 
     let events = Payloads::events(REPLAY_EVENTS);
     let path = tmp.join("replay.mcap");
@@ -329,19 +295,19 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
 }
 
 fn main() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("bench-recording").unwrap();
     let sets = [
         ("64B", Payloads::events(WRITE_BYTES / 64)),
         ("4KiB", Payloads::blobs(WRITE_BYTES / 4096)),
     ];
     let mut c = Criterion::default().configure_from_args();
-    recorder_write(&mut c, &tmp.0, &sets);
-    replay_max(&mut c, &tmp.0);
+    recorder_write(&mut c, tmp.path(), &sets);
+    replay_max(&mut c, tmp.path());
     c.final_summary();
     // Only when measuring: not in `--test` (CI), `--list` or `--profile-time` runs.
     let measuring =
         !std::env::args().any(|a| ["--test", "--list", "--profile-time"].contains(&a.as_str()));
     if measuring {
-        interleaved(&tmp.0, &sets, 12);
+        interleaved(tmp.path(), &sets, 12);
     }
 }

@@ -1,7 +1,63 @@
 //! snapbus benchmarks. The criterion benches live in `benches/` (`cargo bench -p
 //! snapbus-benches`); see `BENCHMARKS.md` at the workspace root for results and commands.
 
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::BusDir;
 use snapbus_schemas::Snapshot;
+
+/// A private (0700) temporary directory for one bench process, removed on drop however the
+/// bench ends.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// `<tmp>/snapbus-<label>-<pid>`, emptied first if a previous run left it behind.
+    pub fn new(label: &str) -> std::io::Result<TempDir> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("snapbus-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        Ok(TempDir(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts a publisher called `name` with a lane of `lane` on the bus in `dir` and waits up to
+/// 30 s for the broker to welcome it.
+pub fn connected_publisher(dir: BusDir, name: &str, lane: LaneConfig) -> Result<Publisher, String> {
+    let publisher = Publisher::start(
+        dir,
+        PublisherConfig {
+            name: name.into(),
+            lane,
+            session_tag: None,
+            perf_tag: None,
+        },
+    )
+    .map_err(|e| format!("start the publisher: {e}"))?;
+    let t0 = Instant::now();
+    while !publisher.is_connected() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err("no broker welcomed the publisher within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(publisher)
+}
 
 /// The 64-byte event every bench that needs a small record uses (encoded size 64 bytes in the
 /// snapbus / bincode-legacy / wincode layout).

@@ -8,7 +8,6 @@
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -376,19 +375,6 @@ impl Tally {
 pub(crate) fn finish_consumer(tally: Tally) -> Result<()> {
     let report = tally.report();
     say(&format!("result {}", serde_json::to_string(&report)?))
-}
-
-/// Waits up to `timeout` for `cond`, napping 1 ms between checks (set-up only, never in a
-/// measured loop).
-pub(crate) fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let t0 = std::time::Instant::now();
-    while !cond() {
-        if t0.elapsed() >= timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    true
 }
 
 #[cfg(test)]

@@ -116,15 +116,6 @@ fn child(role: Role) -> Result<()> {
     }
 }
 
-/// Removes the scratch directory (sockets, the bus) when the run ends, however it ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn parent(cli: Cli) -> Result<bool> {
     let all_sizes = [64usize, 4 << 10, 1 << 20];
     let sizes = if cli.sizes.is_empty() {
@@ -173,13 +164,9 @@ fn parent(cli: Cli) -> Result<bool> {
         _ => None,
     };
 
-    let root = std::env::temp_dir().join(format!("snapbus-compare-{}", std::process::id()));
-    std::fs::create_dir(&root).with_context(|| format!("create {}", root.display()))?;
-    let scratch = Scratch(root.clone());
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
-    }
+    // Sockets, the bus and the runs' files; removed when the run ends, however it ends.
+    let scratch = snapbus_benches::TempDir::new("compare").context("the scratch directory")?;
+    let root = scratch.path().to_path_buf();
     let bus_dir = peers::snapbus_bus_dir(&root)?;
     let broker = snapbus_bus::broker::InProcess::start(bus_dir, Duration::from_millis(200))
         .context("start the broker")?;

@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 use snapbus_schemas::{Bytes, Snapshot};
 
-use crate::common::{RunArgs, Tally, Wait, finish_consumer, run_producer, say, wait_for};
+use crate::common::{RunArgs, Tally, Wait, finish_consumer, run_producer, say};
 
 pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
@@ -106,23 +105,13 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
 
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     let dir = bus_dir(root(args)?)?;
-    let publisher = Publisher::start(
-        dir,
-        PublisherConfig {
-            name: args.rendezvous.clone(),
-            lane: LaneConfig {
-                capacity: 64 << 20,
-                max_frame: 4 << 20,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .context("start the publisher")?;
-    if !wait_for(Duration::from_secs(30), || publisher.is_connected()) {
-        bail!("no broker");
-    }
+    let lane = LaneConfig {
+        capacity: 64 << 20,
+        max_frame: 4 << 20,
+        block_size: 64 << 10,
+    };
+    let publisher = snapbus_benches::connected_publisher(dir, &args.rendezvous, lane)
+        .map_err(|e| anyhow!(e))?;
     let key = publisher.register_schema(Blob::descriptor())?;
     let version = Blob::VERSION as u16;
     let prefix = (args.size as u64).to_le_bytes();
