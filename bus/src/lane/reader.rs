@@ -328,23 +328,19 @@ impl<M: LaneMem> LaneReader<M> {
 
     /// Reads the next record in place, without copying its payload: `f` sees the header and a
     /// view of the payload in the ring, and `Ok((meta, r))` is returned only if the frame was
-    /// not overwritten while `f` ran (otherwise `r` is dropped, the reader resyncs and the
-    /// outcome is `Err(Poll::Lagged)`, `Err(Poll::Pending)`, …). `f` must not have side effects
-    /// that matter if its result is discarded.
+    /// not overwritten while `f` ran and turned out to be a record to deliver. Otherwise `r` is
+    /// dropped and the reader goes on to the next frame in the same call, calling `f` again:
+    /// `f` may run more than once per call and must not have side effects that matter if its
+    /// result is discarded.
     pub fn read_in_place<R>(
         &mut self,
-        f: impl FnOnce(&FrameMeta, &PayloadView<'_, M>) -> R,
+        f: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,
     ) -> Result<(FrameMeta, R), Poll<'static>> {
-        let mut f = Some(f);
-        match self
-            .cur
-            .step(&self.lane, |meta, view| f.take().map(|f| f(meta, view)))
-        {
-            Step::Deliver(meta, Some(r)) => {
+        match self.cur.step(&self.lane, f) {
+            Step::Deliver(meta, r) => {
                 self.cur.stats.delivered += 1;
                 Ok((meta, r))
             }
-            Step::Deliver(_, None) => Err(Poll::Pending),
             Step::Lagged(n) => Err(Poll::Lagged(n)),
             Step::Empty => Err(Poll::Empty),
             Step::Pending => Err(Poll::Pending),

@@ -428,12 +428,14 @@ fn garbage_writer() {
     let valid = env_u64("MP_VALID").unwrap_or(1000);
     let mut buf = Vec::new();
     let max_payload = lane.lane.geometry().max_frame as usize - FRAME_HEADER as usize;
+    let mut last_len = 0;
     for seq in 0..valid {
         // Keep records within the lane's largest frame (no 64 KiB ones in a small lane).
         let len = payload_len(seq).min(max_payload);
         buf.resize(len, 0);
         fill(seq, &mut buf);
         w.write_bytes(meta(seq), &buf).expect("write");
+        last_len = len as u64;
     }
     let mut rng = Rng(env_u64("MP_SEED").unwrap_or(1));
     let g = *lane.lane.geometry();
@@ -459,6 +461,8 @@ fn garbage_writer() {
             }
         }
         "frames" => {
+            // The last record's frame ends at the tail (any padding lies before it).
+            let last_pos = tail - (FRAME_HEADER + last_len).next_multiple_of(8);
             for _ in 0..1 + rng.below(60) {
                 let back = rng.below(g.capacity.min(tail.max(8))) & !7;
                 let pos = tail.saturating_sub(back + 8);
@@ -487,6 +491,12 @@ fn garbage_writer() {
                 );
                 store(data_word(pos) + 4, rng.next());
             }
+            // Most fake frames land inside payloads, where a reader never looks; one always
+            // replaces a real frame's header (the last record's: every reader from the oldest
+            // record reaches it), with a length no frame can have, committed or left busy.
+            let busy = rng.below(2);
+            store(data_word(last_pos), g.tag(last_pos) ^ busy);
+            store(data_word(last_pos) + 1, rng.below(FRAME_HEADER) | 1 << 32);
         }
         "noise" | "noise_all" => {
             // `noise` keeps the anchors, so readers start inside the random data.
