@@ -17,7 +17,8 @@ use crate::common::{RunArgs, Tally, Wait, finish_consumer, run_producer, say};
 pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
     copy into the ring) into a 64 MiB lane; the consumer is a `Subscriber` (the API every \
-    snapbus consumer uses) reading the payload in place; spinning: `next(Duration::ZERO)` in a \
+    snapbus consumer uses), which validates each record and copies its payload out of the ring \
+    (the harness checks that copy); spinning: `next(Duration::ZERO)` in a \
     loop; sleeping: `next(100 ms)`, which spins 64 times, then sleeps on the doorbell futex.";
 
 /// The payload type: the message as one `bytes` field.
@@ -83,7 +84,7 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
             Some(Event::Record(r)) if Some(r.producer_id) == ours || r.producer.name == name => {
                 ours = Some(r.producer_id);
                 idle_since = None;
-                // A `bytes` value: an 8-byte length, then the bytes (read in place).
+                // A `bytes` value: an 8-byte length, then the bytes (the Subscriber's copy).
                 let data = r.payload.get(8..).unwrap_or(&[]);
                 if !tally.on_message(data) {
                     break;
