@@ -630,3 +630,51 @@ fn zeroed_memory_past_the_tail_is_never_a_frame() {
         );
     }
 }
+
+/// A claim tail that moves back behind a reader waiting on an unfinished frame (garbage in the
+/// header: a writer only ever raises it) makes the reader report `Empty`, not underflow; once
+/// the tail is sane again the reader goes on where it was. (Fuzzer finding: an overflow panic
+/// with overflow checks on, a resync to a bogus tail without them.)
+#[test]
+fn a_claim_tail_moving_backwards_is_nothing_to_read() {
+    let lane = Lane::heap(&CONFIG, 0xbac4).expect("lane");
+    let mut writer = lane.writer().expect("writer");
+    let write = |writer: &mut snapbus_bus::lane::LaneWriter<HeapMem>| {
+        let mut claim = writer.claim(100, meta(0)).expect("claim");
+        let seq = claim.seq();
+        claim.write_payload(&payload(seq, 100));
+        claim.commit();
+    };
+    write(&mut writer);
+    write(&mut writer);
+    // Record 2 is left BUSY, as by a writer stopped mid-record; 3 and 4 follow it.
+    std::mem::forget(writer.claim(100, meta(0)).expect("claim"));
+    write(&mut writer);
+    write(&mut writer);
+    let tail_word = lane.mem().get(CLAIM_TAIL_WORD).expect("claim_tail");
+    let tail = tail_word.load(std::sync::atomic::Ordering::Relaxed);
+    let mut reader = lane.reader(StartAt::Oldest);
+    for seq in 0..2 {
+        assert!(matches!(reader.poll(), Poll::Frame(f) if f.meta.seq == seq));
+    }
+    // Waiting on record 2, with the tail (past record 4) loaded.
+    assert_eq!(reader.poll(), Poll::Pending);
+    let at = reader.position();
+    tail_word.store(8, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(reader.poll(), Poll::Empty);
+    assert!(!reader.has_pending_bytes());
+    assert_eq!(reader.position(), at);
+    tail_word.store(tail, std::sync::atomic::Ordering::Relaxed);
+    reader.set_writer_gone(true);
+    let mut rest = Vec::new();
+    loop {
+        match reader.poll() {
+            Poll::Frame(f) => rest.push(f.meta.seq),
+            Poll::Lagged(_) | Poll::Pending => {}
+            Poll::Empty | Poll::Closed => break,
+        }
+    }
+    assert_eq!(rest, [3, 4]);
+    let s = reader.stats();
+    assert_eq!((s.holes, s.garbage, s.lost), (1, 0, 1), "{s:?}");
+}

@@ -422,8 +422,15 @@ impl Cursor {
             if commit != tag {
                 if commit == tag ^ BUSY || self.pos < tail {
                     // Claimed, not committed (or overwritten: re-check the lap first).
-                    if tail_of(lane) - self.pos > cap {
-                        self.resync(lane, tail_of(lane));
+                    let now = tail_of(lane);
+                    if now < self.pos {
+                        // The tail went back behind the cursor, which only garbage in the
+                        // header does: nothing is claimed here as far as the lane says.
+                        self.known_tail = now;
+                        return Step::Empty;
+                    }
+                    if now - self.pos > cap {
+                        self.resync(lane, now);
                         continue;
                     }
                     match self.maybe_skip_hole(lane, commit == tag ^ BUSY, tail) {
