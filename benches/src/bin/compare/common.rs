@@ -145,6 +145,11 @@ pub(crate) struct ConsumerReport {
     pub(crate) samples: u64,
     /// CPU time of the whole process, nanoseconds.
     pub(crate) cpu_nanos: u64,
+    /// Throughput runs with a producer process: messages it sent per second of its sending
+    /// time (filled in by the parent from the producer's report). Above the delivered rate,
+    /// the consumer is the slower side.
+    #[serde(default)]
+    pub(crate) sent_per_sec: Option<f64>,
 }
 
 /// The producer's result line (`done {json}`).
@@ -366,6 +371,7 @@ impl Tally {
             p99_nanos: pct(0.99),
             samples: lat.len() as u64,
             cpu_nanos: process_cpu_nanos("self"),
+            sent_per_sec: None,
         }
     }
 }

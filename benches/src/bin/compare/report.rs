@@ -80,6 +80,7 @@ fn spread(mut v: Vec<f64>) -> Option<Spread> {
 #[derive(Default)]
 struct Row {
     rate: Vec<f64>,
+    sent_rate: Vec<f64>,
     lost_pct: Vec<f64>,
     bad: u64,
     p50: Vec<f64>,
@@ -127,6 +128,7 @@ fn rows(input: &Input<'_>) -> BTreeMap<Key, Row> {
                         if r.window_nanos > 0 && r.delivered > 0 {
                             row.rate
                                 .push(r.delivered as f64 / (r.window_nanos as f64 / 1e9));
+                            row.sent_rate.extend(r.sent_per_sec);
                             row.lost_pct
                                 .push(r.lost as f64 * 100.0 / (r.lost + r.delivered) as f64);
                         } else {
@@ -233,8 +235,11 @@ pub(crate) fn outcome_line(o: &Outcome) -> String {
                     r.p99_nanos.map_or("-".into(), |v| nanos_text(v as f64))
                 ),
             };
+            let sent = r.sent_per_sec.map_or(String::new(), |s| {
+                format!(" (producer sent {}/s)", rate_text(s))
+            });
             format!(
-                "{what}: {fig}, lost {}, bad {}, other load {:.0} %",
+                "{what}: {fig}{sent}, lost {}, bad {}, other load {:.0} %",
                 r.lost, r.bad, o.other_load_pct
             )
         }
@@ -436,7 +441,10 @@ pub(crate) fn render(input: &Input<'_>) -> String {
          repetitions. *Throughput*: the producer sends for {} s as fast as it can; the figure \
          is messages **delivered** per second at the consumer, from its first message to the \
          end message; messages a transport dropped are counted as lost (only snapbus and \
-         iceoryx2 drop: their producers never wait). *Latency*: {c64} messages, one every \
+         iceoryx2 drop: their producers never wait); *sent/s by the producer* is what it sent \
+         per second of its sending time (the median): where that is well above the delivered \
+         rate, the consumer is the slower side (a transport that blocks its producer shows \
+         the two equal). *Latency*: {c64} messages, one every \
          {} µs ({c1m}, one every {} ms, for 1 MiB), each stamped with CLOCK_MONOTONIC when sent; \
          the consumer's clock at receipt minus the stamp, first 5 % discarded; a spinning \
          consumer busy-polls, a sleeping one blocks in the kernel. Every message is checked \
@@ -460,8 +468,8 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     let _ = writeln!(out, "\n### Throughput\n");
     let _ = writeln!(
         out,
-        "| size | peer | messages/s | GB/s | lost | other load | snapbus ÷ peer |\n\
-         |---|---|---:|---:|---:|---:|---:|"
+        "| size | peer | messages/s | GB/s | lost | sent/s by the producer | other load | snapbus ÷ peer |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|"
     );
     for &size in &plan.sizes {
         let snap = snapbus_row(&rows, &plan.peers, size, Mode::Throughput, Wait::Sleep)
@@ -484,7 +492,7 @@ pub(crate) fn render(input: &Input<'_>) -> String {
                     };
                     let _ = writeln!(
                         out,
-                        "| {} | {label} | {} | {:.2} | {}{} | {} | {ratio} |",
+                        "| {} | {label} | {} | {:.2} | {}{} | {} | {} | {ratio} |",
                         size_name(size),
                         spread_text(r, rate_text, reps),
                         r.median * size as f64 / 1e9,
@@ -498,13 +506,14 @@ pub(crate) fn render(input: &Input<'_>) -> String {
                         } else {
                             String::new()
                         },
+                        spread(row.sent_rate.clone()).map_or("–".into(), |s| rate_text(s.median)),
                         load_text(row),
                     );
                 }
                 None => {
                     let _ = writeln!(
                         out,
-                        "| {} | {label} | failed: {} | | | | |",
+                        "| {} | {label} | failed: {} | | | | | |",
                         size_name(size),
                         row.errors.first().map_or("?", String::as_str)
                     );

@@ -347,7 +347,10 @@ fn run_processes(plan: &Plan, job: &Job, scratch: &Path) -> Result<(ConsumerRepo
             }
             producer.send("go")?;
             let done: ProducerReport = producer.json("done", deadline)?;
-            let report: ConsumerReport = consumer.json("result", deadline)?;
+            let mut report: ConsumerReport = consumer.json("result", deadline)?;
+            if job.mode == Mode::Throughput {
+                report.sent_per_sec = Some(done.sent as f64 / plan.secs);
+            }
             producer.finish(deadline)?;
             consumer.finish(deadline)?;
             Ok((report, done.cpu_nanos))
