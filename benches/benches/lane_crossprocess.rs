@@ -12,7 +12,7 @@
 //! Scenarios (one row each; see `BENCHMARKS.md` for the definitions of the columns):
 //!
 //! - throughput, 64 B: lane with a spinning `poll()` consumer (with and without a doorbell
-//!   subscribed), and UDS with one `write` per message and through a 64 KiB `BufWriter`;
+//!   subscribed, and written through the `SharedLaneWriter` a `Publisher` uses), and UDS with one `write` per message and through a 64 KiB `BufWriter`;
 //! - throughput, 1 MiB: lane, consumer touching header + last byte (`read_in_place` +
 //!   `PayloadView::byte(len - 1)`) and consumer copying every byte (`poll()`); plus in-process
 //!   `memcpy` reference rows (1 MiB into a 64 MiB and into a 1 MiB rotating destination);
@@ -566,15 +566,21 @@ fn tput_from(r: &BTreeMap<String, String>, size: usize, produced: u64, prod_secs
     }
 }
 
-/// Lane throughput: the producer writes `size`-byte records for `dur`, then closes the lane.
-fn lane_tput(size: usize, role: &str, with_bell: bool, dur: Duration) -> Tput {
+/// Lane throughput: the producer writes `size`-byte records for `dur`, then closes the lane;
+/// through a single-thread `LaneWriter`, or (`shared`) the `SharedLaneWriter` a `Publisher`
+/// uses (claim, copy into `payload_mut`, commit: what `emit_raw` does; no doorbell).
+fn lane_tput(size: usize, role: &str, with_bell: bool, shared: bool, dur: Duration) -> Tput {
     let lane = ShmLane::create("bench-tput", &LaneConfig::default()).unwrap();
     let bells = with_bell.then(|| Arc::new(DoorbellPage::create("bench-bells").unwrap()));
     let consumer = Consumer::spawn(role, Some(&lane), bells.as_deref(), Stdio::null());
-    let mut w = lane.lane.writer().unwrap();
-    if let Some(b) = &bells {
-        w.set_doorbells(Some((Arc::clone(b), 1)));
-    }
+    let mut single = (!shared).then(|| {
+        let mut w = lane.lane.writer().unwrap();
+        if let Some(b) = &bells {
+            w.set_doorbells(Some((Arc::clone(b), 1)));
+        }
+        w
+    });
+    let shared = shared.then(|| lane.lane.shared_writer().unwrap());
     let mut payload = vec![0xa5u8; size];
     let check_every: u64 = if size <= 4096 { 256 } else { 1 };
     let start = Instant::now();
@@ -583,15 +589,26 @@ fn lane_tput(size: usize, role: &str, with_bell: bool, dur: Duration) -> Tput {
     loop {
         payload[..8].copy_from_slice(&n.to_le_bytes());
         payload[size - 1] = n as u8;
-        w.write_bytes(META, &payload).unwrap();
+        if let Some(w) = &mut single {
+            w.write_bytes(META, &payload).unwrap();
+        } else if let Some(w) = &shared {
+            let mut claim = w.claim(size, META).unwrap();
+            claim.payload_mut().copy_from_slice(&payload);
+            claim.commit();
+        }
         n += 1;
         if n % check_every == 0 && Instant::now() >= deadline {
             break;
         }
     }
     let prod_secs = start.elapsed().as_secs_f64();
-    w.close();
-    w.ring();
+    if let Some(mut w) = single {
+        w.close();
+        w.ring();
+    }
+    if let Some(w) = shared {
+        w.close();
+    }
     let r = consumer.finish();
     tput_from(&r, size, n, prod_secs)
 }
@@ -841,14 +858,17 @@ fn main() {
     let mut uds_ref: Option<f64> = None;
     let mut uds_buf_ref: Option<f64> = None;
     let mut rows: Vec<(&str, Tput, f64, f64)> = Vec::new();
-    let small: [(&str, &dyn Fn() -> Tput); 4] = [
+    let small: [(&str, &dyn Fn() -> Tput); 5] = [
         ("uds 64 B write per msg", &|| uds_tput(false, s.tput)),
         ("uds 64 B BufWriter 64 KiB", &|| uds_tput(true, s.tput)),
         ("lane 64 B poll", &|| {
-            lane_tput(SMALL, "lane-poll", false, s.tput)
+            lane_tput(SMALL, "lane-poll", false, false, s.tput)
         }),
         ("lane 64 B poll, doorbell subscribed", &|| {
-            lane_tput(SMALL, "lane-poll", true, s.tput)
+            lane_tput(SMALL, "lane-poll", true, false, s.tput)
+        }),
+        ("lane 64 B poll, shared writer (a Publisher's)", &|| {
+            lane_tput(SMALL, "lane-poll", false, true, s.tput)
         }),
     ];
     for (name, f) in small {
@@ -866,10 +886,10 @@ fn main() {
     }
     let large: [(&str, &dyn Fn() -> Tput); 2] = [
         ("lane 1 MiB touch (header + last byte)", &|| {
-            lane_tput(LARGE, "lane-touch", false, s.tput)
+            lane_tput(LARGE, "lane-touch", false, false, s.tput)
         }),
         ("lane 1 MiB poll (copy every byte)", &|| {
-            lane_tput(LARGE, "lane-poll", false, s.tput)
+            lane_tput(LARGE, "lane-poll", false, false, s.tput)
         }),
     ];
     for (name, f) in large {

@@ -558,6 +558,13 @@ impl<M: LaneMem> SharedLaneWriter<M> {
 
     /// Claims room for a `payload_len`-byte record. Never waits for readers; waits for other
     /// claimers only for the claim arithmetic.
+    ///
+    /// `#[inline]` matters: out of line, the returned `Claim` goes through the stack, and those
+    /// stores queue behind the record's stores into lines a reader on the other CPU is
+    /// polling; inlined, it stays in registers. Measured (`lane_crossprocess`, 64 B, reader
+    /// right behind): 7.0 → 16.1 M records/s; through `Publisher` + `Subscriber` (`compare`):
+    /// 9.4 → 15.5 M/s.
+    #[inline]
     pub fn claim(&self, payload_len: usize, meta: RecordMeta) -> Result<Claim<'_, M>, ClaimError> {
         let geo = self.lane.geo;
         let now = now_realtime_nanos();
