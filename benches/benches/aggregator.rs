@@ -50,7 +50,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

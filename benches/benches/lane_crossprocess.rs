@@ -12,7 +12,8 @@
 //! Scenarios (one row each; see `BENCHMARKS.md` for the definitions of the columns):
 //!
 //! - throughput, 64 B: lane with a spinning `poll()` consumer (with and without a doorbell
-//!   subscribed, and written through the `SharedLaneWriter` a `Publisher` uses), and UDS with one `write` per message and through a 64 KiB `BufWriter`;
+//!   subscribed, and written through the `SharedLaneWriter` a `Publisher` uses), and UDS with
+//!   one `write` per message and through a 64 KiB `BufWriter`;
 //! - throughput, 1 MiB: lane, consumer touching header + last byte (`read_in_place` +
 //!   `PayloadView::byte(len - 1)`) and consumer copying every byte (`poll()`); plus in-process
 //!   `memcpy` reference rows (1 MiB into a 64 MiB and into a 1 MiB rotating destination);
@@ -45,7 +46,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::doorbell::DoorbellPage;
-use snapbus_bus::lane::{LaneConfig, LaneReader, Poll, RecordMeta, ShmLane, StartAt};
+use snapbus_bus::lane::{
+    LaneConfig, LaneReader, LaneWriter, Poll, RecordMeta, SharedLaneWriter, ShmLane, StartAt,
+};
 use snapbus_bus::mem::{LaneMem, ShmMem};
 
 const META: RecordMeta = RecordMeta {
@@ -566,21 +569,28 @@ fn tput_from(r: &BTreeMap<String, String>, size: usize, produced: u64, prod_secs
     }
 }
 
-/// Lane throughput: the producer writes `size`-byte records for `dur`, then closes the lane;
-/// through a single-thread `LaneWriter`, or (`shared`) the `SharedLaneWriter` a `Publisher`
-/// uses (claim, copy into `payload_mut`, commit: what `emit_raw` does; no doorbell).
+/// How `lane_tput` writes: a single-thread `LaneWriter` (with the doorbell page, if any), or
+/// the `SharedLaneWriter` a `Publisher` uses (claim, copy into `payload_mut`, commit: what
+/// `emit_raw` does; no doorbell).
+enum TputWriter {
+    Single(LaneWriter<ShmMem>),
+    Shared(SharedLaneWriter<ShmMem>),
+}
+
+/// Lane throughput: the producer writes `size`-byte records for `dur`, then closes the lane.
 fn lane_tput(size: usize, role: &str, with_bell: bool, shared: bool, dur: Duration) -> Tput {
     let lane = ShmLane::create("bench-tput", &LaneConfig::default()).unwrap();
     let bells = with_bell.then(|| Arc::new(DoorbellPage::create("bench-bells").unwrap()));
     let consumer = Consumer::spawn(role, Some(&lane), bells.as_deref(), Stdio::null());
-    let mut single = (!shared).then(|| {
+    let mut w = if shared {
+        TputWriter::Shared(lane.lane.shared_writer().unwrap())
+    } else {
         let mut w = lane.lane.writer().unwrap();
         if let Some(b) = &bells {
             w.set_doorbells(Some((Arc::clone(b), 1)));
         }
-        w
-    });
-    let shared = shared.then(|| lane.lane.shared_writer().unwrap());
+        TputWriter::Single(w)
+    };
     let mut payload = vec![0xa5u8; size];
     let check_every: u64 = if size <= 4096 { 256 } else { 1 };
     let start = Instant::now();
@@ -589,12 +599,15 @@ fn lane_tput(size: usize, role: &str, with_bell: bool, shared: bool, dur: Durati
     loop {
         payload[..8].copy_from_slice(&n.to_le_bytes());
         payload[size - 1] = n as u8;
-        if let Some(w) = &mut single {
-            w.write_bytes(META, &payload).unwrap();
-        } else if let Some(w) = &shared {
-            let mut claim = w.claim(size, META).unwrap();
-            claim.payload_mut().copy_from_slice(&payload);
-            claim.commit();
+        match &mut w {
+            TputWriter::Single(w) => {
+                w.write_bytes(META, &payload).unwrap();
+            }
+            TputWriter::Shared(w) => {
+                let mut claim = w.claim(size, META).unwrap();
+                claim.payload_mut().copy_from_slice(&payload);
+                claim.commit();
+            }
         }
         n += 1;
         if n % check_every == 0 && Instant::now() >= deadline {
@@ -602,12 +615,12 @@ fn lane_tput(size: usize, role: &str, with_bell: bool, shared: bool, dur: Durati
         }
     }
     let prod_secs = start.elapsed().as_secs_f64();
-    if let Some(mut w) = single {
-        w.close();
-        w.ring();
-    }
-    if let Some(w) = shared {
-        w.close();
+    match w {
+        TputWriter::Single(mut w) => {
+            w.close();
+            w.ring();
+        }
+        TputWriter::Shared(w) => w.close(),
     }
     let r = consumer.finish();
     tput_from(&r, size, n, prod_secs)

@@ -49,14 +49,23 @@ pub fn connected_publisher(dir: BusDir, name: &str, lane: LaneConfig) -> Result<
         },
     )
     .map_err(|e| format!("start the publisher: {e}"))?;
-    let t0 = Instant::now();
-    while !publisher.is_connected() {
-        if t0.elapsed() > Duration::from_secs(30) {
-            return Err("no broker welcomed the publisher within 30 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    if !wait_for(Duration::from_secs(30), || publisher.is_connected()) {
+        return Err("no broker welcomed the publisher within 30 s".into());
     }
     Ok(publisher)
+}
+
+/// Waits up to `timeout` for `cond`, napping 1 ms between checks (set-up only, never in a
+/// measured loop); whether it came true.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while !cond() {
+        if t0.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// The 64-byte event every bench that needs a small record uses (encoded size 64 bytes in the

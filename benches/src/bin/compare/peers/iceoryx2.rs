@@ -52,20 +52,9 @@ mod imp {
     use iceoryx2::port::update_connections::UpdateConnections;
     use iceoryx2::prelude::*;
 
-    use crate::common::{Mode, RunArgs, Tally, Wait, finish_consumer, run_producer, say};
+    use snapbus_benches::wait_for;
 
-    /// Waits up to `timeout` for `cond`, napping 1 ms between checks (set-up only, never in a
-    /// measured loop).
-    fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-        let t0 = std::time::Instant::now();
-        while !cond() {
-            if t0.elapsed() >= timeout {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        true
-    }
+    use crate::common::{Mode, RunArgs, Tally, Wait, finish_consumer, run_producer, say};
 
     /// Payload bytes the subscriber's buffer may hold (as snapbus's 64 MiB lane).
     const BUFFER_BYTES: usize = 64 << 20;
