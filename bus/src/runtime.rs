@@ -18,6 +18,9 @@ pub const BUS_ENV: &str = "SNAPBUS_BUS";
 pub const RUNTIME_DIR_ENV: &str = "SNAPBUS_RUNTIME_DIR";
 /// The bus used when neither `--bus` nor `$SNAPBUS_BUS` names one.
 pub const DEFAULT_BUS: &str = "default";
+/// The exit code of a consumer that failed for a reason a restart cannot fix (a full disk,
+/// an unwritable output path, a bad argument): the broker does not restart it.
+pub const EXIT_NO_RESTART: i32 = 78;
 
 /// Why a bus name or its runtime directory is refused.
 #[derive(Debug, Error)]

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a producer says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
