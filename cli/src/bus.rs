@@ -139,8 +139,74 @@ pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_j
     })
 }
 
+/// An error and its causes on one line, `outer: cause: root cause` (what `{:#}` prints), but
+/// without repeating a cause whose text the message before it already contains: many library
+/// errors print their source in their own message (`creating x: {source}`) and also return it
+/// from `source()`, and `{:#}` would print it twice ("No such file or directory (os error 2):
+/// No such file or directory (os error 2)"). Every error the CLI prints goes through this.
+pub(crate) fn error_chain(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous: Option<String> = None;
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let shown = previous.as_deref().is_some_and(|p| p.contains(&text));
+        if !shown && !text.is_empty() {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        previous = Some(text);
+    }
+    line
+}
+
 /// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
 pub(crate) fn utc(t_nanos: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t_nanos);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// What `#[error("creating {path}: {source}")]` with `#[source]` derives.
+    #[derive(Debug)]
+    struct Create {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Create {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "creating {}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Create {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let err = anyhow::Error::new(Create {
+            path: "/nodir/r.mcap",
+            source: io(),
+        })
+        .context("starting the recorder");
+        let line = error_chain(&err);
+        assert_eq!(
+            line,
+            format!("starting the recorder: creating /nodir/r.mcap: {}", io())
+        );
+        // Causes that are not repeated are all printed, as `{:#}` does.
+        let err = anyhow::Error::new(io())
+            .context("opening x")
+            .context("replaying");
+        assert_eq!(error_chain(&err), format!("{err:#}"));
+    }
 }

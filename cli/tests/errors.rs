@@ -78,3 +78,84 @@ fn every_verb_has_help() {
         demo.stdout
     );
 }
+
+/// Issue 15, item 13: a bus name starting with '-' is refused up front, by every verb and from
+/// `$SNAPBUS_BUS`, instead of reaching the broker's command line as an option.
+#[test]
+fn bus_names_starting_with_a_dash_are_refused() {
+    for args in [
+        &["up", "--bus=-x"][..],
+        &["up", "--bus=--help"][..],
+        &["ls", "--bus=-x"][..],
+        &["attach", "aggregator", "--bus=-x"][..],
+    ] {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            out.stderr.contains("invalid bus name") && out.stderr.contains("'-'"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.stderr);
+    }
+    let out = crate::util::run_cmd(crate::util::snapbus().env("SNAPBUS_BUS", "-x").arg("up"));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("invalid bus name"), "{}", out.stderr);
+}
+
+/// Issue 15, item 13: values the CLI passes on to a supervised consumer are passed as
+/// `--flag=VALUE`, so a glob starting with '-' reaches it as a glob, not as an option.
+#[test]
+fn consumer_arguments_starting_with_a_dash_reach_the_consumer() {
+    let bus = crate::bus::TestBus::up();
+    let out = bus.run(&[
+        "attach",
+        "aggregator",
+        "--schema=-odd.*",
+        "--restart",
+        "never",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let id = out.stdout.trim().to_owned();
+    let ls = bus.ls();
+    let c = ls["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .find(|c| c["id"].to_string() == id)
+        .cloned()
+        .expect("the aggregator in ls");
+    assert!(
+        c["status"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("running")),
+        "{c}"
+    );
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
+/// Issue 15, item 17: an error whose message already holds its cause's text is not printed
+/// with the cause a second time.
+#[test]
+fn errors_print_each_cause_once() {
+    let out = crate::util::run_cmd(
+        crate::util::snapbus()
+            .env("SNAPBUS_RUNTIME_DIR", "/nonexistent-snapbus-dir/rt")
+            .arg("up"),
+    );
+    assert!(!out.status.success());
+    let os = "No such file or directory (os error 2)";
+    assert_eq!(out.stderr.matches(os).count(), 1, "{}", out.stderr);
+    let bus = crate::bus::TestBus::up();
+    for verb in ["record", "snapshot"] {
+        let out = bus.run(&[verb, "-o", "/nonexistent-snapbus-dir/r.mcap"]);
+        assert!(!out.status.success(), "{verb}");
+        assert_eq!(out.stderr.matches(os).count(), 1, "{verb}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("/nonexistent-snapbus-dir/r.mcap"),
+            "{verb}: {}",
+            out.stderr
+        );
+    }
+}

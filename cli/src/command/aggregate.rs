@@ -96,12 +96,10 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
 pub(crate) fn argv(args: &AggregateArgs, worker: (u32, u32)) -> anyhow::Result<Vec<String>> {
     let opts = options(args)?;
     let dir = bus_dir(&args.bus)?;
-    let mut argv = vec![
-        "aggregate".to_owned(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
-    ];
-    let mut push = |flag: &str, value: String| argv.extend([flag.to_owned(), value]);
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec!["aggregate".to_owned(), format!("--bus={}", dir.name())];
+    // `--flag=VALUE`: a value starting with '-' is not read as an option.
+    let mut push = |flag: &str, value: String| argv.push(format!("{flag}={value}"));
     for g in &args.schemas {
         push("--schema", g.clone());
     }

@@ -103,11 +103,11 @@ fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
         "record".to_owned(),
         "--output".to_owned(),
         output.display().to_string(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
+        // `--bus=NAME`: a name can never be read as an option.
+        format!("--bus={}", dir.name()),
     ];
     for g in &r.schemas {
-        argv.extend(["--schema".to_owned(), g.clone()]);
+        argv.push(format!("--schema={g}"));
     }
     if let Some(mb) = r.rotate_mb {
         argv.extend(["--rotate-mb".to_owned(), mb.to_string()]);

@@ -60,13 +60,10 @@ pub(crate) fn url_path(dir: &BusDir, pid: u32) -> PathBuf {
 pub(crate) fn argv(args: &PlotArgs) -> anyhow::Result<Vec<String>> {
     globs(&args.schemas)?;
     let dir = bus_dir(&args.bus)?;
-    let mut argv = vec![
-        "plot".to_owned(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
-    ];
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec!["plot".to_owned(), format!("--bus={}", dir.name())];
     for g in &args.schemas {
-        argv.extend(["--schema".to_owned(), g.clone()]);
+        argv.push(format!("--schema={g}"));
     }
     argv.extend([
         "--port".to_owned(),
