@@ -161,6 +161,33 @@ pub(crate) fn error_chain(err: &anyhow::Error) -> String {
     line
 }
 
+/// The mode of every file the CLI writes (exports, the plotter's URL): bus data is private,
+/// like the sockets. `chmod` shares a file; the umask can only narrow this.
+pub(crate) const FILE_MODE: u32 = 0o600;
+/// The mode of every directory the CLI creates (csv and parquet exports).
+pub(crate) const DIR_MODE: u32 = 0o700;
+
+/// Creates `path` (or truncates it: an existing file keeps its mode) for writing, [`FILE_MODE`]
+/// if it is new.
+pub(crate) fn create_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+}
+
+/// Creates `dir` and its missing parents, [`DIR_MODE`].
+pub(crate) fn create_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
 /// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
 pub(crate) fn utc(t_nanos: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t_nanos);

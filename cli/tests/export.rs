@@ -1009,3 +1009,36 @@ fn payloads_that_do_not_decode_are_reported_never_dropped_silently() {
     let steps: Vec<&str> = rows.iter().map(|r| r["step"].as_str()).collect();
     assert_eq!(steps, ["0", "1", "2", "3", "4", "5", "7", "8", "9"]);
 }
+
+/// The permission bits of `path`.
+pub(crate) fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+/// Issue 15, item 12: every file and directory `export` creates is private (0600 / 0700), in
+/// every format, whatever the umask lets through.
+#[test]
+fn every_export_file_and_directory_is_private() {
+    let rec = tmp("modes.mcap");
+    record_mixed(&rec);
+    let mut formats = vec![("jsonl", false), ("mcap-json", false), ("csv", true)];
+    if cfg!(feature = "parquet") {
+        formats.push(("parquet", true));
+    }
+    for (format, is_dir) in formats {
+        let out = tmp(&format!("modes-{format}"));
+        let o = export(&rec, format, &out, &[]);
+        assert_ok(&o);
+        if is_dir {
+            assert_eq!(mode(&out), 0o700, "{format}: the directory");
+            let files = dir_files(&out);
+            assert!(files.len() >= 3, "{format}: {files:?}");
+            for f in files {
+                assert_eq!(mode(&out.join(&f)), 0o600, "{format}: {f}");
+            }
+        } else {
+            assert_eq!(mode(&out), 0o600, "{format}");
+        }
+    }
+}

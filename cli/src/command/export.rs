@@ -234,7 +234,7 @@ fn prepare_output(input: &Path, out: &Path, dir: bool, force: bool) -> anyhow::R
         }
     }
     if dir {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        crate::bus::create_dir(out).with_context(|| format!("creating {}", out.display()))?;
     }
     Ok(())
 }

@@ -31,7 +31,10 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let url = server.url();
     // For `attach plotter`, which prints the URL of the process it started.
     let url_file = url_path(&dir, std::process::id());
-    let _ = std::fs::write(&url_file, &url);
+    let _ = crate::bus::create_file(&url_file).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(url.as_bytes())
+    });
     println!("{url}");
     eprintln!(
         "snapbus plot: serving {url} for bus '{}' (Ctrl-C to stop)",

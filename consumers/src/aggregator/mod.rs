@@ -855,7 +855,10 @@ fn open_csv(
     layout: &Layout,
     opts: &AggregatorOptions,
 ) -> Result<csv::Writer<File>, HookError> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    // Bus data is private, like the sockets: directories 0700, files 0600.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(dir)
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let label = opts.worker_label();
     let name = if label.is_empty() {
         format!("{}.csv", layout.desc.id())
@@ -869,11 +872,12 @@ fn open_csv(
         BufReader::new(f).read_line(&mut line).ok()?;
         Some(line)
     });
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().create(true).append(true),
+        0o600,
+    )
+    .open(&path)
+    .map_err(|e| format!("opening {}: {e}", path.display()))?;
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(file);
