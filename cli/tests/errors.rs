@@ -159,3 +159,42 @@ fn errors_print_each_cause_once() {
         );
     }
 }
+
+/// Issue 15, item 16: `replay` checks every file before it prints or publishes anything.
+#[test]
+fn replay_checks_every_file_before_printing_anything() {
+    let good = crate::export::tmp("replay-good.mcap");
+    crate::export::record_mixed(&good);
+    let good = good.to_str().expect("utf-8");
+    for missing in ["/nonexistent-snapbus-dir/r.mcap"] {
+        let out = run(&["replay", "--print", good, missing]);
+        assert!(!out.status.success());
+        assert!(out.stderr.contains(missing), "{}", out.stderr);
+        assert_eq!(out.stdout, "", "nothing is printed before the check");
+    }
+    // Not a recording at all.
+    let not_mcap = crate::export::tmp("replay-not.mcap");
+    std::fs::write(&not_mcap, b"hello, not a recording").expect("write");
+    let out = run(&["replay", "--print", good, not_mcap.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert_eq!(out.stdout, "", "{}", out.stderr);
+}
+
+/// Issue 15, item 16: an empty replay producer name is refused.
+#[test]
+fn replay_refuses_an_empty_name() {
+    let good = crate::export::tmp("replay-name.mcap");
+    crate::export::record_mixed(&good);
+    for name in ["", " ", "a\nb"] {
+        let out = run(&[
+            "replay",
+            "--name",
+            name,
+            "--max",
+            good.to_str().expect("utf-8"),
+        ]);
+        assert!(!out.status.success(), "{name:?}");
+        assert!(out.stderr.contains("--name"), "{name:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+}

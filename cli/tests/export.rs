@@ -100,7 +100,7 @@ fn payload_json<T: Snapshot>(v: &T) -> Json {
         .to_json()
 }
 
-fn tmp(name: &str) -> PathBuf {
+pub(crate) fn tmp(name: &str) -> PathBuf {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
@@ -259,7 +259,7 @@ impl Direct {
 
 /// The mixed recording most tests use: 30 observations from producer alpha, ticks v1 from
 /// beta, a loss record of beta, ticks v2 from beta. Timestamps: 1000 + i.
-fn record_mixed(path: &Path) {
+pub(crate) fn record_mixed(path: &Path) {
     let mut d = Direct::create(path, 1 << 20);
     for i in 0..30 {
         d.write(0, 1000 + i, &obs(i));

@@ -31,17 +31,25 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     if !(args.speed.is_finite() && args.speed > 0.0) {
         bail!("--speed must be a positive number, got {}", args.speed);
     }
-    if args.print {
-        return print(args, &globs);
+    if args.name.trim().is_empty() || args.name.chars().any(char::is_control) {
+        bail!(
+            "--name {:?} is not a producer name: give a non-empty name without control \
+             characters (the default is 'replay')",
+            args.name
+        );
     }
-    let dir = bus_dir(&args.bus)?;
-    drop(connect(&dir)?);
-    // Every file is checked for its header before anything is published.
+    // Every file is opened and checked for its header before anything is printed or
+    // published.
     for f in &args.files {
         if let Some(Err(e)) = open(f)?.next() {
             bail!("{}: {e}", f.display());
         }
     }
+    if args.print {
+        return print(args, &globs);
+    }
+    let dir = bus_dir(&args.bus)?;
+    drop(connect(&dir)?);
     let publisher = Publisher::start(
         dir.clone(),
         PublisherConfig {
