@@ -71,6 +71,40 @@ pub(crate) fn globs(texts: &[String]) -> anyhow::Result<Vec<Glob>> {
         .collect()
 }
 
+/// The ids of the schemas on the bus now (of live and recently dead producers), sorted.
+pub(crate) fn schema_ids(dir: &BusDir) -> anyhow::Result<Vec<String>> {
+    let mut ids: Vec<String> = state(dir)?.schemas.into_iter().map(|s| s.id).collect();
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The globs that match none of `ids`.
+pub(crate) fn unmatched_globs<'a>(globs: &'a [Glob], ids: &[String]) -> Vec<&'a str> {
+    globs
+        .iter()
+        .filter(|g| !ids.iter().any(|id| g.matches(id)))
+        .map(Glob::as_str)
+        .collect()
+}
+
+/// "--schema 'a', 'b' matches none of the schemas in WHERE (x, y)", for a warning or an error.
+pub(crate) fn no_schema_matches(unmatched: &[&str], ids: &[String], place: &str) -> String {
+    let globs = unmatched
+        .iter()
+        .map(|g| format!("'{g}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.is_empty() {
+        format!("--schema {globs} matches nothing: {place} holds no schemas")
+    } else {
+        format!(
+            "--schema {globs} matches none of the schemas {place} holds: {}",
+            ids.join(", ")
+        )
+    }
+}
+
 /// A flag set by SIGINT or SIGTERM.
 pub(crate) fn interrupted() -> anyhow::Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));

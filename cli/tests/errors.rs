@@ -198,3 +198,26 @@ fn replay_refuses_an_empty_name() {
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
 }
+
+/// Issue 15, item 16: `snapshot --schema` matching no schema on the bus fails before the file
+/// is created, naming the schemas that are there.
+#[test]
+fn snapshot_of_a_schema_glob_that_matches_nothing_is_an_error() {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    let file = crate::export::tmp("snap-nomatch.mcap");
+    let out = bus.run(&[
+        "snapshot",
+        "-o",
+        file.to_str().expect("utf-8"),
+        "--schema",
+        "nomatch.*",
+    ]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("'nomatch.*'") && out.stderr.contains("demo.step"),
+        "{}",
+        out.stderr
+    );
+    assert!(!file.exists(), "no file is created");
+}

@@ -1042,3 +1042,40 @@ fn every_export_file_and_directory_is_private() {
         }
     }
 }
+
+/// Issue 15, item 16: a `--schema` that matches nothing in the recording is an error naming
+/// the schemas that are there, in every format, and leaves no empty output behind; one glob
+/// among several that matches nothing is a warning.
+#[test]
+fn a_schema_glob_that_matches_nothing_is_an_error_naming_the_schemas() {
+    let rec = tmp("nomatch.mcap");
+    record_mixed(&rec);
+    for format in ["jsonl", "csv", "mcap-json"] {
+        let out = tmp(&format!("nomatch-{format}"));
+        let o = export(&rec, format, &out, &["--schema", "nomatch.*"]);
+        assert!(!o.status.success(), "{format}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("'nomatch.*'")
+                && o.stderr.contains("exp.obs")
+                && o.stderr.contains("exp.tick"),
+            "{format}: {}",
+            o.stderr
+        );
+        assert!(!out.exists(), "{format}: no output is left behind");
+    }
+    let out = tmp("partmatch.jsonl");
+    let o = export(
+        &rec,
+        "jsonl",
+        &out,
+        &["--schema", "exp.tick", "--schema", "nomatch.*"],
+    );
+    assert_ok(&o);
+    assert!(
+        o.stderr.contains("warning") && o.stderr.contains("'nomatch.*'"),
+        "{}",
+        o.stderr
+    );
+    // The 9 ticks (v1 and v2) and the loss record.
+    assert_eq!(read_lines(&out).len(), 10);
+}
