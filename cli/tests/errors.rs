@@ -221,3 +221,35 @@ fn snapshot_of_a_schema_glob_that_matches_nothing_is_an_error() {
     );
     assert!(!file.exists(), "no file is created");
 }
+
+/// Issue 15, item 17: `record --rotate-mb` and `attach recorder --rotate-mb` name the files
+/// they really write (`run-0000.mcap`, …), not `run.mcap`.
+#[test]
+fn rotating_recorders_name_the_files_they_write() {
+    let bus = crate::bus::TestBus::up();
+    let run_mcap = crate::export::tmp("rotname.mcap");
+    let path = run_mcap.to_str().expect("utf-8");
+    let first = crate::export::tmp("rotname-0000.mcap");
+    let first = first.to_str().expect("utf-8");
+    let out = bus.run(&["attach", "recorder", "--rotate-mb", "1", "-o", path]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains(first), "{}", out.stderr);
+    assert!(!out.stderr.contains(&format!("{path} ")), "{}", out.stderr);
+    let out = bus.run(&["detach", out.stdout.trim()]);
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let second = crate::export::tmp("rotname2.mcap");
+    let rec = bus.spawn(
+        "record",
+        &[
+            "record",
+            "--rotate-mb",
+            "1",
+            "-o",
+            second.to_str().expect("utf-8"),
+        ],
+    );
+    let line = rec.expect_stderr("recording bus");
+    let want = crate::export::tmp("rotname2-0000.mcap");
+    assert!(line.contains(want.to_str().expect("utf-8")), "{line}");
+}

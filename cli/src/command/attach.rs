@@ -27,7 +27,7 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 argv,
                 &record.bus,
                 supervise.restart == Restart::OnFailure,
-                &record.output.display().to_string(),
+                &record::output_names(&record.output, record.rotate_mb),
             )
             .map(drop)
         }
