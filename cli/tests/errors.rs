@@ -253,3 +253,109 @@ fn rotating_recorders_name_the_files_they_write() {
     let want = crate::export::tmp("rotname2-0000.mcap");
     assert!(line.contains(want.to_str().expect("utf-8")), "{line}");
 }
+
+/// The ids of the consumers in `ls`.
+fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
+    bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .map(|c| c["id"].to_string())
+        .collect()
+}
+
+/// Issue 15, item 16: `aggregate --csv DIR` where no file can be created fails before anything
+/// is read; `attach aggregator` fails in the caller and starts nothing.
+#[test]
+fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    // /proc exists and takes no new files, even for root.
+    let out = bus.run(&["aggregate", "--until-end", "--csv", "/proc"]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--csv: cannot create files in /proc"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("summarizing"), "{}", out.stderr);
+    let out = bus.run(&["attach", "aggregator", "--csv", "/proc"]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("--csv"), "{}", out.stderr);
+    assert_eq!(consumer_ids(&bus), Vec::<String>::new());
+}
+
+/// Issue 15, item 16: an aggregator `--schema` that matches no schema on the bus is an error
+/// with `--until-end` and a warning to the caller on a live bus, naming the schemas there.
+#[test]
+fn aggregate_schema_globs_that_match_nothing_are_reported() {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    let out = bus.run(&["aggregate", "--until-end", "--schema", "nomatch.*"]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("'nomatch.*'") && out.stderr.contains("demo.step"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["attach", "aggregator", "--schema", "nomatch.*"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("warning") && out.stderr.contains("demo.step"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["detach", out.stdout.trim()]);
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
+/// Issue 15, item 16: `--field` and `--episode-field` that name no field of the summarized
+/// schemas: an error with `--until-end`, a warning (in the log of an attached aggregator)
+/// otherwise.
+#[test]
+fn aggregate_fields_that_match_nothing_are_reported() {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    for (flag, needle) in [
+        ("--field", "--field 'nope' matched no field of demo.step v1"),
+        ("--episode-field", "--episode-field 'nope'"),
+    ] {
+        let out = bus.run(&[
+            "aggregate",
+            "--until-end",
+            "--schema",
+            "demo.step",
+            flag,
+            "nope",
+        ]);
+        assert!(!out.status.success(), "{flag}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{flag}: {}", out.stderr);
+    }
+    let out = bus.run(&[
+        "attach",
+        "aggregator",
+        "--schema",
+        "demo.step",
+        "--field",
+        "nope",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let id = out.stdout.trim().to_owned();
+    let log = bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .find(|c| c["id"].to_string() == id)
+        .and_then(|c| c["log"].as_str().map(str::to_owned))
+        .expect("the aggregator's log");
+    crate::bus::wait_until(
+        "the aggregator warns about --field",
+        crate::util::WATCHDOG,
+        || {
+            std::fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains("warning: --field 'nope' matches no numeric field"))
+        },
+    );
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "{}", out.stderr);
+}

@@ -71,6 +71,7 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 return aggregate::run(&args);
             }
             let argv = aggregate::argv(&args, args.worker)?;
+            aggregate::check_schemas(&args, &bus_dir(&args.bus)?, "snapbus attach")?;
             attach(
                 "aggregator",
                 argv,

@@ -379,6 +379,20 @@ pub struct Aggregator<S: SummarySink> {
     resume: Resume,
     scratch: Extracted,
     key: Vec<u8>,
+    /// What the options named that the schemas summarized so far lack (see
+    /// [`Aggregator::unmatched_options`]).
+    matches: OptionMatches,
+}
+
+/// Which of the options that name fields matched a field of a summarized schema.
+#[derive(Debug, Default)]
+struct OptionMatches {
+    /// Schemas with a plan (`id vN`).
+    summarized: Vec<String>,
+    /// Per `--field` glob: whether it matched a field of one of them.
+    fields: Vec<bool>,
+    /// Whether one of them has the episode field (`--window episode`).
+    episode_field: bool,
 }
 
 struct ProducerState {
@@ -459,7 +473,37 @@ impl<S: SummarySink> Aggregator<S> {
             resume: Resume::default(),
             scratch: Extracted::default(),
             key: Vec::new(),
+            matches: OptionMatches::default(),
         }
+    }
+
+    /// The options naming fields that no schema summarized so far has: each `--field` glob
+    /// that matched no field of any of them, and `--episode-field` (with `--window episode`) if
+    /// none has it. Empty while no schema was summarized. The aggregator warns about each
+    /// schema as it meets it; `--until-end` turns what is left at the end into an error.
+    pub fn unmatched_options(&self) -> Vec<String> {
+        let m = &self.matches;
+        if m.summarized.is_empty() {
+            return Vec::new();
+        }
+        let schemas = m.summarized.join(", ");
+        let mut out: Vec<String> = self
+            .out
+            .opts
+            .fields
+            .iter()
+            .zip(&m.fields)
+            .filter(|(_, hit)| !**hit)
+            .map(|(g, _)| format!("--field '{}' matched no field of {schemas}", g.as_str()))
+            .collect();
+        if self.out.opts.window == Window::Episode && !m.episode_field {
+            out.push(format!(
+                "--episode-field '{}' is an integer field of none of {schemas} (summarized per \
+                 experiment only)",
+                self.out.opts.episode_field
+            ));
+        }
+        out
     }
 
     /// Don't emit again what an earlier run emitted (see [`previous_summaries`]).
@@ -516,7 +560,7 @@ impl<S: SummarySink> Aggregator<S> {
         i
     }
 
-    fn compile(&self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
+    fn compile(&mut self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
         let mut state = SchemaState {
             desc: Arc::clone(schema),
             plan: None,
@@ -563,12 +607,45 @@ impl<S: SummarySink> Aggregator<S> {
             }
         };
         let how = match (self.out.opts.window, plan.has_window_field) {
-            (Window::Episode, false) => format!(
-                "per experiment only (it has no integer field {:?})",
-                self.out.opts.episode_field
-            ),
+            (Window::Episode, false) => {
+                eprintln!(
+                    "snapbus aggregator: warning: {} v{} has no integer field {:?} \
+                     (--episode-field): summarized per experiment only",
+                    schema.id(),
+                    schema.version(),
+                    self.out.opts.episode_field
+                );
+                format!(
+                    "per experiment only (it has no integer field {:?})",
+                    self.out.opts.episode_field
+                )
+            }
             (w, _) => format!("per {w}"),
         };
+        // Which --field globs name a field of this schema (each compiled alone).
+        let m = &mut self.matches;
+        m.fields.resize(self.out.opts.fields.len(), false);
+        for (g, hit) in self.out.opts.fields.iter().zip(&mut m.fields) {
+            let alone = Plan::compile(
+                schema.root(),
+                &self.out.opts.group_by,
+                window_field,
+                std::slice::from_ref(g),
+            );
+            if alone.is_ok_and(|p| !p.leaves.is_empty()) {
+                *hit = true;
+            } else {
+                eprintln!(
+                    "snapbus aggregator: warning: --field '{}' matches no numeric field of {} v{}",
+                    g.as_str(),
+                    schema.id(),
+                    schema.version()
+                );
+            }
+        }
+        m.episode_field |= plan.has_window_field;
+        m.summarized
+            .push(format!("{} v{}", schema.id(), schema.version()));
         eprintln!(
             "snapbus aggregator: summarizing {} v{} {how} as {}: {} field(s){}",
             schema.id(),
