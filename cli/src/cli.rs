@@ -276,7 +276,8 @@ pub(crate) struct ReplayArgs {
     /// Schema-id globs to replay (default: all); repeatable.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
-    /// Print the records as JSON lines instead (no bus needed).
+    /// Print the records as JSON lines instead (no bus needed), each file in record-time order
+    /// across producers.
     #[arg(long)]
     pub(crate) print: bool,
     /// The replay producer's name in `snapbus ls`.

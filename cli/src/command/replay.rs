@@ -1,7 +1,10 @@
 //! `snapbus replay`: republishes recordings into the running bus as a producer of its own
 //! (`replay` in `snapbus ls`), with the original relative timing scaled by `--speed`, or as
 //! fast as possible (`--max`). Every consumer sees replayed records exactly as live ones.
-//! `--print` writes them as JSON lines instead, without any bus.
+//! `--print` writes them as JSON lines instead, without any bus, in record-time order across
+//! producers (see [`merge`]).
+
+mod merge;
 
 use std::fs::File;
 use std::io::{BufReader, Write};
@@ -117,11 +120,11 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     }
 }
 
-/// `--print`: JSON lines, no bus, no timing.
+/// `--print`: JSON lines, no bus, no timing; each file in record-time order.
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for f in &args.files {
-        for item in open(f)? {
+        for item in merge::items(f)? {
             let item = match item {
                 Ok(i) => i,
                 Err(e) => {
