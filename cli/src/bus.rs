@@ -222,6 +222,23 @@ pub(crate) fn create_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Checks that files can be created in the existing directory `dir` (by creating and removing
+/// one), so that a consumer fails before it reads anything rather than after.
+pub(crate) fn check_writable_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    let probe = dir.join(format!(".snapbus-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create files in {}", dir.display())),
+    }
+}
+
 /// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
 pub(crate) fn utc(t_nanos: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t_nanos);

@@ -358,3 +358,23 @@ fn aggregate_fields_that_match_nothing_are_reported() {
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "{}", out.stderr);
 }
+
+/// Issue 15, item 16 (and the repro of item 8): `attach recorder -o PATH` where the file cannot
+/// be created fails in the caller, and starts no consumer.
+#[test]
+fn attach_recorder_into_an_unwritable_place_starts_nothing() {
+    let bus = crate::bus::TestBus::up();
+    for (path, needle) in [
+        (
+            "/nonexistent-snapbus-dir/r.mcap",
+            "cannot create files in /nonexistent-snapbus-dir",
+        ),
+        ("/proc/r.mcap", "cannot create files in /proc"),
+    ] {
+        let out = bus.run(&["attach", "recorder", "-o", path]);
+        assert!(!out.status.success(), "{path}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{path}: {}", out.stderr);
+        assert_eq!(out.stderr.matches("os error").count(), 1, "{}", out.stderr);
+    }
+    assert_eq!(consumer_ids(&bus), Vec::<String>::new());
+}

@@ -167,20 +167,7 @@ fn warn_unmatched(globs: &[Glob], ids: &[String], dir: &BusDir, who: &str) {
 fn check_csv_dir(dir: &Path) -> anyhow::Result<()> {
     crate::bus::create_dir(dir)
         .with_context(|| format!("--csv: creating the directory {}", dir.display()))?;
-    let probe = dir.join(format!(".snapbus-probe-{}", std::process::id()));
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-    {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => {
-            Err(e).with_context(|| format!("--csv: cannot create files in {}", dir.display()))
-        }
-    }
+    crate::bus::check_writable_dir(dir).context("--csv")
 }
 
 /// The `snapbus aggregate` command line a supervised worker runs (paths made absolute).

@@ -100,6 +100,9 @@ fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
     let dir = bus_dir(&r.bus)?;
     let output = std::path::absolute(&r.output)
         .with_context(|| format!("resolving {}", r.output.display()))?;
+    // A recorder that cannot create its file is refused here, before anything is started.
+    let parent = output.parent().unwrap_or(std::path::Path::new("/"));
+    crate::bus::check_writable_dir(parent).with_context(|| format!("-o {}", r.output.display()))?;
     let mut argv = vec![
         "record".to_owned(),
         "--output".to_owned(),
