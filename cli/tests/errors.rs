@@ -297,6 +297,18 @@ fn aggregate_schema_globs_that_match_nothing_are_reported() {
         "{}",
         out.stderr
     );
+    let out = bus.run(&[
+        "spawn",
+        "aggregator",
+        "-n",
+        "2",
+        "--until-end",
+        "--schema",
+        "nomatch.*",
+    ]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("demo.step"), "{}", out.stderr);
+    assert_eq!(consumer_ids(&bus), Vec::<String>::new());
     let out = bus.run(&["attach", "aggregator", "--schema", "nomatch.*"]);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(
