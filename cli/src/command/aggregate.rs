@@ -12,18 +12,17 @@
 //! summaries its earlier runs emitted (still in the rings) and does not emit those windows
 //! again.
 
+use std::path::Path;
+use std::time::Duration;
+
 use anyhow::Context;
 use snapbus_bus::control::StartFrom;
+use snapbus_bus::runtime::BusDir;
+use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
     Aggregator, AggregatorOptions, PublisherSink, Resume, previous_summaries,
 };
 use snapbus_consumers::{RunOptions, run as run_consumer};
-
-use std::path::Path;
-use std::time::Duration;
-
-use snapbus_bus::runtime::BusDir;
-use snapbus_bus::subscriber::Glob;
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{AggregateArgs, From};

@@ -10,7 +10,10 @@
 //!   16 numbers element by element (`position.0`); longer arrays, sequences and tensors by
 //!   their per-record mean, minimum and maximum (`observation.mean`, …). `fields` narrows this
 //!   to some dotted paths. Values inside enums, maps and sequences of structs are not
-//!   summarized. NaN values are not counted.
+//!   summarized. NaN values are not counted. A `fields` glob that matches no field of a schema,
+//!   and a schema without the episode field (`Window::Episode`), are warned about on stderr
+//!   when the schema is first met; [`Aggregator::unmatched_options`] lists what matched no
+//!   schema at all.
 //! - **Statistics** per field: count, mean, std (population), min, max, last, and p50/p95/p99:
 //!   the value at rank ⌊p·(n−1)⌋ of the sorted values, exact for up to
 //!   [`EXACT_QUANTILES_UP_TO`] values, beyond that from a DDSketch (`sketches-ddsketch`),
