@@ -1186,3 +1186,65 @@ fn replay_print_of_a_snapshot_of_two_producers_is_in_time_order() {
     assert_eq!(lines.len(), 2 * 20 * 11, "{}", out.stderr);
     assert_time_ordered(&lines);
 }
+
+/// `replay --print` of an interleaved file that was cut: the records before the cut, merged
+/// by time, then the error naming the offset.
+#[test]
+fn replay_print_of_a_cut_interleaved_file_merges_what_precedes_the_cut() {
+    let rec = tmp("merge-cut.mcap");
+    let mut d = Direct::create(&rec, 2 << 10);
+    for i in 0..300u64 {
+        d.write(0, 10_000 + 3 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..300u64 {
+        d.write(1, 10_001 + 3 * i, &Tick { i: i as u32 });
+    }
+    d.finish();
+    let bytes = std::fs::read(&rec).expect("read");
+    std::fs::write(&rec, &bytes[..bytes.len() * 3 / 4]).expect("cut");
+    let (lines, out) = replay_print(&rec);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("offset"), "{}", out.stderr);
+    assert!(lines.len() > 300 && lines.len() < 600, "{}", lines.len());
+    assert_time_ordered(&lines);
+    assert_eq!(
+        out.stderr.matches("at byte offset").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// `replay --print` of a file cut inside its second producer's records (written after the
+/// first's): every record before the cut is printed, then the error.
+#[test]
+fn replay_print_of_a_file_cut_in_its_second_producer_prints_everything_before_the_cut() {
+    let rec = tmp("merge-cut2.mcap");
+    let mut d = Direct::create(&rec, 2 << 10);
+    for i in 0..300u64 {
+        d.write(0, 10_000 + 2 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..300u64 {
+        d.write(1, 10_001 + 2 * i, &Tick { i: i as u32 });
+    }
+    d.finish();
+    let bytes = std::fs::read(&rec).expect("read");
+    let cut = bytes.len() * 3 / 4;
+    std::fs::write(&rec, &bytes[..cut]).expect("cut");
+    // What the reader gets before the cut, in file order.
+    let before: usize = RecordingReader::new(std::fs::File::open(&rec).expect("open"))
+        .map_while(Result::ok)
+        .filter(|i| matches!(i, Item::Message(_)))
+        .count();
+    assert!(before > 300, "the cut is in the second producer's records");
+    let (lines, out) = replay_print(&rec);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert_eq!(lines.len(), before, "{}", out.stderr);
+    assert_time_ordered(&lines);
+    assert_eq!(
+        out.stderr.matches("at byte offset").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}

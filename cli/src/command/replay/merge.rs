@@ -6,11 +6,12 @@
 //! another producer already seen, the file is read again as it is. Otherwise it is read once per
 //! producer, each pass keeping that producer's records (and loss records), and the passes are
 //! merged by record time (a k-way merge: memory holds one record per producer, whatever the
-//! file's size; ties keep the order in which the producers first appear). Metadata records are
-//! not returned.
+//! file's size; ties keep the order in which the producers first appear). A damaged or cut file
+//! gives every record that precedes the damage, merged, and then the read error. Metadata
+//! records are not returned.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
@@ -134,16 +135,19 @@ impl Stream {
     }
 }
 
-/// The k-way merge of the streams by record time.
+/// The k-way merge of the streams by record time. A read error ends a pass (or not, if the
+/// reader goes on after it); every pass meets the same damage, so each error is returned once,
+/// after every record that precedes it in any pass.
 struct Merged {
     streams: Vec<Stream>,
-    /// Each stream's next record, keyed by (time, stream index).
+    /// Each stream's next record.
     heads: Vec<Option<Item>>,
+    /// (time, stream index) of each stream's next record.
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     /// Streams still to be read for their first record.
     unprimed: std::ops::Range<usize>,
-    /// Damage reported already (every pass meets the same damage).
-    reported: HashSet<u64>,
+    /// Errors met, by the offset where the damage starts.
+    errors: BTreeMap<u64, ReadError>,
 }
 
 impl Merged {
@@ -154,25 +158,22 @@ impl Merged {
             heads: (0..n).map(|_| None).collect(),
             heap: BinaryHeap::new(),
             unprimed: 0..n,
-            reported: HashSet::new(),
+            errors: BTreeMap::new(),
         }
     }
 
-    /// Reads stream `i`'s next record into the heap; returns an error not reported before.
-    fn advance(&mut self, i: usize) -> Option<ReadError> {
-        loop {
-            match self.streams[i].next() {
-                None => return None,
-                Some(Ok(item)) => {
+    /// Reads stream `i`'s next record into the heap (noting the errors on the way).
+    fn advance(&mut self, i: usize) {
+        while let Some(next) = self.streams[i].next() {
+            match next {
+                Ok(item) => {
                     let t = stamp(&item).map_or(0, |(_, t)| t);
                     self.heads[i] = Some(item);
                     self.heap.push(Reverse((t, i)));
-                    return None;
+                    return;
                 }
-                Some(Err(e)) => {
-                    if self.reported.insert(e.offset) {
-                        return Some(e);
-                    }
+                Err(e) => {
+                    self.errors.entry(e.offset).or_insert(e);
                 }
             }
         }
@@ -184,19 +185,15 @@ impl Iterator for Merged {
 
     fn next(&mut self) -> Option<Self::Item> {
         while let Some(i) = self.unprimed.next() {
-            if let Some(e) = self.advance(i) {
-                return Some(Err(e));
+            self.advance(i);
+        }
+        match self.heap.pop() {
+            Some(Reverse((_, i))) => {
+                let item = self.heads[i].take();
+                self.advance(i);
+                item.map(Ok)
             }
+            None => self.errors.pop_first().map(|(_, e)| Err(e)),
         }
-        let Reverse((_, i)) = self.heap.pop()?;
-        let item = self.heads[i].take()?;
-        if let Some(e) = self.advance(i) {
-            // The record is not lost: it is returned after the error, if the caller goes on.
-            self.heads[i] = Some(item);
-            let t = self.heads[i].as_ref().and_then(stamp).map_or(0, |(_, t)| t);
-            self.heap.push(Reverse((t, i)));
-            return Some(Err(e));
-        }
-        Some(Ok(item))
     }
 }
