@@ -351,6 +351,13 @@ fn aggregate_fields_that_match_nothing_are_reported() {
         "nope",
     ]);
     assert!(out.status.success(), "{}", out.stderr);
+    // The caller is told (the demo's schemas are known to this build).
+    assert!(
+        out.stderr
+            .contains("warning: --field 'nope' matches no numeric field of demo.step v1"),
+        "{}",
+        out.stderr
+    );
     let id = out.stdout.trim().to_owned();
     let log = bus.ls()["consumers"]
         .as_array()
@@ -368,6 +375,23 @@ fn aggregate_fields_that_match_nothing_are_reported() {
         },
     );
     let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = bus.run(&[
+        "attach",
+        "aggregator",
+        "--schema",
+        "demo.step",
+        "--episode-field",
+        "nope",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("warning: demo.step v1 has no integer field \"nope\""),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["detach", out.stdout.trim()]);
     assert!(out.status.success(), "{}", out.stderr);
 }
 

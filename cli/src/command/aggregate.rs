@@ -6,7 +6,9 @@
 //! the schemas on the bus) `--schema` globs that match nothing — an error with `--until-end`, a
 //! warning on a live bus (also once the first schemas appear, if there were none). A `--field`
 //! glob or `--episode-field` that no summarized schema has is warned about per schema, and is an
-//! error at the end with `--until-end`.
+//! error at the end with `--until-end`. `attach aggregator` and `spawn aggregator` also warn
+//! their caller (who does not see the aggregator's log) about such fields, for the schemas on
+//! the bus whose descriptors this build knows (built-in and demo).
 //!
 //! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it first reads the
 //! summaries its earlier runs emitted (still in the rings) and does not emit those windows
@@ -20,7 +22,7 @@ use snapbus_bus::control::StartFrom;
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
-    Aggregator, AggregatorOptions, PublisherSink, Resume, previous_summaries,
+    Aggregator, AggregatorOptions, PublisherSink, Resume, option_mismatches, previous_summaries,
 };
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
@@ -148,6 +150,43 @@ pub(crate) fn check_schemas(
         );
     }
     warn_unmatched(&globs, &ids, dir, who);
+    Ok(())
+}
+
+/// For `attach` and `spawn`, whose caller does not see the aggregator's output: warns about
+/// options naming fields that schemas on the bus lack (`--field`, `--group-by`, and the episode
+/// field when `--schema` or `--episode-field` was given), for the schemas whose descriptors
+/// this build knows (built-in and demo); the aggregator's log warns about every schema.
+pub(crate) fn warn_field_mismatches(
+    args: &AggregateArgs,
+    dir: &BusDir,
+    who: &str,
+) -> anyhow::Result<()> {
+    let opts = options(args)?;
+    let explicit_episode = !args.schemas.is_empty() || args.episode_field != "episode";
+    if args.fields.is_empty() && args.group_by.is_empty() && !explicit_episode {
+        return Ok(());
+    }
+    let mut known: Vec<&snapbus_schemas::SchemaDescriptor> =
+        snapbus_schemas::builtin::all().to_vec();
+    known.extend(crate::demo::descriptors());
+    for s in crate::bus::state(dir)?.schemas {
+        if !opts.globs.is_empty() && !opts.globs.iter().any(|g| g.matches(&s.id)) {
+            continue;
+        }
+        let Some(d) = known
+            .iter()
+            .find(|d| format!("{:016x}", d.fingerprint()) == s.fingerprint)
+        else {
+            continue;
+        };
+        for m in option_mismatches(&opts, d) {
+            if m.contains("--episode-field") && !explicit_episode {
+                continue;
+            }
+            eprintln!("{who}: warning: {m}");
+        }
+    }
     Ok(())
 }
 

@@ -71,7 +71,9 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 return aggregate::run(&args);
             }
             let argv = aggregate::argv(&args, args.worker)?;
-            aggregate::check_schemas(&args, &bus_dir(&args.bus)?, "snapbus attach")?;
+            let dir = bus_dir(&args.bus)?;
+            aggregate::check_schemas(&args, &dir, "snapbus attach")?;
+            aggregate::warn_field_mismatches(&args, &dir, "snapbus attach")?;
             attach(
                 "aggregator",
                 argv,

@@ -329,6 +329,55 @@ impl Resume {
     }
 }
 
+/// What `opts` name that `schema` lacks, as the aggregator warns when it first meets the
+/// schema: each `fields` glob that matches no numeric field, the episode field (with
+/// [`Window::Episode`]), a group-by field. Empty for a schema it summarizes as asked (and for
+/// summary schemas, which it summarizes only when asked to).
+pub fn option_mismatches(opts: &AggregatorOptions, schema: &SchemaDescriptor) -> Vec<String> {
+    let wanted = opts
+        .globs
+        .iter()
+        .any(|g| g.as_str().ends_with(SUMMARY_SUFFIX));
+    if schema.id().ends_with(SUMMARY_SUFFIX) && !wanted {
+        return Vec::new();
+    }
+    let name = format!("{} v{}", schema.id(), schema.version());
+    let window_field = match opts.window {
+        Window::Episode => Some(opts.episode_field.as_str()),
+        _ => None,
+    };
+    let plan = match Plan::compile(schema.root(), &opts.group_by, window_field, &opts.fields) {
+        Ok(p) => p,
+        Err(PlanError::GroupField(f)) => {
+            return vec![format!(
+                "{name} has no group-by field {f:?}: it is not summarized"
+            )];
+        }
+    };
+    let mut out = Vec::new();
+    if window_field.is_some() && !plan.has_window_field {
+        out.push(format!(
+            "{name} has no integer field {:?} (--episode-field): summarized per experiment only",
+            opts.episode_field
+        ));
+    }
+    for g in &opts.fields {
+        let alone = Plan::compile(
+            schema.root(),
+            &opts.group_by,
+            window_field,
+            std::slice::from_ref(g),
+        );
+        if !alone.is_ok_and(|p| !p.leaves.is_empty()) {
+            out.push(format!(
+                "--field '{}' matches no numeric field of {name}",
+                g.as_str()
+            ));
+        }
+    }
+    out
+}
+
 /// Reads the summaries still in the rings that producers named `name` emitted (an earlier run
 /// of this worker), for [`Aggregator::resume_from`].
 pub fn previous_summaries(
