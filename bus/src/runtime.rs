@@ -28,7 +28,7 @@ pub enum RuntimeError {
     /// The bus name has characters or a length we do not accept.
     #[error(
         "invalid bus name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _ - . (not starting \
-         with '.')"
+         with '.' or '-')"
     )]
     BadName(String),
     /// The runtime directory exists but is not safe to use.
@@ -67,6 +67,9 @@ impl BusName {
         let ok = !name.is_empty()
             && name.len() <= 64
             && !name.starts_with('.')
+            // A leading '-' would read as an option on the command lines of the broker and
+            // of the consumers it starts.
+            && !name.starts_with('-')
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
@@ -224,7 +227,17 @@ mod tests {
         for ok in ["default", "exp-1", "a.b_c", "X"] {
             assert!(BusName::new(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".hidden", "a/b", "../x", "a b", &"x".repeat(65)] {
+        for bad in [
+            "",
+            ".hidden",
+            "-x",
+            "--help",
+            "-",
+            "a/b",
+            "../x",
+            "a b",
+            &"x".repeat(65),
+        ] {
             assert!(BusName::new(bad).is_err(), "{bad}");
         }
     }

@@ -71,6 +71,40 @@ pub(crate) fn globs(texts: &[String]) -> anyhow::Result<Vec<Glob>> {
         .collect()
 }
 
+/// The ids of the schemas on the bus now (of live and recently dead producers), sorted.
+pub(crate) fn schema_ids(dir: &BusDir) -> anyhow::Result<Vec<String>> {
+    let mut ids: Vec<String> = state(dir)?.schemas.into_iter().map(|s| s.id).collect();
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The globs that match none of `ids`.
+pub(crate) fn unmatched_globs<'a>(globs: &'a [Glob], ids: &[String]) -> Vec<&'a str> {
+    globs
+        .iter()
+        .filter(|g| !ids.iter().any(|id| g.matches(id)))
+        .map(Glob::as_str)
+        .collect()
+}
+
+/// "--schema 'a', 'b' matches none of the schemas in WHERE (x, y)", for a warning or an error.
+pub(crate) fn no_schema_matches(unmatched: &[&str], ids: &[String], place: &str) -> String {
+    let globs = unmatched
+        .iter()
+        .map(|g| format!("'{g}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.is_empty() {
+        format!("--schema {globs} matches nothing: {place} holds no schemas")
+    } else {
+        format!(
+            "--schema {globs} matches none of the schemas {place} holds: {}",
+            ids.join(", ")
+        )
+    }
+}
+
 /// A flag set by SIGINT or SIGTERM.
 pub(crate) fn interrupted() -> anyhow::Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
@@ -139,8 +173,118 @@ pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_j
     })
 }
 
+/// An error and its causes on one line, `outer: cause: root cause` (what `{:#}` prints), but
+/// without repeating a cause whose text the message before it already contains: many library
+/// errors print their source in their own message (`creating x: {source}`) and also return it
+/// from `source()`, and `{:#}` would print it twice ("No such file or directory (os error 2):
+/// No such file or directory (os error 2)"). Every error the CLI prints goes through this.
+pub(crate) fn error_chain(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    let mut previous: Option<String> = None;
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let shown = previous.as_deref().is_some_and(|p| p.contains(&text));
+        if !shown && !text.is_empty() {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        previous = Some(text);
+    }
+    line
+}
+
+/// The mode of every file the CLI writes (exports, the plotter's URL): bus data is private,
+/// like the sockets. `chmod` shares a file; the umask can only narrow this.
+pub(crate) const FILE_MODE: u32 = 0o600;
+/// The mode of every directory the CLI creates (csv and parquet exports).
+pub(crate) const DIR_MODE: u32 = 0o700;
+
+/// Creates `path` (or truncates it: an existing file keeps its mode) for writing, [`FILE_MODE`]
+/// if it is new.
+pub(crate) fn create_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+}
+
+/// Creates `dir` and its missing parents, [`DIR_MODE`].
+pub(crate) fn create_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Checks that files can be created in the existing directory `dir` (by creating and removing
+/// one), so that a consumer fails before it reads anything rather than after.
+pub(crate) fn check_writable_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    let probe = dir.join(format!(".snapbus-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create files in {}", dir.display())),
+    }
+}
+
 /// CLOCK_REALTIME nanoseconds as UTC, RFC 3339 with milliseconds (`2026-11-23T09:00:00.123Z`).
 pub(crate) fn utc(t_nanos: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t_nanos);
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    /// What `#[error("creating {path}: {source}")]` with `#[source]` derives.
+    #[derive(Debug)]
+    struct Create {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Create {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "creating {}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Create {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let err = anyhow::Error::new(Create {
+            path: "/nodir/r.mcap",
+            source: io(),
+        })
+        .context("starting the recorder");
+        let line = error_chain(&err);
+        assert_eq!(
+            line,
+            format!("starting the recorder: creating /nodir/r.mcap: {}", io())
+        );
+        // Causes that are not repeated are all printed, as `{:#}` does.
+        let err = anyhow::Error::new(io())
+            .context("opening x")
+            .context("replaying");
+        assert_eq!(error_chain(&err), format!("{err:#}"));
+    }
 }

@@ -251,7 +251,8 @@ pub(crate) struct SnapshotArgs {
     /// Only records of the last DURATION (e.g. 30s, 500ms, 2m, 1h; default: everything).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) last: Option<Duration>,
-    /// Schema-id globs (default: all); repeatable.
+    /// Schema-id globs (default: all); repeatable. If none matches a schema on the bus, the
+    /// snapshot is refused, naming the schemas there.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
     /// Overwrite an existing file.
@@ -276,7 +277,8 @@ pub(crate) struct ReplayArgs {
     /// Schema-id globs to replay (default: all); repeatable.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
-    /// Print the records as JSON lines instead (no bus needed).
+    /// Print the records as JSON lines instead (no bus needed), each file in record-time order
+    /// across producers.
     #[arg(long)]
     pub(crate) print: bool,
     /// The replay producer's name in `snapbus ls`.
@@ -321,7 +323,8 @@ pub(crate) struct ExportArgs {
     /// Output file (jsonl, mcap-json) or directory (csv, parquet).
     #[arg(short, long)]
     pub(crate) output: PathBuf,
-    /// Schema-id globs to export (default: all); repeatable.
+    /// Schema-id globs to export (default: all); repeatable. If none matches a record of the
+    /// recording, the export fails naming the schemas it holds.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
     /// Overwrite existing output.
@@ -369,7 +372,8 @@ pub(crate) enum AttachKind {
 #[command(after_long_help = AGGREGATE_HELP)]
 pub(crate) struct AggregateArgs {
     /// Schema-id globs to summarize (default: all); repeatable. Summary schemas are only
-    /// summarized again when a glob ends in `.summary`.
+    /// summarized again when a glob ends in `.summary`. Globs that match no schema on the bus
+    /// are a warning (an error with --until-end).
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
     /// A field whose values split records into groups (dotted path to a number, bool, string

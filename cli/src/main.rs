@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("snapbus: error: {err:#}");
+            eprintln!("snapbus: error: {}", bus::error_chain(&err));
             ExitCode::FAILURE
         }
     }

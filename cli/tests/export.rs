@@ -100,7 +100,7 @@ fn payload_json<T: Snapshot>(v: &T) -> Json {
         .to_json()
 }
 
-fn tmp(name: &str) -> PathBuf {
+pub(crate) fn tmp(name: &str) -> PathBuf {
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
@@ -259,7 +259,7 @@ impl Direct {
 
 /// The mixed recording most tests use: 30 observations from producer alpha, ticks v1 from
 /// beta, a loss record of beta, ticks v2 from beta. Timestamps: 1000 + i.
-fn record_mixed(path: &Path) {
+pub(crate) fn record_mixed(path: &Path) {
     let mut d = Direct::create(path, 1 << 20);
     for i in 0..30 {
         d.write(0, 1000 + i, &obs(i));
@@ -1008,4 +1008,243 @@ fn payloads_that_do_not_decode_are_reported_never_dropped_silently() {
     let (_, rows) = read_csv(&out.join("exp.obs.csv"));
     let steps: Vec<&str> = rows.iter().map(|r| r["step"].as_str()).collect();
     assert_eq!(steps, ["0", "1", "2", "3", "4", "5", "7", "8", "9"]);
+}
+
+/// The permission bits of `path`.
+pub(crate) fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+/// Issue 15, item 12: every file and directory `export` creates is private (0600 / 0700), in
+/// every format, whatever the umask lets through.
+#[test]
+fn every_export_file_and_directory_is_private() {
+    let rec = tmp("modes.mcap");
+    record_mixed(&rec);
+    let mut formats = vec![("jsonl", false), ("mcap-json", false), ("csv", true)];
+    if cfg!(feature = "parquet") {
+        formats.push(("parquet", true));
+    }
+    for (format, is_dir) in formats {
+        let out = tmp(&format!("modes-{format}"));
+        let o = export(&rec, format, &out, &[]);
+        assert_ok(&o);
+        if is_dir {
+            assert_eq!(mode(&out), 0o700, "{format}: the directory");
+            let files = dir_files(&out);
+            assert!(files.len() >= 3, "{format}: {files:?}");
+            for f in files {
+                assert_eq!(mode(&out.join(&f)), 0o600, "{format}: {f}");
+            }
+        } else {
+            assert_eq!(mode(&out), 0o600, "{format}");
+        }
+    }
+}
+
+/// Issue 15, item 16: a `--schema` that matches nothing in the recording is an error naming
+/// the schemas that are there, in every format, and leaves no empty output behind; one glob
+/// among several that matches nothing is a warning.
+#[test]
+fn a_schema_glob_that_matches_nothing_is_an_error_naming_the_schemas() {
+    let rec = tmp("nomatch.mcap");
+    record_mixed(&rec);
+    let mut formats = vec!["jsonl", "csv", "mcap-json"];
+    if cfg!(feature = "parquet") {
+        formats.push("parquet");
+    }
+    for format in formats {
+        let out = tmp(&format!("nomatch-{format}"));
+        let o = export(&rec, format, &out, &["--schema", "nomatch.*"]);
+        assert!(!o.status.success(), "{format}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("'nomatch.*'")
+                && o.stderr.contains("exp.obs")
+                && o.stderr.contains("exp.tick"),
+            "{format}: {}",
+            o.stderr
+        );
+        assert!(!out.exists(), "{format}: no output is left behind");
+    }
+    let out = tmp("partmatch.jsonl");
+    let o = export(
+        &rec,
+        "jsonl",
+        &out,
+        &["--schema", "exp.tick", "--schema", "nomatch.*"],
+    );
+    assert_ok(&o);
+    assert!(
+        o.stderr.contains("warning") && o.stderr.contains("'nomatch.*'"),
+        "{}",
+        o.stderr
+    );
+    // The 9 ticks (v1 and v2) and the loss record.
+    assert_eq!(read_lines(&out).len(), 10);
+}
+
+/// `replay --print FILE`: the printed records (and the command's success).
+fn replay_print(file: &Path) -> (Vec<Json>, Output) {
+    let out = run(&["replay", "--print", path_str(file)]);
+    let lines = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    (lines, out)
+}
+
+/// Checks that `lines` are in record-time order and each producer's records in its own order.
+fn assert_time_ordered(lines: &[Json]) {
+    let times: Vec<u64> = lines
+        .iter()
+        .map(|l| l["t_nanos"].as_u64().expect("t_nanos"))
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "not in time order: {times:?}"
+    );
+    let mut last_seq: BTreeMap<String, u64> = BTreeMap::new();
+    for l in lines {
+        let p = l["producer"].to_string();
+        let seq = l["seq"].as_u64().expect("seq");
+        if let Some(prev) = last_seq.insert(p, seq) {
+            assert!(prev < seq, "a producer's records out of order: {l}");
+        }
+    }
+}
+
+/// Issue 15, item 17: `replay --print` merges the producers of a file by record time (a file
+/// holds them interleaved as the recorder read them), keeping every record.
+#[test]
+fn replay_print_merges_producers_by_record_time() {
+    // alpha at 1000.., beta at 2000.. but written interleaved; then beta's loss and v2 ticks.
+    let rec = tmp("merge-mixed.mcap");
+    record_mixed(&rec);
+    let (lines, out) = replay_print(&rec);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(lines.len(), 39, "{}", out.stderr);
+    assert_time_ordered(&lines);
+    assert!(out.stderr.contains("lost 42 records"), "{}", out.stderr);
+
+    // Three producers written one after the other, with overlapping times.
+    let rec = tmp("merge-blocks.mcap");
+    let mut d = Direct::create(&rec, 4 << 10);
+    for i in 0..200u64 {
+        d.write(0, 10_000 + 3 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..200u64 {
+        d.write(1, 10_001 + 3 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..100u64 {
+        d.write(0, 20_000 + i, &Tick { i: i as u32 });
+    }
+    d.finish();
+    let (lines, out) = replay_print(&rec);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(lines.len(), 500);
+    assert_time_ordered(&lines);
+    let producers: Vec<&str> = lines[..4]
+        .iter()
+        .map(|l| l["producer"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(producers, ["alpha", "beta", "alpha", "beta"]);
+}
+
+/// Issue 15, item 17, as reported: a snapshot of two producers that ran at the same time
+/// prints in time order.
+#[test]
+fn replay_print_of_a_snapshot_of_two_producers_is_in_time_order() {
+    let bus = crate::bus::TestBus::up();
+    let demos: Vec<_> = (0..2)
+        .map(|_| {
+            bus.spawn(
+                "demo",
+                &[
+                    "demo",
+                    "--no-echo",
+                    "--episodes",
+                    "20",
+                    "--steps",
+                    "10",
+                    "--rate",
+                    "2000",
+                ],
+            )
+        })
+        .collect();
+    for mut d in demos {
+        let (status, _) = d.wait();
+        assert!(status.success(), "{}", d.log());
+    }
+    let snap = tmp("merge-snap.mcap");
+    let out = bus.run(&["snapshot", "-o", path_str(&snap)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let (lines, out) = replay_print(&snap);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(lines.len(), 2 * 20 * 11, "{}", out.stderr);
+    assert_time_ordered(&lines);
+}
+
+/// `replay --print` of an interleaved file that was cut: the records before the cut, merged
+/// by time, then the error naming the offset.
+#[test]
+fn replay_print_of_a_cut_interleaved_file_merges_what_precedes_the_cut() {
+    let rec = tmp("merge-cut.mcap");
+    let mut d = Direct::create(&rec, 2 << 10);
+    for i in 0..300u64 {
+        d.write(0, 10_000 + 3 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..300u64 {
+        d.write(1, 10_001 + 3 * i, &Tick { i: i as u32 });
+    }
+    d.finish();
+    let bytes = std::fs::read(&rec).expect("read");
+    std::fs::write(&rec, &bytes[..bytes.len() * 3 / 4]).expect("cut");
+    let (lines, out) = replay_print(&rec);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("offset"), "{}", out.stderr);
+    assert!(lines.len() > 300 && lines.len() < 600, "{}", lines.len());
+    assert_time_ordered(&lines);
+    assert_eq!(
+        out.stderr.matches("at byte offset").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// `replay --print` of a file cut inside its second producer's records (written after the
+/// first's): every record before the cut is printed, then the error.
+#[test]
+fn replay_print_of_a_file_cut_in_its_second_producer_prints_everything_before_the_cut() {
+    let rec = tmp("merge-cut2.mcap");
+    let mut d = Direct::create(&rec, 2 << 10);
+    for i in 0..300u64 {
+        d.write(0, 10_000 + 2 * i, &Tick { i: i as u32 });
+    }
+    for i in 0..300u64 {
+        d.write(1, 10_001 + 2 * i, &Tick { i: i as u32 });
+    }
+    d.finish();
+    let bytes = std::fs::read(&rec).expect("read");
+    let cut = bytes.len() * 3 / 4;
+    std::fs::write(&rec, &bytes[..cut]).expect("cut");
+    // What the reader gets before the cut, in file order.
+    let before: usize = RecordingReader::new(std::fs::File::open(&rec).expect("open"))
+        .map_while(Result::ok)
+        .filter(|i| matches!(i, Item::Message(_)))
+        .count();
+    assert!(before > 300, "the cut is in the second producer's records");
+    let (lines, out) = replay_print(&rec);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert_eq!(lines.len(), before, "{}", out.stderr);
+    assert_time_ordered(&lines);
+    assert_eq!(
+        out.stderr.matches("at byte offset").count(),
+        1,
+        "{}",
+        out.stderr
+    );
 }

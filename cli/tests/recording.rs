@@ -350,8 +350,10 @@ fn attach_and_detach_refuse_what_cannot_work() {
     assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
     let out = bus.run(&["attach", "recorder", "-o", "/proc/no/such/dir/x.mcap"]);
     assert!(!out.status.success());
+    // Refused by `attach` itself, before a recorder is started (#15).
     assert!(
-        out.stderr.contains("before it subscribed"),
+        out.stderr
+            .contains("cannot create files in /proc/no/such/dir"),
         "{}",
         out.stderr
     );

@@ -2,24 +2,38 @@
 //! aggregator` run it under the broker). Ctrl-C (or SIGTERM, which `detach` sends) stops it;
 //! windows still open then are not emitted (they are incomplete).
 //!
+//! Checked before anything is read: a `--csv` directory files cannot be created in, and (against
+//! the schemas on the bus) `--schema` globs that match nothing — an error with `--until-end`, a
+//! warning on a live bus (also once the first schemas appear, if there were none). A `--field`
+//! glob or `--episode-field` that no summarized schema has is warned about per schema, and is an
+//! error at the end with `--until-end`. `attach aggregator` and `spawn aggregator` also warn
+//! their caller (who does not see the aggregator's log) about such fields, for the schemas on
+//! the bus whose descriptors this build knows (built-in and demo).
+//!
 //! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it first reads the
 //! summaries its earlier runs emitted (still in the rings) and does not emit those windows
 //! again.
 
+use std::path::Path;
+use std::time::Duration;
+
 use anyhow::Context;
 use snapbus_bus::control::StartFrom;
+use snapbus_bus::runtime::BusDir;
+use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
-    Aggregator, AggregatorOptions, PublisherSink, Resume, previous_summaries,
+    Aggregator, AggregatorOptions, PublisherSink, Resume, option_mismatches, previous_summaries,
 };
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
-use crate::bus::{bus_dir, connect, globs};
+use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{AggregateArgs, From};
 
 pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     let opts = options(args)?;
     let dir = bus_dir(&args.bus)?;
     drop(connect(&dir)?);
+    check_schemas(args, &dir, "snapbus aggregate")?;
     let label = opts.worker_label();
     let name = if label.is_empty() {
         "aggregator".to_owned()
@@ -89,19 +103,119 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
         aggregator.open_windows()
     );
     result?;
+    let unmatched = aggregator.unmatched_options();
+    if args.until_end && !unmatched.is_empty() {
+        anyhow::bail!("{}", unmatched.join("; "));
+    }
     Ok(())
+}
+
+/// Checks the `--schema` globs against the schemas on the bus: with `--until-end`, globs that
+/// match none of them are an error; on a live bus a warning (such schemas may still appear).
+/// If the bus has no schemas yet, a thread waits for the first ones and warns then.
+pub(crate) fn check_schemas(
+    args: &AggregateArgs,
+    dir: &BusDir,
+    who: &'static str,
+) -> anyhow::Result<()> {
+    let globs = globs(&args.schemas)?;
+    if globs.is_empty() {
+        return Ok(());
+    }
+    let ids = schema_ids(dir)?;
+    if ids.is_empty() {
+        if !args.until_end {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(500));
+                    match schema_ids(&dir) {
+                        Ok(ids) if ids.is_empty() => {}
+                        Ok(ids) => {
+                            warn_unmatched(&globs, &ids, &dir, who);
+                            return;
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        return Ok(());
+    }
+    let unmatched = unmatched_globs(&globs, &ids);
+    if args.until_end && unmatched.len() == globs.len() {
+        anyhow::bail!(
+            "{}",
+            no_schema_matches(&unmatched, &ids, &format!("bus '{}'", dir.name()))
+        );
+    }
+    warn_unmatched(&globs, &ids, dir, who);
+    Ok(())
+}
+
+/// For `attach` and `spawn`, whose caller does not see the aggregator's output: warns about
+/// options naming fields that schemas on the bus lack (`--field`, `--group-by`, and the episode
+/// field when `--schema` or `--episode-field` was given), for the schemas whose descriptors
+/// this build knows (built-in and demo); the aggregator's log warns about every schema.
+pub(crate) fn warn_field_mismatches(
+    args: &AggregateArgs,
+    dir: &BusDir,
+    who: &str,
+) -> anyhow::Result<()> {
+    let opts = options(args)?;
+    let explicit_episode = !args.schemas.is_empty() || args.episode_field != "episode";
+    if args.fields.is_empty() && args.group_by.is_empty() && !explicit_episode {
+        return Ok(());
+    }
+    let mut known: Vec<&snapbus_schemas::SchemaDescriptor> =
+        snapbus_schemas::builtin::all().to_vec();
+    known.extend(crate::demo::descriptors());
+    for s in crate::bus::state(dir)?.schemas {
+        if !opts.globs.is_empty() && !opts.globs.iter().any(|g| g.matches(&s.id)) {
+            continue;
+        }
+        let Some(d) = known
+            .iter()
+            .find(|d| format!("{:016x}", d.fingerprint()) == s.fingerprint)
+        else {
+            continue;
+        };
+        for m in option_mismatches(&opts, d) {
+            if m.contains("--episode-field") && !explicit_episode {
+                continue;
+            }
+            eprintln!("{who}: warning: {m}");
+        }
+    }
+    Ok(())
+}
+
+fn warn_unmatched(globs: &[Glob], ids: &[String], dir: &BusDir, who: &str) {
+    let unmatched = unmatched_globs(globs, ids);
+    if !unmatched.is_empty() {
+        eprintln!(
+            "{who}: warning: {} (records of such schemas are summarized if they appear)",
+            no_schema_matches(&unmatched, ids, &format!("bus '{}'", dir.name()))
+        );
+    }
+}
+
+/// Creates the `--csv` directory (0700) and checks that files can be created in it, before
+/// anything is read.
+fn check_csv_dir(dir: &Path) -> anyhow::Result<()> {
+    crate::bus::create_dir(dir)
+        .with_context(|| format!("--csv: creating the directory {}", dir.display()))?;
+    crate::bus::check_writable_dir(dir).context("--csv")
 }
 
 /// The `snapbus aggregate` command line a supervised worker runs (paths made absolute).
 pub(crate) fn argv(args: &AggregateArgs, worker: (u32, u32)) -> anyhow::Result<Vec<String>> {
     let opts = options(args)?;
     let dir = bus_dir(&args.bus)?;
-    let mut argv = vec![
-        "aggregate".to_owned(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
-    ];
-    let mut push = |flag: &str, value: String| argv.extend([flag.to_owned(), value]);
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec!["aggregate".to_owned(), format!("--bus={}", dir.name())];
+    // `--flag=VALUE`: a value starting with '-' is not read as an option.
+    let mut push = |flag: &str, value: String| argv.push(format!("{flag}={value}"));
     for g in &args.schemas {
         push("--schema", g.clone());
     }
@@ -146,7 +260,10 @@ pub(crate) fn options(args: &AggregateArgs) -> anyhow::Result<AggregatorOptions>
     (opts.worker, opts.workers) = (args.worker.0 - 1, args.worker.1);
     opts.csv_dir = match &args.csv {
         Some(p) => {
-            Some(std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))?)
+            let dir =
+                std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))?;
+            check_csv_dir(&dir)?;
+            Some(dir)
         }
         None => None,
     };

@@ -27,7 +27,7 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 argv,
                 &record.bus,
                 supervise.restart == Restart::OnFailure,
-                &record.output.display().to_string(),
+                &record::output_names(&record.output, record.rotate_mb),
             )
             .map(drop)
         }
@@ -71,6 +71,9 @@ pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
                 return aggregate::run(&args);
             }
             let argv = aggregate::argv(&args, args.worker)?;
+            let dir = bus_dir(&args.bus)?;
+            aggregate::check_schemas(&args, &dir, "snapbus attach")?;
+            aggregate::warn_field_mismatches(&args, &dir, "snapbus attach")?;
             attach(
                 "aggregator",
                 argv,
@@ -99,15 +102,18 @@ fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
     let dir = bus_dir(&r.bus)?;
     let output = std::path::absolute(&r.output)
         .with_context(|| format!("resolving {}", r.output.display()))?;
+    // A recorder that cannot create its file is refused here, before anything is started.
+    let parent = output.parent().unwrap_or(std::path::Path::new("/"));
+    crate::bus::check_writable_dir(parent).with_context(|| format!("-o {}", r.output.display()))?;
     let mut argv = vec![
         "record".to_owned(),
         "--output".to_owned(),
         output.display().to_string(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
+        // `--bus=NAME`: a name can never be read as an option.
+        format!("--bus={}", dir.name()),
     ];
     for g in &r.schemas {
-        argv.extend(["--schema".to_owned(), g.clone()]);
+        argv.push(format!("--schema={g}"));
     }
     if let Some(mb) = r.rotate_mb {
         argv.extend(["--rotate-mb".to_owned(), mb.to_string()]);

@@ -37,7 +37,10 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     if started_bus {
         match down::stop(&dir) {
             Ok(msg) => eprintln!("snapbus demo: {msg}"),
-            Err(e) => eprintln!("snapbus demo: stopping the bus: {e:#}"),
+            Err(e) => eprintln!(
+                "snapbus demo: stopping the bus: {}",
+                crate::bus::error_chain(&e)
+            ),
         }
     }
     result
@@ -60,7 +63,10 @@ fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<(
     let result = emit(args, bus, stop, total, summaries);
     if let Some((dir, id)) = aggregator {
         if let Err(e) = detach::stop(&dir, id) {
-            eprintln!("snapbus demo: stopping the aggregator: {e:#}");
+            eprintln!(
+                "snapbus demo: stopping the aggregator: {}",
+                crate::bus::error_chain(&e)
+            );
         }
     }
     result
@@ -71,10 +77,13 @@ fn attach_aggregator(bus: &str) -> anyhow::Result<(snapbus_bus::runtime::BusDir,
     let dir = bus_dir(&crate::cli::BusArgs {
         bus: Some(bus.to_owned()),
     })?;
-    let argv = ["aggregate", "--bus", bus, "--schema", "demo.step"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    // `--bus=NAME`: a name can never be read as an option.
+    let argv = vec![
+        "aggregate".to_owned(),
+        format!("--bus={bus}"),
+        "--schema".to_owned(),
+        "demo.step".to_owned(),
+    ];
     let (id, pid, _) =
         attach::start(&dir, "aggregator", argv, false).context("attaching the aggregator")?;
     eprintln!(
@@ -173,7 +182,9 @@ fn emit(
 fn spawn_echo(bus: &str, total: u64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("finding the snapbus executable")?;
     Command::new(exe)
-        .args(["echo", "--bus", bus, "--from", "oldest", "--count"])
+        .arg("echo")
+        .arg(format!("--bus={bus}"))
+        .args(["--from", "oldest", "--count"])
         .arg(total.to_string())
         .arg("demo.*")
         .stdin(Stdio::null())

@@ -9,6 +9,10 @@
 //! offset. A payload that does not decode is written with its error in jsonl (as `echo` does)
 //! and skipped by the other formats; either way the command fails at the end, saying how many.
 //!
+//! A `--schema` filter is checked against the schemas of the recording: if no glob matches
+//! any, the command fails naming the schemas the recording holds, and leaves no output behind;
+//! a glob that matches nothing next to ones that match is a warning.
+//!
 //! Output that exists is refused unless `--force`; with `--force` a file is overwritten, and in
 //! a directory (csv, parquet) the files of the export are overwritten and other files are left
 //! alone.
@@ -84,6 +88,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         first => first,
     };
     let dir_output = matches!(args.format, ExportFormat::Csv | ExportFormat::Parquet);
+    let output_existed = args.output.exists();
     prepare_output(&args.file, &args.output, dir_output, args.force)?;
     let mut sink: Box<dyn Sink> = match args.format {
         ExportFormat::Jsonl => Box::new(jsonl::Jsonl::create(&args.output)?),
@@ -93,6 +98,9 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     };
 
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    // Every schema in the recording, and which globs matched one.
+    let mut present: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut glob_matched = vec![false; globs.len()];
     let mut exported = 0u64;
     let mut losses = 0u64;
     let mut bad = Undecodable::default();
@@ -108,7 +116,16 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         match item {
             Item::Message(m) => {
                 let id = m.channel.schema.id();
-                if !globs.is_empty() && !globs.iter().any(|g| g.matches(id)) {
+                if !present.contains(id) {
+                    present.insert(id.to_owned());
+                }
+                let mut wanted = globs.is_empty();
+                for (g, matched) in globs.iter().zip(&mut glob_matched) {
+                    if g.matches(id) {
+                        (wanted, *matched) = (true, true);
+                    }
+                }
+                if !wanted {
                     continue;
                 }
                 let written = match decode(m.channel.schema.root(), &m.data) {
@@ -144,11 +161,30 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         }
     }
     let files = sink.finish()?;
-    let mut line = summary(&args.output, dir_output, exported, &counts, losses, &files);
-    if exported == 0 && !globs.is_empty() {
-        line.push_str(" (no record matched --schema)");
+    let unmatched: Vec<&str> = globs
+        .iter()
+        .zip(&glob_matched)
+        .filter(|(_, m)| !**m)
+        .map(|(g, _)| g.as_str())
+        .collect();
+    if !globs.is_empty() && unmatched.len() == globs.len() && damage.is_none() {
+        // Nothing matched: the (empty) output is not left behind to be mistaken for data.
+        remove_output(&args.output, dir_output, output_existed, &files);
+        let ids: Vec<String> = present.into_iter().collect();
+        bail!(
+            "{}; nothing was exported",
+            crate::bus::no_schema_matches(&unmatched, &ids, "the recording")
+        );
     }
+    let line = summary(&args.output, dir_output, exported, &counts, losses, &files);
     eprintln!("{line}");
+    if !unmatched.is_empty() {
+        let ids: Vec<String> = present.into_iter().collect();
+        eprintln!(
+            "snapbus export: warning: {}",
+            crate::bus::no_schema_matches(&unmatched, &ids, "the recording")
+        );
+    }
     if let Some(e) = damage {
         return Err(anyhow::Error::new(e)).with_context(|| {
             format!(
@@ -234,9 +270,24 @@ fn prepare_output(input: &Path, out: &Path, dir: bool, force: bool) -> anyhow::R
         }
     }
     if dir {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        crate::bus::create_dir(out).with_context(|| format!("creating {}", out.display()))?;
     }
     Ok(())
+}
+
+/// Removes what an export that found nothing to export wrote: its files, and the output
+/// directory if this export created it and it is empty now.
+fn remove_output(out: &Path, dir: bool, existed: bool, files: &[PathBuf]) {
+    if dir {
+        for f in files {
+            let _ = std::fs::remove_file(f);
+        }
+        if !existed {
+            let _ = std::fs::remove_dir(out);
+        }
+    } else {
+        let _ = std::fs::remove_file(out);
+    }
 }
 
 /// Whether two paths name the same file.

@@ -31,7 +31,10 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let url = server.url();
     // For `attach plotter`, which prints the URL of the process it started.
     let url_file = url_path(&dir, std::process::id());
-    let _ = std::fs::write(&url_file, &url);
+    let _ = crate::bus::create_file(&url_file).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(url.as_bytes())
+    });
     println!("{url}");
     eprintln!(
         "snapbus plot: serving {url} for bus '{}' (Ctrl-C to stop)",
@@ -60,13 +63,10 @@ pub(crate) fn url_path(dir: &BusDir, pid: u32) -> PathBuf {
 pub(crate) fn argv(args: &PlotArgs) -> anyhow::Result<Vec<String>> {
     globs(&args.schemas)?;
     let dir = bus_dir(&args.bus)?;
-    let mut argv = vec![
-        "plot".to_owned(),
-        "--bus".to_owned(),
-        dir.name().to_string(),
-    ];
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec!["plot".to_owned(), format!("--bus={}", dir.name())];
     for g in &args.schemas {
-        argv.extend(["--schema".to_owned(), g.clone()]);
+        argv.push(format!("--schema={g}"));
     }
     argv.extend([
         "--port".to_owned(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use snapbus_bus::control::StartFrom;
-use snapbus_consumers::recorder::{Recorder, RecorderOptions};
+use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriterOptions};
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
@@ -59,7 +59,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     eprintln!(
         "snapbus record: recording bus '{}' into {} (Ctrl-C to stop)",
         dir.name(),
-        output.display()
+        output_names(&output, args.rotate_mb)
     );
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();
@@ -74,6 +74,19 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     );
     debug_assert!(messages >= summary.delivered);
     Ok(())
+}
+
+/// The names of the files a recording into `output` writes: the file itself, or with rotation
+/// `run-0000.mcap, run-0001.mcap, …`.
+pub(crate) fn output_names(output: &Path, rotate_mb: Option<u64>) -> String {
+    match rotate_mb {
+        None => output.display().to_string(),
+        Some(mb) => format!(
+            "{}, {}, … (a new file every {mb} MB)",
+            rotated_path(output, 0).display(),
+            rotated_path(output, 1).display()
+        ),
+    }
 }
 
 /// `run.mcap`, 2 → `run-restart2.mcap`.

@@ -1,7 +1,10 @@
 //! `snapbus replay`: republishes recordings into the running bus as a producer of its own
 //! (`replay` in `snapbus ls`), with the original relative timing scaled by `--speed`, or as
 //! fast as possible (`--max`). Every consumer sees replayed records exactly as live ones.
-//! `--print` writes them as JSON lines instead, without any bus.
+//! `--print` writes them as JSON lines instead, without any bus, in record-time order across
+//! producers (see [`merge`]).
+
+mod merge;
 
 use std::fs::File;
 use std::io::{BufReader, Write};
@@ -31,17 +34,25 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     if !(args.speed.is_finite() && args.speed > 0.0) {
         bail!("--speed must be a positive number, got {}", args.speed);
     }
-    if args.print {
-        return print(args, &globs);
+    if args.name.trim().is_empty() || args.name.chars().any(char::is_control) {
+        bail!(
+            "--name {:?} is not a producer name: give a non-empty name without control \
+             characters (the default is 'replay')",
+            args.name
+        );
     }
-    let dir = bus_dir(&args.bus)?;
-    drop(connect(&dir)?);
-    // Every file is checked for its header before anything is published.
+    // Every file is opened and checked for its header before anything is printed or
+    // published.
     for f in &args.files {
         if let Some(Err(e)) = open(f)?.next() {
             bail!("{}: {e}", f.display());
         }
     }
+    if args.print {
+        return print(args, &globs);
+    }
+    let dir = bus_dir(&args.bus)?;
+    drop(connect(&dir)?);
     let publisher = Publisher::start(
         dir.clone(),
         PublisherConfig {
@@ -109,11 +120,11 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     }
 }
 
-/// `--print`: JSON lines, no bus, no timing.
+/// `--print`: JSON lines, no bus, no timing; each file in record-time order.
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     for f in &args.files {
-        for item in open(f)? {
+        for item in merge::items(f)? {
             let item = match item {
                 Ok(i) => i,
                 Err(e) => {

@@ -9,13 +9,27 @@ use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
-use crate::bus::{bus_dir, connect, globs};
+use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::SnapshotArgs;
 
 pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
     let dir = bus_dir(&args.bus)?;
     drop(connect(&dir)?);
+    if !globs.is_empty() {
+        // Before the file is created: a glob that matches nothing is a mistake to report.
+        let ids = schema_ids(&dir)?;
+        let unmatched = unmatched_globs(&globs, &ids);
+        let place = format!("bus '{}'", dir.name());
+        if unmatched.len() == globs.len() {
+            anyhow::bail!("{}", no_schema_matches(&unmatched, &ids, &place));
+        } else if !unmatched.is_empty() {
+            eprintln!(
+                "snapbus snapshot: warning: {}",
+                no_schema_matches(&unmatched, &ids, &place)
+            );
+        }
+    }
     let mut writer = WriterOptions::new("snapshot", dir.name().as_str());
     writer.overwrite = args.force;
     let mut recorder = Recorder::create(RecorderOptions {

@@ -20,6 +20,9 @@ pub(crate) fn run(args: SpawnArgs) -> anyhow::Result<()> {
     let argvs = (1..=workers)
         .map(|i| aggregate::argv(&args, (i, workers)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let dir = crate::bus::bus_dir(&args.bus)?;
+    aggregate::check_schemas(&args, &dir, "snapbus spawn")?;
+    aggregate::warn_field_mismatches(&args, &dir, "snapbus spawn")?;
     let mut started = Vec::new();
     for (i, argv) in argvs.into_iter().enumerate() {
         let what = format!("<schema>.summary snapshots (worker {}/{workers})", i + 1);

@@ -61,7 +61,9 @@ pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Resul
     let mut child = {
         use std::os::unix::process::CommandExt;
         Command::new(exe)
-            .args(["up", "--foreground", "--bus", dir.name().as_str()])
+            .args(["up", "--foreground"])
+            // `--bus=NAME`: a name can never be read as an option.
+            .arg(format!("--bus={}", dir.name()))
             .arg("--retention-secs")
             .arg(retention_secs.to_string())
             .stdin(Stdio::null())

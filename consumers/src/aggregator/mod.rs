@@ -10,7 +10,10 @@
 //!   16 numbers element by element (`position.0`); longer arrays, sequences and tensors by
 //!   their per-record mean, minimum and maximum (`observation.mean`, …). `fields` narrows this
 //!   to some dotted paths. Values inside enums, maps and sequences of structs are not
-//!   summarized. NaN values are not counted.
+//!   summarized. NaN values are not counted. A `fields` glob that matches no field of a schema,
+//!   and a schema without the episode field (`Window::Episode`), are warned about on stderr
+//!   when the schema is first met; [`Aggregator::unmatched_options`] lists what matched no
+//!   schema at all.
 //! - **Statistics** per field: count, mean, std (population), min, max, last, and p50/p95/p99:
 //!   the value at rank ⌊p·(n−1)⌋ of the sorted values, exact for up to
 //!   [`EXACT_QUANTILES_UP_TO`] values, beyond that from a DDSketch (`sketches-ddsketch`),
@@ -326,6 +329,55 @@ impl Resume {
     }
 }
 
+/// What `opts` name that `schema` lacks, as the aggregator warns when it first meets the
+/// schema: each `fields` glob that matches no numeric field, the episode field (with
+/// [`Window::Episode`]), a group-by field. Empty for a schema it summarizes as asked (and for
+/// summary schemas, which it summarizes only when asked to).
+pub fn option_mismatches(opts: &AggregatorOptions, schema: &SchemaDescriptor) -> Vec<String> {
+    let wanted = opts
+        .globs
+        .iter()
+        .any(|g| g.as_str().ends_with(SUMMARY_SUFFIX));
+    if schema.id().ends_with(SUMMARY_SUFFIX) && !wanted {
+        return Vec::new();
+    }
+    let name = format!("{} v{}", schema.id(), schema.version());
+    let window_field = match opts.window {
+        Window::Episode => Some(opts.episode_field.as_str()),
+        _ => None,
+    };
+    let plan = match Plan::compile(schema.root(), &opts.group_by, window_field, &opts.fields) {
+        Ok(p) => p,
+        Err(PlanError::GroupField(f)) => {
+            return vec![format!(
+                "{name} has no group-by field {f:?}: it is not summarized"
+            )];
+        }
+    };
+    let mut out = Vec::new();
+    if window_field.is_some() && !plan.has_window_field {
+        out.push(format!(
+            "{name} has no integer field {:?} (--episode-field): summarized per experiment only",
+            opts.episode_field
+        ));
+    }
+    for g in &opts.fields {
+        let alone = Plan::compile(
+            schema.root(),
+            &opts.group_by,
+            window_field,
+            std::slice::from_ref(g),
+        );
+        if !alone.is_ok_and(|p| !p.leaves.is_empty()) {
+            out.push(format!(
+                "--field '{}' matches no numeric field of {name}",
+                g.as_str()
+            ));
+        }
+    }
+    out
+}
+
 /// Reads the summaries still in the rings that producers named `name` emitted (an earlier run
 /// of this worker), for [`Aggregator::resume_from`].
 pub fn previous_summaries(
@@ -379,6 +431,20 @@ pub struct Aggregator<S: SummarySink> {
     resume: Resume,
     scratch: Extracted,
     key: Vec<u8>,
+    /// What the options named that the schemas summarized so far lack (see
+    /// [`Aggregator::unmatched_options`]).
+    matches: OptionMatches,
+}
+
+/// Which of the options that name fields matched a field of a summarized schema.
+#[derive(Debug, Default)]
+struct OptionMatches {
+    /// Schemas with a plan (`id vN`).
+    summarized: Vec<String>,
+    /// Per `--field` glob: whether it matched a field of one of them.
+    fields: Vec<bool>,
+    /// Whether one of them has the episode field (`--window episode`).
+    episode_field: bool,
 }
 
 struct ProducerState {
@@ -459,7 +525,37 @@ impl<S: SummarySink> Aggregator<S> {
             resume: Resume::default(),
             scratch: Extracted::default(),
             key: Vec::new(),
+            matches: OptionMatches::default(),
         }
+    }
+
+    /// The options naming fields that no schema summarized so far has: each `--field` glob
+    /// that matched no field of any of them, and `--episode-field` (with `--window episode`) if
+    /// none has it. Empty while no schema was summarized. The aggregator warns about each
+    /// schema as it meets it; `--until-end` turns what is left at the end into an error.
+    pub fn unmatched_options(&self) -> Vec<String> {
+        let m = &self.matches;
+        if m.summarized.is_empty() {
+            return Vec::new();
+        }
+        let schemas = m.summarized.join(", ");
+        let mut out: Vec<String> = self
+            .out
+            .opts
+            .fields
+            .iter()
+            .zip(&m.fields)
+            .filter(|(_, hit)| !**hit)
+            .map(|(g, _)| format!("--field '{}' matched no field of {schemas}", g.as_str()))
+            .collect();
+        if self.out.opts.window == Window::Episode && !m.episode_field {
+            out.push(format!(
+                "--episode-field '{}' is an integer field of none of {schemas} (summarized per \
+                 experiment only)",
+                self.out.opts.episode_field
+            ));
+        }
+        out
     }
 
     /// Don't emit again what an earlier run emitted (see [`previous_summaries`]).
@@ -516,7 +612,7 @@ impl<S: SummarySink> Aggregator<S> {
         i
     }
 
-    fn compile(&self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
+    fn compile(&mut self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
         let mut state = SchemaState {
             desc: Arc::clone(schema),
             plan: None,
@@ -563,12 +659,45 @@ impl<S: SummarySink> Aggregator<S> {
             }
         };
         let how = match (self.out.opts.window, plan.has_window_field) {
-            (Window::Episode, false) => format!(
-                "per experiment only (it has no integer field {:?})",
-                self.out.opts.episode_field
-            ),
+            (Window::Episode, false) => {
+                eprintln!(
+                    "snapbus aggregator: warning: {} v{} has no integer field {:?} \
+                     (--episode-field): summarized per experiment only",
+                    schema.id(),
+                    schema.version(),
+                    self.out.opts.episode_field
+                );
+                format!(
+                    "per experiment only (it has no integer field {:?})",
+                    self.out.opts.episode_field
+                )
+            }
             (w, _) => format!("per {w}"),
         };
+        // Which --field globs name a field of this schema (each compiled alone).
+        let m = &mut self.matches;
+        m.fields.resize(self.out.opts.fields.len(), false);
+        for (g, hit) in self.out.opts.fields.iter().zip(&mut m.fields) {
+            let alone = Plan::compile(
+                schema.root(),
+                &self.out.opts.group_by,
+                window_field,
+                std::slice::from_ref(g),
+            );
+            if alone.is_ok_and(|p| !p.leaves.is_empty()) {
+                *hit = true;
+            } else {
+                eprintln!(
+                    "snapbus aggregator: warning: --field '{}' matches no numeric field of {} v{}",
+                    g.as_str(),
+                    schema.id(),
+                    schema.version()
+                );
+            }
+        }
+        m.episode_field |= plan.has_window_field;
+        m.summarized
+            .push(format!("{} v{}", schema.id(), schema.version()));
         eprintln!(
             "snapbus aggregator: summarizing {} v{} {how} as {}: {} field(s){}",
             schema.id(),
@@ -855,7 +984,10 @@ fn open_csv(
     layout: &Layout,
     opts: &AggregatorOptions,
 ) -> Result<csv::Writer<File>, HookError> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    // Bus data is private, like the sockets: directories 0700, files 0600.
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(dir)
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let label = opts.worker_label();
     let name = if label.is_empty() {
         format!("{}.csv", layout.desc.id())
@@ -869,11 +1001,12 @@ fn open_csv(
         BufReader::new(f).read_line(&mut line).ok()?;
         Some(line)
     });
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().create(true).append(true),
+        0o600,
+    )
+    .open(&path)
+    .map_err(|e| format!("opening {}: {e}", path.display()))?;
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(file);

@@ -89,6 +89,8 @@ impl RecordingWriter {
     /// Creates `path` and writes the MCAP header and the `snapbus.recording` metadata.
     pub fn create(path: &Path, opts: &WriterOptions) -> Result<RecordingWriter, WriteError> {
         let mut open = std::fs::OpenOptions::new();
+        // Bus data is private, like the sockets: 0600 (a file overwritten keeps its mode).
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
         open.write(true);
         if opts.overwrite {
             open.create(true).truncate(true);

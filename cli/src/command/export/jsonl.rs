@@ -21,7 +21,8 @@ pub(super) struct Jsonl {
 impl Jsonl {
     /// Creates (or truncates) `path`.
     pub(super) fn create(path: &Path) -> anyhow::Result<Jsonl> {
-        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let file = crate::bus::create_file(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         Ok(Jsonl {
             path: path.to_owned(),
             out: BufWriter::with_capacity(256 << 10, file),

@@ -41,7 +41,8 @@ pub(super) struct McapJson {
 impl McapJson {
     /// Creates (or truncates) `path` and writes the MCAP header.
     pub(super) fn create(path: &Path) -> anyhow::Result<McapJson> {
-        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let file = crate::bus::create_file(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let out = mcap::WriteOptions::new()
             .library(format!("snapbus {} export", env!("CARGO_PKG_VERSION")))
             .compression(None)

@@ -240,7 +240,7 @@ fn create(
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
         .set_key_value_metadata(Some(metadata))
         .build();
-    let file = File::create(path)?;
+    let file = crate::bus::create_file(path)?;
     let out = ArrowWriter::try_new(file, Arc::clone(&arrow_schema), Some(props))?;
     Ok(Box::new(ParquetTable {
         schema: arrow_schema,

@@ -242,7 +242,7 @@ fn create_csv(
     _schema: &SchemaDescriptor,
     plan: &Plan,
 ) -> anyhow::Result<Box<dyn TableWriter>> {
-    let file = std::fs::File::create(path)?;
+    let file = crate::bus::create_file(path)?;
     let mut out = csv::WriterBuilder::new()
         .buffer_capacity(256 << 10)
         .from_writer(file);
