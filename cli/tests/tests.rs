@@ -5,6 +5,7 @@ mod bus;
 mod demo;
 mod errors;
 mod export;
+mod outage;
 mod plotter;
 mod recording;
 mod schemas;

@@ -84,10 +84,13 @@ mod telemetry;
 pub use filter::{Filter, FilterParseError};
 pub use level::{Level, LevelFilter};
 pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
+pub use snapbus_bus::lane::ClaimError;
+pub use snapbus_bus::publisher::{EmitError, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
-    Config, Span, Telemetry, get_telemetry, init, is_connected, set_filter, shutdown, stats,
-    wait_for_bus,
+    Config, DEFAULT_LANE_BYTES, LaneBytesError, Span, Stats, Telemetry, get_telemetry, init,
+    is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, set_filter, shutdown,
+    stats, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.
