@@ -22,6 +22,9 @@ struct ForkEvent {
     i: u32,
 }
 
+/// A record as a reader saw it: (payload pid, i, emitter name).
+type Seen = (u32, u32, Option<String>);
+
 const WATCHDOG: Duration = Duration::from_secs(60);
 const N: u32 = 500;
 
@@ -158,7 +161,7 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     )
     .expect("subscribe");
     // (lane pid, lane id) → (payload pid, i, emitter) in order.
-    let mut lanes: BTreeMap<(u32, u64), Vec<(u32, u32, Option<String>)>> = BTreeMap::new();
+    let mut lanes: BTreeMap<(u32, u64), Vec<Seen>> = BTreeMap::new();
     let t0 = Instant::now();
     let mut got = 0;
     while got < 3 * N {
