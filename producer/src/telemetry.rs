@@ -182,6 +182,10 @@ fn env_or(value: &Option<String>, var: &str) -> Option<String> {
 /// Looks for the bus every 200 ms until it appears, then starts the publisher (whose own
 /// thread handles later broker restarts).
 fn start_watcher(g: &'static Global) {
+    if PUBLISHER.get().is_some() {
+        // Found already (in a forked child, the publisher makes the child's own lane).
+        return;
+    }
     snapbus_bus::fork::install();
     let generation = snapbus_bus::fork::generation() + 1;
     if g.watcher_gen.load(Ordering::Acquire) == generation
@@ -202,6 +206,9 @@ fn start_watcher(g: &'static Global) {
             };
             while !dir.socket_path().exists() {
                 std::thread::sleep(snapbus_bus::publisher::RETRY);
+            }
+            if PUBLISHER.get().is_some() {
+                return;
             }
             let lane = configured_lane();
             let name = g.config.name.clone().unwrap_or_else(program_name);
