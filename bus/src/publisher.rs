@@ -637,7 +637,9 @@ fn connection_thread(weak: Weak<Inner>) {
         if let Some(conn) = conn {
             serve(&inner, conn);
             inner.connected.store(false, Ordering::Relaxed);
-            Publisher::set_wake(&inner, None, Some(0));
+            // The doorbells stay as they were: consumers that mapped the lane keep reading it
+            // while no broker is up, and are woken rather than left to their timeouts. The
+            // next broker's welcome replaces them.
         }
         drop(inner);
         std::thread::sleep(RETRY);
