@@ -185,13 +185,9 @@ fn emit(
         kill(&mut echo);
         bail!("{dropped} of {total} events were not written (see above)");
     }
-    if written + filtered < total || filtered > 0 {
-        // Interrupted, or some events were filtered out: the echo will not get them all.
-        kill(&mut echo);
-        return Ok(());
-    }
-    if stop.load(Ordering::Relaxed) {
-        // Interrupted: the echo will not get the rest.
+    if stop.load(Ordering::Relaxed) || written < total {
+        // Interrupted, the echo ended early (`| head`), or events were filtered out: the echo
+        // will not get them all.
         kill(&mut echo);
         return Ok(());
     }
