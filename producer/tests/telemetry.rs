@@ -22,6 +22,37 @@ struct TestEvent {
     value: f64,
 }
 
+/// A hand-written `Wire` impl that promises 8 bytes and writes 4: its records fail to encode.
+#[derive(Debug, Clone, PartialEq)]
+struct Liar(u32);
+
+impl Wire for Liar {
+    const MIN_ENCODED_LEN: usize = 4;
+    fn type_desc() -> snapbus::schemas::TypeDesc {
+        u32::type_desc()
+    }
+    fn encoded_len(&self) -> usize {
+        8
+    }
+    fn encode(&self, w: &mut snapbus::schemas::WireWriter<'_>) {
+        self.0.encode(w);
+    }
+    fn decode(
+        r: &mut snapbus::schemas::WireReader<'_>,
+    ) -> Result<Self, snapbus::schemas::DecodeError> {
+        u32::decode(r).map(Liar)
+    }
+    fn to_value(&self) -> snapbus::schemas::Value<'_> {
+        self.0.to_value()
+    }
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "test.liar", version = 1, crate = "snapbus::schemas")]
+struct LiarEvent {
+    x: Liar,
+}
+
 const WATCHDOG: Duration = Duration::from_secs(60);
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -207,6 +238,14 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     let s = snapbus::stats();
     assert!(s.has_lane && s.lane.connected);
     assert_eq!((s.lane.oversize, s.no_bus, s.not_written()), (1, 2, 3));
+    // A record that does not encode: counted too (and `ls` shows it dropped).
+    let err = t
+        .try_snapshot(Level::WARN, &LiarEvent { x: Liar(7) })
+        .expect_err("does not encode");
+    assert!(matches!(err, EmitError::Encode(_)), "{err}");
+    assert_eq!(lane().producers[0].dropped, dropped_before + 2);
+    let s = snapbus::stats();
+    assert_eq!((s.lane.encode_errors, s.not_written()), (1, 4));
 
     // Run metadata and counters are in `ls`.
     let state = lane();
@@ -267,7 +306,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     }
     let s = snapbus::stats();
     assert_eq!(s.written(), written_before + u64::from(2 * outage));
-    assert_eq!((s.no_bus, s.not_written()), (2, 3), "nothing else dropped");
+    assert_eq!((s.no_bus, s.not_written()), (2, 4), "nothing else dropped");
     let lost_before = sub.stats().lost;
     let mut is = Vec::new();
     while is.len() < 2 * outage as usize {
