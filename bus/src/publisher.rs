@@ -98,7 +98,7 @@ pub struct PublisherStats {
     pub lapped: u64,
     /// Records that failed to encode (their claim became an aborted frame).
     pub encode_errors: u64,
-    /// Records dropped because their schema (or emitter) could not be registered.
+    /// Records dropped because their schema could not be registered.
     pub catalog_errors: u64,
     /// Records emitted after the lane was closed ([`Publisher::close`]).
     pub closed: u64,
@@ -510,7 +510,8 @@ impl Publisher {
         Ok(seq)
     }
 
-    /// [`emit`](Self::emit) in a forked child: through the child's own publisher.
+    /// [`emit`](Self::emit) in a forked child: through the child's own publisher (out of line,
+    /// so the parent's emit stays small; a child pays a call and a `OnceLock` load more).
     #[cold]
     #[inline(never)]
     fn emit_forked<T: Snapshot>(
