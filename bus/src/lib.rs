@@ -56,6 +56,8 @@ pub mod clock;
 #[cfg(not(loom))]
 pub mod control;
 pub mod doorbell;
+#[cfg(not(loom))]
+pub mod fork;
 pub mod lane;
 pub mod mem;
 #[cfg(not(loom))]

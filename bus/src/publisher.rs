@@ -2,16 +2,23 @@
 //! finds the broker, introduces the lane, and applies what the broker sends (level filters,
 //! whom to wake).
 //!
-//! Emitting never waits for the broker or a consumer: with no bus running, records go into the
-//! lane and are overwritten unread (the `snapbus` crate skips even that until a bus is found);
-//! when a bus appears, or the broker restarts, the background thread (re)joins it within
-//! [`RETRY`], and the lane, with its history, is adopted.
+//! Emitting never waits for the broker or a consumer, and never depends on it: once a
+//! publisher exists, every record goes into its lane whether or not a broker is connected
+//! (consumers that mapped the lane keep reading it; the `snapbus` crate creates the publisher
+//! only once a bus is found). When a bus appears, or the broker restarts, the background
+//! thread (re)joins it within [`RETRY`], and the lane, with its history, is adopted.
+//!
+//! **Fork.** A `fork()`ed child never writes its parent's lane: the first use of a publisher
+//! in a forked child (detected by [`crate::fork`]'s generation, one relaxed load per emit)
+//! creates the child's own lane, catalog and broker connection (with the parent's emitter
+//! names and filter hook), and every later call goes there. Closing or dropping the parent's
+//! publisher in the child never closes the parent's lane.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot};
@@ -44,11 +51,12 @@ pub enum PublisherError {
 /// Why one record was not emitted (each is counted; see [`PublisherStats`]).
 #[derive(Debug, Error)]
 pub enum EmitError {
-    /// The lane refused the claim (too large, or it would overwrite an in-flight record).
-    #[error("{0}")]
+    /// The lane refused the claim (too large, or it would overwrite an in-flight record), or
+    /// the lane is closed.
+    #[error(transparent)]
     Claim(#[from] ClaimError),
     /// The value did not encode.
-    #[error("{0}")]
+    #[error(transparent)]
     Encode(#[from] EncodeError),
     /// The schema could not be registered.
     #[error("registering the schema: {0}")]
@@ -56,6 +64,10 @@ pub enum EmitError {
     /// More than 65,535 schemas or a version above 65,535.
     #[error("schema {0} cannot be given a key (too many schemas, or version > 65535)")]
     NoKey(String),
+    /// This process has no lane: no bus was found yet (the `snapbus` crate creates its
+    /// publisher once one is), or this forked process could not create a lane of its own.
+    #[error("not written: {0}")]
+    NoLane(&'static str),
 }
 
 /// Settings of a publisher.
@@ -71,18 +83,44 @@ pub struct PublisherConfig {
     pub perf_tag: Option<String>,
 }
 
-/// Counters of a publisher.
+/// Counters of a publisher: what was written, and every record that was not, by reason.
+/// `oversize`, `lapped` and `encode_errors` are also in `snapbus ls` (DROPPED), which reads
+/// them from the lane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PublisherStats {
-    /// Records that failed to encode.
+    /// Records committed to the lane.
+    pub written: u64,
+    /// Records refused because they exceed the lane's largest payload.
+    pub oversize: u64,
+    /// Records dropped by the lap guard (they would have overwritten a record another thread
+    /// was still writing).
+    pub lapped: u64,
+    /// Records that failed to encode (their claim became an aborted frame).
     pub encode_errors: u64,
     /// Records dropped because their schema could not be registered.
     pub catalog_errors: u64,
+    /// Records emitted after the lane was closed ([`Publisher::close`]).
+    pub closed: u64,
+    /// Records of a forked process that could not create a lane of its own.
+    pub no_lane: u64,
     /// Whether a broker is connected now.
     pub connected: bool,
 }
 
-type FilterHook = Box<dyn Fn(&str) + Send + Sync>;
+impl PublisherStats {
+    /// Records not written, for any reason.
+    pub fn not_written(&self) -> u64 {
+        self.oversize
+            + self.lapped
+            + self.encode_errors
+            + self.catalog_errors
+            + self.closed
+            + self.no_lane
+    }
+}
+
+type FilterHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 struct Keys {
     catalog: CatalogWriter,
@@ -106,10 +144,17 @@ struct Inner {
     connected: AtomicBool,
     encode_errors: AtomicU64,
     catalog_errors: AtomicU64,
+    closed_drops: AtomicU64,
+    no_lane_drops: AtomicU64,
     info: ProducerInfo,
     dir: BusDir,
+    config: PublisherConfig,
     on_filter: Mutex<Option<FilterHook>>,
     stop: AtomicBool,
+    /// The [`crate::fork::generation`] of the process that created this publisher.
+    fork_gen: u64,
+    /// In a forked child: the child's own publisher (`None` if it could not be created).
+    forked: OnceLock<Option<Publisher>>,
 }
 
 /// A process's presence on a bus. Cheap to share (`Arc` inside); dropping the last handle
@@ -138,6 +183,17 @@ thread_local! {
 impl Publisher {
     /// Creates this process's lane and catalog and starts looking for the broker of `dir`.
     pub fn start(dir: BusDir, config: PublisherConfig) -> Result<Publisher, PublisherError> {
+        Self::start_with(dir, config, HashMap::new(), None)
+    }
+
+    fn start_with(
+        dir: BusDir,
+        config: PublisherConfig,
+        emitters: HashMap<String, u16>,
+        on_filter: Option<FilterHook>,
+    ) -> Result<Publisher, PublisherError> {
+        crate::fork::install();
+        let fork_gen = crate::fork::generation();
         // Rings then need no full fence per record (see `doorbell`); register before the
         // first record rather than during it.
         crate::doorbell::register_producer();
@@ -146,14 +202,20 @@ impl Publisher {
             .lane
             .shared_writer()
             .ok_or_else(|| LaneOpenError::Segment("lane mapped read-only".into()))?;
-        let catalog = CatalogWriter::create()?;
+        let mut catalog = CatalogWriter::create()?;
+        // A forked child keeps its parent's emitter ids (handles cache them).
+        for (name, &id) in &emitters {
+            catalog
+                .add_emitter(id, name)
+                .map_err(|e| LaneOpenError::Segment(format!("copying emitter names: {e}")))?;
+        }
         let cmdline: Vec<String> = std::env::args().collect();
         let info = ProducerInfo {
             pid: std::process::id(),
-            name: config.name,
+            name: config.name.clone(),
             cmdline,
-            session_tag: config.session_tag,
-            perf_tag: config.perf_tag,
+            session_tag: config.session_tag.clone(),
+            perf_tag: config.perf_tag.clone(),
             lane_id: lane.lane.geometry().salt,
             started_nanos: now_realtime_nanos(),
         };
@@ -165,7 +227,7 @@ impl Publisher {
                 catalog,
                 by_ptr: HashMap::new(),
                 by_fingerprint: HashMap::new(),
-                emitters: HashMap::new(),
+                emitters,
             }),
             wake: Mutex::new(Wake {
                 page: None,
@@ -175,10 +237,15 @@ impl Publisher {
             connected: AtomicBool::new(false),
             encode_errors: AtomicU64::new(0),
             catalog_errors: AtomicU64::new(0),
+            closed_drops: AtomicU64::new(0),
+            no_lane_drops: AtomicU64::new(0),
             info,
             dir,
-            on_filter: Mutex::new(None),
+            config,
+            on_filter: Mutex::new(on_filter),
             stop: AtomicBool::new(false),
+            fork_gen,
+            forked: OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -187,40 +254,115 @@ impl Publisher {
         Ok(Publisher { inner })
     }
 
+    /// Whether this publisher belongs to this process (not to a process this one was forked
+    /// from). One relaxed load.
+    #[inline]
+    fn is_own(&self) -> bool {
+        self.inner.fork_gen == crate::fork::generation()
+    }
+
+    /// The publisher of this process: `self`, or in a forked child the child's own (created
+    /// on first use; `None` if that failed).
+    #[inline]
+    fn here(&self) -> Option<&Publisher> {
+        if self.is_own() {
+            Some(self)
+        } else {
+            self.forked()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn forked(&self) -> Option<&Publisher> {
+        self.inner
+            .forked
+            .get_or_init(|| self.start_forked())
+            .as_ref()
+            .and_then(Publisher::here)
+    }
+
+    /// Creates a forked child's own publisher. The parent's connection thread does not exist
+    /// here, and its locks may have been held by a thread that does not exist either: only
+    /// `try_lock` them.
+    fn start_forked(&self) -> Option<Publisher> {
+        // The child's membarrier registration is not inherited by every kernel; registering
+        // again is harmless where it is.
+        let _ =
+            rustix::thread::membarrier(rustix::thread::MembarrierCommand::RegisterGlobalExpedited);
+        let emitters = self
+            .inner
+            .keys
+            .try_lock()
+            .map(|k| k.emitters.clone())
+            .unwrap_or_default();
+        let hook = self.inner.on_filter.try_lock().ok().and_then(|h| h.clone());
+        match Self::start_with(
+            self.inner.dir.clone(),
+            self.inner.config.clone(),
+            emitters,
+            hook,
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("snapbus: this forked process could not create its own lane: {e}");
+                None
+            }
+        }
+    }
+
     /// Calls `hook` with the directives whenever the broker sets a level filter.
     pub fn on_filter(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
-        if let Ok(mut h) = self.inner.on_filter.lock() {
-            *h = Some(Box::new(hook));
+        let Some(p) = self.here() else { return };
+        if let Ok(mut h) = p.inner.on_filter.lock() {
+            *h = Some(Arc::new(hook));
         }
     }
 
     /// What this publisher tells the broker about itself.
     pub fn info(&self) -> &ProducerInfo {
-        &self.inner.info
+        &self.here().unwrap_or(self).inner.info
     }
 
     /// The lane (for tests and benches).
     pub fn lane(&self) -> &ShmLane {
-        &self.inner.lane
+        &self.here().unwrap_or(self).inner.lane
     }
 
     /// Whether a broker is connected now.
     pub fn is_connected(&self) -> bool {
-        self.inner.connected.load(Ordering::Relaxed)
+        self.here()
+            .is_some_and(|p| p.inner.connected.load(Ordering::Relaxed))
     }
 
-    /// Counters.
+    /// Counters: records written, and records not written by reason.
     pub fn stats(&self) -> PublisherStats {
+        let Some(p) = self.here() else {
+            return PublisherStats {
+                no_lane: self.inner.no_lane_drops.load(Ordering::Relaxed),
+                ..PublisherStats::default()
+            };
+        };
+        let inner = &p.inner;
+        let lane = inner.lane.lane.stats();
+        let encode_errors = inner.encode_errors.load(Ordering::Relaxed);
         PublisherStats {
-            encode_errors: self.inner.encode_errors.load(Ordering::Relaxed),
-            catalog_errors: self.inner.catalog_errors.load(Ordering::Relaxed),
-            connected: self.is_connected(),
+            // Counted at claim time; aborted claims (encode errors) are taken back.
+            written: lane.frames_committed,
+            oversize: lane.dropped_oversize,
+            lapped: lane.dropped_wrap,
+            encode_errors,
+            catalog_errors: inner.catalog_errors.load(Ordering::Relaxed),
+            closed: inner.closed_drops.load(Ordering::Relaxed),
+            no_lane: self.inner.no_lane_drops.load(Ordering::Relaxed),
+            connected: inner.connected.load(Ordering::Relaxed),
         }
     }
 
     /// The emitter id of the handle named `name` (registered in the catalog once).
     pub fn emitter(&self, name: &str) -> u16 {
-        let Ok(mut keys) = self.inner.keys.lock() else {
+        let Some(p) = self.here() else { return 0 };
+        let Ok(mut keys) = p.inner.keys.lock() else {
             return 0;
         };
         if let Some(&id) = keys.emitters.get(name) {
@@ -296,7 +438,8 @@ impl Publisher {
     /// Registers a schema known only at run time (a replayed recording's), returning the key to
     /// pass to [`emit_raw`](Self::emit_raw).
     pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
-        let mut keys = self
+        let p = self.here().ok_or_else(no_own_lane)?;
+        let mut keys = p
             .inner
             .keys
             .lock()
@@ -315,13 +458,19 @@ impl Publisher {
         emitter: u16,
         payload: &[u8],
     ) -> Result<u64, EmitError> {
+        if !self.is_own() {
+            return match self.forked() {
+                Some(p) => p.emit_raw(key, version, level, emitter, payload),
+                None => Err(self.count_no_lane()),
+            };
+        }
         let meta = RecordMeta {
             schema_key: key,
             schema_version: version,
             level,
             emitter,
         };
-        let mut claim = self.inner.writer.claim(payload.len(), meta)?;
+        let mut claim = self.claim(payload.len(), meta)?;
         claim.payload_mut().copy_from_slice(payload);
         let seq = claim.seq();
         claim.commit();
@@ -333,6 +482,9 @@ impl Publisher {
     /// Never waits for a consumer; failures are counted and returned.
     #[inline]
     pub fn emit<T: Snapshot>(&self, level: u8, emitter: u16, value: &T) -> Result<u64, EmitError> {
+        if !self.is_own() {
+            return self.emit_forked(level, emitter, value);
+        }
         let key = match self.schema_key(T::descriptor()) {
             Ok(k) => k,
             Err(e) => {
@@ -346,7 +498,7 @@ impl Publisher {
             level,
             emitter,
         };
-        let mut claim = self.inner.writer.claim(value.encoded_len(), meta)?;
+        let mut claim = self.claim(value.encoded_len(), meta)?;
         if let Err(e) = value.encode_into(claim.payload_mut()) {
             // Dropping the claim turns it into an aborted frame.
             self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
@@ -356,6 +508,43 @@ impl Publisher {
         claim.commit();
         self.ring();
         Ok(seq)
+    }
+
+    /// [`emit`](Self::emit) in a forked child: through the child's own publisher (out of line,
+    /// so the parent's emit stays small; a child pays a call and a `OnceLock` load more).
+    #[cold]
+    #[inline(never)]
+    fn emit_forked<T: Snapshot>(
+        &self,
+        level: u8,
+        emitter: u16,
+        value: &T,
+    ) -> Result<u64, EmitError> {
+        match self.forked() {
+            Some(p) => p.emit(level, emitter, value),
+            None => Err(self.count_no_lane()),
+        }
+    }
+
+    #[cold]
+    fn count_no_lane(&self) -> EmitError {
+        self.inner.no_lane_drops.fetch_add(1, Ordering::Relaxed);
+        no_own_lane()
+    }
+
+    /// Claims room in the lane, counting a claim refused because the lane is closed (the lane
+    /// counts the other refusals itself).
+    #[inline]
+    fn claim(
+        &self,
+        payload_len: usize,
+        meta: RecordMeta,
+    ) -> Result<crate::lane::Claim<'_, ShmMem>, ClaimError> {
+        let claim = self.inner.writer.claim(payload_len, meta);
+        if let Err(ClaimError::Closed) = claim {
+            self.inner.closed_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        claim
     }
 
     /// Rings the doorbells of sleeping subscribers (a thread-local cached page and mask).
@@ -404,19 +593,32 @@ impl Publisher {
     }
 }
 
+fn no_own_lane() -> EmitError {
+    EmitError::NoLane("this forked process could not create a lane of its own")
+}
+
 impl Publisher {
     /// Closes the lane: consumers read to its end and see it end (not die). Later emits fail
-    /// with `ClaimError::Closed`.
+    /// with `ClaimError::Closed` (and are counted). In a forked child this closes the child's
+    /// own lane (if it has one), never the parent's.
     pub fn close(&self) {
-        self.inner.writer.close();
-        self.ring();
+        if self.is_own() {
+            self.inner.writer.close();
+            self.ring();
+        } else if let Some(Some(p)) = self.inner.forked.get() {
+            p.close();
+        }
     }
 }
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        self.inner.stop.store(true, Ordering::Relaxed);
-        self.close();
+        // In a forked child the parent's lane is left alone; the child's own publisher (in
+        // `forked`) closes its lane when it is dropped with this one's state.
+        if self.is_own() {
+            self.inner.stop.store(true, Ordering::Relaxed);
+            self.close();
+        }
     }
 }
 
@@ -436,7 +638,9 @@ fn connection_thread(weak: Weak<Inner>) {
         if let Some(conn) = conn {
             serve(&inner, conn);
             inner.connected.store(false, Ordering::Relaxed);
-            Publisher::set_wake(&inner, None, Some(0));
+            // The doorbells stay as they were: consumers that mapped the lane keep reading it
+            // while no broker is up, and are woken rather than left to their timeouts. The
+            // next broker's welcome replaces them.
         }
         drop(inner);
         std::thread::sleep(RETRY);

@@ -1,4 +1,5 @@
 //! Integration tests of snapbus-bus (one test binary, a module per area).
 
+mod fork;
 mod model;
 mod multiprocess;

@@ -5,7 +5,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use crate::util::{run, snapbus, wait_with_watchdog};
+use crate::util::{run, run_cmd, snapbus, wait_with_watchdog};
 
 /// The formulas from `snapbus demo --help`, restated independently.
 fn expected_reward(e: u64, s: u64) -> f64 {
@@ -133,4 +133,99 @@ fn demo_with_closed_stdout_exits_cleanly() {
         status.success(),
         "a closed pipe is not an error: {status:?}"
     );
+}
+
+#[test]
+fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
+    for (lane, image) in [(None, "4096x4096"), (Some("1048576"), "1024x1024")] {
+        let mut cmd = snapbus();
+        cmd.args(["demo", "--no-echo", "--image", image, "--rate", "0"]);
+        if let Some(l) = lane {
+            cmd.env("SNAPBUS_LANE_BYTES", l);
+        }
+        let out = run_cmd(&mut cmd);
+        assert!(!out.status.success(), "{image}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        // Refused up front, said once, with the limit: no bus was started.
+        assert_eq!(
+            out.stderr.matches("largest record").count(),
+            1,
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&format!("--image {image}")),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("is up"), "{}", out.stderr);
+    }
+    // What fits runs, in a small lane too (128 KiB records: 300x300 is 90,000 pixels).
+    let out = run_cmd(
+        snapbus()
+            .args(["demo", "--no-echo", "--image", "300x300", "--rate", "0"])
+            .args(["--episodes", "1", "--steps", "2"])
+            .env("SNAPBUS_LANE_BYTES", "1048576"),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("emitted 3 of 3 events"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn demo_refuses_a_bad_lane_size() {
+    for (value, reason) in [
+        ("abc", "not a whole number"),
+        ("100000", "not a power of two"),
+        ("1024", "smaller than 64 KiB"),
+    ] {
+        let out = run_cmd(
+            snapbus()
+                .args(["demo", "--no-echo", "--rate", "0"])
+                .env("SNAPBUS_LANE_BYTES", value),
+        );
+        assert!(!out.status.success(), "{value}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("SNAPBUS_LANE_BYTES={value}"))
+                && out.stderr.contains(reason),
+            "{value}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        assert!(!out.stderr.contains("is up"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn demo_counts_only_the_events_it_wrote() {
+    // Everything the demo emits is INFO under `demo`: `warn` filters all of it out.
+    let out = run_cmd(
+        snapbus()
+            .args(["demo", "--no-echo", "--rate", "0"])
+            .args(["--episodes", "2", "--steps", "3"])
+            .env("SNAPBUS_FILTER", "warn"),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("emitted 0 of 8 events")
+            && out.stderr.contains("8 filtered out by the level filter"),
+        "{}",
+        out.stderr
+    );
+    let out = run_cmd(
+        snapbus()
+            .args(["demo", "--no-echo", "--rate", "0"])
+            .args(["--episodes", "2", "--steps", "3"])
+            .env("SNAPBUS_FILTER", "warn,demo=info"),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("emitted 8 of 8 events"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("filtered"), "{}", out.stderr);
 }

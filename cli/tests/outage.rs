@@ -1,7 +1,7 @@
-//! The broker is a control plane only: an experiment at 10 kHz with a supervised recorder, a
-//! supervised aggregator and an unsupervised echo attached loses nothing, files nothing under
-//! the wrong producer, and keeps its consumers' ids and supervision through two `kill -9`s of
-//! the broker (issue #15's bar).
+//! The broker is a control plane only (issue #15): a producer keeps writing its lane while no
+//! broker is up, consumers that mapped the lane keep reading it, and a restarted broker
+//! re-adopts lanes and consumers. Real processes (`snapbus up`, `demo`, `echo`, supervised
+//! `attach`es), the broker killed with SIGKILL.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -236,4 +236,91 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
         check_demo_line(line, episode, step);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broker_killed_mid_run_loses_no_record() {
+    let bus = TestBus::up();
+    // 6,060 events at 1,000 steps/s: about 6 s, so the broker is down and back meanwhile.
+    let (episodes, steps) = (60u64, 100u64);
+    let total = episodes * (steps + 1);
+    let mut demo = bus.spawn(
+        "demo",
+        &[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            &episodes.to_string(),
+            "--steps",
+            &steps.to_string(),
+            "--rate",
+            "1000",
+        ],
+    );
+    let pid = demo.pid();
+    wait_until("the demo is live", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["status"] == "live")
+    });
+    let echo = bus.spawn(
+        "echo",
+        &["echo", "--from", "oldest", "--count", &total.to_string()],
+    );
+    echo.expect_stderr("subscribed");
+    let mut lines = echo.json_lines(50);
+
+    kill9_broker(&bus);
+    // No broker: the demo keeps writing its lane, and the echo, which mapped it, keeps reading
+    // (1,500 more records is 1.5 s of the demo without a broker).
+    lines.extend(echo.json_lines(1500));
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    wait_until("the demo is re-adopted", WATCHDOG, || {
+        bus.producer(pid).is_some()
+    });
+
+    let (status, _) = demo.wait();
+    assert!(status.success(), "{}", demo.log());
+    let rest = total as usize - lines.len();
+    lines.extend(echo.json_lines(rest));
+    let mut echo = echo;
+    let (status, extra) = echo.wait();
+    assert!(status.success(), "{}", echo.log());
+    assert!(extra.is_empty(), "more than --count: {extra:?}");
+
+    // Every step of the grid, in order, nothing twice.
+    let check = |lines: &[Value]| {
+        assert_eq!(lines.len() as u64, total);
+        for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
+            check_demo_line(line, e, s);
+        }
+        let seqs: Vec<u64> = lines
+            .iter()
+            .map(|l| l["seq"].as_u64().expect("seq"))
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..total).collect::<Vec<_>>(),
+            "no gap in the sequence"
+        );
+    };
+    check(&lines);
+    // The demo's count is what reached the lane, and the lane dropped nothing.
+    assert!(
+        demo.log()
+            .contains(&format!("emitted {total} of {total} events")),
+        "{}",
+        demo.log()
+    );
+    let p = bus.producer(pid).expect("the demo in ls");
+    assert_eq!(p["frames"], total, "{p}");
+    assert_eq!(p["dropped"], 0, "{p}");
+    // A late reader of the new broker gets the whole history, outage included.
+    let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.*"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let late: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    check(&late);
 }

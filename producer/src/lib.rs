@@ -5,11 +5,18 @@
 //! - **Never blocks the experiment.** A snapshot is encoded straight into this process's
 //!   shared-memory lane; no lock is held across the copy, no consumer is waited for, and a slow,
 //!   stopped or dead consumer costs nothing. A record that cannot be written (it would overwrite
-//!   one still being written by another thread, or it is larger than the lane allows) is
-//!   dropped and counted (`snapbus ls`, [`stats`]), never retried.
-//! - **Cheap when off.** With no bus running, or with the level filtered out, a snapshot is one
-//!   or two atomic loads. A bus that appears later is joined within 200 ms, and a broker
-//!   restart is survived without the experiment noticing.
+//!   one still being written by another thread, it is larger than the lane allows
+//!   ([`max_payload_bytes`]), it did not encode, the lane was closed) is dropped and counted by
+//!   reason ([`stats`]; `snapbus ls` DROPPED for what the lane refused), never retried.
+//! - **The lane does not depend on the broker.** Once this process has its lane (a bus was
+//!   found), every snapshot is written to it whether or not a broker is up; consumers that
+//!   mapped it keep reading, and a restarted broker adopts it with its history.
+//! - **Cheap when off.** With the level filtered out a snapshot is one atomic load; before any
+//!   bus is found it is not written (there is no lane yet) but counted (`no_bus` in [`stats`]).
+//!   A bus that appears later is joined within 200 ms.
+//! - **Fork-safe.** A `fork()`ed child (Python `multiprocessing`) never writes its parent's
+//!   lane: it gets a lane and a broker connection of its own, and its [`shutdown`] closes only
+//!   its own lane.
 //! - **Filters change at run time.** Per-target levels come from `SNAPBUS_FILTER`
 //!   (`"info,monty.models=debug"`) and from `snapbus filter` while the experiment runs.
 //! - **Consumers can decode everything.** Every schema's descriptor is published before the
@@ -84,10 +91,13 @@ mod telemetry;
 pub use filter::{Filter, FilterParseError};
 pub use level::{Level, LevelFilter};
 pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
+pub use snapbus_bus::lane::ClaimError;
+pub use snapbus_bus::publisher::{EmitError, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
-    Config, Span, Telemetry, get_telemetry, init, is_connected, set_filter, shutdown, stats,
-    wait_for_bus,
+    Config, DEFAULT_LANE_BYTES, LaneBytesError, Span, Stats, Telemetry, get_telemetry, init,
+    is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, set_filter, shutdown,
+    stats, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

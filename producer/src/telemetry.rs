@@ -1,11 +1,15 @@
 //! The emit API: `get_telemetry(name)` handles whose level checks are one atomic load, and a
-//! process-wide publisher that exists only once a bus is found.
+//! process-wide publisher that exists only once a bus is found. Once it exists, every
+//! snapshot that passes the level filter is written to this process's lane, whether or not a
+//! broker is up (the lane does not depend on the broker); before, snapshots are counted as
+//! `no_bus` and not written.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::layout::FRAME_HEADER_LEN;
+use snapbus_bus::lane::{Geometry, LaneConfig};
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig, PublisherStats};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::Snapshot;
@@ -28,8 +32,10 @@ pub struct Config {
     pub session_tag: Option<String>,
     /// Run metadata (default: `$SNAPBUS_PERF_TAG`).
     pub perf_tag: Option<String>,
-    /// Lane size in bytes, a power of two ≥ 64 KiB (default: 64 MiB, or
-    /// `$SNAPBUS_LANE_BYTES`).
+    /// Lane size in bytes, a power of two from 64 KiB to 1 TiB (default:
+    /// `$SNAPBUS_LANE_BYTES`, else 64 MiB). An invalid size is reported once on stderr and the
+    /// default is used (telemetry never fails its host program); see [`lane_bytes_from_env`]
+    /// for programs that would rather refuse it.
     pub lane_bytes: Option<usize>,
     /// The runtime root the bus directory is in (default: `$SNAPBUS_RUNTIME_DIR`, else the
     /// per-user runtime directory).
@@ -47,12 +53,100 @@ struct Global {
     config: Config,
     filter: RwLock<Filter>,
     targets: Mutex<Vec<Arc<Target>>>,
-    watcher_started: AtomicBool,
+    /// `fork::generation() + 1` of the process whose watcher thread runs (0: none yet). A
+    /// forked child that has no publisher yet starts its own watcher (its parent's thread does
+    /// not exist in it).
+    watcher_gen: AtomicU64,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static GLOBAL: OnceLock<Global> = OnceLock::new();
 static PUBLISHER: OnceLock<Publisher> = OnceLock::new();
+/// Snapshots that passed the level filter before any bus was found (not written: no lane).
+static NO_BUS: AtomicU64 = AtomicU64::new(0);
+
+/// The lane size used when none is configured (64 MiB).
+pub const DEFAULT_LANE_BYTES: usize = 64 << 20;
+
+/// A lane size that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid lane size {value:?}: {reason} (a lane size is a number of bytes, a power of two \
+     from 65536 (64 KiB) to 1099511627776 (1 TiB), e.g. 67108864 for 64 MiB)"
+)]
+pub struct LaneBytesError {
+    /// The value given.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Parses a lane size in bytes (as `SNAPBUS_LANE_BYTES` holds it) and checks it.
+pub fn parse_lane_bytes(value: &str) -> Result<usize, LaneBytesError> {
+    let bytes: usize = value.trim().parse().map_err(|_| LaneBytesError {
+        value: value.to_owned(),
+        reason: "not a whole number",
+    })?;
+    lane_config(bytes)?;
+    Ok(bytes)
+}
+
+/// `$SNAPBUS_LANE_BYTES`, checked: `Ok(None)` if unset or empty. The producer itself only
+/// reports a bad value on stderr and uses the default; a program (such as `snapbus demo`)
+/// that would rather refuse to start calls this first.
+pub fn lane_bytes_from_env() -> Result<Option<usize>, LaneBytesError> {
+    match std::env::var("SNAPBUS_LANE_BYTES") {
+        Ok(v) if !v.trim().is_empty() => parse_lane_bytes(&v).map(Some).map_err(|mut e| {
+            e.value = format!("SNAPBUS_LANE_BYTES={v}");
+            e
+        }),
+        Ok(_) => Ok(None),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(LaneBytesError {
+            value: format!("SNAPBUS_LANE_BYTES={}", v.to_string_lossy()),
+            reason: "not a whole number",
+        }),
+    }
+}
+
+/// The geometry of a lane of `lane_bytes` bytes (frames up to 8 MiB, at most an eighth of
+/// the lane).
+fn lane_config(lane_bytes: usize) -> Result<LaneConfig, LaneBytesError> {
+    let bad = |reason| LaneBytesError {
+        value: lane_bytes.to_string(),
+        reason,
+    };
+    if !lane_bytes.is_power_of_two() {
+        return Err(bad("not a power of two"));
+    }
+    if lane_bytes < 64 << 10 {
+        return Err(bad("smaller than 64 KiB"));
+    }
+    if lane_bytes as u64 > 1 << 40 {
+        return Err(bad("larger than 1 TiB"));
+    }
+    let default = LaneConfig::default();
+    let lane = LaneConfig {
+        capacity: lane_bytes,
+        max_frame: default.max_frame.min(lane_bytes / 8),
+        block_size: default.block_size.min(lane_bytes / 4),
+    };
+    Geometry::new(
+        lane.capacity as u64,
+        lane.max_frame as u64,
+        lane.block_size.trailing_zeros(),
+        1,
+    )
+    .map_err(|e| bad(e.0))?;
+    Ok(lane)
+}
+
+/// The largest payload (encoded snapshot) a lane of `lane_bytes` bytes takes (`None`: the
+/// default size). A larger snapshot is not written and counted as `oversize` in [`stats`].
+pub fn max_payload_bytes(lane_bytes: Option<usize>) -> Result<usize, LaneBytesError> {
+    let lane = lane_config(lane_bytes.unwrap_or(DEFAULT_LANE_BYTES))?;
+    Ok(lane.max_frame - FRAME_HEADER_LEN)
+}
 
 /// Sets process-wide settings. Call it before the first [`get_telemetry`]; returns `false`
 /// (and changes nothing) if settings were already fixed.
@@ -74,7 +168,7 @@ fn global() -> &'static Global {
             config,
             filter: RwLock::new(filter),
             targets: Mutex::new(Vec::new()),
-            watcher_started: AtomicBool::new(false),
+            watcher_gen: AtomicU64::new(0),
         }
     })
 }
@@ -88,7 +182,15 @@ fn env_or(value: &Option<String>, var: &str) -> Option<String> {
 /// Looks for the bus every 200 ms until it appears, then starts the publisher (whose own
 /// thread handles later broker restarts).
 fn start_watcher(g: &'static Global) {
-    if g.watcher_started.swap(true, Ordering::AcqRel) {
+    if PUBLISHER.get().is_some() {
+        // Found already (in a forked child, the publisher makes the child's own lane).
+        return;
+    }
+    snapbus_bus::fork::install();
+    let generation = snapbus_bus::fork::generation() + 1;
+    if g.watcher_gen.load(Ordering::Acquire) == generation
+        || g.watcher_gen.swap(generation, Ordering::AcqRel) == generation
+    {
         return;
     }
     let spawned = std::thread::Builder::new()
@@ -105,17 +207,10 @@ fn start_watcher(g: &'static Global) {
             while !dir.socket_path().exists() {
                 std::thread::sleep(snapbus_bus::publisher::RETRY);
             }
-            let lane_bytes = g.config.lane_bytes.or_else(|| {
-                std::env::var("SNAPBUS_LANE_BYTES")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-            });
-            let mut lane = LaneConfig::default();
-            if let Some(b) = lane_bytes {
-                lane.capacity = b;
-                lane.max_frame = lane.max_frame.min(b / 8);
-                lane.block_size = lane.block_size.min(b / 4);
+            if PUBLISHER.get().is_some() {
+                return;
             }
+            let lane = configured_lane();
             let name = g.config.name.clone().unwrap_or_else(program_name);
             let config = PublisherConfig {
                 name,
@@ -133,6 +228,27 @@ fn start_watcher(g: &'static Global) {
         });
     if let Err(e) = spawned {
         eprintln!("snapbus: telemetry stays off: {e}");
+    }
+}
+
+/// The lane geometry from [`Config::lane_bytes`] or `$SNAPBUS_LANE_BYTES`; an invalid size is
+/// reported (once per process: the watcher runs once) and the default used.
+fn configured_lane() -> LaneConfig {
+    let configured = match global().config.lane_bytes {
+        Some(b) => lane_config(b).map(Some).map_err(|mut e| {
+            e.value = format!("Config::lane_bytes = {b}");
+            e
+        }),
+        None => lane_bytes_from_env().and_then(|b| b.map(lane_config).transpose()),
+    };
+    match configured {
+        Ok(lane) => lane.unwrap_or_default(),
+        Err(e) => {
+            eprintln!(
+                "snapbus: ignoring {e}; using the default lane of {DEFAULT_LANE_BYTES} bytes"
+            );
+            LaneConfig::default()
+        }
     }
 }
 
@@ -232,49 +348,64 @@ impl Telemetry {
         &self.target.name
     }
 
-    /// Whether a snapshot at `level` would be emitted now: the level passes this target's
-    /// filter and a bus is connected. Two atomic loads.
+    /// Whether a snapshot at `level` would be written now: the level passes this target's
+    /// filter and this process has its lane (a bus was found; the broker need not be up now).
+    /// Two atomic loads. (A snapshot skipped because this is `false` is not counted; one
+    /// made anyway before a bus is found is counted as `no_bus` in [`stats`].)
     #[inline]
     pub fn enabled(&self, level: Level) -> bool {
-        level.as_u8() >= self.target.threshold.load(Ordering::Relaxed)
-            && PUBLISHER.get().is_some_and(Publisher::is_connected)
+        self.level_enabled(level) && PUBLISHER.get().is_some()
     }
 
-    /// Emits `event` at `level` if enabled: encoded straight into this process's lane. Never
-    /// blocks; a record that cannot be written is counted (see [`stats`]), not retried.
+    #[inline]
+    fn level_enabled(&self, level: Level) -> bool {
+        level.as_u8() >= self.target.threshold.load(Ordering::Relaxed)
+    }
+
+    /// Emits `event` at `level` if its level is enabled: encoded straight into this process's
+    /// lane, whether or not a broker is up. Never blocks; a record that cannot be written (no
+    /// bus found yet, too large for the lane, …) is counted (see [`stats`]), not retried.
     #[inline]
     pub fn snapshot<T: Snapshot>(&self, level: Level, event: &T) {
-        if level.as_u8() < self.target.threshold.load(Ordering::Relaxed) {
+        if !self.level_enabled(level) {
             return;
         }
         let _ = self.try_snapshot(level, event);
     }
 
-    /// As [`Telemetry::snapshot`], saying why a record was not written (`Ok(None)`: disabled
-    /// or no bus).
+    /// As [`Telemetry::snapshot`], saying what happened: `Ok(Some(seq))` written with that
+    /// sequence number, `Ok(None)` filtered out by the level filter, `Err` not written (and
+    /// counted in [`stats`]; [`EmitError::NoLane`] before a bus was found).
     pub fn try_snapshot<T: Snapshot>(
         &self,
         level: Level,
         event: &T,
     ) -> Result<Option<u64>, EmitError> {
-        if level.as_u8() < self.target.threshold.load(Ordering::Relaxed) {
+        if !self.level_enabled(level) {
             return Ok(None);
         }
-        let Some(p) = PUBLISHER.get().filter(|p| p.is_connected()) else {
-            return Ok(None);
+        let Some(p) = PUBLISHER.get() else {
+            no_bus();
+            return Err(EmitError::NoLane("no bus was found yet"));
         };
+        self.emit(p, level, event).map(Some)
+    }
+
+    fn emit<T: Snapshot>(&self, p: &Publisher, level: Level, event: &T) -> Result<u64, EmitError> {
         let emitter = *self
             .target
             .emitter
             .get_or_init(|| p.emitter(&self.target.name));
-        p.emit(level.as_u8(), emitter, event).map(Some)
+        p.emit(level.as_u8(), emitter, event)
     }
 
     /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.
     pub fn time_it<R>(&self, level: Level, label: &str, f: impl FnOnce() -> R) -> R {
         let t0 = Instant::now();
         let r = f();
-        if self.enabled(level) {
+        if self.level_enabled(level) && PUBLISHER.get().is_none() {
+            no_bus();
+        } else if self.enabled(level) {
             self.snapshot(
                 level,
                 &DurationSample {
@@ -308,7 +439,9 @@ pub struct Span<'a> {
 
 impl Drop for Span<'_> {
     fn drop(&mut self) {
-        if self.telemetry.enabled(self.level) {
+        if self.telemetry.level_enabled(self.level) && PUBLISHER.get().is_none() {
+            no_bus();
+        } else if self.telemetry.enabled(self.level) {
             self.telemetry.snapshot(
                 self.level,
                 &DurationSample {
@@ -321,9 +454,50 @@ impl Drop for Span<'_> {
     }
 }
 
-/// Counters of this process's publisher (`None` until a bus was found).
-pub fn stats() -> Option<PublisherStats> {
-    PUBLISHER.get().map(Publisher::stats)
+/// Counts a snapshot made before any bus was found; in a forked child that has no lane yet,
+/// makes sure the child looks for the bus itself.
+#[cold]
+#[inline(never)]
+fn no_bus() {
+    NO_BUS.fetch_add(1, Ordering::Relaxed);
+    start_watcher(global());
+}
+
+/// What this process's telemetry wrote, and every snapshot it did not write, by reason
+/// (snapshots filtered out by their level are not counted anywhere: they were not made).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Whether this process has its lane (a bus was found; the broker need not be up now).
+    pub has_lane: bool,
+    /// Snapshots not written because no bus had been found yet (no lane).
+    pub no_bus: u64,
+    /// The lane's counters: records written, and records not written by reason (all zero
+    /// while `has_lane` is false).
+    pub lane: PublisherStats,
+}
+
+impl Stats {
+    /// Records written to the lane.
+    pub fn written(&self) -> u64 {
+        self.lane.written
+    }
+
+    /// Snapshots not written, for any reason (no bus yet, oversize, lap guard, encode or
+    /// catalog error, lane closed).
+    pub fn not_written(&self) -> u64 {
+        self.no_bus + self.lane.not_written()
+    }
+}
+
+/// Counters of this process's telemetry (see [`Stats`]); available before a bus is found.
+pub fn stats() -> Stats {
+    let publisher = PUBLISHER.get();
+    Stats {
+        has_lane: publisher.is_some(),
+        no_bus: NO_BUS.load(Ordering::Relaxed),
+        lane: publisher.map(Publisher::stats).unwrap_or_default(),
+    }
 }
 
 /// Whether this process is connected to a bus now.
@@ -346,7 +520,8 @@ pub fn wait_for_bus(timeout: Duration) -> bool {
 }
 
 /// Closes this process's lane, so consumers see the end of its stream rather than a dead
-/// producer. Call it at the end of `main` (later snapshots are dropped).
+/// producer. Call it at the end of `main` (later snapshots are dropped and counted as
+/// `closed`). In a forked child it closes the child's own lane, never its parent's.
 pub fn shutdown() {
     if let Some(p) = PUBLISHER.get() {
         p.close();

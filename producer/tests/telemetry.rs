@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use snapbus::schemas::{Snapshot, Wire};
-use snapbus::{Config, Level};
+use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -20,6 +20,37 @@ struct TestEvent {
     thread: u32,
     i: u32,
     value: f64,
+}
+
+/// A hand-written `Wire` impl that promises 8 bytes and writes 4: its records fail to encode.
+#[derive(Debug, Clone, PartialEq)]
+struct Liar(u32);
+
+impl Wire for Liar {
+    const MIN_ENCODED_LEN: usize = 4;
+    fn type_desc() -> snapbus::schemas::TypeDesc {
+        u32::type_desc()
+    }
+    fn encoded_len(&self) -> usize {
+        8
+    }
+    fn encode(&self, w: &mut snapbus::schemas::WireWriter<'_>) {
+        self.0.encode(w);
+    }
+    fn decode(
+        r: &mut snapbus::schemas::WireReader<'_>,
+    ) -> Result<Self, snapbus::schemas::DecodeError> {
+        u32::decode(r).map(Liar)
+    }
+    fn to_value(&self) -> snapbus::schemas::Value<'_> {
+        self.0.to_value()
+    }
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "test.liar", version = 1, crate = "snapbus::schemas")]
+struct LiarEvent {
+    x: Liar,
 }
 
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -79,10 +110,19 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
         value: 1.5,
     };
 
-    // No bus: a no-op.
+    // No bus: nothing is written, but every snapshot made is counted.
     assert!(!t.enabled(Level::INFO));
-    assert!(matches!(t.try_snapshot(Level::INFO, &ev), Ok(None)));
+    assert!(matches!(
+        t.try_snapshot(Level::INFO, &ev),
+        Err(EmitError::NoLane(_))
+    ));
+    t.snapshot(Level::INFO, &ev);
+    t.snapshot(Level::DEBUG, &ev); // filtered out by its level: not made, not counted
     assert!(!snapbus::is_connected());
+    let s: Stats = snapbus::stats();
+    assert!(!s.has_lane);
+    assert_eq!((s.no_bus, s.not_written(), s.written()), (2, 2, 0));
+    assert_eq!(s.lane, PublisherStats::default());
 
     // A bus appears; the producer joins it by itself.
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
@@ -191,8 +231,21 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
         label: "x".repeat(200 << 10),
         duration_nanos: 1,
     };
-    assert!(t.try_snapshot(Level::WARN, &big).is_err());
+    let err = t.try_snapshot(Level::WARN, &big).expect_err("oversize");
+    // Said once (the error is transparent), not "record …: record …".
+    assert_eq!(err.to_string().matches("exceeds").count(), 1, "{err}");
     assert_eq!(lane().producers[0].dropped, dropped_before + 1);
+    let s = snapbus::stats();
+    assert!(s.has_lane && s.lane.connected);
+    assert_eq!((s.lane.oversize, s.no_bus, s.not_written()), (1, 2, 3));
+    // A record that does not encode: counted too (and `ls` shows it dropped).
+    let err = t
+        .try_snapshot(Level::WARN, &LiarEvent { x: Liar(7) })
+        .expect_err("does not encode");
+    assert!(matches!(err, EmitError::Encode(_)), "{err}");
+    assert_eq!(lane().producers[0].dropped, dropped_before + 2);
+    let s = snapbus::stats();
+    assert_eq!((s.lane.encode_errors, s.not_written()), (1, 4));
 
     // Run metadata and counters are in `ls`.
     let state = lane();
@@ -216,8 +269,84 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     let r = ResourceSample::decode_exact(&got["snapbus.resource"][0]).expect("resource");
     assert!(r.rss_bytes > 1 << 20 && r.threads >= 2, "{r:?}");
 
-    // Closing the lane: the subscriber sees the stream end.
+    // The broker goes away: the lane does not depend on it. Every snapshot is still written
+    // (the subscriber, which mapped the lane, keeps reading it), and a new broker re-adopts
+    // the lane with its history.
+    broker.stop().expect("broker");
+    wait_until("the producer notices the broker is gone", || {
+        !snapbus::is_connected()
+    });
+    let written_before = snapbus::stats().written();
+    let outage = 300u32;
+    for i in 0..outage {
+        let ev = TestEvent {
+            thread: 99,
+            i,
+            value: 0.0,
+        };
+        assert!(t.enabled(Level::INFO), "enabled without a broker");
+        let seq = t
+            .try_snapshot(Level::INFO, &ev)
+            .expect("emit")
+            .expect("written");
+        assert!(seq > 0);
+    }
+    let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
+    assert!(
+        snapbus::wait_for_bus(WATCHDOG),
+        "the producer never rejoined"
+    );
+    for i in outage..2 * outage {
+        let ev = TestEvent {
+            thread: 99,
+            i,
+            value: 0.0,
+        };
+        t.snapshot(Level::INFO, &ev);
+    }
+    let s = snapbus::stats();
+    assert_eq!(s.written(), written_before + u64::from(2 * outage));
+    assert_eq!((s.no_bus, s.not_written()), (2, 4), "nothing else dropped");
+    let lost_before = sub.stats().lost;
+    let mut is = Vec::new();
+    while is.len() < 2 * outage as usize {
+        let got = collect(&mut sub, 1);
+        if let Some(b) = got.get("test.event") {
+            let e = TestEvent::decode_exact(&b[0]).expect("decode");
+            if e.thread == 99 {
+                is.push(e.i);
+            }
+        }
+    }
+    assert_eq!(is, (0..2 * outage).collect::<Vec<_>>(), "no gap");
+    assert_eq!(sub.stats().lost, lost_before);
+    // A late subscriber of the new broker gets the whole history, outage included.
+    let mut late = Subscriber::connect(
+        &dir,
+        SubscribeOptions {
+            kind: "test".into(),
+            globs: vec![Glob::new("test.event").expect("glob")],
+            start: StartFrom::Oldest,
+            cut: false,
+            skip_lanes: Vec::new(),
+            count_history_as_lost: false,
+        },
+    )
+    .expect("subscribe");
+    let history = collect(&mut late, (threads * per_thread + 1 + 2 * outage) as usize);
+    let outage_is: Vec<u32> = history["test.event"]
+        .iter()
+        .map(|b| TestEvent::decode_exact(b).expect("decode"))
+        .filter(|e| e.thread == 99)
+        .map(|e| e.i)
+        .collect();
+    assert_eq!(outage_is, (0..2 * outage).collect::<Vec<_>>());
+    drop(late);
+
+    // Closing the lane: the subscriber sees the stream end; later snapshots are counted.
     snapbus::shutdown();
+    t.snapshot(Level::INFO, &ev);
+    assert_eq!(snapbus::stats().lane.closed, 1);
     let t0 = Instant::now();
     loop {
         assert!(t0.elapsed() < WATCHDOG, "the end never arrived");

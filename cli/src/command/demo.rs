@@ -26,6 +26,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
             args.rate
         );
     }
+    check_record_size(args)?;
     let dir = bus_dir(&args.bus)?;
     let started_bus = state(&dir).is_err();
     if started_bus {
@@ -44,6 +45,35 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
         }
     }
     result
+}
+
+/// Refuses, before any work starts, a lane size the producer would not take
+/// (`SNAPBUS_LANE_BYTES`) and an image whose `demo.step` records the lane cannot hold.
+fn check_record_size(args: &DemoArgs) -> anyhow::Result<()> {
+    let lane_bytes = snapbus::lane_bytes_from_env()?;
+    let max_payload = snapbus::max_payload_bytes(lane_bytes)? as u64;
+    let (width, height) = (args.image.width, args.image.height);
+    let pixels = u64::from(width) * u64::from(height);
+    let record = step_record_bytes(width, height).context("building the observation")?;
+    if record > max_payload {
+        let lane = lane_bytes.unwrap_or(snapbus::DEFAULT_LANE_BYTES);
+        let fixed = record - pixels;
+        bail!(
+            "--image {width}x{height}: a demo.step record would be {record} bytes, more than the \
+             largest record a lane of {lane} bytes takes ({max_payload} bytes); use an image of \
+             at most {} pixels",
+            max_payload.saturating_sub(fixed)
+        );
+    }
+    Ok(())
+}
+
+/// The encoded size of a `demo.step` record with a `width` × `height` image, without
+/// building the image (one byte per pixel after a fixed part).
+fn step_record_bytes(width: u32, height: u32) -> anyhow::Result<u64> {
+    use snapbus::schemas::Wire;
+    let one_pixel = step_event(0, 0, 1, 1)?.encoded_len() as u64;
+    Ok(one_pixel - 1 + u64::from(width) * u64::from(height))
 }
 
 fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<()> {
@@ -118,11 +148,12 @@ fn emit(
     let period = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let start = Instant::now();
     let mut ticks: u32 = 0;
-    let mut emitted = 0u64;
+    let mut count = Count::default();
     'run: for episode in 0..args.episodes {
         for step in 0..args.steps {
             // The echo stops early when its stdout closes (`snapbus demo | head`): then so do we.
-            if stop.load(Ordering::Relaxed) || (emitted % 1024 == 1023 && echo_finished(&mut echo)?)
+            if stop.load(Ordering::Relaxed)
+                || (count.made % 1024 == 1023 && echo_finished(&mut echo)?)
             {
                 break 'run;
             }
@@ -133,24 +164,39 @@ fn emit(
             }
             let event = step_event(episode, step, args.image.width, args.image.height)
                 .context("building the observation")?;
-            telemetry
-                .try_snapshot(Level::INFO, &event)
-                .context("emitting demo.step")?;
-            emitted += 1;
+            count.add("demo.step", telemetry.try_snapshot(Level::INFO, &event));
         }
-        telemetry
-            .try_snapshot(Level::INFO, &episode_end(episode, args.steps))
-            .context("emitting demo.episode_end")?;
-        emitted += 1;
+        count.add(
+            "demo.episode_end",
+            telemetry.try_snapshot(Level::INFO, &episode_end(episode, args.steps)),
+        );
     }
     // Consumers see the stream end, not a dead producer.
     snapbus::shutdown();
+    let Count {
+        written,
+        filtered,
+        dropped,
+        ..
+    } = count;
+    let mut not_written = String::new();
+    if filtered > 0 {
+        not_written += &format!("; {filtered} filtered out by the level filter");
+    }
+    if let Some((schema, e)) = &count.first_error {
+        not_written += &format!("; {dropped} not written (first: {schema}: {e})");
+    }
     eprintln!(
-        "snapbus demo: emitted {emitted} of {total} events on bus '{bus}' in {:.2?}",
+        "snapbus demo: emitted {written} of {total} events on bus '{bus}' in {:.2?}{not_written}",
         start.elapsed()
     );
-    if stop.load(Ordering::Relaxed) {
-        // Interrupted: the echo will not get the rest.
+    if dropped > 0 {
+        kill(&mut echo);
+        bail!("{dropped} of {total} events were not written (see above)");
+    }
+    if stop.load(Ordering::Relaxed) || written < total {
+        // Interrupted, the echo ended early (`| head`), or events were filtered out: the echo
+        // will not get them all.
         kill(&mut echo);
         return Ok(());
     }
@@ -175,6 +221,34 @@ fn emit(
         }
     }
     Ok(())
+}
+
+/// What became of the events the demo made.
+#[derive(Default)]
+struct Count {
+    /// Events made (written or not).
+    made: u64,
+    /// Written to the lane.
+    written: u64,
+    /// Filtered out by the level filter (`SNAPBUS_FILTER`, `snapbus filter`).
+    filtered: u64,
+    /// Not written (counted by the producer too: `snapbus::stats()`).
+    dropped: u64,
+    first_error: Option<(&'static str, snapbus::EmitError)>,
+}
+
+impl Count {
+    fn add(&mut self, schema: &'static str, result: Result<Option<u64>, snapbus::EmitError>) {
+        self.made += 1;
+        match result {
+            Ok(Some(_)) => self.written += 1,
+            Ok(None) => self.filtered += 1,
+            Err(e) => {
+                self.dropped += 1;
+                self.first_error.get_or_insert((schema, e));
+            }
+        }
+    }
 }
 
 /// `snapbus echo --from oldest --count TOTAL 'demo.*'` in its own process, printing to our
