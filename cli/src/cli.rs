@@ -18,8 +18,13 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Start the broker of a bus (detached, unless --foreground).
     Up(UpArgs),
-    /// Stop the broker of a bus and remove its socket.
-    Down(BusArgs),
+    /// Stop the broker of a bus, and the consumers it supervises (they finish their files).
+    ///
+    /// Supervised consumers (`attach`, `spawn`) get SIGTERM and are waited for, unless
+    /// --keep-consumers. Producers and unsupervised consumers (`echo`, `record` in a terminal)
+    /// keep running and rejoin when the bus is started again, with the same ids. Logs stay in
+    /// the bus's runtime directory (`broker.log`, `consumer-<id>.log`).
+    Down(DownArgs),
     /// List producers, consumers and schemas on a bus, with rates, lag and losses.
     Ls(LsArgs),
     /// Print events from a bus as JSON lines.
@@ -84,6 +89,17 @@ pub(crate) struct BusArgs {
     /// The bus name (default: $SNAPBUS_BUS, else 'default').
     #[arg(long)]
     pub(crate) bus: Option<String>,
+}
+
+/// Options of `snapbus down`.
+#[derive(Debug, Args)]
+pub(crate) struct DownArgs {
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+    /// Leave the supervised consumers running: the next `snapbus up` re-adopts them (same
+    /// ids, same restart policy).
+    #[arg(long)]
+    pub(crate) keep_consumers: bool,
 }
 
 /// Options of `snapbus up`.

@@ -12,14 +12,18 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    match command::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+    let code: u8 = match command::run(cli) {
+        Ok(()) => 0,
+        Err(err) if is_broken_pipe(&err) => 0,
         Err(err) => {
             eprintln!("snapbus: error: {err:#}");
-            ExitCode::FAILURE
+            1
         }
-    }
+    };
+    // A consumer the broker supervises says how it exits (a broker that re-adopted it after a
+    // restart is not its parent and could not know).
+    snapbus_bus::broker::report_exit(i32::from(code));
+    ExitCode::from(code)
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
