@@ -870,6 +870,10 @@ fn spawn_consumer(
         .mode(0o600)
         .open(log)
         .map_err(|e| format!("creating {}: {e}", log.display()))?;
+    if restart > 0 {
+        use std::io::Write;
+        let _ = writeln!(&file, "snapbus broker: restart {restart} of this consumer");
+    }
     let out = file
         .try_clone()
         .map_err(|e| format!("creating {}: {e}", log.display()))?;
