@@ -8,4 +8,5 @@ mod export;
 mod plotter;
 mod recording;
 mod schemas;
+mod supervision;
 mod util;
