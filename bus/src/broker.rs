@@ -4,7 +4,10 @@
 //! to consumers, and payload bytes never pass through it. It keeps the registry `snapbus ls`
 //! shows, forwards level filters, assigns doorbells, and notices deaths from socket EOF and
 //! pidfds (never by polling pids). If it dies, producers keep writing and consumers keep
-//! reading the lanes they have; a new broker re-adopts both when they reconnect.
+//! reading the lanes they have; a new broker re-adopts both when they reconnect, with the ids
+//! they had, and takes over the consumers the old one supervised (from the state file
+//! `broker.state`; see `broker/supervision.rs`). `snapbus down` stops supervised consumers
+//! first, unless asked to keep them; it never deletes logs.
 //!
 //! One thread, one `poll` loop; every socket is non-blocking, and a peer whose socket is full
 //! (it stopped reading) is dropped rather than waited for.

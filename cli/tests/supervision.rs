@@ -194,7 +194,6 @@ fn a_restarted_broker_keeps_ids_readopts_supervision_and_detach_stops_the_right_
     assert!(dir.join(format!("consumer-{rec}.log")).exists());
     drop(echo);
     drop(demo);
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 #[test]
@@ -320,15 +319,29 @@ fn a_consumer_that_exits_no_restart_is_not_restarted() {
     let c = consumer(&bus.ls(), id).expect("listed");
     assert_eq!(c["status"].as_str(), Some(status.as_str()));
     assert!(!tmp.join("r-restart2.mcap").exists());
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
-fn tempdir(name: &str) -> PathBuf {
+/// A temporary directory, removed on drop (also when the test fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir(name: &str) -> TempDir {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "sup-{name}-{}-{}",
         std::process::id(),
         crate::util::unique_bus()
     ));
     std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    TempDir(d)
 }
