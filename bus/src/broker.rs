@@ -818,9 +818,13 @@ impl InProcess {
                 Duration::from_secs(5),
             );
         }
-        thread
+        let result = thread
             .join()
-            .map_err(|_| BrokerError::Setup("the broker thread panicked".into()))?
+            .map_err(|_| BrokerError::Setup("the broker thread panicked".into()))?;
+        // It supervised no consumer and wrote no log: nothing in its directory is worth keeping.
+        let _ = std::fs::remove_file(supervision::state_path(&self.dir));
+        let _ = std::fs::remove_dir(self.dir.path());
+        result
     }
 }
 

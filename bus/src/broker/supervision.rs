@@ -294,7 +294,6 @@ impl Broker {
             supervised: self
                 .supervised
                 .iter()
-                .filter(|s| s.attach.is_none())
                 .map(|s| SavedSupervised {
                     id: s.id,
                     kind: s.kind.clone(),
@@ -606,7 +605,11 @@ impl Broker {
         {
             self.supervised = std::mem::take(&mut list);
             while let Ok(Some(conn)) = listener.accept() {
-                self.serve_new(conn, now);
+                self.pending.push((conn, now));
+            }
+            // (`serve_new` puts back a connection that has not sent anything yet.)
+            for (conn, since) in std::mem::take(&mut self.pending) {
+                self.serve_new(conn, since);
             }
             list = std::mem::take(&mut self.supervised);
         }
