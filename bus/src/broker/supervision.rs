@@ -264,8 +264,9 @@ impl Broker {
             if v.respawn {
                 s.respawn_at = Some(now);
             } else if s.running() {
-                let same = proc_start_time(s.pid) == Some(s.start_time);
-                s.pidfd = same.then(|| pidfd(s.pid)).flatten();
+                // The pidfd first, then the start time: if it matches, the pidfd is of the
+                // process we started (a pid reused later is never signalled through it).
+                s.pidfd = pidfd(s.pid).filter(|_| proc_start_time(s.pid) == Some(s.start_time));
                 if s.pidfd.is_some() {
                     eprintln!(
                         "snapbus broker: re-adopted {} {} (pid {})",
