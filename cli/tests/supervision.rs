@@ -233,6 +233,37 @@ fn down_keep_consumers_leaves_them_for_the_next_up_which_readopts_them() {
 }
 
 #[test]
+fn consumers_that_end_while_no_broker_runs_are_judged_by_the_next_one() {
+    let bus = TestBus::up();
+    let (killed, killed_pid) = attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]);
+    let (stopped, stopped_pid) = attach(&bus, &["attach", "aggregator", "--schema", "x.*"]);
+    let mut reaper = Reaper(vec![killed_pid, stopped_pid]);
+    kill_broker(&bus);
+    // With no broker: one is killed (a failure), the other stopped cleanly (exit 0).
+    kill9(killed_pid);
+    let p = rustix::process::Pid::from_raw(stopped_pid as i32).expect("pid");
+    rustix::process::kill_process(p, rustix::process::Signal::TERM).expect("SIGTERM");
+    wait_until("both have ended", WATCHDOG, || {
+        !alive(killed_pid) && !alive(stopped_pid)
+    });
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let mut restarted_pid = 0;
+    wait_until("the killed one is restarted", WATCHDOG, || {
+        consumer(&bus.ls(), killed).is_some_and(|c| {
+            restarted_pid = c["info"]["pid"].as_u64().unwrap_or(0);
+            c["status"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("running (restarted 1x")
+        })
+    });
+    reaper.0.push(restarted_pid);
+    let c = consumer(&bus.ls(), stopped).expect("the stopped one is listed");
+    assert_eq!(c["status"], "exited 0 while no broker was running", "{c}");
+}
+
+#[test]
 fn a_failed_attach_leaves_no_consumer_no_log_and_no_restarts() {
     let bus = TestBus::up();
     let out = bus.run(&["attach", "recorder", "-o", "/nonexistent-dir/r.mcap"]);

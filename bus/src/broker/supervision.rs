@@ -201,19 +201,52 @@ pub(super) fn keep_ended() -> usize {
 /// Called by a supervised consumer just before it exits with `exit_code`: tells the broker
 /// that started it (see [`SUPERVISED_ENV`]), so that a broker that re-adopted it knows whether
 /// it failed. Does nothing in a process the broker did not start, or when no broker listens.
+///
+/// With no broker running, it leaves the word in a file of the bus directory
+/// (`exit-<pid>`), which the next broker reads.
 pub fn report_exit(exit_code: i32) {
     let Some(sock) = std::env::var_os(SUPERVISED_ENV) else {
         return;
     };
-    if let Ok(conn) = Conn::connect(Path::new(&sock)) {
-        let _ = conn.send(
+    let sock = PathBuf::from(sock);
+    let said = Conn::connect(&sock).is_ok_and(|conn| {
+        conn.send(
             &ToBroker::Exiting {
                 version: PROTOCOL_VERSION,
                 exit_code,
             },
             &[],
-        );
+        )
+        .is_ok()
+    });
+    if said {
+        return;
     }
+    let pid = std::process::id();
+    if let (Some(dir), Some(start)) = (sock.parent(), proc_start_time(pid)) {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(format!("exit-{pid}")))
+            .and_then(|mut f| {
+                use std::io::Write;
+                writeln!(f, "{start} {exit_code}")
+            });
+    }
+}
+
+/// The exit code process `pid` (started at `start_time`) left in `exit-<pid>` when no broker
+/// was there to tell; the file is removed.
+fn exit_note(dir: &BusDir, pid: u32, start_time: u64) -> Option<i32> {
+    let path = dir.path().join(format!("exit-{pid}"));
+    let text = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    let (start, code) = text.trim().split_once(' ')?;
+    (start.parse::<u64>().ok()? == start_time)
+        .then(|| code.parse().ok())
+        .flatten()
 }
 
 impl Broker {
@@ -273,15 +306,24 @@ impl Broker {
                         s.kind, s.id, s.pid
                     );
                 } else {
-                    eprintln!(
-                        "snapbus broker: {} {} (pid {}) ended while no broker was running",
-                        s.kind, s.id, s.pid
-                    );
-                    let text = "ended while no broker was running (exit status unknown)";
-                    self.ended(&mut s, text.to_owned(), None, now);
+                    let code = exit_note(&self.dir, s.pid, s.start_time);
+                    let text = match code {
+                        Some(code) => format!("exited {code} while no broker was running"),
+                        None => "ended while no broker was running (exit status unknown)".into(),
+                    };
+                    eprintln!("snapbus broker: {} {} (pid {}) {text}", s.kind, s.id, s.pid);
+                    self.ended(&mut s, text, code, now);
                 }
             }
             self.supervised.push(s);
+        }
+        // Notes of processes that are not ours (any more).
+        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+            for e in entries.filter_map(Result::ok) {
+                if e.file_name().to_string_lossy().starts_with("exit-") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
         }
         self.dirty = true;
     }
@@ -911,13 +953,17 @@ pub(super) fn has_exited(fd: &OwnedFd) -> bool {
     rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
 }
 
-/// The start time of process `pid` (clock ticks after boot, field 22 of `/proc/PID/stat`).
+/// The start time of process `pid` (clock ticks after boot, field 22 of `/proc/PID/stat`);
+/// `None` if it is not running (gone, or a zombie nobody has reaped yet).
 fn proc_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold anything: count from the last
-    // ')'; the field after it is field 3.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    // ')'; the field after it is field 3, the state.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(22 - 4)?.parse().ok()
 }
 
 /// `exited 0`, `killed by signal 9`.
