@@ -404,7 +404,7 @@ impl Broker {
             .position(|p| p.info.lane_id == info.lane_id && p.info.pid == info.pid);
         let id = match existing {
             Some(k) => self.producers[k].id,
-            None => self.consumer_id_for(0, previous_id),
+            None => self.id_for(0, previous_id),
         };
         let welcome = |id: u64| FromBroker::WelcomeProducer {
             producer_id: id,
@@ -483,7 +483,7 @@ impl Broker {
             );
             return;
         };
-        let id = self.consumer_id_for(info.pid, previous_id);
+        let id = self.id_for(info.pid, previous_id);
         let welcome = FromBroker::WelcomeConsumer {
             consumer_id: id,
             bus: self.dir.name().to_string(),

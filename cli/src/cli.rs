@@ -51,7 +51,8 @@ pub(crate) enum Command {
     /// Start a built-in consumer as a process supervised by the broker; prints its id once it
     /// is subscribed and reading.
     Attach(AttachArgs),
-    /// Stop a consumer by id (it flushes first); waits until it has exited.
+    /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
+    /// across broker restarts; an id of no running consumer is refused.
     Detach(DetachArgs),
     /// Summarize step events per episode (or N steps, or T seconds) and per experiment, in this
     /// terminal; the summaries are emitted back onto the bus as `<schema>.summary`.
@@ -480,7 +481,9 @@ pub(crate) struct SuperviseArgs {
     #[arg(long)]
     pub(crate) foreground: bool,
     /// Whether the broker restarts the consumer when it fails (exits non-zero or is killed):
-    /// up to 5 times, after 1, 2, 4, 8 and 16 s.
+    /// up to 5 times, after 1, 2, 4, 8 and 16 s; not when it exits 78 (a full disk or a
+    /// read-only filesystem) or failed before it subscribed (a restart would fail the same
+    /// way). A broker started after a crash, or after `down --keep-consumers`, takes over.
     #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
     pub(crate) restart: Restart,
 }

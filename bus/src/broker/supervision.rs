@@ -397,7 +397,7 @@ impl Broker {
 
     /// The id a joining consumer gets: its supervised entry's if the broker started (or
     /// re-adopted) it, else the id it had if no one else holds it, else a new one.
-    pub(super) fn consumer_id_for(&mut self, pid: u32, previous: Option<u64>) -> u64 {
+    pub(super) fn id_for(&mut self, pid: u32, previous: Option<u64>) -> u64 {
         if let Some(s) = self.supervised.iter().find(|s| s.pid == pid && s.running()) {
             return s.id;
         }
