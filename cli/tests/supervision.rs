@@ -116,37 +116,49 @@ fn a_restarted_broker_keeps_ids_readopts_supervision_and_detach_stops_the_right_
     assert!(dir.join(format!("consumer-{rec}.log")).exists());
     assert!(dir.join(format!("consumer-{agg}.log")).exists());
 
-    kill_broker(&bus);
-    let out = bus.run(&["up"]);
-    assert!(out.status.success(), "{}", out.stderr);
-    // Everyone rejoins with the id they had; the attached ones are supervised again.
-    wait_until("every consumer rejoined", WATCHDOG, || {
-        let ls = bus.ls();
-        [rec, agg, echo_id].iter().all(|&id| {
-            consumer(&ls, id).is_some_and(|c| {
-                let status = c["status"].as_str().unwrap_or("");
-                status.starts_with("running") && !status.contains("not connected")
+    // Twice: the second broker's state file must be as good as the first's.
+    for _ in 0..2 {
+        kill_broker(&bus);
+        let out = bus.run(&["up"]);
+        assert!(out.status.success(), "{}", out.stderr);
+        // Everyone rejoins with the id they had; the attached ones are supervised again.
+        wait_until("every consumer rejoined", WATCHDOG, || {
+            let ls = bus.ls();
+            [rec, agg, echo_id].iter().all(|&id| {
+                consumer(&ls, id).is_some_and(|c| {
+                    let status = c["status"].as_str().unwrap_or("");
+                    status.starts_with("running") && !status.contains("not connected")
+                })
             })
-        })
-    });
-    let ls = bus.ls();
-    for (id, pid, supervised) in [
-        (rec, rec_pid, true),
-        (agg, agg_pid, true),
-        (echo_id, u64::from(echo.pid()), false),
-    ] {
-        let c = consumer(&ls, id).expect("consumer");
-        assert_eq!(c["info"]["pid"], pid, "{c}");
-        assert_eq!(c["supervised"], supervised, "{c}");
-        assert!(
-            c["status"].as_str().unwrap_or("").starts_with("running"),
-            "{c}"
-        );
+        });
+        let ls = bus.ls();
+        for (id, pid, supervised) in [
+            (rec, rec_pid, true),
+            (agg, agg_pid, true),
+            (echo_id, u64::from(echo.pid()), false),
+        ] {
+            let c = consumer(&ls, id).expect("consumer");
+            assert_eq!(c["info"]["pid"], pid, "{c}");
+            assert_eq!(c["supervised"], supervised, "{c}");
+            assert!(
+                c["status"].as_str().unwrap_or("").starts_with("running"),
+                "{c}"
+            );
+        }
     }
     wait_until("the demo rejoined with its id", WATCHDOG, || {
         bus.producer(demo.pid())
             .is_some_and(|p| p["id"] == demo_id && p["status"] == "live")
     });
+    // A consumer attached now gets an id no earlier broker gave out.
+    let (fresh, fresh_pid) = attach(&bus, &["attach", "aggregator", "--schema", "x.*"]);
+    reaper.0.push(fresh_pid);
+    assert!(
+        ![rec, agg, echo_id].contains(&fresh) && demo_id != fresh,
+        "id {fresh} given out again"
+    );
+    let out = bus.run(&["detach", &fresh.to_string()]);
+    assert!(out.status.success(), "{}", out.stderr);
 
     // `detach` of the recorder's id stops the recorder, and only it.
     let out = bus.run(&["detach", &rec.to_string()]);
