@@ -126,14 +126,14 @@ impl Supervised {
     fn reap(&mut self) -> Option<(String, Option<i32>)> {
         if let Some(child) = &mut self.child {
             return match child.try_wait() {
-                Ok(Some(status)) => Some((exit_text(status), exit_code(status))),
+                Ok(Some(status)) => Some((exit_text(status), status.code())),
                 _ => None,
             };
         }
         let gone = self.pidfd.as_ref().is_none_or(has_exited);
         gone.then(|| match self.said_exit {
             Some(code) => (format!("exited {code}"), Some(code)),
-            None => ("ended without saying how (killed?)".to_owned(), None::<i32>),
+            None => ("ended without saying how (killed?)".to_owned(), None),
         })
     }
 }
@@ -257,8 +257,8 @@ impl Broker {
         let Ok(bytes) = std::fs::read(&path) else {
             return;
         };
-        let saved: SavedState = match postcard::from_bytes(&bytes) {
-            Ok(s) if matches!(s, SavedState { format, .. } if format == STATE_FORMAT) => s,
+        let saved: SavedState = match postcard::from_bytes::<SavedState>(&bytes) {
+            Ok(s) if s.format == STATE_FORMAT => s,
             _ => {
                 eprintln!(
                     "snapbus broker: {} is unreadable; starting without it (consumers \
@@ -974,10 +974,6 @@ fn exit_text(status: std::process::ExitStatus) -> String {
         (None, Some(sig)) => format!("killed by signal {sig}"),
         _ => "ended".to_owned(),
     }
-}
-
-fn exit_code(status: std::process::ExitStatus) -> Option<i32> {
-    status.code()
 }
 
 #[cfg(test)]
