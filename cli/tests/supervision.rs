@@ -276,6 +276,21 @@ fn consumers_that_end_while_no_broker_runs_are_judged_by_the_next_one() {
 }
 
 #[test]
+fn a_damaged_state_file_is_reported_and_the_bus_starts_anyway() {
+    let bus = TestBus::up();
+    let out = bus.run(&["down"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let dir = bus_dir(&bus);
+    std::fs::write(dir.join("broker.state"), b"\xff\xfe not a state file").expect("write");
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let (id, _) = attach(&bus, &["attach", "aggregator", "--schema", "x.*"]);
+    assert!(id >= 1);
+    let log = std::fs::read_to_string(dir.join("broker.log")).expect("broker.log");
+    assert!(log.contains("broker.state is unreadable"), "{log}");
+}
+
+#[test]
 fn a_failed_attach_leaves_no_consumer_no_log_and_no_restarts() {
     let bus = TestBus::up();
     let out = bus.run(&["attach", "recorder", "-o", "/nonexistent-dir/r.mcap"]);
