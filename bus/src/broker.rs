@@ -4,7 +4,10 @@
 //! to consumers, and payload bytes never pass through it. It keeps the registry `snapbus ls`
 //! shows, forwards level filters, assigns doorbells, and notices deaths from socket EOF and
 //! pidfds (never by polling pids). If it dies, producers keep writing and consumers keep
-//! reading the lanes they have; a new broker re-adopts both when they reconnect.
+//! reading the lanes they have; a new broker re-adopts both when they reconnect, with the ids
+//! they had, and takes over the consumers the old one supervised (from the state file
+//! `broker.state`; see `broker/supervision.rs`). `snapbus down` stops supervised consumers
+//! first, unless asked to keep them; it never deletes logs.
 //!
 //! One thread, one `poll` loop; every socket is non-blocking, and a peer whose socket is full
 //! (it stopped reading) is dropped rather than waited for.
@@ -14,7 +17,6 @@ use std::fs::OpenOptions;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,6 +32,11 @@ use crate::control::{
 use crate::doorbell::{BELLS_PER_PAGE, DoorbellPage};
 use crate::lane::{LaneState, ShmLane, StartAt, now_realtime_nanos};
 use crate::runtime::{BusDir, RuntimeError};
+
+mod supervision;
+
+pub use supervision::{DEFAULT_KEEP_ENDED, KEEP_ENDED_ENV, SUPERVISED_ENV, report_exit};
+use supervision::{Detaching, Supervised};
 
 /// How long a dead producer's lane stays readable (for `snapbus snapshot`) by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
@@ -96,50 +103,16 @@ struct Consumer {
     lag_bytes: u64,
 }
 
-/// A consumer process the broker started (`snapbus attach`) and watches.
-struct Supervised {
-    kind: String,
-    exe: PathBuf,
-    args: Vec<String>,
-    cwd: String,
-    /// Restart it when it fails (exits non-zero or is killed), up to [`MAX_RESTARTS`] times.
-    restart: bool,
-    restarts: u32,
-    /// When a failed consumer is due to be started again.
-    respawn_at: Option<Instant>,
-    /// A detach or the shutdown asked it to stop: never restarted.
-    stopping: bool,
-    child: Child,
-    pid: u32,
-    pidfd: Option<OwnedFd>,
-    log: PathBuf,
-    /// The `attach` request waiting for the consumer to subscribe, and its deadline.
-    attach: Option<(Conn, Instant)>,
-    /// Its consumer id once it has said hello.
-    consumer_id: Option<u64>,
-    /// How it ended, once it has.
-    status: Option<String>,
-    ended_at: Option<Instant>,
-    /// Its counters when its connection closed.
-    last: Option<ConsumerState>,
-}
-
-/// A `detach` request waiting for a consumer process to exit.
-struct Detaching {
-    pid: u32,
-    pidfd: Option<OwnedFd>,
-    conn: Conn,
-    deadline: Instant,
-    killed: bool,
-}
-
 struct Broker {
     dir: BusDir,
     retention: Duration,
     consumer_exe: Option<PathBuf>,
     supervised: Vec<Supervised>,
     detaching: Vec<Detaching>,
-    next_log: u64,
+    /// The supervision state changed since the state file was written.
+    dirty: bool,
+    /// How many ended supervised consumers `ls` keeps.
+    keep_ended: usize,
     page: Arc<DoorbellPage>,
     filter: String,
     next_id: u64,
@@ -148,6 +121,8 @@ struct Broker {
     /// Connections that have not said what they are yet, with when they were accepted.
     pending: Vec<(Conn, Instant)>,
     shutdown: bool,
+    /// `down --keep-consumers`: leave supervised consumers running for the next broker.
+    keep_consumers: bool,
 }
 
 /// Runs the broker of `config.dir` until `snapbus down`, SIGINT or SIGTERM. `ready` is called
@@ -182,7 +157,8 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         consumer_exe: config.consumer_exe,
         supervised: Vec::new(),
         detaching: Vec::new(),
-        next_log: 1,
+        dirty: false,
+        keep_ended: supervision::keep_ended(),
         page: Arc::new(page),
         filter: String::new(),
         next_id: 1,
@@ -190,7 +166,12 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         consumers: Vec::new(),
         pending: Vec::new(),
         shutdown: false,
+        keep_consumers: false,
     };
+    // Ids and supervised consumers of an earlier broker of this bus (killed, or stopped with
+    // `--keep-consumers`).
+    broker.load_state();
+    broker.save_state();
     eprintln!(
         "snapbus broker: bus '{}' ready at {} (pid {})",
         dir.name(),
@@ -202,12 +183,12 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         broker.turn(&listener);
     }
     eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
-    broker.stop_supervised();
-    // Remove what we own; lanes are memfds and go with their last holder.
+    broker.stop_supervised(broker.keep_consumers);
+    // Remove the socket and lock; lanes are memfds and go with their last holder. The logs
+    // (broker.log, consumer-<id>.log) stay for the user to read, and the state file for the
+    // next broker (ids are never reused; kept consumers are re-adopted).
     let _ = std::fs::remove_file(&sock);
     let _ = std::fs::remove_file(dir.lock_path());
-    let _ = std::fs::remove_file(dir.log_path());
-    let _ = std::fs::remove_dir(dir.path());
     drop(lock);
     Ok(())
 }
@@ -240,15 +221,8 @@ impl Broker {
                 }
             }
             // Consumer processes we watch: readable when they exit (served in `supervise`).
-            for s in &self.supervised {
-                if let (None, Some(fd)) = (&s.status, &s.pidfd) {
-                    fds.push(PollFd::new(fd, PollFlags::IN));
-                }
-            }
-            for d in &self.detaching {
-                if let Some(fd) = &d.pidfd {
-                    fds.push(PollFd::new(fd, PollFlags::IN));
-                }
+            for fd in self.watched_pidfds() {
+                fds.push(PollFd::new(fd, PollFlags::IN));
             }
             let ts = rustix::time::Timespec {
                 tv_sec: 0,
@@ -291,8 +265,9 @@ impl Broker {
         for k in exited_producers {
             self.producer_exited(k);
         }
+        let mut accepted = Vec::new();
         while let Ok(Some(conn)) = listener.accept() {
-            self.pending.push((conn, Instant::now()));
+            accepted.push(conn);
         }
         // Serve in reverse index order so removals do not shift what is still to serve.
         for k in ready_consumers.into_iter().rev() {
@@ -305,7 +280,11 @@ impl Broker {
             let (conn, since) = self.pending.swap_remove(k);
             self.serve_new(conn, since);
         }
-        self.supervise();
+        // A new connection's first message is usually there already.
+        for conn in accepted {
+            self.serve_new(conn, Instant::now());
+        }
+        self.supervise(listener);
         self.housekeeping();
     }
 
@@ -324,9 +303,10 @@ impl Broker {
             | ToBroker::HelloConsumer { version, .. }
             | ToBroker::Ls { version }
             | ToBroker::SetFilter { version, .. }
-            | ToBroker::Shutdown { version }
+            | ToBroker::Shutdown { version, .. }
             | ToBroker::Attach { version, .. }
-            | ToBroker::Detach { version, .. } => Some(*version),
+            | ToBroker::Detach { version, .. }
+            | ToBroker::Exiting { version, .. } => Some(*version),
             ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => None,
         };
         if version != Some(PROTOCOL_VERSION) {
@@ -342,8 +322,12 @@ impl Broker {
             return;
         }
         match msg {
-            ToBroker::HelloProducer { info, .. } => self.add_producer(conn, info, fds),
-            ToBroker::HelloConsumer { info, .. } => self.add_consumer(conn, info),
+            ToBroker::HelloProducer {
+                info, previous_id, ..
+            } => self.add_producer(conn, info, fds, previous_id),
+            ToBroker::HelloConsumer {
+                info, previous_id, ..
+            } => self.add_consumer(conn, info, previous_id),
             ToBroker::Ls { .. } => {
                 let state = self.state();
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
@@ -362,10 +346,12 @@ impl Broker {
                 }
                 let _ = conn.send(&FromBroker::Ok, &[]);
             }
-            ToBroker::Shutdown { .. } => {
+            ToBroker::Shutdown { keep_consumers, .. } => {
                 let _ = conn.send(&FromBroker::Ok, &[]);
                 self.shutdown = true;
+                self.keep_consumers = keep_consumers;
             }
+            ToBroker::Exiting { exit_code, .. } => self.exiting(conn.peer_pid(), exit_code),
             ToBroker::Attach {
                 kind,
                 args,
@@ -378,312 +364,13 @@ impl Broker {
         }
     }
 
-    /// Starts a supervised consumer; the reply waits until it has subscribed.
-    fn attach(&mut self, conn: Conn, kind: String, args: Vec<String>, cwd: String, restart: bool) {
-        let Some(exe) = self.consumer_exe.clone() else {
-            let message =
-                "this broker cannot start consumers (it was not started by `snapbus up`)".into();
-            let _ = conn.send(&FromBroker::Error { message }, &[]);
-            return;
-        };
-        let log = self
-            .dir
-            .path()
-            .join(format!("consumer-{}.log", self.next_log));
-        self.next_log += 1;
-        let (child, pidfd) = match spawn_consumer(&exe, &args, &cwd, &log, 0) {
-            Ok(c) => c,
-            Err(message) => {
-                let _ = conn.send(&FromBroker::Error { message }, &[]);
-                return;
-            }
-        };
-        let pid = child.id();
-        eprintln!(
-            "snapbus broker: started {kind} (pid {pid}): {} {}",
-            exe.display(),
-            args.join(" ")
-        );
-        self.supervised.push(Supervised {
-            kind,
-            exe,
-            args,
-            cwd,
-            restart,
-            restarts: 0,
-            respawn_at: None,
-            stopping: false,
-            child,
-            pid,
-            pidfd,
-            log,
-            attach: Some((conn, Instant::now() + ATTACH_TIMEOUT)),
-            consumer_id: None,
-            status: None,
-            ended_at: None,
-            last: None,
-        });
-    }
-
-    /// SIGTERM to a consumer; the reply waits until its process has exited.
-    fn detach(&mut self, conn: Conn, consumer_id: u64) {
-        // A supervised consumer waiting to be restarted: it is simply not restarted.
-        if let Some(s) = self
-            .supervised
-            .iter_mut()
-            .find(|s| s.consumer_id == Some(consumer_id) && s.respawn_at.is_some())
-        {
-            s.respawn_at = None;
-            s.stopping = true;
-            s.ended_at = Some(Instant::now());
-            let status = s.status.clone().unwrap_or_default();
-            let status = format!("{}; not restarted", status.split(';').next().unwrap_or(""));
-            s.status = Some(status.clone());
-            let _ = conn.send(&FromBroker::Detached { status }, &[]);
-            return;
-        }
-        let pid = self
-            .consumers
-            .iter()
-            .find(|c| c.id == consumer_id)
-            .map(|c| c.info.pid)
-            .or_else(|| {
-                self.supervised
-                    .iter()
-                    .find(|s| s.consumer_id == Some(consumer_id) && s.status.is_none())
-                    .map(|s| s.pid)
-            });
-        let Some(pid) = pid else {
-            let _ = conn.send(
-                &FromBroker::Error {
-                    message: format!(
-                        "no consumer {consumer_id} on bus '{}' (`snapbus ls` lists them)",
-                        self.dir.name()
-                    ),
-                },
-                &[],
-            );
-            return;
-        };
-        let raw = rustix::process::Pid::from_raw(pid as i32);
-        let pidfd = raw.and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-        });
-        if let Some(p) = raw {
-            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
-        }
-        for s in &mut self.supervised {
-            if s.pid == pid {
-                s.stopping = true;
-            }
-        }
-        eprintln!("snapbus broker: detaching consumer {consumer_id} (pid {pid})");
-        self.detaching.push(Detaching {
-            pid,
-            pidfd,
-            conn,
-            deadline: Instant::now() + DETACH_GRACE,
-            killed: false,
-        });
-    }
-
-    /// Reaps supervised consumers, answers `attach` and `detach` requests that are due.
-    fn supervise(&mut self) {
-        let now = Instant::now();
-        for s in &mut self.supervised {
-            if s.respawn_at.is_some_and(|t| now >= t) {
-                s.respawn_at = None;
-                s.restarts += 1;
-                match spawn_consumer(&s.exe, &s.args, &s.cwd, &s.log, s.restarts) {
-                    Ok((child, pidfd)) => {
-                        eprintln!(
-                            "snapbus broker: restarted {} (pid {}, restart {})",
-                            s.kind,
-                            child.id(),
-                            s.restarts
-                        );
-                        s.pid = child.id();
-                        s.child = child;
-                        s.pidfd = pidfd;
-                        s.status = None;
-                    }
-                    Err(e) => {
-                        s.status = Some(format!("could not be restarted: {e}"));
-                        s.ended_at = Some(now);
-                    }
-                }
-            }
-            if s.status.is_some() {
-                continue;
-            }
-            match s.child.try_wait() {
-                Ok(Some(status)) => {
-                    let text = exit_text(status);
-                    eprintln!(
-                        "snapbus broker: {} (pid {}) {text}; log {}",
-                        s.kind,
-                        s.pid,
-                        s.log.display()
-                    );
-                    if let Some((conn, _)) = s.attach.take() {
-                        let log = std::fs::read_to_string(&s.log).unwrap_or_default();
-                        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-                        let tail: Vec<&str> = tail.into_iter().rev().collect();
-                        let _ = conn.send(
-                            &FromBroker::Error {
-                                message: format!(
-                                    "the {} {text} before it subscribed:\n{}",
-                                    s.kind,
-                                    tail.join("\n")
-                                ),
-                            },
-                            &[],
-                        );
-                    }
-                    let failed = !status.success();
-                    if failed && s.restart && !s.stopping && s.restarts < MAX_RESTARTS {
-                        let backoff = Duration::from_secs(1 << s.restarts);
-                        s.respawn_at = Some(now + backoff);
-                        s.status = Some(format!(
-                            "{text}; restart {} of {MAX_RESTARTS} in {}s",
-                            s.restarts + 1,
-                            backoff.as_secs()
-                        ));
-                    } else {
-                        s.status = Some(text);
-                        s.ended_at = Some(now);
-                    }
-                    s.pidfd = None;
-                }
-                Ok(None) => {
-                    if s.attach
-                        .as_ref()
-                        .is_some_and(|(_, deadline)| now > *deadline)
-                    {
-                        let _ = s.child.kill();
-                        if let Some((conn, _)) = s.attach.take() {
-                            let _ = conn.send(
-                                &FromBroker::Error {
-                                    message: format!(
-                                        "the {} did not subscribe within {ATTACH_TIMEOUT:?}; \
-                                         killed it (log {})",
-                                        s.kind,
-                                        s.log.display()
-                                    ),
-                                },
-                                &[],
-                            );
-                        }
-                    }
-                }
-                Err(_) => {}
-            }
-        }
-        let supervised = &self.supervised;
-        let mut k = 0;
-        while k < self.detaching.len() {
-            let d = &mut self.detaching[k];
-            let exited = match supervised.iter().find(|s| s.pid == d.pid) {
-                Some(s) => s.status.clone(),
-                None => d
-                    .pidfd
-                    .as_ref()
-                    .is_none_or(|fd| {
-                        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                        let zero = rustix::time::Timespec {
-                            tv_sec: 0,
-                            tv_nsec: 0,
-                        };
-                        rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
-                    })
-                    .then(|| "exited".to_owned()),
-            };
-            if let Some(status) = exited {
-                let status = if d.killed {
-                    format!("{status}, killed after {DETACH_GRACE:?} without exiting")
-                } else {
-                    status
-                };
-                let _ = d.conn.send(&FromBroker::Detached { status }, &[]);
-                self.detaching.swap_remove(k);
-                continue;
-            }
-            if now > d.deadline && !d.killed {
-                if let Some(p) = rustix::process::Pid::from_raw(d.pid as i32) {
-                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-                }
-                d.killed = true;
-                d.deadline = now + Duration::from_secs(5);
-            } else if now > d.deadline {
-                let _ = d.conn.send(
-                    &FromBroker::Error {
-                        message: format!("consumer process {} did not exit", d.pid),
-                    },
-                    &[],
-                );
-                self.detaching.swap_remove(k);
-                continue;
-            }
-            k += 1;
-        }
-        let retention = self.retention;
-        self.supervised.retain(|s| {
-            let keep = s.ended_at.is_none_or(|t| now.duration_since(t) < retention);
-            if !keep {
-                let _ = std::fs::remove_file(&s.log);
-            }
-            keep
-        });
-    }
-
-    /// At shutdown: SIGTERM to every supervised consumer (they flush and exit), then SIGKILL
-    /// to those still running after the grace period.
-    fn stop_supervised(&mut self) {
-        for s in &mut self.supervised {
-            s.stopping = true;
-            s.respawn_at = None;
-        }
-        for s in &self.supervised {
-            if s.status.is_none() {
-                if let Some(p) = rustix::process::Pid::from_raw(s.pid as i32) {
-                    let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
-                }
-            }
-        }
-        let deadline = Instant::now() + DETACH_GRACE;
-        for s in &mut self.supervised {
-            if s.status.is_some() {
-                continue;
-            }
-            loop {
-                match s.child.try_wait() {
-                    Ok(Some(status)) => {
-                        eprintln!(
-                            "snapbus broker: {} (pid {}) {}",
-                            s.kind,
-                            s.pid,
-                            exit_text(status)
-                        );
-                        break;
-                    }
-                    Ok(None) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    _ => {
-                        let _ = s.child.kill();
-                        let _ = s.child.wait();
-                        eprintln!("snapbus broker: {} (pid {}) killed", s.kind, s.pid);
-                        break;
-                    }
-                }
-            }
-        }
-        for s in &self.supervised {
-            let _ = std::fs::remove_file(&s.log);
-        }
-    }
-
-    fn add_producer(&mut self, conn: Conn, mut info: ProducerInfo, mut fds: Vec<OwnedFd>) {
+    fn add_producer(
+        &mut self,
+        conn: Conn,
+        mut info: ProducerInfo,
+        mut fds: Vec<OwnedFd>,
+        previous_id: Option<u64>,
+    ) {
         let refuse = |conn: &Conn, why: String| {
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
@@ -711,25 +398,22 @@ impl Broker {
             .ok()
             .and_then(|fd| Catalog::open(fd).ok());
         let wake_mask = self.wake_mask();
-        let welcome = |id: u64| FromBroker::WelcomeProducer {
-            producer_id: id,
-            bus: self.dir.name().to_string(),
-            filter: self.filter.clone(),
-            wake_mask,
-        };
-        // A producer that reconnects (after a broker restart or a dropped connection) keeps
-        // its entry.
         let existing = self
             .producers
             .iter()
             .position(|p| p.info.lane_id == info.lane_id && p.info.pid == info.pid);
         let id = match existing {
             Some(k) => self.producers[k].id,
-            None => {
-                self.next_id += 1;
-                self.next_id - 1
-            }
+            None => self.id_for(0, previous_id),
         };
+        let welcome = |id: u64| FromBroker::WelcomeProducer {
+            producer_id: id,
+            bus: self.dir.name().to_string(),
+            filter: self.filter.clone(),
+            wake_mask,
+        };
+        // A producer that reconnects keeps its entry (a dropped connection) or the id it
+        // says it had (a broker restart).
         if conn.send(&welcome(id), &[self.page.fd()]).is_err() {
             return;
         }
@@ -785,7 +469,7 @@ impl Broker {
         ok
     }
 
-    fn add_consumer(&mut self, conn: Conn, mut info: ConsumerInfo) {
+    fn add_consumer(&mut self, conn: Conn, mut info: ConsumerInfo, previous_id: Option<u64>) {
         if let Some(pid) = conn.peer_pid() {
             info.pid = pid;
         }
@@ -799,8 +483,7 @@ impl Broker {
             );
             return;
         };
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.id_for(info.pid, previous_id);
         let welcome = FromBroker::WelcomeConsumer {
             consumer_id: id,
             bus: self.dir.name().to_string(),
@@ -923,22 +606,7 @@ impl Broker {
                 }
                 Ok(Some((ToBroker::Subscribed, _))) => {
                     let c = &self.consumers[k];
-                    let (id, pid) = (c.id, c.info.pid);
-                    for s in &mut self.supervised {
-                        if s.pid == pid && s.status.is_none() {
-                            s.consumer_id = Some(id);
-                            if let Some((conn, _)) = s.attach.take() {
-                                let _ = conn.send(
-                                    &FromBroker::Attached {
-                                        consumer_id: id,
-                                        pid,
-                                        log: s.log.display().to_string(),
-                                    },
-                                    &[],
-                                );
-                            }
-                        }
-                    }
+                    self.subscribed(c.id, c.info.pid);
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return,
@@ -947,8 +615,9 @@ impl Broker {
         }
         let c = self.consumers.swap_remove(k);
         let last = self.consumer_state(&c);
-        if let Some(s) = self.supervised.iter_mut().find(|s| s.pid == c.info.pid) {
+        if let Some(s) = self.supervised.iter_mut().find(|s| s.id == c.id) {
             s.last = Some(last);
+            self.dirty = true;
         }
         eprintln!(
             "snapbus broker: consumer {} '{}' (pid {}) left",
@@ -978,10 +647,7 @@ impl Broker {
     }
 
     fn consumer_state(&self, c: &Consumer) -> ConsumerState {
-        let sup = self
-            .supervised
-            .iter()
-            .find(|s| s.pid == c.info.pid && s.status.is_none());
+        let sup = self.supervised_by_id(c.id);
         ConsumerState {
             id: c.id,
             info: c.info.clone(),
@@ -989,10 +655,7 @@ impl Broker {
             lost: c.lost,
             lag_bytes: c.lag_bytes,
             supervised: sup.is_some(),
-            status: match sup {
-                Some(s) if s.restarts > 0 => format!("running (restarted {}x)", s.restarts),
-                _ => "running".into(),
-            },
+            status: sup.map_or_else(|| "running".into(), |s| s.running_text()),
             log: sup.map(|s| s.log.display().to_string()),
         }
     }
@@ -1062,74 +725,10 @@ impl Broker {
                 .consumers
                 .iter()
                 .map(|c| self.consumer_state(c))
-                .chain(self.supervised.iter().filter_map(|s| {
-                    // Supervised consumers that ended: how, and their last counters.
-                    let status = s.status.clone()?;
-                    let mut st = s.last.clone().unwrap_or_else(|| ConsumerState {
-                        id: s.consumer_id.unwrap_or(0),
-                        info: ConsumerInfo {
-                            pid: s.pid,
-                            kind: s.kind.clone(),
-                            subscriptions: Vec::new(),
-                        },
-                        delivered: 0,
-                        lost: 0,
-                        lag_bytes: 0,
-                        supervised: true,
-                        status: String::new(),
-                        log: Some(s.log.display().to_string()),
-                    });
-                    st.status = status;
-                    Some(st)
-                }))
+                .chain(self.unconnected_supervised())
                 .collect(),
             schemas,
         }
-    }
-}
-
-/// Starts `exe args` in `cwd`, its output appended to `log`, in its own process group (a Ctrl-C
-/// meant for the broker's terminal is not its), with `SNAPBUS_RESTART` set to how many times
-/// it was restarted.
-fn spawn_consumer(
-    exe: &std::path::Path,
-    args: &[String],
-    cwd: &str,
-    log: &std::path::Path,
-    restart: u32,
-) -> Result<(Child, Option<OwnedFd>), String> {
-    use std::os::unix::process::CommandExt;
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(log)
-        .map_err(|e| format!("creating {}: {e}", log.display()))?;
-    let out = file
-        .try_clone()
-        .map_err(|e| format!("creating {}: {e}", log.display()))?;
-    let child = Command::new(exe)
-        .args(args)
-        .current_dir(cwd)
-        .env("SNAPBUS_RESTART", restart.to_string())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(file)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("starting {} {args:?}: {e}", exe.display()))?;
-    let pidfd = rustix::process::Pid::from_raw(child.id() as i32)
-        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-    Ok((child, pidfd))
-}
-
-/// `exited 0`, `killed by signal 9`.
-fn exit_text(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => "ended".to_owned(),
     }
 }
 
@@ -1214,13 +813,18 @@ impl InProcess {
             let _ = c.request::<_, FromBroker>(
                 &ToBroker::Shutdown {
                     version: PROTOCOL_VERSION,
+                    keep_consumers: false,
                 },
                 Duration::from_secs(5),
             );
         }
-        thread
+        let result = thread
             .join()
-            .map_err(|_| BrokerError::Setup("the broker thread panicked".into()))?
+            .map_err(|_| BrokerError::Setup("the broker thread panicked".into()))?;
+        // It supervised no consumer and wrote no log: nothing in its directory is worth keeping.
+        let _ = std::fs::remove_file(supervision::state_path(&self.dir));
+        let _ = std::fs::remove_dir(self.dir.path());
+        result
     }
 }
 

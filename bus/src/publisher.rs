@@ -142,6 +142,9 @@ struct Inner {
     wake: Mutex<Wake>,
     wake_gen: AtomicU64,
     connected: AtomicBool,
+    /// The broker's id for this producer (0: none yet), said again when rejoining a restarted
+    /// broker, which gives it back.
+    broker_id: AtomicU64,
     encode_errors: AtomicU64,
     catalog_errors: AtomicU64,
     closed_drops: AtomicU64,
@@ -235,6 +238,7 @@ impl Publisher {
             }),
             wake_gen: AtomicU64::new(0),
             connected: AtomicBool::new(false),
+            broker_id: AtomicU64::new(0),
             encode_errors: AtomicU64::new(0),
             catalog_errors: AtomicU64::new(0),
             closed_drops: AtomicU64::new(0),
@@ -650,9 +654,11 @@ fn connection_thread(weak: Weak<Inner>) {
 /// One broker connection: hello, then messages until it closes or the publisher is dropped.
 fn serve(inner: &Inner, mut conn: Conn) {
     let Ok(keys) = inner.keys.lock() else { return };
+    let previous = inner.broker_id.load(Ordering::Relaxed);
     let hello = ToBroker::HelloProducer {
         version: PROTOCOL_VERSION,
         info: inner.info.clone(),
+        previous_id: (previous != 0).then_some(previous),
     };
     let sent = conn.send(&hello, &[inner.lane.fd.as_fd(), keys.catalog.fd()]);
     drop(keys);
@@ -668,8 +674,12 @@ fn serve(inner: &Inner, mut conn: Conn) {
             Ok(None) => {}
             Ok(Some((msg, mut fds))) => match msg {
                 FromBroker::WelcomeProducer {
-                    filter, wake_mask, ..
+                    producer_id,
+                    filter,
+                    wake_mask,
+                    ..
                 } => {
+                    inner.broker_id.store(producer_id, Ordering::Relaxed);
                     let page = fds
                         .pop()
                         .and_then(|fd| DoorbellPage::open(fd).ok())

@@ -227,6 +227,9 @@ pub struct Subscriber {
     conn: Option<Conn>,
     page: Option<DoorbellPage>,
     bell: u32,
+    /// The broker's id for this consumer (said again when rejoining a restarted broker, which
+    /// gives it back).
+    consumer_id: Option<u64>,
     lanes: Vec<SubLane>,
     next_lane: usize,
     scratch: Vec<u8>,
@@ -248,6 +251,7 @@ impl Subscriber {
             conn: None,
             page: None,
             bell: 0,
+            consumer_id: None,
             lanes: Vec::new(),
             next_lane: 0,
             scratch: Vec::new(),
@@ -279,11 +283,15 @@ impl Subscriber {
                     .map(|g| g.as_str().to_owned())
                     .collect(),
             },
+            previous_id: self.consumer_id,
         };
         let (reply, mut fds): (FromBroker, _) = conn.request(&hello, REPLY_TIMEOUT)?;
         match reply {
-            FromBroker::WelcomeConsumer { bell, .. } => {
+            FromBroker::WelcomeConsumer {
+                bell, consumer_id, ..
+            } => {
                 self.bell = bell;
+                self.consumer_id = Some(consumer_id);
                 self.page = fds.pop().and_then(|fd| DoorbellPage::open(fd).ok());
             }
             FromBroker::Error { message } => return Err(SubscribeError::Refused(message)),

@@ -18,8 +18,13 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Start the broker of a bus (detached, unless --foreground).
     Up(UpArgs),
-    /// Stop the broker of a bus and remove its socket.
-    Down(BusArgs),
+    /// Stop the broker of a bus, and the consumers it supervises (they finish their files).
+    ///
+    /// Supervised consumers (`attach`, `spawn`) get SIGTERM and are waited for, unless
+    /// --keep-consumers. Producers and unsupervised consumers (`echo`, `record` in a terminal)
+    /// keep running and rejoin when the bus is started again, with the same ids. Logs stay in
+    /// the bus's runtime directory (`broker.log`, `consumer-<id>.log`).
+    Down(DownArgs),
     /// List producers, consumers and schemas on a bus, with rates, lag and losses.
     Ls(LsArgs),
     /// Print events from a bus as JSON lines.
@@ -46,7 +51,8 @@ pub(crate) enum Command {
     /// Start a built-in consumer as a process supervised by the broker; prints its id once it
     /// is subscribed and reading.
     Attach(AttachArgs),
-    /// Stop a consumer by id (it flushes first); waits until it has exited.
+    /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
+    /// across broker restarts; an id of no running consumer is refused.
     Detach(DetachArgs),
     /// Summarize step events per episode (or N steps, or T seconds) and per experiment, in this
     /// terminal; the summaries are emitted back onto the bus as `<schema>.summary`.
@@ -84,6 +90,17 @@ pub(crate) struct BusArgs {
     /// The bus name (default: $SNAPBUS_BUS, else 'default').
     #[arg(long)]
     pub(crate) bus: Option<String>,
+}
+
+/// Options of `snapbus down`.
+#[derive(Debug, Args)]
+pub(crate) struct DownArgs {
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+    /// Leave the supervised consumers running: the next `snapbus up` re-adopts them (same
+    /// ids, same restart policy).
+    #[arg(long)]
+    pub(crate) keep_consumers: bool,
 }
 
 /// Options of `snapbus up`.
@@ -468,7 +485,9 @@ pub(crate) struct SuperviseArgs {
     #[arg(long)]
     pub(crate) foreground: bool,
     /// Whether the broker restarts the consumer when it fails (exits non-zero or is killed):
-    /// up to 5 times, after 1, 2, 4, 8 and 16 s.
+    /// up to 5 times, after 1, 2, 4, 8 and 16 s; not when it exits 78 (a full disk or a
+    /// read-only filesystem) or failed before it subscribed (a restart would fail the same
+    /// way). A broker started after a crash, or after `down --keep-consumers`, takes over.
     #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
     pub(crate) restart: Restart,
 }

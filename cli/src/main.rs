@@ -12,14 +12,36 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    match command::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+    let code: u8 = match command::run(cli) {
+        Ok(()) => 0,
+        Err(err) if is_broken_pipe(&err) => 0,
         Err(err) => {
             eprintln!("snapbus: error: {}", bus::error_chain(&err));
-            ExitCode::FAILURE
+            if restart_cannot_help(&err) {
+                snapbus_bus::runtime::EXIT_NO_RESTART as u8
+            } else {
+                1
+            }
         }
-    }
+    };
+    // A consumer the broker supervises says how it exits (a broker that re-adopted it after a
+    // restart is not its parent and could not know).
+    snapbus_bus::broker::report_exit(i32::from(code));
+    ExitCode::from(code)
+}
+
+/// A full disk or quota, or a read-only filesystem: a supervised consumer that failed so exits
+/// `EXIT_NO_RESTART`, and the broker does not restart it into the same failure.
+fn restart_cannot_help(err: &anyhow::Error) -> bool {
+    use std::io::ErrorKind;
+    err.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::ReadOnlyFilesystem
+            )
+        })
+    })
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

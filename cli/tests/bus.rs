@@ -101,6 +101,9 @@ impl TestBus {
 impl Drop for TestBus {
     fn drop(&mut self) {
         let _ = self.run(&["down"]);
+        // `down` keeps the logs and the state file.
+        let _ = std::fs::remove_dir_all(crate::util::runtime_root().join(&self.name));
+        let _ = std::fs::remove_dir(crate::util::runtime_root());
     }
 }
 
@@ -479,7 +482,7 @@ fn filter_changes_what_a_running_producer_emits() {
 }
 
 #[test]
-fn up_twice_says_so_and_down_removes_the_socket() {
+fn up_twice_says_so_and_down_removes_the_socket_and_keeps_the_log() {
     let bus = TestBus::up();
     let out = bus.run(&["up"]);
     assert!(out.status.success(), "{}", out.stderr);
@@ -488,7 +491,18 @@ fn up_twice_says_so_and_down_removes_the_socket() {
     assert!(dir.join("broker.sock").exists());
     let out = bus.run(&["down"]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(!dir.exists(), "down left {}", dir.display());
+    assert!(!dir.join("broker.sock").exists(), "down left the socket");
+    assert!(!dir.join("broker.lock").exists(), "down left the lock file");
+    // The broker's log stays for the user to read, and `down` says where.
+    assert!(
+        dir.join("broker.log").exists(),
+        "down removed the broker's log"
+    );
+    assert!(
+        out.stdout.contains(&dir.display().to_string()),
+        "{}",
+        out.stdout
+    );
     let out = bus.run(&["down"]);
     assert!(!out.status.success());
     assert!(out.stderr.contains("no bus"), "{}", out.stderr);

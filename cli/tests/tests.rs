@@ -10,4 +10,5 @@ mod outage;
 mod plotter;
 mod recording;
 mod schemas;
+mod supervision;
 mod util;

@@ -68,6 +68,9 @@ pub enum ToBroker {
         version: u32,
         /// Who it is.
         info: ProducerInfo,
+        /// The id an earlier broker of this bus gave it (it rejoins after a broker restart):
+        /// the broker gives it back unless another peer holds it.
+        previous_id: Option<u64>,
     },
     /// A consumer joins.
     HelloConsumer {
@@ -75,6 +78,9 @@ pub enum ToBroker {
         version: u32,
         /// Who it is.
         info: ConsumerInfo,
+        /// The id an earlier broker of this bus gave it (it rejoins after a broker restart):
+        /// the broker gives it back unless another peer holds it.
+        previous_id: Option<u64>,
     },
     /// A consumer's counters (sent about twice a second).
     ConsumerStats {
@@ -97,10 +103,14 @@ pub enum ToBroker {
         /// Directives (`SNAPBUS_FILTER` syntax).
         directives: String,
     },
-    /// The CLI stops the broker.
+    /// The CLI stops the broker. Supervised consumers are stopped first (SIGTERM; they
+    /// finish their files) unless `keep_consumers`, in which case they keep running and the
+    /// next broker of the bus re-adopts them.
     Shutdown {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
+        /// Leave supervised consumers running.
+        keep_consumers: bool,
     },
     /// The CLI asks the broker to start a consumer it supervises: the broker's own snapbus
     /// executable with `args`, in `cwd`. Answered with `Attached` once the consumer is
@@ -128,6 +138,16 @@ pub enum ToBroker {
     /// A consumer has mapped every lane the broker sent before its `Ok` and is reading:
     /// nothing written from now on will be missed.
     Subscribed,
+    /// A supervised consumer is about to exit with `exit_code` (sent on a connection of its
+    /// own, just before the process exits). A broker that re-adopted the consumer after a
+    /// restart is not its parent and cannot read its exit status: this is how it learns it. A
+    /// re-adopted consumer that ends without saying it was killed, and counts as failed.
+    Exiting {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The process's exit code.
+        exit_code: i32,
+    },
 }
 
 /// Messages from the broker.

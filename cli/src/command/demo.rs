@@ -36,7 +36,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let stop = interrupted()?;
     let result = run_on_bus(args, dir.name().as_str(), &stop);
     if started_bus {
-        match down::stop(&dir) {
+        match down::stop(&dir, false) {
             Ok(msg) => eprintln!("snapbus demo: {msg}"),
             Err(e) => eprintln!(
                 "snapbus demo: stopping the bus: {}",

@@ -1,5 +1,8 @@
 //! `snapbus up`: start the broker of a bus. Detached by default: returns once the bus accepts
-//! connections. An already-running bus is reported and is not an error.
+//! connections. An already-running bus is reported and is not an error. The broker's log,
+//! `broker.log` in the bus directory, is appended to (an earlier broker's log, of a crash, say,
+//! is kept). A new broker re-adopts the consumers an earlier one supervised that are still
+//! running, and keeps every id.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,8 +54,7 @@ pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Resul
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
             .create(true)
-            .write(true)
-            .truncate(true)
+            .append(true)
             .mode(0o600)
             .open(dir.log_path())
             .with_context(|| format!("creating {}", dir.log_path().display()))?
