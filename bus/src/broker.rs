@@ -35,6 +35,9 @@ use crate::runtime::{BusDir, RuntimeError};
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// How long a new connection may take to send its first message.
 const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections that have not said what they are; beyond it the oldest is dropped (each
+/// holds a file descriptor: a flood of silent connections must not starve real clients).
+const MAX_PENDING: usize = 256;
 /// How long an attached consumer may take to subscribe.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often a failing supervised consumer is restarted (after 1, 2, 4, 8, 16 s).
@@ -292,6 +295,14 @@ impl Broker {
             self.producer_exited(k);
         }
         while let Ok(Some(conn)) = listener.accept() {
+            if self.pending.len() >= MAX_PENDING {
+                // Drop the oldest. That shifts the indexes noted as ready: forget them (poll
+                // is level-triggered, so they are served next turn).
+                if let Some(oldest) = (0..self.pending.len()).min_by_key(|&k| self.pending[k].1) {
+                    self.pending.remove(oldest);
+                    ready_pending.clear();
+                }
+            }
             self.pending.push((conn, Instant::now()));
         }
         // Serve in reverse index order so removals do not shift what is still to serve.

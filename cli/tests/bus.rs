@@ -596,3 +596,46 @@ fn the_broker_survives_garbage_and_silent_clients() {
     let closed = silent.recv::<FromBroker>(Some(WATCHDOG));
     assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
 }
+
+/// The resident memory of process `pid` in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn idle_connections_cost_the_broker_little_and_the_oldest_are_dropped() {
+    use snapbus_bus::control::{Conn, ControlError, FromBroker};
+    let bus = TestBus::up();
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as u32;
+    let sock = crate::util::runtime_root()
+        .join(&bus.name)
+        .join("broker.sock");
+    // Warm the broker up (a few requests of every size it serves), then measure.
+    for _ in 0..5 {
+        bus.ls();
+    }
+    let before = rss_kib(broker);
+    let mut idle: Vec<Conn> = (0..500)
+        .map(|_| Conn::connect(&sock).expect("connect"))
+        .collect();
+    // A real client is served meanwhile (and, once it has been, every idle one was accepted).
+    assert!(bus.ls()["producers"].as_array().is_some());
+    let grown = rss_kib(broker).saturating_sub(before);
+    assert!(
+        grown < 8 * 1024,
+        "500 idle connections grew the broker by {grown} KiB"
+    );
+    // At most 256 are kept: the oldest was dropped.
+    let closed = idle[0].recv::<FromBroker>(Some(WATCHDOG));
+    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+    let newest = idle
+        .last_mut()
+        .expect("connections")
+        .recv::<FromBroker>(Some(Duration::ZERO));
+    assert!(matches!(newest, Ok(None)), "{newest:?}");
+}
