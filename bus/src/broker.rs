@@ -24,8 +24,8 @@ use thiserror::Error;
 
 use crate::catalog::Catalog;
 use crate::control::{
-    BusState, Conn, ConsumerInfo, ConsumerState, ControlError, FromBroker, LaneInfo, Listener,
-    PROTOCOL_VERSION, ProducerInfo, ProducerState, SchemaState, ToBroker,
+    BusState, Conn, ConsumerInfo, ConsumerState, ControlError, FromBroker, LaneCursor, LaneInfo,
+    Listener, PROTOCOL_VERSION, ProducerInfo, ProducerState, RefusedLane, SchemaState, ToBroker,
 };
 use crate::doorbell::{BELLS_PER_PAGE, DoorbellPage};
 use crate::lane::{LaneState, ShmLane, StartAt, now_realtime_nanos};
@@ -44,6 +44,9 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 const MAX_RESTARTS: u32 = 5;
 /// How long a detached consumer may take to flush and exit before it is killed.
 const DETACH_GRACE: Duration = Duration::from_secs(10);
+/// A consumer that has not reported its counters for this long is shown stale in `ls` (it
+/// reports twice a second while it reads).
+const STALE_AFTER: Duration = Duration::from_secs(5);
 /// Window of the per-schema rates in `ls`.
 const RATE_WINDOW_NANOS: u64 = 5_000_000_000;
 
@@ -96,7 +99,13 @@ struct Consumer {
     bell: u32,
     delivered: u64,
     lost: u64,
-    lag_bytes: u64,
+    damaged: u64,
+    garbage: u64,
+    /// Its cursors as last reported.
+    cursors: Vec<LaneCursor>,
+    refused: Vec<RefusedLane>,
+    /// When it last reported (or joined).
+    last_report: Instant,
 }
 
 /// A consumer process the broker started (`snapbus attach`) and watches.
@@ -831,7 +840,11 @@ impl Broker {
             bell,
             delivered: 0,
             lost: 0,
-            lag_bytes: 0,
+            damaged: 0,
+            garbage: 0,
+            cursors: Vec::new(),
+            refused: Vec::new(),
+            last_report: Instant::now(),
         });
         let c = self.consumers.len() - 1;
         for p in 0..self.producers.len() {
@@ -925,12 +938,19 @@ impl Broker {
                     ToBroker::ConsumerStats {
                         delivered,
                         lost,
-                        lag_bytes,
+                        damaged,
+                        garbage,
+                        lanes,
+                        refused,
                     },
                     _,
                 ))) => {
                     let c = &mut self.consumers[k];
-                    (c.delivered, c.lost, c.lag_bytes) = (delivered, lost, lag_bytes);
+                    (c.delivered, c.lost, c.damaged, c.garbage) =
+                        (delivered, lost, damaged, garbage);
+                    c.cursors = lanes;
+                    c.refused = refused;
+                    c.last_report = Instant::now();
                 }
                 Ok(Some((ToBroker::Subscribed, _))) => {
                     let c = &self.consumers[k];
@@ -993,17 +1013,47 @@ impl Broker {
             .supervised
             .iter()
             .find(|s| s.pid == c.info.pid && s.status.is_none());
+        // Lag and loss from its last cursors and the lanes as they are now: a consumer that
+        // stopped reading (or reporting) is still seen falling behind and being lapped.
+        let (mut lag_bytes, mut overwritten) = (0u64, 0u64);
+        for cur in &c.cursors {
+            let Some(p) = self
+                .producers
+                .iter()
+                .find(|p| p.info.lane_id == cur.lane_id)
+            else {
+                continue;
+            };
+            let (lag, lost) = behind(&p.lane, cur);
+            lag_bytes = lag_bytes.saturating_add(lag);
+            overwritten = overwritten.saturating_add(lost);
+        }
+        let age = c.last_report.elapsed();
+        let restarted = sup
+            .filter(|s| s.restarts > 0)
+            .map(|s| format!("restarted {}x", s.restarts));
+        let status = match (age > STALE_AFTER, restarted) {
+            (true, None) => format!("stale (no report for {} s)", age.as_secs()),
+            (true, Some(r)) => format!("stale (no report for {} s; {r})", age.as_secs()),
+            (false, Some(r)) => format!("running ({r})"),
+            (false, None) => "running".into(),
+        };
         ConsumerState {
             id: c.id,
             info: c.info.clone(),
             delivered: c.delivered,
-            lost: c.lost,
-            lag_bytes: c.lag_bytes,
+            lost: c.lost.saturating_add(overwritten),
+            damaged: c.damaged,
+            garbage: c.garbage,
+            lag_bytes,
+            report_age_secs: age.as_secs_f64(),
+            refused: c
+                .refused
+                .iter()
+                .map(|r| format!("producer {}: {}", r.producer, r.reason))
+                .collect(),
             supervised: sup.is_some(),
-            status: match sup {
-                Some(s) if s.restarts > 0 => format!("running (restarted {}x)", s.restarts),
-                _ => "running".into(),
-            },
+            status,
             log: sup.map(|s| s.log.display().to_string()),
         }
     }
@@ -1085,7 +1135,11 @@ impl Broker {
                         },
                         delivered: 0,
                         lost: 0,
+                        damaged: 0,
+                        garbage: 0,
                         lag_bytes: 0,
+                        report_age_secs: 0.0,
+                        refused: Vec::new(),
                         supervised: true,
                         status: String::new(),
                         log: Some(s.log.display().to_string()),
@@ -1142,6 +1196,32 @@ fn exit_text(status: std::process::ExitStatus) -> String {
         (None, Some(sig)) => format!("killed by signal {sig}"),
         _ => "ended".to_owned(),
     }
+}
+
+/// How far a consumer whose cursor in `lane` is `cur` is behind: bytes up to the claim tail,
+/// and records the ring has overwritten past the cursor (from the sequence number of the
+/// oldest record still readable; 0 while the cursor's record is intact or its expected number
+/// is unknown).
+fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
+    let tail = lane.lane.stats().claim_tail;
+    let lag = tail.saturating_sub(cur.position);
+    let cap = lane.lane.geometry().capacity;
+    let Some(expected) = cur.expected_seq else {
+        return (lag, 0);
+    };
+    if lag <= cap {
+        return (lag, 0);
+    }
+    let mut r = lane.lane.reader(StartAt::Oldest);
+    r.set_writer_gone(true);
+    for _ in 0..64 {
+        match r.read_in_place(|m, _| m.seq) {
+            Ok((_, seq)) => return (lag, seq.saturating_sub(expected)),
+            Err(crate::lane::Poll::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    (lag, 0)
 }
 
 /// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the

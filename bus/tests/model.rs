@@ -726,7 +726,11 @@ fn garbage_in_old_history_is_skipped_at_once_and_counted_as_damage() {
     let (mut delivered, mut lagged, mut polls) = (Vec::new(), 0, 0u32);
     loop {
         polls += 1;
-        assert!(polls < 10_000, "still reading after {polls} polls: {:?}", reader.stats());
+        assert!(
+            polls < 10_000,
+            "still reading after {polls} polls: {:?}",
+            reader.stats()
+        );
         match reader.poll() {
             Poll::Frame(f) => delivered.push(f.meta.seq),
             Poll::Lagged(n) => lagged += n,
@@ -740,9 +744,16 @@ fn garbage_in_old_history_is_skipped_at_once_and_counted_as_damage() {
         .collect();
     assert_eq!(delivered, expected);
     let s = reader.stats();
-    assert_eq!((s.damaged, s.lost, s.holes, lagged), (10, 0, 0, 10), "{s:?}");
+    assert_eq!(
+        (s.damaged, s.lost, s.holes, lagged),
+        (10, 0, 0, 10),
+        "{s:?}"
+    );
     assert_eq!(s.garbage, 10, "{s:?}");
-    assert!(elapsed < timeout, "took {elapsed:?}: a stall timeout per spot");
+    assert!(
+        elapsed < timeout,
+        "took {elapsed:?}: a stall timeout per spot"
+    );
 }
 
 /// A claim of a live writer whose header is not written yet (its commit word still holds
@@ -791,7 +802,11 @@ fn a_live_claim_not_yet_begun_is_never_skipped() {
     }
     assert_eq!(delivered, (0..9).collect::<Vec<u64>>());
     let s = reader.stats();
-    assert_eq!((s.lost, s.damaged, s.garbage, s.holes), (0, 0, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.lost, s.damaged, s.garbage, s.holes),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
 }
 
 fn align(n: u64) -> u64 {

@@ -59,6 +59,29 @@ pub struct LaneInfo {
     pub dead: bool,
 }
 
+/// A consumer's cursor in one lane (in [`ToBroker::ConsumerStats`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneCursor {
+    /// The lane ([`ProducerInfo::lane_id`]).
+    pub lane_id: u64,
+    /// The absolute lane position of the next frame it reads.
+    pub position: u64,
+    /// The sequence number of the next record it expects, once known: every record before it
+    /// was read or counted as lost.
+    pub expected_seq: Option<u64>,
+}
+
+/// A lane a consumer refused to read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedLane {
+    /// The lane ([`ProducerInfo::lane_id`]).
+    pub lane_id: u64,
+    /// Its producer, as `'name' (pid N)`.
+    pub producer: String,
+    /// Why (the validation error).
+    pub reason: String,
+}
+
 /// Messages to the broker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToBroker {
@@ -76,14 +99,24 @@ pub enum ToBroker {
         /// Who it is.
         info: ConsumerInfo,
     },
-    /// A consumer's counters (sent about twice a second).
+    /// A consumer's counters and cursors (sent about twice a second while it reads; a
+    /// consumer that stops sending them is shown stale, and the broker works out from its
+    /// last cursors what the rings have overwritten since).
     ConsumerStats {
         /// Records delivered.
         delivered: u64,
-        /// Records lost (overwritten before they were read).
+        /// Records lost (overwritten before they were read, or left unfinished by a dead
+        /// producer).
         lost: u64,
-        /// Bytes between its cursors and the lanes' tails, summed.
-        lag_bytes: u64,
+        /// Records lost to damaged memory in the rings (garbage where they were), not counted
+        /// in `lost`.
+        damaged: u64,
+        /// Garbage spots skipped in the rings.
+        garbage: u64,
+        /// Where it is in each lane it still reads.
+        lanes: Vec<LaneCursor>,
+        /// Lanes it refused to read (their header did not validate), with why.
+        refused: Vec<RefusedLane>,
     },
     /// The CLI asks for the bus's state.
     Ls {
@@ -223,13 +256,24 @@ pub struct ConsumerState {
     pub info: ConsumerInfo,
     /// Records delivered.
     pub delivered: u64,
-    /// Records lost.
+    /// Records lost: those it counted, plus those the rings have overwritten past its last
+    /// reported cursors (which it will count when it reads on).
     pub lost: u64,
-    /// Bytes behind the lanes' tails.
+    /// Records lost to damaged memory in the rings (not in `lost`).
+    pub damaged: u64,
+    /// Garbage spots it skipped in the rings.
+    pub garbage: u64,
+    /// Bytes behind the lanes' tails, from its last reported cursors and the tails now.
     pub lag_bytes: u64,
+    /// Seconds since its last report.
+    pub report_age_secs: f64,
+    /// Lanes it refused to read, as `producer 'name' (pid N): why`.
+    pub refused: Vec<String>,
     /// Started by `snapbus attach` and supervised by the broker.
     pub supervised: bool,
-    /// `running`, or how a supervised consumer ended (`exited 0`, `killed by signal 9`).
+    /// `running`, `stale (no report for N s)` (it stopped reporting: stopped, hung or stuck
+    /// in its own code), or how a supervised consumer ended (`exited 0`, `killed by signal
+    /// 9`).
     pub status: String,
     /// A supervised consumer's output.
     pub log: Option<String>,
