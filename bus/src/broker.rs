@@ -89,7 +89,6 @@ struct Producer {
     pidfd: Option<OwnedFd>,
     status: &'static str,
     gone_at: Option<Instant>,
-    rate: (Instant, u64, f64),
 }
 
 struct Consumer {
@@ -753,7 +752,6 @@ impl Broker {
         if conn.send(&welcome(id), &[self.page.fd()]).is_err() {
             return;
         }
-        let frames = lane.lane.stats().frames_committed;
         let entry = Producer {
             id,
             info,
@@ -764,7 +762,6 @@ impl Broker {
             pidfd,
             status: "live",
             gone_at: None,
-            rate: (Instant::now(), frames, 0.0),
         };
         eprintln!(
             "snapbus broker: producer {id} '{}' (pid {}) joined",
@@ -988,21 +985,12 @@ impl Broker {
         self.update_wake_masks();
     }
 
-    /// Rates, forgetting dead producers after the retention period, and dropping connections
-    /// that never said what they are.
+    /// Forgetting dead producers after the retention period, and dropping connections that
+    /// never said what they are.
     fn housekeeping(&mut self) {
         let now = Instant::now();
         self.pending
             .retain(|(_, since)| now.duration_since(*since) < PENDING_TIMEOUT);
-        for p in &mut self.producers {
-            let (t0, f0, _) = p.rate;
-            let dt = now.duration_since(t0);
-            if dt >= Duration::from_secs(1) {
-                let frames = p.lane.lane.stats().frames_committed;
-                let hz = frames.saturating_sub(f0) as f64 / dt.as_secs_f64();
-                p.rate = (now, frames, hz);
-            }
-        }
         let retention = self.retention;
         self.producers
             .retain(|p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
@@ -1064,12 +1052,29 @@ impl Broker {
         let mut producers = Vec::new();
         for p in &mut self.producers {
             let stats = p.lane.lane.stats();
+            // Rates come from the frame timestamps in the ring, the same for the producer and
+            // its schemas; a producer that closed its lane or died writes nothing: rate 0.
+            let writing = !matches!(p.status, "closed" | "dead");
+            let census = ring_census(&p.lane, now_nanos);
+            let rate_of = |recent: u64, first_recent: u64| {
+                if !writing || recent == 0 {
+                    return 0.0;
+                }
+                // Over the window, or over the part of it the records cover (a producer that
+                // started 2 s ago has a 2 s rate, not 2/5 of it).
+                let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
+                let span = span.min(RATE_WINDOW_NANOS);
+                recent as f64 / (span as f64 / 1e9)
+            };
+            let (recent, first_recent) = census
+                .values()
+                .fold((0, u64::MAX), |(n, t), &(_, r, f)| (n + r, t.min(f)));
             producers.push(ProducerState {
                 id: p.id,
                 info: p.info.clone(),
                 status: p.status.to_owned(),
                 frames: stats.frames_committed,
-                rate_hz: if p.conn.is_some() { p.rate.2 } else { 0.0 },
+                rate_hz: rate_of(recent, first_recent),
                 dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
                 lane_bytes: p.lane.lane.geometry().capacity,
             });
@@ -1077,7 +1082,6 @@ impl Broker {
                 continue;
             };
             cat.refresh();
-            let census = ring_census(&p.lane, now_nanos);
             for (key, d) in cat.schemas() {
                 let s = schemas
                     .entry((d.id().to_owned(), d.version(), d.fingerprint()))
@@ -1094,11 +1098,7 @@ impl Broker {
                 s.producers.push(p.id);
                 if let Some(&(total, recent, first_recent)) = census.get(&key) {
                     s.in_rings += total;
-                    // Over the window, or over the part of it the records cover (a producer
-                    // that started 2 s ago has a 2 s rate, not 2/5 of it).
-                    let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
-                    let span = span.min(RATE_WINDOW_NANOS);
-                    s.rate_hz += recent as f64 / (span as f64 / 1e9);
+                    s.rate_hz += rate_of(recent, first_recent);
                 }
             }
         }

@@ -826,3 +826,51 @@ fn damaged_frames_are_skipped_fast_and_counted_as_damage() {
         text.stdout
     );
 }
+
+/// A producer's rate and its schemas' rates come from the same ring timestamps, so they agree;
+/// a producer that closed its lane writes nothing, so its rate and its schemas' are 0.
+/// (Regression: a closed producer's schema still showed ~2000/s, and a live producer 0.0
+/// while its schema showed 1255/s.)
+#[test]
+fn producer_and_schema_rates_agree_and_are_zero_once_closed() {
+    let bus = TestBus::up();
+    let schema_rates = |ls: &Value, id: u64| -> f64 {
+        ls["schemas"]
+            .as_array()
+            .expect("schemas")
+            .iter()
+            .filter(|s| {
+                s["producers"]
+                    .as_array()
+                    .is_some_and(|p| p.contains(&id.into()))
+            })
+            .map(|s| s["rate_hz"].as_f64().expect("rate"))
+            .sum()
+    };
+    let demo = bus.spawn_demo("1000");
+    let pid = demo.pid();
+    wait_until("the producer's rate matches its schemas'", WATCHDOG, || {
+        let ls = bus.ls();
+        let Some(p) = ls["producers"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["info"]["pid"] == pid))
+        else {
+            return false;
+        };
+        let rate = p["rate_hz"].as_f64().expect("rate");
+        let id = p["id"].as_u64().expect("id");
+        rate > 500.0 && (rate - schema_rates(&ls, id)).abs() <= rate * 0.15
+    });
+    drop(demo);
+    bus.demo(1, 400, 1000, &[]);
+    let ls = bus.ls();
+    let closed = ls["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .find(|p| p["status"] == "closed")
+        .expect("a closed producer");
+    let id = closed["id"].as_u64().expect("id");
+    assert_eq!(closed["rate_hz"], 0.0, "{closed}");
+    assert_eq!(schema_rates(&ls, id), 0.0, "{ls}");
+}

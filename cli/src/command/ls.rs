@@ -211,3 +211,44 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     out.flush()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Align, Table};
+
+    /// Every column starts at the same character in every line, whatever the width of its
+    /// cells (regression: `aggregator-1of3` pushed the rest of its row right).
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell() {
+        let mut t = Table::new(&[
+            ("ID", Align::Right),
+            ("KIND", Align::Left),
+            ("PID", Align::Right),
+            ("STATUS", Align::Left),
+        ]);
+        t.row(vec![
+            "1".into(),
+            "echo".into(),
+            "42".into(),
+            "running".into(),
+        ]);
+        t.row(vec![
+            "12".into(),
+            "aggregator-1of3".into(),
+            "123456".into(),
+            "stale (no report for 7 s)".into(),
+        ]);
+        let mut out = Vec::new();
+        t.write(&mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "ID  KIND                PID  STATUS",
+                " 1  echo                 42  running",
+                "12  aggregator-1of3  123456  stale (no report for 7 s)",
+            ]
+        );
+    }
+}
