@@ -89,6 +89,8 @@ struct Producer {
     pidfd: Option<OwnedFd>,
     status: &'static str,
     gone_at: Option<Instant>,
+    /// Its (own, effective) level filters, as it last reported them.
+    filters: Option<(String, String)>,
 }
 
 struct Consumer {
@@ -346,7 +348,9 @@ impl Broker {
             | ToBroker::Shutdown { version }
             | ToBroker::Attach { version, .. }
             | ToBroker::Detach { version, .. } => Some(*version),
-            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => None,
+            ToBroker::ConsumerStats { .. }
+            | ToBroker::Subscribed
+            | ToBroker::ProducerFilter { .. } => None,
         };
         if version != Some(PROTOCOL_VERSION) {
             let _ = conn.send(
@@ -393,7 +397,9 @@ impl Broker {
                 ..
             } => self.attach(conn, kind, args, cwd, restart),
             ToBroker::Detach { consumer_id, .. } => self.detach(conn, consumer_id),
-            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => {}
+            ToBroker::ConsumerStats { .. }
+            | ToBroker::Subscribed
+            | ToBroker::ProducerFilter { .. } => {}
         }
     }
 
@@ -762,6 +768,7 @@ impl Broker {
             pidfd,
             status: "live",
             gone_at: None,
+            filters: None,
         };
         eprintln!(
             "snapbus broker: producer {id} '{}' (pid {}) joined",
@@ -866,12 +873,15 @@ impl Broker {
     }
 
     fn serve_producer(&mut self, k: usize) {
-        let Some(conn) = self.producers[k].conn.as_mut() else {
-            return;
-        };
         loop {
+            let Some(conn) = self.producers[k].conn.as_mut() else {
+                return;
+            };
             match conn.try_recv::<ToBroker>() {
-                Ok(Some(_)) => {} // producers send nothing after hello
+                Ok(Some((ToBroker::ProducerFilter { own, effective }, _))) => {
+                    self.producers[k].filters = Some((own, effective));
+                }
+                Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -1077,6 +1087,8 @@ impl Broker {
                 rate_hz: rate_of(recent, first_recent),
                 dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
                 lane_bytes: p.lane.lane.geometry().capacity,
+                filter: p.filters.as_ref().map(|(_, effective)| effective.clone()),
+                own_filter: p.filters.as_ref().map(|(own, _)| own.clone()),
             });
             let Some(cat) = p.catalog.as_mut() else {
                 continue;

@@ -874,3 +874,74 @@ fn producer_and_schema_rates_agree_and_are_zero_once_closed() {
     assert_eq!(closed["rate_hz"], 0.0, "{closed}");
     assert_eq!(schema_rates(&ls, id), 0.0, "{ls}");
 }
+
+/// The bus filter is in force in producers started after it was set, in place of their own
+/// `SNAPBUS_FILTER`, and `ls` says so (the bus filter, each producer's filter in force and its
+/// own); `filter --reset` gives them back their own; an empty directive is refused with a
+/// pointer to `--reset`. (Regression: the override was invisible, there was no way back, and
+/// `filter ''` reset silently.)
+#[test]
+fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
+    let bus = TestBus::up();
+    let out = bus.run(&["filter", "info"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("--reset"), "{}", out.stdout);
+    // Its own filter would silence the demo (it emits at INFO).
+    let mut cmd = bus.cmd(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1000000",
+        "--steps",
+        "10",
+        "--rate",
+        "500",
+    ]);
+    cmd.env("SNAPBUS_FILTER", "warn");
+    let demo = Bg::spawn("demo", cmd);
+    let pid = demo.pid();
+    let frames = |bus: &TestBus| {
+        bus.producer(pid)
+            .and_then(|p| p["frames"].as_u64())
+            .unwrap_or(0)
+    };
+    wait_until(
+        "ls shows the bus filter in force in the demo",
+        WATCHDOG,
+        || {
+            bus.producer(pid)
+                .is_some_and(|p| p["filter"] == "info" && p["own_filter"] == "warn")
+        },
+    );
+    assert_eq!(bus.ls()["filter"], "info");
+    wait_until("the demo emits under the bus filter", WATCHDOG, || {
+        frames(&bus) > 10
+    });
+    let text = bus.run(&["ls"]).stdout;
+    assert!(text.contains("bus filter 'info'"), "{text}");
+    let out = bus.run(&["filter", "--reset"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("removed"), "{}", out.stdout);
+    wait_until("the demo is back on its own filter", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["filter"] == "warn")
+    });
+    assert_eq!(bus.ls()["filter"], "");
+    // It reported `warn` after applying it: nothing more is emitted (a record that passed
+    // the old filter a moment before may still be committing: let it land first).
+    std::thread::sleep(Duration::from_millis(100));
+    let before = frames(&bus);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(frames(&bus), before, "records emitted after the reset");
+    for args in [&["filter", ""][..], &["filter", " "][..]] {
+        let out = bus.run(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            out.stderr.contains("snapbus filter --reset"),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    assert_eq!(bus.ls()["filter"], "");
+    drop(demo);
+}

@@ -123,11 +123,13 @@ pub enum ToBroker {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
     },
-    /// The CLI sets the level filter of every producer (already validated by the CLI).
+    /// The CLI sets the level filter of every producer, present and future, overriding their
+    /// own (already validated by the CLI); empty directives remove the bus filter, and every
+    /// producer goes back to its own (`snapbus filter --reset`).
     SetFilter {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
-        /// Directives (`SNAPBUS_FILTER` syntax).
+        /// Directives (`SNAPBUS_FILTER` syntax); empty: reset.
         directives: String,
     },
     /// The CLI stops the broker.
@@ -161,6 +163,14 @@ pub enum ToBroker {
     /// A consumer has mapped every lane the broker sent before its `Ok` and is reading:
     /// nothing written from now on will be missed.
     Subscribed,
+    /// A producer's level filters (after its hello, and whenever they change), for `ls`.
+    ProducerFilter {
+        /// Its own filter (`SNAPBUS_FILTER`, or what the program set), in force whenever the
+        /// bus has no filter.
+        own: String,
+        /// The filter in force now: the bus filter if one is set, else its own.
+        effective: String,
+    },
 }
 
 /// Messages from the broker.
@@ -193,7 +203,7 @@ pub enum FromBroker {
         /// The broker's id for the producer.
         producer_id: u64,
     },
-    /// New filter directives for a producer.
+    /// New filter directives for a producer (empty: go back to your own filter).
     Filter {
         /// Directives.
         directives: String,
@@ -245,6 +255,11 @@ pub struct ProducerState {
     pub dropped: u64,
     /// Lane capacity in bytes.
     pub lane_bytes: u64,
+    /// The level filter in force in the producer (the bus filter if one is set, else its
+    /// own), as it reported it; `None` if it did not (not a `snapbus` telemetry producer).
+    pub filter: Option<String>,
+    /// The producer's own filter (`SNAPBUS_FILTER`), in force whenever the bus has none.
+    pub own_filter: Option<String>,
 }
 
 /// A consumer as `snapbus ls` shows it.
@@ -308,7 +323,9 @@ pub struct BusState {
     pub bus: String,
     /// The broker's pid.
     pub broker_pid: u32,
-    /// Filter directives in force (empty: the producers' own).
+    /// The bus filter: directives in force in every producer, present and future, overriding
+    /// their own `SNAPBUS_FILTER` until `snapbus filter --reset` (empty: none, every producer
+    /// uses its own).
     pub filter: String,
     /// Producers, live and recently dead.
     pub producers: Vec<ProducerState>,

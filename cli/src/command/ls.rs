@@ -4,7 +4,8 @@
 //! producer) and DAMAGED (garbage in the ring where records were). A consumer's LOST and LAG
 //! come from its last reported cursors and the rings as they are now, so a consumer that
 //! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
-//! shown `stale`.
+//! shown `stale`. FILTER is the level filter in force in a producer: the bus filter while one
+//! is set (`snapbus filter`), else the producer's own `SNAPBUS_FILTER`.
 
 use std::io::Write;
 
@@ -100,9 +101,12 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         s.bus,
         s.broker_pid,
         if s.filter.is_empty() {
-            String::new()
+            ", no bus filter (each producer uses its own)".to_owned()
         } else {
-            format!(", filter '{}'", s.filter)
+            format!(
+                ", bus filter '{}' (in force in every producer until `snapbus filter --reset`)",
+                s.filter
+            )
         }
     )?;
     writeln!(out, "\nPRODUCERS")?;
@@ -114,6 +118,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         ("RECORDS", Right),
         ("RATE/s", Right),
         ("DROPPED", Right),
+        ("FILTER", Left),
         ("TAGS", Left),
     ]);
     for p in &s.producers {
@@ -130,6 +135,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             p.frames.to_string(),
             format!("{:.1}", p.rate_hz),
             p.dropped.to_string(),
+            p.filter.clone().unwrap_or_else(|| "-".into()),
             tags,
         ]);
     }
