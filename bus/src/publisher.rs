@@ -199,16 +199,18 @@ impl Publisher {
     /// directives: the bus filter was reset, go back to your own), and at once with the last
     /// directives the broker sent, if they came before the hook.
     pub fn on_filter(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
-        let last = self
-            .inner
-            .last_directives
-            .lock()
-            .ok()
-            .and_then(|d| d.clone());
-        if let Some(d) = last {
-            hook(&d);
-        }
+        // Under the hook's lock: directives stored before it are applied here, and those
+        // stored after it wait for the lock and go to the new hook (`apply_filter`).
         if let Ok(mut h) = self.inner.on_filter.lock() {
+            let last = self
+                .inner
+                .last_directives
+                .lock()
+                .ok()
+                .and_then(|d| d.clone());
+            if let Some(d) = last {
+                hook(&d);
+            }
             *h = Some(Box::new(hook));
         }
     }
