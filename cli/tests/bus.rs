@@ -945,3 +945,42 @@ fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
     assert_eq!(bus.ls()["filter"], "");
     drop(demo);
 }
+
+/// `ls` sizes its columns to their cells: with `aggregator-1of3` among short kinds, every
+/// consumer row still has its PID ending and its STATUS starting under the header's.
+/// (Regression: the long kind pushed the rest of its row right.)
+#[test]
+fn ls_columns_line_up_with_long_kinds() {
+    let bus = TestBus::up();
+    let out = bus.run(&["spawn", "aggregator", "-n", "3", "--group-by", "step"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let echo = bus.spawn("echo", &["echo"]);
+    wait_until("four consumers", WATCHDOG, || {
+        bus.ls()["consumers"].as_array().map(Vec::len) == Some(4)
+    });
+    let text = bus.run(&["ls"]).stdout;
+    let section = text
+        .split("CONSUMERS\n")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .expect("a CONSUMERS section");
+    let mut lines = section.lines();
+    let header = lines.next().expect("header");
+    let pid_end = header.find("PID").expect("PID") + 3;
+    let status_at = header.find("STATUS").expect("STATUS");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(text.contains("aggregator-1of3"), "{text}");
+    for row in rows {
+        let b = row.as_bytes();
+        assert!(
+            b[pid_end - 1].is_ascii_digit() && b[pid_end] == b' ',
+            "PID not under its header:\n{header}\n{row}"
+        );
+        assert!(
+            b[status_at - 1] == b' ' && b[status_at] != b' ',
+            "STATUS not under its header:\n{header}\n{row}"
+        );
+    }
+    drop(echo);
+}
