@@ -26,8 +26,8 @@ use thiserror::Error;
 
 use crate::catalog::Catalog;
 use crate::control::{
-    BusState, Conn, ConsumerInfo, ConsumerState, ControlError, FromBroker, LaneInfo, Listener,
-    PROTOCOL_VERSION, ProducerInfo, ProducerState, SchemaState, ToBroker,
+    BusState, Conn, ConsumerInfo, ConsumerState, ControlError, FromBroker, LaneCursor, LaneInfo,
+    Listener, PROTOCOL_VERSION, ProducerInfo, ProducerState, RefusedLane, SchemaState, ToBroker,
 };
 use crate::doorbell::{BELLS_PER_PAGE, DoorbellPage};
 use crate::lane::{LaneState, ShmLane, StartAt, now_realtime_nanos};
@@ -42,12 +42,18 @@ use supervision::{Detaching, Supervised};
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(300);
 /// How long a new connection may take to send its first message.
 const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections that have not said what they are; beyond it the oldest is dropped (each
+/// holds a file descriptor: a flood of silent connections must not starve real clients).
+const MAX_PENDING: usize = 256;
 /// How long an attached consumer may take to subscribe.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often a failing supervised consumer is restarted (after 1, 2, 4, 8, 16 s).
 const MAX_RESTARTS: u32 = 5;
 /// How long a detached consumer may take to flush and exit before it is killed.
 const DETACH_GRACE: Duration = Duration::from_secs(10);
+/// A consumer that has not reported its counters for this long is shown stale in `ls` (it
+/// reports twice a second while it reads).
+const STALE_AFTER: Duration = Duration::from_secs(5);
 /// Window of the per-schema rates in `ls`.
 const RATE_WINDOW_NANOS: u64 = 5_000_000_000;
 
@@ -90,7 +96,8 @@ struct Producer {
     pidfd: Option<OwnedFd>,
     status: &'static str,
     gone_at: Option<Instant>,
-    rate: (Instant, u64, f64),
+    /// Its (own, effective) level filters, as it last reported them.
+    filters: Option<(String, String)>,
 }
 
 struct Consumer {
@@ -100,7 +107,13 @@ struct Consumer {
     bell: u32,
     delivered: u64,
     lost: u64,
-    lag_bytes: u64,
+    damaged: u64,
+    garbage: u64,
+    /// Its cursors as last reported.
+    cursors: Vec<LaneCursor>,
+    refused: Vec<RefusedLane>,
+    /// When it last reported (or joined).
+    last_report: Instant,
 }
 
 struct Broker {
@@ -284,6 +297,12 @@ impl Broker {
         for conn in accepted {
             self.serve_new(conn, Instant::now());
         }
+        // At most MAX_PENDING connections that have not said what they are: the oldest go.
+        if self.pending.len() > MAX_PENDING {
+            self.pending.sort_by_key(|(_, since)| *since);
+            let excess = self.pending.len() - MAX_PENDING;
+            self.pending.drain(..excess);
+        }
         self.supervise(listener);
         self.housekeeping();
     }
@@ -307,7 +326,9 @@ impl Broker {
             | ToBroker::Attach { version, .. }
             | ToBroker::Detach { version, .. }
             | ToBroker::Exiting { version, .. } => Some(*version),
-            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => None,
+            ToBroker::ConsumerStats { .. }
+            | ToBroker::Subscribed
+            | ToBroker::ProducerFilter { .. } => None,
         };
         if version != Some(PROTOCOL_VERSION) {
             let _ = conn.send(
@@ -360,7 +381,9 @@ impl Broker {
                 ..
             } => self.attach(conn, kind, args, cwd, restart),
             ToBroker::Detach { consumer_id, .. } => self.detach(conn, consumer_id),
-            ToBroker::ConsumerStats { .. } | ToBroker::Subscribed => {}
+            ToBroker::ConsumerStats { .. }
+            | ToBroker::Subscribed
+            | ToBroker::ProducerFilter { .. } => {}
         }
     }
 
@@ -417,7 +440,6 @@ impl Broker {
         if conn.send(&welcome(id), &[self.page.fd()]).is_err() {
             return;
         }
-        let frames = lane.lane.stats().frames_committed;
         let entry = Producer {
             id,
             info,
@@ -428,7 +450,7 @@ impl Broker {
             pidfd,
             status: "live",
             gone_at: None,
-            rate: (Instant::now(), frames, 0.0),
+            filters: None,
         };
         eprintln!(
             "snapbus broker: producer {id} '{}' (pid {}) joined",
@@ -503,7 +525,11 @@ impl Broker {
             bell,
             delivered: 0,
             lost: 0,
-            lag_bytes: 0,
+            damaged: 0,
+            garbage: 0,
+            cursors: Vec::new(),
+            refused: Vec::new(),
+            last_report: Instant::now(),
         });
         let c = self.consumers.len() - 1;
         for p in 0..self.producers.len() {
@@ -528,12 +554,15 @@ impl Broker {
     }
 
     fn serve_producer(&mut self, k: usize) {
-        let Some(conn) = self.producers[k].conn.as_mut() else {
-            return;
-        };
         loop {
+            let Some(conn) = self.producers[k].conn.as_mut() else {
+                return;
+            };
             match conn.try_recv::<ToBroker>() {
-                Ok(Some(_)) => {} // producers send nothing after hello
+                Ok(Some((ToBroker::ProducerFilter { own, effective }, _))) => {
+                    self.producers[k].filters = Some((own, effective));
+                }
+                Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -597,12 +626,19 @@ impl Broker {
                     ToBroker::ConsumerStats {
                         delivered,
                         lost,
-                        lag_bytes,
+                        damaged,
+                        garbage,
+                        lanes,
+                        refused,
                     },
                     _,
                 ))) => {
                     let c = &mut self.consumers[k];
-                    (c.delivered, c.lost, c.lag_bytes) = (delivered, lost, lag_bytes);
+                    (c.delivered, c.lost, c.damaged, c.garbage) =
+                        (delivered, lost, damaged, garbage);
+                    c.cursors = lanes;
+                    c.refused = refused;
+                    c.last_report = Instant::now();
                 }
                 Ok(Some((ToBroker::Subscribed, _))) => {
                     let c = &self.consumers[k];
@@ -626,21 +662,12 @@ impl Broker {
         self.update_wake_masks();
     }
 
-    /// Rates, forgetting dead producers after the retention period, and dropping connections
-    /// that never said what they are.
+    /// Forgetting dead producers after the retention period, and dropping connections that
+    /// never said what they are.
     fn housekeeping(&mut self) {
         let now = Instant::now();
         self.pending
             .retain(|(_, since)| now.duration_since(*since) < PENDING_TIMEOUT);
-        for p in &mut self.producers {
-            let (t0, f0, _) = p.rate;
-            let dt = now.duration_since(t0);
-            if dt >= Duration::from_secs(1) {
-                let frames = p.lane.lane.stats().frames_committed;
-                let hz = frames.saturating_sub(f0) as f64 / dt.as_secs_f64();
-                p.rate = (now, frames, hz);
-            }
-        }
         let retention = self.retention;
         self.producers
             .retain(|p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
@@ -648,14 +675,44 @@ impl Broker {
 
     fn consumer_state(&self, c: &Consumer) -> ConsumerState {
         let sup = self.supervised_by_id(c.id);
+        // Lag and loss from its last cursors and the lanes as they are now: a consumer that
+        // stopped reading (or reporting) is still seen falling behind and being lapped.
+        let (mut lag_bytes, mut overwritten) = (0u64, 0u64);
+        for cur in &c.cursors {
+            let Some(p) = self
+                .producers
+                .iter()
+                .find(|p| p.info.lane_id == cur.lane_id)
+            else {
+                continue;
+            };
+            let (lag, lost) = behind(&p.lane, cur);
+            lag_bytes = lag_bytes.saturating_add(lag);
+            overwritten = overwritten.saturating_add(lost);
+        }
+        let age = c.last_report.elapsed();
+        let running = sup.map_or_else(|| "running".into(), |s| s.running_text());
+        let status = if age > STALE_AFTER {
+            format!("stale (no report for {} s; {running})", age.as_secs())
+        } else {
+            running
+        };
         ConsumerState {
             id: c.id,
             info: c.info.clone(),
             delivered: c.delivered,
-            lost: c.lost,
-            lag_bytes: c.lag_bytes,
+            lost: c.lost.saturating_add(overwritten),
+            damaged: c.damaged,
+            garbage: c.garbage,
+            lag_bytes,
+            report_age_secs: age.as_secs_f64(),
+            refused: c
+                .refused
+                .iter()
+                .map(|r| format!("producer {}: {}", r.producer, r.reason))
+                .collect(),
             supervised: sup.is_some(),
-            status: sup.map_or_else(|| "running".into(), |s| s.running_text()),
+            status,
             log: sup.map(|s| s.log.display().to_string()),
         }
     }
@@ -666,20 +723,38 @@ impl Broker {
         let mut producers = Vec::new();
         for p in &mut self.producers {
             let stats = p.lane.lane.stats();
+            // Rates come from the frame timestamps in the ring, the same for the producer and
+            // its schemas; a producer that closed its lane or died writes nothing: rate 0.
+            let writing = !matches!(p.status, "closed" | "dead");
+            let census = ring_census(&p.lane, now_nanos);
+            let rate_of = |recent: u64, first_recent: u64| {
+                if !writing || recent == 0 {
+                    return 0.0;
+                }
+                // Over the window, or over the part of it the records cover (a producer that
+                // started 2 s ago has a 2 s rate, not 2/5 of it).
+                let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
+                let span = span.min(RATE_WINDOW_NANOS);
+                recent as f64 / (span as f64 / 1e9)
+            };
+            let (recent, first_recent) = census
+                .values()
+                .fold((0, u64::MAX), |(n, t), &(_, r, f)| (n + r, t.min(f)));
             producers.push(ProducerState {
                 id: p.id,
                 info: p.info.clone(),
                 status: p.status.to_owned(),
                 frames: stats.frames_committed,
-                rate_hz: if p.conn.is_some() { p.rate.2 } else { 0.0 },
+                rate_hz: rate_of(recent, first_recent),
                 dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
                 lane_bytes: p.lane.lane.geometry().capacity,
+                filter: p.filters.as_ref().map(|(_, effective)| effective.clone()),
+                own_filter: p.filters.as_ref().map(|(own, _)| own.clone()),
             });
             let Some(cat) = p.catalog.as_mut() else {
                 continue;
             };
             cat.refresh();
-            let census = ring_census(&p.lane, now_nanos);
             for (key, d) in cat.schemas() {
                 let s = schemas
                     .entry((d.id().to_owned(), d.version(), d.fingerprint()))
@@ -696,11 +771,7 @@ impl Broker {
                 s.producers.push(p.id);
                 if let Some(&(total, recent, first_recent)) = census.get(&key) {
                     s.in_rings += total;
-                    // Over the window, or over the part of it the records cover (a producer
-                    // that started 2 s ago has a 2 s rate, not 2/5 of it).
-                    let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
-                    let span = span.min(RATE_WINDOW_NANOS);
-                    s.rate_hz += recent as f64 / (span as f64 / 1e9);
+                    s.rate_hz += rate_of(recent, first_recent);
                 }
             }
         }
@@ -730,6 +801,32 @@ impl Broker {
             schemas,
         }
     }
+}
+
+/// How far a consumer whose cursor in `lane` is `cur` is behind: bytes up to the claim tail,
+/// and records the ring has overwritten past the cursor (from the sequence number of the
+/// oldest record still readable; 0 while the cursor's record is intact or its expected number
+/// is unknown).
+fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
+    let tail = lane.lane.stats().claim_tail;
+    let lag = tail.saturating_sub(cur.position);
+    let cap = lane.lane.geometry().capacity;
+    let Some(expected) = cur.expected_seq else {
+        return (lag, 0);
+    };
+    if lag <= cap {
+        return (lag, 0);
+    }
+    let mut r = lane.lane.reader(StartAt::Oldest);
+    r.set_writer_gone(true);
+    for _ in 0..64 {
+        match r.read_in_place(|m, _| m.seq) {
+            Ok((_, seq)) => return (lag, seq.saturating_sub(expected)),
+            Err(crate::lane::Poll::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    (lag, 0)
 }
 
 /// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the

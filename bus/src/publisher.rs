@@ -153,6 +153,11 @@ struct Inner {
     dir: BusDir,
     config: PublisherConfig,
     on_filter: Mutex<Option<FilterHook>>,
+    /// The last directives the broker sent, for a hook registered after they came.
+    last_directives: Mutex<Option<String>>,
+    /// The (own, effective) filters to report to the broker, and a count of their changes.
+    filter_report: Mutex<Option<(String, String)>>,
+    filter_gen: AtomicU64,
     stop: AtomicBool,
     /// The [`crate::fork::generation`] of the process that created this publisher.
     fork_gen: u64,
@@ -247,6 +252,9 @@ impl Publisher {
             dir,
             config,
             on_filter: Mutex::new(on_filter),
+            last_directives: Mutex::new(None),
+            filter_report: Mutex::new(None),
+            filter_gen: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             fork_gen,
             forked: OnceLock::new(),
@@ -315,12 +323,35 @@ impl Publisher {
         }
     }
 
-    /// Calls `hook` with the directives whenever the broker sets a level filter.
+    /// Calls `hook` with the directives whenever the broker sets a level filter (empty
+    /// directives: the bus filter was reset, go back to your own), and at once with the last
+    /// directives the broker sent, if they came before the hook.
     pub fn on_filter(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
         let Some(p) = self.here() else { return };
+        // Under the hook's lock: directives stored before it are applied here, and those
+        // stored after it wait for the lock and go to the new hook (`apply_filter`).
         if let Ok(mut h) = p.inner.on_filter.lock() {
+            let last = p
+                .inner
+                .last_directives
+                .lock()
+                .ok()
+                .and_then(|d| d.clone());
+            if let Some(d) = last {
+                hook(&d);
+            }
             *h = Some(Arc::new(hook));
         }
+    }
+
+    /// Tells the broker (now, and again after reconnecting) which level filters are in force
+    /// here, for `snapbus ls`: `own` (the process's, e.g. `SNAPBUS_FILTER`) and `effective`.
+    pub fn report_filter(&self, own: &str, effective: &str) {
+        let Some(p) = self.here() else { return };
+        if let Ok(mut r) = p.inner.filter_report.lock() {
+            *r = Some((own.to_owned(), effective.to_owned()));
+        }
+        p.inner.filter_gen.fetch_add(1, Ordering::Relaxed);
     }
 
     /// What this publisher tells the broker about itself.
@@ -666,9 +697,23 @@ fn serve(inner: &Inner, mut conn: Conn) {
         return;
     }
     inner.connected.store(true, Ordering::Relaxed);
+    let mut reported_gen = None;
     loop {
         if inner.stop.load(Ordering::Relaxed) {
             return;
+        }
+        let filter_gen = inner.filter_gen.load(Ordering::Relaxed);
+        if reported_gen != Some(filter_gen) {
+            let report = inner.filter_report.lock().ok().and_then(|r| r.clone());
+            if let Some((own, effective)) = report {
+                if conn
+                    .send(&ToBroker::ProducerFilter { own, effective }, &[])
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            reported_gen = Some(filter_gen);
         }
         match conn.recv::<FromBroker>(Some(RETRY)) {
             Ok(None) => {}
@@ -685,9 +730,9 @@ fn serve(inner: &Inner, mut conn: Conn) {
                         .and_then(|fd| DoorbellPage::open(fd).ok())
                         .map(Arc::new);
                     Publisher::set_wake(inner, page, Some(wake_mask));
-                    if !filter.is_empty() {
-                        apply_filter(inner, &filter);
-                    }
+                    // Every welcome says what holds: a bus filter, or none (a new broker, or one
+                    // reset while we were away: back to our own).
+                    apply_filter(inner, &filter);
                 }
                 FromBroker::Filter { directives } => apply_filter(inner, &directives),
                 FromBroker::WakeMask { mask } => Publisher::set_wake(inner, None, Some(mask)),
@@ -699,6 +744,9 @@ fn serve(inner: &Inner, mut conn: Conn) {
 }
 
 fn apply_filter(inner: &Inner, directives: &str) {
+    if let Ok(mut d) = inner.last_directives.lock() {
+        *d = Some(directives.to_owned());
+    }
     if let Ok(h) = inner.on_filter.lock() {
         if let Some(h) = h.as_ref() {
             h(directives);

@@ -16,8 +16,8 @@ use thiserror::Error;
 
 use crate::catalog::Catalog;
 use crate::control::{
-    Conn, ConsumerInfo, ControlError, FromBroker, LaneInfo, PROTOCOL_VERSION, ProducerInfo,
-    StartFrom, ToBroker,
+    Conn, ConsumerInfo, ControlError, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
+    ProducerInfo, RefusedLane, StartFrom, ToBroker,
 };
 use crate::doorbell::DoorbellPage;
 use crate::lane::{FrameMeta, LaneReader, Poll, ShmLane, StartAt};
@@ -167,8 +167,13 @@ pub struct SubscriberStats {
     /// Records delivered.
     pub delivered: u64,
     /// Records of subscribed lanes lost to overwrites (all schemas: a lane's sequence numbers
-    /// do not say which schema a lost record had).
+    /// do not say which schema a lost record had), or left unfinished by a dead producer.
     pub lost: u64,
+    /// Records lost to damaged memory in the rings (garbage skipped where they were); not in
+    /// `lost`. Both are reported by [`Event::Lagged`].
+    pub damaged: u64,
+    /// Garbage spots skipped in the rings (invalid frames or headers).
+    pub garbage: u64,
     /// Frames whose schema key no catalog entry explains.
     pub unknown_keys: u64,
 }
@@ -184,6 +189,8 @@ struct SubLane {
     ended: bool,
     /// With [`SubscribeOptions::cut`]: the lane position to stop at.
     cut_at: Option<u64>,
+    /// The reader's damaged-record count already split out of a `Lagged`.
+    damaged_seen: u64,
 }
 
 /// Schema key → whether it matches (with its descriptor), indexed by the key: a lookup per
@@ -235,6 +242,8 @@ pub struct Subscriber {
     scratch: Vec<u8>,
     notices: VecDeque<Notice>,
     stats: SubscriberStats,
+    /// Lanes that did not validate, never read.
+    refused: Vec<RefusedLane>,
     last_report: Instant,
     last_reconnect: Instant,
     /// Calls of `next` since the control socket was last served, and when that was.
@@ -257,6 +266,7 @@ impl Subscriber {
             scratch: Vec::new(),
             notices: VecDeque::new(),
             stats: SubscriberStats::default(),
+            refused: Vec::new(),
             last_report: Instant::now(),
             last_reconnect: Instant::now(),
             since_pump: 0,
@@ -352,9 +362,33 @@ impl Subscriber {
         else {
             return;
         };
-        let (Ok(lane), Ok(catalog)) = (ShmLane::open(lane_fd), Catalog::open(cat_fd)) else {
-            // A lane that does not validate is skipped (and never trusted).
-            return;
+        let opened = ShmLane::open(lane_fd)
+            .map_err(|e| format!("its lane is refused: {e}"))
+            .and_then(|l| {
+                Catalog::open(cat_fd)
+                    .map(|c| (l, c))
+                    .map_err(|e| format!("its catalog is refused: {e}"))
+            });
+        let (lane, catalog) = match opened {
+            Ok(lc) => lc,
+            Err(reason) => {
+                // A lane that does not validate is never read (nor trusted), and said so: on
+                // stderr once, and to the broker for `snapbus ls`.
+                let lane_id = info.producer.lane_id;
+                if !self.refused.iter().any(|r| r.lane_id == lane_id) {
+                    let producer = format!("'{}' (pid {})", info.producer.name, info.producer.pid);
+                    eprintln!(
+                        "snapbus: not reading producer {producer} of bus '{}': {reason}",
+                        self.dir.name()
+                    );
+                    self.refused.push(RefusedLane {
+                        lane_id,
+                        producer,
+                        reason,
+                    });
+                }
+                return;
+            }
         };
         let cut_at = self.opts.cut.then(|| lane.lane.stats().claim_tail);
         let mut reader = lane.lane.reader(start);
@@ -373,6 +407,7 @@ impl Subscriber {
             dead: info.dead,
             ended: false,
             cut_at,
+            damaged_seen: 0,
         });
         self.notices.push_back(Notice::Joined(self.lanes.len() - 1));
     }
@@ -426,26 +461,30 @@ impl Subscriber {
         }
     }
 
-    /// Sends the counters to the broker (for `snapbus ls`).
+    /// Sends the counters and cursors to the broker (for `snapbus ls`, which works out lag
+    /// and overwrites past the cursors itself, so they stay true while this consumer does
+    /// not report).
     fn report(&self) {
         if let Some(conn) = &self.conn {
-            let lag_bytes = self
+            let stats = self.stats();
+            let lanes = self
                 .lanes
                 .iter()
                 .filter(|l| !l.ended)
-                .map(|l| {
-                    l.reader
-                        .lane()
-                        .stats()
-                        .claim_tail
-                        .saturating_sub(l.reader.position())
+                .map(|l| LaneCursor {
+                    lane_id: l.info.lane_id,
+                    position: l.reader.position(),
+                    expected_seq: l.reader.expected_seq(),
                 })
-                .sum();
+                .collect();
             let _ = conn.send(
                 &ToBroker::ConsumerStats {
-                    delivered: self.stats.delivered,
-                    lost: self.stats.lost,
-                    lag_bytes,
+                    delivered: stats.delivered,
+                    lost: stats.lost,
+                    damaged: stats.damaged,
+                    garbage: stats.garbage,
+                    lanes,
+                    refused: self.refused.clone(),
                 },
                 &[],
             );
@@ -592,7 +631,12 @@ impl Subscriber {
                     }
                 }
                 Err(Poll::Lagged(lost)) => {
-                    self.stats.lost += lost;
+                    // Split what the reader counted as damage from overwrite loss.
+                    let damaged = lane.reader.stats().damaged;
+                    let new_damage = damaged.saturating_sub(lane.damaged_seen).min(lost);
+                    lane.damaged_seen = damaged;
+                    self.stats.damaged += new_damage;
+                    self.stats.lost += lost - new_damage;
                     return Some(Found::Lagged(k, lost));
                 }
                 Err(Poll::Closed) => {
@@ -614,7 +658,15 @@ impl Subscriber {
 
     /// Counters.
     pub fn stats(&self) -> SubscriberStats {
-        self.stats
+        SubscriberStats {
+            garbage: self.lanes.iter().map(|l| l.reader.stats().garbage).sum(),
+            ..self.stats
+        }
+    }
+
+    /// Lanes that were refused (their header or catalog did not validate) and are not read.
+    pub fn refused_lanes(&self) -> &[RefusedLane] {
+        &self.refused
     }
 
     /// Whether the broker is connected now.

@@ -31,7 +31,13 @@ pub(crate) enum Command {
     Echo(EchoArgs),
     /// Print per-schema rates and bandwidth, like `ros2 topic hz`.
     Hz(HzArgs),
-    /// Change the level filter of every running producer, e.g. 'info,monty.models=debug'.
+    /// Set the bus filter: the level filter of every producer, running or started later,
+    /// e.g. 'info,monty.models=debug'; `--reset` gives producers back their own.
+    ///
+    /// The rule: while the bus has a filter, it is in force in every producer on the bus,
+    /// present and future, in place of the producer's own `SNAPBUS_FILTER`; `snapbus filter
+    /// --reset` removes it and every producer goes back to its own. `snapbus ls` shows the
+    /// bus filter and each producer's filter in force. A restarted broker starts without one.
     Filter(FilterArgs),
     /// Run a simulated experiment with deterministic values on a bus.
     Demo(DemoArgs),
@@ -177,7 +183,11 @@ pub(crate) struct HzArgs {
 pub(crate) struct FilterArgs {
     /// Directives: a default level and/or TARGET=LEVEL items, comma-separated (levels: trace,
     /// debug, info, warn, error, off), e.g. 'info,monty.models=debug'.
-    pub(crate) directives: String,
+    #[arg(required_unless_present = "reset", conflicts_with = "reset")]
+    pub(crate) directives: Option<String>,
+    /// Remove the bus filter: every producer goes back to its own (`SNAPBUS_FILTER`).
+    #[arg(long)]
+    pub(crate) reset: bool,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
 }

@@ -610,3 +610,391 @@ fn the_broker_survives_garbage_and_silent_clients() {
     let closed = silent.recv::<FromBroker>(Some(WATCHDOG));
     assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
 }
+
+/// The resident memory of process `pid` in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn idle_connections_cost_the_broker_little_and_the_oldest_are_dropped() {
+    use snapbus_bus::control::{Conn, ControlError, FromBroker};
+    let bus = TestBus::up();
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as u32;
+    let sock = crate::util::runtime_root()
+        .join(&bus.name)
+        .join("broker.sock");
+    // Warm the broker up (a few requests of every size it serves), then measure.
+    for _ in 0..5 {
+        bus.ls();
+    }
+    let before = rss_kib(broker);
+    let mut idle: Vec<Conn> = (0..500)
+        .map(|_| Conn::connect(&sock).expect("connect"))
+        .collect();
+    // A real client is served meanwhile (and, once it has been, every idle one was accepted).
+    assert!(bus.ls()["producers"].as_array().is_some());
+    let grown = rss_kib(broker).saturating_sub(before);
+    assert!(
+        grown < 8 * 1024,
+        "500 idle connections grew the broker by {grown} KiB"
+    );
+    // At most 256 are kept: the oldest was dropped.
+    let closed = idle[0].recv::<FromBroker>(Some(WATCHDOG));
+    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+    let newest = idle
+        .last_mut()
+        .expect("connections")
+        .recv::<FromBroker>(Some(Duration::ZERO));
+    assert!(matches!(newest, Ok(None)), "{newest:?}");
+}
+
+/// Sends `sig` to process `pid`.
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+    rustix::process::kill_process(pid, sig).expect("kill");
+}
+
+/// The consumer with process id `pid` in `ls --json`.
+fn consumer(bus: &TestBus, pid: u32) -> Option<Value> {
+    bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .find(|c| c["info"]["pid"] == pid)
+        .cloned()
+}
+
+/// A SIGSTOPped consumer does not report; `ls` shows it stale, and works out from its last
+/// cursor and the ring what it has lost and how far behind it is while a producer laps it.
+/// (Regression: it showed `running`, lost 0, lag 0.)
+#[test]
+fn a_stopped_consumer_is_shown_stale_with_its_loss_and_lag() {
+    let bus = TestBus::up();
+    let mut cmd = bus.cmd(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1000000",
+        "--steps",
+        "10",
+        "--rate",
+        "5000",
+    ]);
+    cmd.env("SNAPBUS_LANE_BYTES", "65536");
+    let demo = Bg::spawn("demo", cmd);
+    let demo_pid = demo.pid();
+    wait_until("the demo is live", WATCHDOG, || {
+        bus.producer(demo_pid)
+            .is_some_and(|p| p["status"] == "live")
+    });
+    let echo = bus.spawn("echo", &["echo", "--from", "latest"]);
+    let pid = echo.pid();
+    echo.json_lines(10);
+    wait_until("the echo reports", WATCHDOG, || {
+        consumer(&bus, pid).is_some_and(|c| c["delivered"].as_u64() > Some(0))
+    });
+    signal(pid, rustix::process::Signal::STOP);
+    let mut seen = Value::Null;
+    wait_until(
+        "ls shows the stopped echo stale, lapped and losing",
+        WATCHDOG,
+        || {
+            seen = consumer(&bus, pid).expect("the echo in ls");
+            seen["status"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("stale (no report for "))
+                && seen["lost"].as_u64() > Some(0)
+                && seen["lag_bytes"].as_u64() > Some(65536)
+        },
+    );
+    assert!(seen["report_age_secs"].as_f64() > Some(5.0), "{seen}");
+    signal(pid, rustix::process::Signal::CONT);
+    wait_until("the echo reports again, with its loss", WATCHDOG, || {
+        consumer(&bus, pid).is_some_and(|c| {
+            c["status"] == "running" && c["lost"].as_u64() > Some(0) && c["damaged"] == 0
+        })
+    });
+    drop(echo);
+    drop(demo);
+}
+
+/// A lane's memfd as the broker holds it, opened read-write through `/proc` (what a stray
+/// write or a bad DIMM could do to the ring).
+fn broker_lane_file(broker: u32) -> std::fs::File {
+    let fds = std::fs::read_dir(format!("/proc/{broker}/fd")).expect("broker fds");
+    for e in fds.map_while(Result::ok) {
+        let target = std::fs::read_link(e.path()).unwrap_or_default();
+        if target.to_string_lossy().contains("memfd:snapbus-lane") {
+            return std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(e.path())
+                .expect("open the lane read-write");
+        }
+    }
+    panic!("no lane memfd in the broker");
+}
+
+fn word_at(f: &std::fs::File, off: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, off).expect("read the lane");
+    u64::from_le_bytes(b)
+}
+
+fn set_word_at(f: &std::fs::File, off: u64, value: u64) {
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&value.to_le_bytes(), off)
+        .expect("write the lane");
+}
+
+/// Ten corrupted commit words in a ring of old records are read past at once (not a stall of
+/// seconds per spot), the records they held counted as damaged, not lost, and shown in `ls`;
+/// a lane whose header is corrupt is refused loudly (the consumer's stderr and `ls`), not
+/// silently left out. (Regression: 10 spots stalled a new reader 42 s, reported as overwrite
+/// loss, and a corrupt header made new consumers say "(0 producers)".)
+#[test]
+fn damaged_frames_are_skipped_fast_and_counted_as_damage() {
+    let bus = TestBus::up();
+    bus.demo(20, 49, 0, &[]);
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as u32;
+    let lane = broker_lane_file(broker);
+    // Header words: capacity (2), data offset (7), claim tail (16).
+    let (cap, data_off, tail) = (word_at(&lane, 16), word_at(&lane, 56), word_at(&lane, 128));
+    assert!(tail < cap, "the ring wrapped");
+    let mut records = Vec::new();
+    let mut pos = 0;
+    while pos < tail {
+        let len_meta = word_at(&lane, data_off + pos + 8);
+        if (len_meta >> 32) as u8 == 1 {
+            records.push(pos);
+        }
+        pos += ((len_meta as u32 as u64) + 7) & !7;
+    }
+    assert_eq!(records.len(), 1000);
+    let last_t = word_at(&lane, data_off + records[999] + 32);
+    let spots: Vec<u64> = (0..10).map(|i| records[50 + i * 97]).collect();
+    for &at in &spots {
+        set_word_at(&lane, data_off + at, 0x0bad_0bad_0bad_0bad);
+    }
+    // The records must be older than a reader's stall timeout (5 s) for their age to prove
+    // that no live writer is still writing them: let them age (time is the condition here).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let age = Duration::from_nanos(now.saturating_sub(last_t));
+    std::thread::sleep(Duration::from_millis(5_500).saturating_sub(age));
+    let t0 = Instant::now();
+    let echo = bus.spawn("echo", &["echo", "--from", "oldest"]);
+    let pid = echo.pid();
+    let first = echo.json_lines(1);
+    let t1 = Instant::now();
+    let rest = echo.json_lines(989);
+    let (all, spread) = (t0.elapsed(), t1.elapsed());
+    assert_eq!(first[0]["seq"], 0);
+    assert!(
+        spread < Duration::from_secs(1) && all < Duration::from_secs(3),
+        "10 damaged spots took {spread:?} to read past ({all:?} in all)"
+    );
+    let seqs: Vec<u64> = first
+        .iter()
+        .chain(&rest)
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    let damaged: Vec<u64> = (0..10).map(|i| 50 + i * 97).collect();
+    let expected: Vec<u64> = (0..1000).filter(|s| !damaged.contains(s)).collect();
+    assert_eq!(seqs, expected);
+    let mut seen = Value::Null;
+    wait_until("ls shows the damage", WATCHDOG, || {
+        seen = consumer(&bus, pid).expect("the echo in ls");
+        seen["delivered"] == 990
+    });
+    assert_eq!(
+        (&seen["damaged"], &seen["lost"], &seen["garbage"]),
+        (&Value::from(10), &Value::from(0), &Value::from(10)),
+        "{seen}"
+    );
+    // A corrupt header: the lane is refused, and said so.
+    set_word_at(&lane, 0, 0x0bad_0bad_0bad_0bad);
+    let late = bus.spawn("late echo", &["echo", "--from", "oldest"]);
+    let line = late.expect_stderr("not reading producer 'demo'");
+    assert!(line.contains("refused"), "{line}");
+    wait_until("ls shows the refused lane", WATCHDOG, || {
+        consumer(&bus, late.pid()).is_some_and(|c| {
+            c["refused"][0]
+                .as_str()
+                .is_some_and(|r| r.contains("'demo'") && r.contains("magic"))
+        })
+    });
+    let text = bus.run(&["ls"]);
+    assert!(
+        text.stdout.contains("refuses producer 'demo'"),
+        "{}",
+        text.stdout
+    );
+}
+
+/// A producer's rate and its schemas' rates come from the same ring timestamps, so they agree;
+/// a producer that closed its lane writes nothing, so its rate and its schemas' are 0.
+/// (Regression: a closed producer's schema still showed ~2000/s, and a live producer 0.0
+/// while its schema showed 1255/s.)
+#[test]
+fn producer_and_schema_rates_agree_and_are_zero_once_closed() {
+    let bus = TestBus::up();
+    let schema_rates = |ls: &Value, id: u64| -> f64 {
+        ls["schemas"]
+            .as_array()
+            .expect("schemas")
+            .iter()
+            .filter(|s| {
+                s["producers"]
+                    .as_array()
+                    .is_some_and(|p| p.contains(&id.into()))
+            })
+            .map(|s| s["rate_hz"].as_f64().expect("rate"))
+            .sum()
+    };
+    let demo = bus.spawn_demo("1000");
+    let pid = demo.pid();
+    wait_until("the producer's rate matches its schemas'", WATCHDOG, || {
+        let ls = bus.ls();
+        let Some(p) = ls["producers"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["info"]["pid"] == pid))
+        else {
+            return false;
+        };
+        let rate = p["rate_hz"].as_f64().expect("rate");
+        let id = p["id"].as_u64().expect("id");
+        rate > 500.0 && (rate - schema_rates(&ls, id)).abs() <= rate * 0.15
+    });
+    drop(demo);
+    bus.demo(1, 400, 1000, &[]);
+    let ls = bus.ls();
+    let closed = ls["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .find(|p| p["status"] == "closed")
+        .expect("a closed producer");
+    let id = closed["id"].as_u64().expect("id");
+    assert_eq!(closed["rate_hz"], 0.0, "{closed}");
+    assert_eq!(schema_rates(&ls, id), 0.0, "{ls}");
+}
+
+/// The bus filter is in force in producers started after it was set, in place of their own
+/// `SNAPBUS_FILTER`, and `ls` says so (the bus filter, each producer's filter in force and its
+/// own); `filter --reset` gives them back their own; an empty directive is refused with a
+/// pointer to `--reset`. (Regression: the override was invisible, there was no way back, and
+/// `filter ''` reset silently.)
+#[test]
+fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
+    let bus = TestBus::up();
+    let out = bus.run(&["filter", "info"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("--reset"), "{}", out.stdout);
+    // Its own filter would silence the demo (it emits at INFO).
+    let mut cmd = bus.cmd(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1000000",
+        "--steps",
+        "10",
+        "--rate",
+        "500",
+    ]);
+    cmd.env("SNAPBUS_FILTER", "warn");
+    let demo = Bg::spawn("demo", cmd);
+    let pid = demo.pid();
+    let frames = |bus: &TestBus| {
+        bus.producer(pid)
+            .and_then(|p| p["frames"].as_u64())
+            .unwrap_or(0)
+    };
+    wait_until(
+        "ls shows the bus filter in force in the demo",
+        WATCHDOG,
+        || {
+            bus.producer(pid)
+                .is_some_and(|p| p["filter"] == "info" && p["own_filter"] == "warn")
+        },
+    );
+    assert_eq!(bus.ls()["filter"], "info");
+    wait_until("the demo emits under the bus filter", WATCHDOG, || {
+        frames(&bus) > 10
+    });
+    let text = bus.run(&["ls"]).stdout;
+    assert!(text.contains("bus filter 'info'"), "{text}");
+    let out = bus.run(&["filter", "--reset"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("removed"), "{}", out.stdout);
+    wait_until("the demo is back on its own filter", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| p["filter"] == "warn")
+    });
+    assert_eq!(bus.ls()["filter"], "");
+    // It reported `warn` after applying it: nothing more is emitted (a record that passed
+    // the old filter a moment before may still be committing: let it land first).
+    std::thread::sleep(Duration::from_millis(100));
+    let before = frames(&bus);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(frames(&bus), before, "records emitted after the reset");
+    for args in [&["filter", ""][..], &["filter", " "][..]] {
+        let out = bus.run(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            out.stderr.contains("snapbus filter --reset"),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    assert_eq!(bus.ls()["filter"], "");
+    drop(demo);
+}
+
+/// `ls` sizes its columns to their cells: with `aggregator-1of3` among short kinds, every
+/// consumer row still has its PID ending and its STATUS starting under the header's.
+/// (Regression: the long kind pushed the rest of its row right.)
+#[test]
+fn ls_columns_line_up_with_long_kinds() {
+    let bus = TestBus::up();
+    let out = bus.run(&["spawn", "aggregator", "-n", "3", "--group-by", "step"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let echo = bus.spawn("echo", &["echo"]);
+    wait_until("four consumers", WATCHDOG, || {
+        bus.ls()["consumers"].as_array().map(Vec::len) == Some(4)
+    });
+    let text = bus.run(&["ls"]).stdout;
+    let section = text
+        .split("CONSUMERS\n")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .expect("a CONSUMERS section");
+    let mut lines = section.lines();
+    let header = lines.next().expect("header");
+    let pid_end = header.find("PID").expect("PID") + 3;
+    let status_at = header.find("STATUS").expect("STATUS");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(text.contains("aggregator-1of3"), "{text}");
+    for row in rows {
+        let b = row.as_bytes();
+        assert!(
+            b[pid_end - 1].is_ascii_digit() && b[pid_end] == b' ',
+            "PID not under its header:\n{header}\n{row}"
+        );
+        assert!(
+            b[status_at - 1] == b' ' && b[status_at] != b' ',
+            "STATUS not under its header:\n{header}\n{row}"
+        );
+    }
+    drop(echo);
+}

@@ -60,7 +60,10 @@
 //! Each handle's level comes from a [`Filter`]: a default level plus `target=level`
 //! directives, where the most specific whole-segment prefix of the handle's target wins and
 //! `.` and `::` are the same separator. `SNAPBUS_FILTER` ([`Filter::from_env`]) sets it at
-//! start-up, [`set_filter`] or `snapbus filter` while running.
+//! start-up, [`set_filter`] or `snapbus filter` while running. The bus filter (`snapbus
+//! filter`) overrides the process's own (`SNAPBUS_FILTER` or the last [`set_filter`]) for as
+//! long as it is set, also in processes started later; `snapbus filter --reset` brings the own
+//! filter back. `snapbus ls` shows both.
 //!
 //! ```
 //! use snapbus::{Filter, Level, LevelFilter};

@@ -52,6 +52,9 @@ struct Target {
 struct Global {
     config: Config,
     filter: RwLock<Filter>,
+    /// The process's own filter (`SNAPBUS_FILTER`, or the last [`set_filter`]): in force
+    /// whenever the bus has no filter of its own (`snapbus filter --reset`).
+    own_filter: RwLock<Filter>,
     targets: Mutex<Vec<Arc<Target>>>,
     /// `fork::generation() + 1` of the process whose watcher thread runs (0: none yet). A
     /// forked child that has no publisher yet starts its own watcher (its parent's thread does
@@ -166,6 +169,7 @@ fn global() -> &'static Global {
         };
         Global {
             config,
+            own_filter: RwLock::new(filter.clone()),
             filter: RwLock::new(filter),
             targets: Mutex::new(Vec::new()),
             watcher_gen: AtomicU64::new(0),
@@ -222,6 +226,7 @@ fn start_watcher(g: &'static Global) {
                 Ok(p) => {
                     p.on_filter(apply_directives);
                     let _ = PUBLISHER.set(p);
+                    report_filter();
                 }
                 Err(e) => eprintln!("snapbus: telemetry stays off: {e}"),
             }
@@ -279,15 +284,44 @@ fn threshold(f: LevelFilter) -> u8 {
 
 /// Applies filter directives from the broker (`snapbus filter`). Invalid ones are ignored
 /// with a message (the CLI validates them before sending).
+/// The bus's filter directives: they override the process's own filter; empty directives
+/// (the bus filter was reset) bring the own filter back.
 fn apply_directives(directives: &str) {
-    match directives.parse::<Filter>() {
-        Ok(f) => set_filter(f),
-        Err(e) => eprintln!("snapbus: ignoring filter from the bus: {e}"),
+    if directives.is_empty() {
+        let own = global().own_filter.read().map(|f| f.clone());
+        if let Ok(own) = own {
+            install(own);
+        }
+    } else {
+        match directives.parse::<Filter>() {
+            Ok(f) => install(f),
+            Err(e) => eprintln!("snapbus: ignoring filter from the bus: {e}"),
+        }
+    }
+    report_filter();
+}
+
+/// Tells the broker the filters in force (for `snapbus ls`).
+fn report_filter() {
+    let g = global();
+    if let (Some(p), Ok(own), Ok(now)) = (PUBLISHER.get(), g.own_filter.read(), g.filter.read()) {
+        p.report_filter(&own.to_string(), &now.to_string());
     }
 }
 
-/// Replaces the level filter of every handle in this process.
+/// Replaces the level filter of every handle in this process; it also becomes the process's
+/// own filter, which `snapbus filter --reset` comes back to (until then, a later `snapbus
+/// filter` overrides it).
 pub fn set_filter(filter: Filter) {
+    if let Ok(mut own) = global().own_filter.write() {
+        *own = filter.clone();
+    }
+    install(filter);
+    report_filter();
+}
+
+/// Puts `filter` in force in every handle of this process.
+fn install(filter: Filter) {
     let g = global();
     if let Ok(targets) = g.targets.lock() {
         for t in targets.iter() {

@@ -9,7 +9,7 @@ mod msg;
 mod socket;
 
 pub use msg::{
-    BusState, ConsumerInfo, ConsumerState, FromBroker, LaneInfo, PROTOCOL_VERSION, ProducerInfo,
-    ProducerState, SchemaState, StartFrom, ToBroker,
+    BusState, ConsumerInfo, ConsumerState, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
+    ProducerInfo, ProducerState, RefusedLane, SchemaState, StartFrom, ToBroker,
 };
 pub use socket::{Conn, ControlError, Listener};

@@ -59,6 +59,29 @@ pub struct LaneInfo {
     pub dead: bool,
 }
 
+/// A consumer's cursor in one lane (in [`ToBroker::ConsumerStats`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneCursor {
+    /// The lane ([`ProducerInfo::lane_id`]).
+    pub lane_id: u64,
+    /// The absolute lane position of the next frame it reads.
+    pub position: u64,
+    /// The sequence number of the next record it expects, once known: every record before it
+    /// was read or counted as lost.
+    pub expected_seq: Option<u64>,
+}
+
+/// A lane a consumer refused to read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedLane {
+    /// The lane ([`ProducerInfo::lane_id`]).
+    pub lane_id: u64,
+    /// Its producer, as `'name' (pid N)`.
+    pub producer: String,
+    /// Why (the validation error).
+    pub reason: String,
+}
+
 /// Messages to the broker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToBroker {
@@ -82,25 +105,37 @@ pub enum ToBroker {
         /// the broker gives it back unless another peer holds it.
         previous_id: Option<u64>,
     },
-    /// A consumer's counters (sent about twice a second).
+    /// A consumer's counters and cursors (sent about twice a second while it reads; a
+    /// consumer that stops sending them is shown stale, and the broker works out from its
+    /// last cursors what the rings have overwritten since).
     ConsumerStats {
         /// Records delivered.
         delivered: u64,
-        /// Records lost (overwritten before they were read).
+        /// Records lost (overwritten before they were read, or left unfinished by a dead
+        /// producer).
         lost: u64,
-        /// Bytes between its cursors and the lanes' tails, summed.
-        lag_bytes: u64,
+        /// Records lost to damaged memory in the rings (garbage where they were), not counted
+        /// in `lost`.
+        damaged: u64,
+        /// Garbage spots skipped in the rings.
+        garbage: u64,
+        /// Where it is in each lane it still reads.
+        lanes: Vec<LaneCursor>,
+        /// Lanes it refused to read (their header did not validate), with why.
+        refused: Vec<RefusedLane>,
     },
     /// The CLI asks for the bus's state.
     Ls {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
     },
-    /// The CLI sets the level filter of every producer (already validated by the CLI).
+    /// The CLI sets the level filter of every producer, present and future, overriding their
+    /// own (already validated by the CLI); empty directives remove the bus filter, and every
+    /// producer goes back to its own (`snapbus filter --reset`).
     SetFilter {
         /// [`PROTOCOL_VERSION`] of the sender.
         version: u32,
-        /// Directives (`SNAPBUS_FILTER` syntax).
+        /// Directives (`SNAPBUS_FILTER` syntax); empty: reset.
         directives: String,
     },
     /// The CLI stops the broker. Supervised consumers are stopped first (SIGTERM; they
@@ -148,6 +183,14 @@ pub enum ToBroker {
         /// The process's exit code.
         exit_code: i32,
     },
+    /// A producer's level filters (after its hello, and whenever they change), for `ls`.
+    ProducerFilter {
+        /// Its own filter (`SNAPBUS_FILTER`, or what the program set), in force whenever the
+        /// bus has no filter.
+        own: String,
+        /// The filter in force now: the bus filter if one is set, else its own.
+        effective: String,
+    },
 }
 
 /// Messages from the broker.
@@ -180,7 +223,7 @@ pub enum FromBroker {
         /// The broker's id for the producer.
         producer_id: u64,
     },
-    /// New filter directives for a producer.
+    /// New filter directives for a producer (empty: go back to your own filter).
     Filter {
         /// Directives.
         directives: String,
@@ -232,6 +275,11 @@ pub struct ProducerState {
     pub dropped: u64,
     /// Lane capacity in bytes.
     pub lane_bytes: u64,
+    /// The level filter in force in the producer (the bus filter if one is set, else its
+    /// own), as it reported it; `None` if it did not (not a `snapbus` telemetry producer).
+    pub filter: Option<String>,
+    /// The producer's own filter (`SNAPBUS_FILTER`), in force whenever the bus has none.
+    pub own_filter: Option<String>,
 }
 
 /// A consumer as `snapbus ls` shows it.
@@ -243,13 +291,24 @@ pub struct ConsumerState {
     pub info: ConsumerInfo,
     /// Records delivered.
     pub delivered: u64,
-    /// Records lost.
+    /// Records lost: those it counted, plus those the rings have overwritten past its last
+    /// reported cursors (which it will count when it reads on).
     pub lost: u64,
-    /// Bytes behind the lanes' tails.
+    /// Records lost to damaged memory in the rings (not in `lost`).
+    pub damaged: u64,
+    /// Garbage spots it skipped in the rings.
+    pub garbage: u64,
+    /// Bytes behind the lanes' tails, from its last reported cursors and the tails now.
     pub lag_bytes: u64,
+    /// Seconds since its last report.
+    pub report_age_secs: f64,
+    /// Lanes it refused to read, as `producer 'name' (pid N): why`.
+    pub refused: Vec<String>,
     /// Started by `snapbus attach` and supervised by the broker.
     pub supervised: bool,
-    /// `running`, or how a supervised consumer ended (`exited 0`, `killed by signal 9`).
+    /// `running`, `stale (no report for N s)` (it stopped reporting: stopped, hung or stuck
+    /// in its own code), or how a supervised consumer ended (`exited 0`, `killed by signal
+    /// 9`).
     pub status: String,
     /// A supervised consumer's output.
     pub log: Option<String>,
@@ -284,7 +343,9 @@ pub struct BusState {
     pub bus: String,
     /// The broker's pid.
     pub broker_pid: u32,
-    /// Filter directives in force (empty: the producers' own).
+    /// The bus filter: directives in force in every producer, present and future, overriding
+    /// their own `SNAPBUS_FILTER` until `snapbus filter --reset` (empty: none, every producer
+    /// uses its own).
     pub filter: String,
     /// Producers, live and recently dead.
     pub producers: Vec<ProducerState>,

@@ -57,6 +57,8 @@ fn io_err(op: &'static str) -> impl FnOnce(rustix::io::Errno) -> ControlError {
 #[derive(Debug)]
 pub struct Conn {
     fd: OwnedFd,
+    /// Receive buffer: empty until a message arrives, then as large as the largest message
+    /// received (at most [`MAX_MESSAGE`]), so an idle connection costs no buffer.
     buf: Vec<u8>,
 }
 
@@ -90,7 +92,7 @@ impl Conn {
     fn from_fd(fd: OwnedFd) -> Conn {
         Conn {
             fd,
-            buf: vec![0; MAX_MESSAGE],
+            buf: Vec::new(),
         }
     }
 
@@ -148,6 +150,25 @@ impl Conn {
     pub fn try_recv<T: DeserializeOwned>(
         &mut self,
     ) -> Result<Option<(T, Vec<OwnedFd>)>, ControlError> {
+        // The next packet's length first (`MSG_PEEK | MSG_TRUNC` returns a datagram's real
+        // length and leaves it, with its fds, queued), so the buffer grows only to what arrives.
+        let mut none = [io::IoSliceMut::new(&mut [])];
+        let mut no_control = RecvAncillaryBuffer::new(&mut []);
+        let len = match rustix::net::recvmsg(
+            &self.fd,
+            &mut none,
+            &mut no_control,
+            RecvFlags::DONTWAIT | RecvFlags::PEEK | RecvFlags::TRUNC,
+        ) {
+            Ok(got) => got.bytes,
+            Err(rustix::io::Errno::AGAIN) => return Ok(None),
+            Err(rustix::io::Errno::CONNRESET) => return Err(ControlError::Closed),
+            Err(e) => return Err(io_err("recvmsg")(e)),
+        };
+        let want = len.clamp(1, MAX_MESSAGE);
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let mut iov = [io::IoSliceMut::new(&mut self.buf)];

@@ -66,8 +66,9 @@ pub struct Frame<'a> {
 pub enum Poll<'a> {
     /// The next record.
     Frame(Frame<'a>),
-    /// Exactly this many records of the lane were overwritten (or lost with a dead writer)
-    /// before this reader could read them. Reported just before the next delivered record.
+    /// Exactly this many records of the lane were overwritten (or lost with a dead writer, or
+    /// lost in damaged memory: see [`ReaderStats::damaged`]) before this reader could read
+    /// them. Reported just before the next delivered record.
     Lagged(u64),
     /// Nothing new.
     Empty,
@@ -85,6 +86,10 @@ pub struct ReaderStats {
     pub delivered: u64,
     /// Records lost: overwritten before being read, or holes left by a dead writer.
     pub lost: u64,
+    /// Records lost to damage: the sequence gap across garbage that was skipped (frames whose
+    /// commit word or header is invalid). Not counted in `lost`; reported by the same
+    /// [`Poll::Lagged`].
+    pub damaged: u64,
     /// Times the reader was lapped and resynced.
     pub lapped: u64,
     /// Copies discarded because the frame was overwritten while being read (a reader that
@@ -192,6 +197,9 @@ struct Cursor {
     /// A frame found claimed but uncommitted: its position, the polls that found it so, and
     /// when the stall timeout started counting.
     stalled_since: Option<(u64, u32, Option<Instant>)>,
+    /// Garbage was skipped since the last accepted frame (and no lap happened): the next
+    /// sequence gap is damage, not overwrite.
+    damage_pending: bool,
 }
 
 /// The lane's `claim_tail` (Acquire).
@@ -220,6 +228,7 @@ impl<M: LaneMem> LaneReader<M> {
             writer_gone: false,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             stalled_since: None,
+            damage_pending: false,
         };
         let tail = tail_of(&lane);
         r.known_tail = tail;
@@ -286,6 +295,13 @@ impl<M: LaneMem> LaneReader<M> {
     /// The absolute position of the next frame to read.
     pub fn position(&self) -> u64 {
         self.cur.pos
+    }
+
+    /// The sequence number the next record should have, once known (a record was read, or
+    /// the reader started at the lane's beginning): records of the lane before it were read
+    /// or counted as lost.
+    pub fn expected_seq(&self) -> Option<u64> {
+        self.cur.next_seq.map(|(seq, _)| seq)
     }
 
     /// Whether the lane has claimed bytes ahead of the cursor (a cheap check before sleeping).
@@ -468,6 +484,7 @@ impl Cursor {
                     self.resync(lane, tail_of(lane));
                 } else {
                     self.stats.garbage += 1;
+                    self.damage_pending = true;
                     self.skip_garbage(lane, tail);
                 }
                 continue;
@@ -529,11 +546,16 @@ impl Cursor {
                         Some(_) => {
                             // Sequence numbers only grow within a lane: this is garbage.
                             self.stats.garbage += 1;
+                            self.damage_pending = true;
                             continue;
                         }
                         None => 0,
                     };
-                    self.stats.lost += lost;
+                    if std::mem::take(&mut self.damage_pending) {
+                        self.stats.damaged += lost;
+                    } else {
+                        self.stats.lost += lost;
+                    }
                     if is_data && !wanted {
                         self.stats.filtered += 1;
                     }
@@ -569,6 +591,9 @@ impl Cursor {
     /// After a lap: jump to the oldest frame boundary that is safe to read.
     fn resync<M: LaneMem>(&mut self, lane: &Lane<M>, tail: u64) {
         self.stats.lapped += 1;
+        // The gap up to the next frame is overwrite (damage skipped before it, if any, cannot
+        // be told apart from it any more).
+        self.damage_pending = false;
         self.known_tail = tail;
         self.pos = self.oldest_boundary(lane, tail);
     }
@@ -606,8 +631,15 @@ impl Cursor {
         tail
     }
 
-    /// The frame at `pos` is claimed but not committed. If its writer is gone, or it has been
-    /// stuck longer than the stall timeout, skip it (counted as a hole) and return `true`.
+    /// The frame at `pos` is claimed but not committed (`busy`: its commit word says so; else
+    /// the word is neither committed nor BUSY: a claim whose header is not written yet, or
+    /// garbage). If its writer is gone, or it has been stuck longer than the stall timeout,
+    /// skip it and return `true`: counted as a hole if it is BUSY or its writer is gone,
+    /// otherwise as garbage (its record, if it was one, then counts as damaged).
+    ///
+    /// How long it has been stuck is known at once from the lane's own timestamps when a
+    /// frame begun after it is in the ring (see [`claimed_before`]), so garbage in old history
+    /// is skipped without waiting; otherwise the reader's clock measures the stall.
     fn maybe_skip_hole<M: LaneMem>(&mut self, lane: &Lane<M>, busy: bool, tail: u64) -> bool {
         if !self.writer_gone
             && lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
@@ -624,14 +656,21 @@ impl Cursor {
                     if *polls < STALL_POLLS && !timeout.is_zero() {
                         return false;
                     }
-                    let now = Instant::now();
-                    match since {
-                        None => {
-                            *since = Some(now);
-                            return false;
+                    let stalled_by_lane_clock = claimed_before(lane, self.pos, busy, tail)
+                        .is_some_and(|t| {
+                            let age = super::now_realtime_nanos().saturating_sub(t);
+                            u128::from(age) >= timeout.as_nanos()
+                        });
+                    if !stalled_by_lane_clock {
+                        let now = Instant::now();
+                        match since {
+                            None => {
+                                *since = Some(now);
+                                return false;
+                            }
+                            Some(s) if now.duration_since(*s) < timeout => return false,
+                            Some(_) => {}
                         }
-                        Some(s) if now.duration_since(*s) < timeout => return false,
-                        Some(_) => {}
                     }
                 }
                 _ => {
@@ -640,8 +679,13 @@ impl Cursor {
                 }
             }
         }
-        self.stats.holes += 1;
         self.stalled_since = None;
+        if busy || self.writer_gone {
+            self.stats.holes += 1;
+        } else {
+            self.stats.garbage += 1;
+            self.damage_pending = true;
+        }
         let g = lane.geo;
         if busy {
             // The length was written before BUSY: skip exactly this frame if it is sane.
@@ -685,4 +729,50 @@ impl Cursor {
         let next = self.boundary_at_or_after(lane, self.pos.saturating_add(1), tail);
         self.pos = next.max(self.pos.saturating_add(8));
     }
+}
+
+/// The claim time of the frame at `pos` (claimed, not committed), or a time it was claimed at
+/// or before, from the lane's own header words: a BUSY frame's own `t_nanos` (written before
+/// BUSY), else that of the first frame begun after it within `max_frame` (a frame is no
+/// longer, so a real claim at `pos` ends before it): claims are made in position order with
+/// non-decreasing times, so a claim at `pos` is no younger. Padding (no time) and anything
+/// insane is passed over; `None` when nothing proves a time.
+fn claimed_before<M: LaneMem>(lane: &Lane<M>, pos: u64, busy: bool, tail: u64) -> Option<u64> {
+    let g = lane.geo;
+    let header_fits = |q: u64| (q & (g.capacity - 1)) + FRAME_HEADER_LEN as u64 <= g.capacity;
+    // A frame's time, if it is a begun (BUSY) or committed DATA, ABORTED or end-of-stream
+    // frame at `q`.
+    let time_at = |q: u64| -> Option<u64> {
+        if !header_fits(q) {
+            return None;
+        }
+        let c = lane
+            .word(g.frame_word(q, fw::COMMIT))
+            .load(Ordering::Acquire);
+        if c != g.tag(q) && c != g.tag(q) ^ BUSY {
+            return None;
+        }
+        let len_meta = lane
+            .word(g.frame_word(q, fw::LEN_META))
+            .load(Ordering::Relaxed);
+        match FrameKind::from_u8((len_meta >> 32) as u8) {
+            Some(FrameKind::Data | FrameKind::Aborted | FrameKind::EndOfStream) => Some(
+                lane.word(g.frame_word(q, fw::T_NANOS))
+                    .load(Ordering::Relaxed),
+            ),
+            Some(FrameKind::Pad) | None => None,
+        }
+    };
+    if busy {
+        return time_at(pos);
+    }
+    let limit = pos.saturating_add(g.max_frame).min(tail);
+    let mut q = pos.saturating_add(8);
+    while q < limit {
+        if let Some(t) = time_at(q) {
+            return Some(t);
+        }
+        q += 8;
+    }
+    None
 }

@@ -1,5 +1,8 @@
-//! `snapbus filter DIRECTIVES`: set the level filter of every producer on the bus (and of
-//! producers that join later), without restarting anything.
+//! `snapbus filter DIRECTIVES` / `snapbus filter --reset`: set or remove the bus filter.
+//!
+//! The rule: while the bus has a filter, it is in force in every producer on the bus, running
+//! or started later, in place of the producer's own `SNAPBUS_FILTER`; `--reset` removes it and
+//! every producer goes back to its own. `snapbus ls` shows both.
 
 use anyhow::{Context, bail};
 use snapbus::Filter;
@@ -9,12 +12,21 @@ use crate::bus::{bus_dir, request};
 use crate::cli::FilterArgs;
 
 pub(crate) fn run(args: &FilterArgs) -> anyhow::Result<()> {
-    let filter: Filter = args
-        .directives
-        .parse()
-        .context("invalid filter directives")?;
+    // Empty directives are the protocol's reset; a user's empty string is more likely a
+    // mistake (an unset shell variable) than a wish to reset, so it is refused.
+    let canonical = match (&args.directives, args.reset) {
+        (_, true) => String::new(),
+        (Some(d), false) if d.trim().is_empty() => bail!(
+            "empty filter directives: give a level or TARGET=LEVEL items (e.g. 'info'), or \
+             use `snapbus filter --reset` to give producers back their own SNAPBUS_FILTER"
+        ),
+        (Some(d), false) => d
+            .parse::<Filter>()
+            .context("invalid filter directives")?
+            .to_string(),
+        (None, false) => bail!("give filter directives, or --reset"),
+    };
     let dir = bus_dir(&args.bus)?;
-    let canonical = filter.to_string();
     match request(
         &dir,
         &ToBroker::SetFilter {
@@ -22,8 +34,19 @@ pub(crate) fn run(args: &FilterArgs) -> anyhow::Result<()> {
             directives: canonical.clone(),
         },
     )? {
+        FromBroker::Ok if canonical.is_empty() => {
+            println!(
+                "bus filter of '{}' removed: every producer uses its own SNAPBUS_FILTER",
+                dir.name()
+            );
+            Ok(())
+        }
         FromBroker::Ok => {
-            println!("filter '{canonical}' set on bus '{}'", dir.name());
+            println!(
+                "filter '{canonical}' set on bus '{}': in force in every producer, now and \
+                 later, until `snapbus filter --reset`",
+                dir.name()
+            );
             Ok(())
         }
         other => bail!("unexpected reply from the broker: {other:?}"),

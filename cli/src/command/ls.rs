@@ -1,4 +1,11 @@
 //! `snapbus ls`: producers, consumers and schemas on a bus, with rates, lag and losses.
+//!
+//! Loss is split in two: LOST (overwritten before it was read, or left unfinished by a dead
+//! producer) and DAMAGED (garbage in the ring where records were). A consumer's LOST and LAG
+//! come from its last reported cursors and the rings as they are now, so a consumer that
+//! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
+//! shown `stale`. FILTER is the level filter in force in a producer: the bus filter while one
+//! is set (`snapbus filter`), else the producer's own `SNAPBUS_FILTER`.
 
 use std::io::Write;
 
@@ -7,7 +14,79 @@ use anyhow::Context;
 use crate::bus::{bus_dir, state};
 use crate::cli::LsArgs;
 
+/// A column's alignment.
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// A text table whose columns are as wide as their widest cell; the last column is not padded.
+struct Table {
+    columns: Vec<(&'static str, Align)>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(columns: &[(&'static str, Align)]) -> Table {
+        Table {
+            columns: columns.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let widths: Vec<usize> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (head, _))| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(i))
+                    .map(|c| c.chars().count())
+                    .chain([head.len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |out: &mut dyn Write, cells: &mut dyn Iterator<Item = &str>| {
+            let mut text = String::new();
+            for (i, cell) in cells.enumerate() {
+                let (_, align) = self.columns[i];
+                let last = i + 1 == self.columns.len();
+                if i > 0 {
+                    text.push_str("  ");
+                }
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                match (align, last) {
+                    (Align::Left, true) => text.push_str(cell),
+                    (Align::Left, false) => {
+                        text.push_str(cell);
+                        text.extend(std::iter::repeat_n(' ', pad));
+                    }
+                    (Align::Right, _) => {
+                        text.extend(std::iter::repeat_n(' ', pad));
+                        text.push_str(cell);
+                    }
+                }
+            }
+            writeln!(out, "{}", text.trim_end())
+        };
+        line(out, &mut self.columns.iter().map(|(h, _)| *h))?;
+        for r in &self.rows {
+            line(out, &mut r.iter().map(String::as_str))?;
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
+    use Align::{Left, Right};
     let dir = bus_dir(&args.bus)?;
     let s = state(&dir)?;
     let mut out = std::io::stdout().lock();
@@ -22,35 +101,58 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         s.bus,
         s.broker_pid,
         if s.filter.is_empty() {
-            String::new()
+            ", no bus filter (each producer uses its own)".to_owned()
         } else {
-            format!(", filter '{}'", s.filter)
+            format!(
+                ", bus filter '{}' (in force in every producer until `snapbus filter --reset`)",
+                s.filter
+            )
         }
     )?;
     writeln!(out, "\nPRODUCERS")?;
-    writeln!(
-        out,
-        "{:>4}  {:<20} {:>8}  {:<12} {:>12} {:>10} {:>8}  TAGS",
-        "ID", "NAME", "PID", "STATUS", "RECORDS", "RATE/s", "DROPPED"
-    )?;
+    let mut t = Table::new(&[
+        ("ID", Right),
+        ("NAME", Left),
+        ("PID", Right),
+        ("STATUS", Left),
+        ("RECORDS", Right),
+        ("RATE/s", Right),
+        ("DROPPED", Right),
+        ("FILTER", Left),
+        ("TAGS", Left),
+    ]);
     for p in &s.producers {
         let tags = [&p.info.session_tag, &p.info.perf_tag]
             .iter()
             .filter_map(|t| t.as_deref())
             .collect::<Vec<_>>()
             .join(",");
-        writeln!(
-            out,
-            "{:>4}  {:<20} {:>8}  {:<12} {:>12} {:>10.1} {:>8}  {}",
-            p.id, p.info.name, p.info.pid, p.status, p.frames, p.rate_hz, p.dropped, tags
-        )?;
+        t.row(vec![
+            p.id.to_string(),
+            p.info.name.clone(),
+            p.info.pid.to_string(),
+            p.status.clone(),
+            p.frames.to_string(),
+            format!("{:.1}", p.rate_hz),
+            p.dropped.to_string(),
+            p.filter.clone().unwrap_or_else(|| "-".into()),
+            tags,
+        ]);
     }
+    t.write(&mut out)?;
     writeln!(out, "\nCONSUMERS")?;
-    writeln!(
-        out,
-        "{:>4}  {:<12} {:>8} {:<30} {:>12} {:>10} {:>12}  SUBSCRIPTIONS",
-        "ID", "KIND", "PID", "STATUS", "DELIVERED", "LOST", "LAG BYTES"
-    )?;
+    let mut t = Table::new(&[
+        ("ID", Right),
+        ("KIND", Left),
+        ("PID", Right),
+        ("STATUS", Left),
+        ("DELIVERED", Right),
+        ("LOST", Right),
+        ("DAMAGED", Right),
+        ("LAG BYTES", Right),
+        ("SUBSCRIPTIONS", Left),
+    ]);
+    let mut refused = Vec::new();
     for c in &s.consumers {
         let subs = if c.info.subscriptions.is_empty() {
             "*".to_owned()
@@ -62,36 +164,97 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         } else {
             c.status.clone()
         };
-        writeln!(
-            out,
-            "{:>4}  {:<12} {:>8} {:<30} {:>12} {:>10} {:>12}  {}",
-            c.id, c.info.kind, c.info.pid, status, c.delivered, c.lost, c.lag_bytes, subs
-        )?;
+        t.row(vec![
+            c.id.to_string(),
+            c.info.kind.clone(),
+            c.info.pid.to_string(),
+            status,
+            c.delivered.to_string(),
+            c.lost.to_string(),
+            c.damaged.to_string(),
+            c.lag_bytes.to_string(),
+            subs,
+        ]);
+        refused.extend(
+            c.refused
+                .iter()
+                .map(|r| format!("consumer {} refuses {r}", c.id)),
+        );
+    }
+    t.write(&mut out)?;
+    for r in refused {
+        writeln!(out, "  ! {r}")?;
     }
     writeln!(out, "\nSCHEMAS")?;
-    writeln!(
-        out,
-        "{:<32} {:>4}  {:<16} {:>10} {:>10}  PRODUCERS",
-        "ID", "VER", "FINGERPRINT", "RATE/s", "IN RINGS"
-    )?;
+    let mut t = Table::new(&[
+        ("ID", Left),
+        ("VER", Right),
+        ("FINGERPRINT", Left),
+        ("RATE/s", Right),
+        ("IN RINGS", Right),
+        ("PRODUCERS", Left),
+    ]);
     for sc in &s.schemas {
         let producers: Vec<String> = sc.producers.iter().map(u64::to_string).collect();
-        writeln!(
-            out,
-            "{:<32} {:>4}  {:<16} {:>10.1} {:>10}  {}{}",
-            sc.id,
-            sc.version,
-            sc.fingerprint,
-            sc.rate_hz,
-            sc.in_rings,
-            producers.join(","),
-            if sc.conflict {
-                "  CONFLICT: another descriptor has this id and version"
-            } else {
-                ""
-            }
-        )?;
+        t.row(vec![
+            sc.id.clone(),
+            sc.version.to_string(),
+            sc.fingerprint.clone(),
+            format!("{:.1}", sc.rate_hz),
+            sc.in_rings.to_string(),
+            format!(
+                "{}{}",
+                producers.join(","),
+                if sc.conflict {
+                    "  CONFLICT: another descriptor has this id and version"
+                } else {
+                    ""
+                }
+            ),
+        ]);
     }
+    t.write(&mut out)?;
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Align, Table};
+
+    /// Every column starts at the same character in every line, whatever the width of its
+    /// cells (regression: `aggregator-1of3` pushed the rest of its row right).
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell() {
+        let mut t = Table::new(&[
+            ("ID", Align::Right),
+            ("KIND", Align::Left),
+            ("PID", Align::Right),
+            ("STATUS", Align::Left),
+        ]);
+        t.row(vec![
+            "1".into(),
+            "echo".into(),
+            "42".into(),
+            "running".into(),
+        ]);
+        t.row(vec![
+            "12".into(),
+            "aggregator-1of3".into(),
+            "123456".into(),
+            "stale (no report for 7 s)".into(),
+        ]);
+        let mut out = Vec::new();
+        t.write(&mut out).expect("write");
+        let text = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "ID  KIND                PID  STATUS",
+                " 1  echo                 42  running",
+                "12  aggregator-1of3  123456  stale (no report for 7 s)",
+            ]
+        );
+    }
 }
