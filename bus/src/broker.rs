@@ -196,6 +196,10 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         broker.turn(&listener);
     }
     eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
+    if !broker.keep_consumers {
+        // A plain `down` ends the bus filter; a crash or `down --keep-consumers` does not.
+        broker.filter.clear();
+    }
     broker.stop_supervised(broker.keep_consumers);
     // Remove the socket and lock; lanes are memfds and go with their last holder. The logs
     // (broker.log, consumer-<id>.log) stay for the user to read, and the state file for the
@@ -355,6 +359,7 @@ impl Broker {
             }
             ToBroker::SetFilter { directives, .. } => {
                 self.filter = directives.clone();
+                self.dirty = true;
                 for p in &self.producers {
                     if let Some(c) = &p.conn {
                         let _ = c.send(

@@ -331,12 +331,7 @@ impl Publisher {
         // Under the hook's lock: directives stored before it are applied here, and those
         // stored after it wait for the lock and go to the new hook (`apply_filter`).
         if let Ok(mut h) = p.inner.on_filter.lock() {
-            let last = p
-                .inner
-                .last_directives
-                .lock()
-                .ok()
-                .and_then(|d| d.clone());
+            let last = p.inner.last_directives.lock().ok().and_then(|d| d.clone());
             if let Some(d) = last {
                 hook(&d);
             }

@@ -37,7 +37,8 @@ pub(crate) enum Command {
     /// The rule: while the bus has a filter, it is in force in every producer on the bus,
     /// present and future, in place of the producer's own `SNAPBUS_FILTER`; `snapbus filter
     /// --reset` removes it and every producer goes back to its own. `snapbus ls` shows the
-    /// bus filter and each producer's filter in force. A restarted broker starts without one.
+    /// bus filter and each producer's filter in force. The bus filter outlives a broker crash
+    /// and `down --keep-consumers`; a plain `down` ends it.
     Filter(FilterArgs),
     /// Run a simulated experiment with deterministic values on a bus.
     Demo(DemoArgs),

@@ -933,6 +933,28 @@ fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
     });
     let text = bus.run(&["ls"]).stdout;
     assert!(text.contains("bus filter 'info'"), "{text}");
+    // The bus filter outlives a broker crash: the next broker has it and tells the producers.
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
+    let broker = rustix::process::Pid::from_raw(broker).expect("pid");
+    rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
+    wait_until("the broker is gone", WATCHDOG, || {
+        !bus.run(&["ls"]).status.success()
+    });
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        bus.ls()["filter"],
+        "info",
+        "the restarted broker kept the bus filter"
+    );
+    wait_until(
+        "the rejoined demo is still under the bus filter",
+        WATCHDOG,
+        || {
+            bus.producer(pid)
+                .is_some_and(|p| p["status"] == "live" && p["filter"] == "info")
+        },
+    );
     let out = bus.run(&["filter", "--reset"]);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("removed"), "{}", out.stdout);

@@ -293,14 +293,21 @@ fn a_damaged_state_file_is_reported_and_the_bus_starts_anyway() {
 #[test]
 fn a_failed_attach_leaves_no_consumer_no_log_and_no_restarts() {
     let bus = TestBus::up();
+    // Refused by the caller before anything is started (the output directory is checked).
     let out = bus.run(&["attach", "recorder", "-o", "/nonexistent-dir/r.mcap"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("nonexistent-dir"), "{}", out.stderr);
+    // Started by the broker, failing before it subscribed: the port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let out = bus.run(&["attach", "plotter", "--port", &port]);
     assert!(!out.status.success());
     assert!(
         out.stderr.contains("before it subscribed"),
         "{}",
         out.stderr
     );
-    assert!(out.stderr.contains("nonexistent-dir"), "{}", out.stderr);
+    assert!(out.stderr.contains("port in use"), "{}", out.stderr);
     let consumers = bus.ls()["consumers"].clone();
     assert_eq!(consumers, Value::Array(Vec::new()), "{consumers}");
     assert_eq!(logs(&bus_dir(&bus)), Vec::<String>::new());

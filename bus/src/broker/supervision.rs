@@ -50,7 +50,7 @@ pub const KEEP_ENDED_ENV: &str = "SNAPBUS_KEEP_ENDED";
 /// [`report_exit`] says the exit code.
 pub const SUPERVISED_ENV: &str = "SNAPBUS_SUPERVISED_BY";
 /// Format version of the state file.
-const STATE_FORMAT: u32 = 1;
+const STATE_FORMAT: u32 = 2;
 
 /// A consumer process the broker started (`snapbus attach`) and watches.
 pub(super) struct Supervised {
@@ -158,6 +158,9 @@ enum Target {
 struct SavedState {
     format: u32,
     next_id: u64,
+    /// The bus filter (`snapbus filter`): it outlives a broker crash and `down
+    /// --keep-consumers`, not a plain `down`.
+    filter: String,
     supervised: Vec<SavedSupervised>,
 }
 
@@ -269,6 +272,7 @@ impl Broker {
             }
         };
         self.next_id = self.next_id.max(saved.next_id);
+        self.filter = saved.filter;
         let now = Instant::now();
         for v in saved.supervised {
             let mut s = Supervised {
@@ -334,6 +338,7 @@ impl Broker {
         let saved = SavedState {
             format: STATE_FORMAT,
             next_id: self.next_id,
+            filter: self.filter.clone(),
             supervised: self
                 .supervised
                 .iter()
