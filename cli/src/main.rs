@@ -17,7 +17,13 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("snapbus: error: {err:#}");
-            ExitCode::FAILURE
+            if command::record::is_permanent_write_error(&err) {
+                // A full disk or an unwritable place: a supervised recorder must not be
+                // restarted into it.
+                ExitCode::from(snapbus_bus::runtime::EXIT_NO_RESTART as u8)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -61,10 +61,10 @@ fn record_to_end(bus: &Bus, path: &Path, rotate: Option<u64>) -> (u64, Vec<PathB
         path: path.to_owned(),
         rotate_bytes: rotate,
         writer: WriterOptions::new("recorder", "test"),
+        start: StartFrom::Oldest,
     })
     .expect("create");
-    let mut opts = RunOptions::new("recorder");
-    opts.start = StartFrom::Oldest;
+    let mut opts = rec.run_options("recorder");
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run(bus.dir(), &opts, &mut rec, None).expect("run");
@@ -370,6 +370,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
             path: path.clone(),
             rotate_bytes: None,
             writer: WriterOptions::new("recorder", "test"),
+            start: StartFrom::Latest,
         })
         .expect("create"),
         gate: Some(go_rx),

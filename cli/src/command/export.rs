@@ -97,6 +97,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let mut losses = 0u64;
     let mut bad = Undecodable::default();
     let mut damage = None;
+    let mut skipped = 0u64;
     for item in first.into_iter().chain(reader) {
         let item = match item {
             Ok(item) => item,
@@ -141,6 +142,10 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
                 losses += 1;
             }
             Item::Metadata { name, fields } => sink.metadata(&name, &fields)?,
+            Item::Damaged(d) => {
+                eprintln!("snapbus export: {}: {d}", args.file.display());
+                skipped += 1;
+            }
         }
     }
     let files = sink.finish()?;
@@ -156,6 +161,14 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
                 args.file.display()
             )
         });
+    }
+    if skipped > 0 {
+        bail!(
+            "{} is damaged: {skipped} damaged part{} skipped (see above); every other record \
+             was exported",
+            args.file.display(),
+            if skipped == 1 { " was" } else { "s were" }
+        );
     }
     if let Some(first) = bad.first {
         bail!(

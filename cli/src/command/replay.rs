@@ -103,8 +103,15 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             String::new()
         },
     );
+    for d in &summary.damaged {
+        eprintln!("snapbus replay: {d}");
+    }
     match failure {
         Some(e) => Err(e.context("the rest of the recording was not replayed")),
+        None if !summary.damaged.is_empty() => bail!(
+            "{} damaged part(s) skipped (see above); every other record was replayed",
+            summary.damaged.len()
+        ),
         None => Ok(()),
     }
 }
@@ -112,6 +119,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
 /// `--print`: JSON lines, no bus, no timing.
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    let mut skipped = 0u64;
     for f in &args.files {
         for item in open(f)? {
             let item = match item {
@@ -138,9 +146,17 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                     );
                 }
                 Item::Metadata { .. } => {}
+                Item::Damaged(d) => {
+                    out.flush()?;
+                    eprintln!("snapbus replay: {}: {d}", f.display());
+                    skipped += 1;
+                }
             }
         }
     }
     out.flush()?;
+    if skipped > 0 {
+        bail!("{skipped} damaged part(s) skipped (see above); every other record was printed");
+    }
     Ok(())
 }

@@ -58,6 +58,15 @@ fuzz_target!(|data: &[u8]| {
             Ok(Item::Metadata { name, fields }) => {
                 let _ = (name.len(), fields.len());
             }
+            Ok(Item::Damaged(d)) => {
+                assert!(
+                    d.offset.saturating_add(d.len) <= len,
+                    "damage {}+{} beyond {len}",
+                    d.offset,
+                    d.len
+                );
+                let _ = d.to_string();
+            }
             Err(e) => {
                 assert!(
                     e.offset <= len,
