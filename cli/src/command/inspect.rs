@@ -280,9 +280,9 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
     if let Some(e) = damage {
         return Err(anyhow::anyhow!("{}: {e}", args.file.display()));
     }
-    if !skipped.is_empty() {
+    if let Some(d) = skipped.first() {
         anyhow::bail!(
-            "{}: {} damaged part{} skipped; everything else was read",
+            "{}: {} damaged part{} skipped (the first {d}); everything else was read",
             args.file.display(),
             skipped.len(),
             if skipped.len() == 1 { " was" } else { "s were" }

@@ -193,7 +193,8 @@ impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "bytes {}..{} ({} bytes) are damaged and were skipped: {}",
+            "damaged at byte offset {}: bytes {}..{} ({} bytes) were skipped: {}",
+            self.offset,
             self.offset,
             self.offset + self.len,
             self.len,

@@ -249,6 +249,9 @@ impl RecordingWriter {
             env!("CARGO_PKG_VERSION").to_owned(),
         );
         w.metadata(RECORDING_METADATA, meta)?;
+        // The header is in the file: a write that fails later cuts the file back to here at
+        // most.
+        w.flush()?;
         Ok(w)
     }
 
