@@ -512,10 +512,10 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     }
     w.finish().expect("finish");
     let mut bytes = std::fs::read(&path).expect("read");
-    // Inside a chunk: in the payload of record 1000.
+    // Inside a chunk: in the payload of record 1000 (its note is 1000 % 9 = 1 long).
     let needle = Tick {
         i: 1000,
-        note: "n".repeat(1000 % 9),
+        note: "n".to_owned(),
     }
     .encode_to_vec()
     .expect("encode");
@@ -541,7 +541,12 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     assert_eq!(v["records"], n - lost, "every other record is read: {v}");
     assert_eq!(v["complete"], true, "read through the footer: {v}");
     assert!(v["damage"].is_null(), "{v}");
-    assert!(!v["loss_verdict"].as_str().expect("verdict").starts_with("none"));
+    assert!(
+        !v["loss_verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("none")
+    );
     let text = bus.run(&["inspect", s(&path)]);
     assert!(
         text.stdout
@@ -554,7 +559,11 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         "{}",
         text.stdout
     );
-    assert!(text.stderr.contains("1 damaged part was skipped"), "{}", text.stderr);
+    assert!(
+        text.stderr.contains("1 damaged part was skipped"),
+        "{}",
+        text.stderr
+    );
 
     let (lines, ok, stderr) = printed(&bus, &path);
     assert!(!ok, "replay --print of a damaged file fails at the end");
@@ -568,18 +577,19 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
 
     let exported = out_path("chunky.jsonl");
     let out = bus.run(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
-    assert!(!out.status.success(), "export of a damaged file fails at the end");
     assert!(
-        out.stderr.contains(&format!("damaged at byte offset {offset}")),
+        !out.status.success(),
+        "export of a damaged file fails at the end"
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("damaged at byte offset {offset}")),
         "{}",
         out.stderr
     );
     assert!(out.stderr.contains("every other record"), "{}", out.stderr);
     let rows = std::fs::read_to_string(&exported).expect("export output");
-    let records = rows
-        .lines()
-        .filter(|l| l.contains("\"cli.tick\""))
-        .count() as u64;
+    let records = rows.lines().filter(|l| l.contains("\"cli.tick\"")).count() as u64;
     assert_eq!(records, n - lost, "every other record is exported");
 }
 
@@ -599,7 +609,8 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     let out = bus.run(&["snapshot", "-o", s(&full)]);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(
-        out.stderr.contains("earlier records were already overwritten"),
+        out.stderr
+            .contains("earlier records were already overwritten"),
         "{}",
         out.stderr
     );
@@ -613,10 +624,14 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
         "{}",
         out.stdout
     );
-    let v: Value =
-        serde_json::from_str(bus.run(&["inspect", "--json", s(&full)]).stdout.trim()).expect("JSON");
+    let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&full)]).stdout.trim())
+        .expect("JSON");
     let h = &v["histories"][0];
-    let first: u64 = h["first_seq"].as_str().expect("first_seq").parse().expect("n");
+    let first: u64 = h["first_seq"]
+        .as_str()
+        .expect("first_seq")
+        .parse()
+        .expect("n");
     assert!(first > 0, "{v}");
     assert_eq!(h["overwritten"], first.to_string(), "{v}");
 
@@ -626,7 +641,11 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     let out = bus.run(&["inspect", s(&window)]);
     let losses = losses_section(&out.stdout);
     assert!(!losses.contains("none"), "{}", out.stdout);
-    assert!(losses.contains("where the recording's window starts"), "{}", out.stdout);
+    assert!(
+        losses.contains("where the recording's window starts"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
@@ -646,7 +665,15 @@ cp "$1/s.mcap" "$3"
 exit $rc"#;
     let out = crate::util::run_cmd(
         std::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
             .arg(&mnt)
             .arg(env!("CARGO_BIN_EXE_snapbus"))
             .arg(&kept)
@@ -670,18 +697,27 @@ exit $rc"#;
         "{}",
         out.stderr
     );
-    assert!(!out.stderr.contains("attempted another write"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("attempted another write"),
+        "{}",
+        out.stderr
+    );
     let out = bus.run(&["inspect", s(&kept)]);
-    assert!(!out.status.success(), "a cut file is an error: {}", out.stdout);
+    assert!(
+        !out.status.success(),
+        "a cut file is an error: {}",
+        out.stdout
+    );
     assert!(!out.stdout.contains("none: every record"), "{}", out.stdout);
     assert!(out.stdout.contains("not written: "), "{}", out.stdout);
     assert!(
-        out.stdout.contains("cut: the writer failed (No space left on device"),
+        out.stdout
+            .contains("cut: the writer failed (No space left on device"),
         "{}",
         out.stdout
     );
-    let v: Value =
-        serde_json::from_str(bus.run(&["inspect", "--json", s(&kept)]).stdout.trim()).expect("JSON");
+    let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&kept)]).stdout.trim())
+        .expect("JSON");
     let unwritten: u64 = v["cut"]["unwritten"]
         .as_str()
         .expect("unwritten")
@@ -692,8 +728,8 @@ exit $rc"#;
     let roomy = out_path("roomy.mcap");
     let out = bus.run(&["snapshot", "-o", s(&roomy)]);
     assert!(out.status.success(), "{}", out.stderr);
-    let all: Value =
-        serde_json::from_str(bus.run(&["inspect", "--json", s(&roomy)]).stdout.trim()).expect("JSON");
+    let all: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&roomy)]).stdout.trim())
+        .expect("JSON");
     assert_eq!(
         v["records"].as_u64().expect("records") + unwritten,
         all["records"].as_u64().expect("records"),

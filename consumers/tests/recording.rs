@@ -697,7 +697,8 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
             (p, s) => panic!("a record of schema {s} filed under producer {p}"),
         }
         assert!(
-            c.lane_id.is_some_and(|l| [lane_a, lane_b, lane_d1, lane_d2].contains(&l)),
+            c.lane_id
+                .is_some_and(|l| [lane_a, lane_b, lane_d1, lane_d2].contains(&l)),
             "the channel names the producer's lane: {:?}",
             c.lane_id
         );
@@ -805,14 +806,22 @@ fn a_damaged_chunk_is_skipped_and_described_and_the_rest_is_read() {
         d.len
     );
     let got = steps(&items);
-    let missing: Vec<u64> = (0..300).filter(|i| !got.iter().any(|s| s.i == *i)).collect();
+    let missing: Vec<u64> = (0..300)
+        .filter(|i| !got.iter().any(|s| s.i == *i))
+        .collect();
     assert!(!missing.is_empty());
     assert!(
         missing.windows(2).all(|w| w[1] == w[0] + 1),
         "one run of records is missing: {missing:?}"
     );
-    assert!(*missing.last().expect("some") < 299, "later records are read");
-    assert!(got.iter().all(|s| *s == step(s.i)), "what is read is intact");
+    assert!(
+        *missing.last().expect("some") < 299,
+        "later records are read"
+    );
+    assert!(
+        got.iter().all(|s| *s == step(s.i)),
+        "what is read is intact"
+    );
     let held = d.held.as_ref().expect("what the chunk held");
     assert_eq!(held.records, Some(missing.len() as u64), "{d}");
     assert_eq!(held.first_nanos, 1_000 + missing[0]);

@@ -370,7 +370,7 @@ fn history_lines(
                     false,
                 ),
                 ("time", _) => {
-                    let window = num("start_nanos").map_or_else(String::new, |t| utc(t));
+                    let window = num("start_nanos").map_or_else(String::new, utc);
                     (
                         format!(
                             "{from}: {earlier} earlier records are not in the file (emitted \

@@ -103,8 +103,10 @@ pub(crate) fn run_error(e: RunError) -> anyhow::Error {
 /// unwritable place): `main` exits with `EXIT_NO_RESTART` so that the broker does not restart
 /// the recorder into it.
 pub(crate) fn is_permanent_write_error(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|c| c.downcast_ref::<WriteError>().is_some_and(WriteError::is_permanent))
+    err.chain().any(|c| {
+        c.downcast_ref::<WriteError>()
+            .is_some_and(WriteError::is_permanent)
+    })
 }
 
 /// `run.mcap`, 2 → `run-restart2.mcap`.

@@ -10,8 +10,8 @@ use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::run as run_consumer;
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::command::record::{run_error, write_error};
 use crate::cli::SnapshotArgs;
+use crate::command::record::{run_error, write_error};
 
 pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;

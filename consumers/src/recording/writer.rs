@@ -286,7 +286,11 @@ impl RecordingWriter {
     }
 
     fn metadata(&mut self, name: &str, meta: BTreeMap<String, String>) -> Result<(), WriteError> {
-        self.approx_bytes += 32 + meta.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>() as u64;
+        self.approx_bytes += 32
+            + meta
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 8)
+                .sum::<usize>() as u64;
         self.with_mcap(|m| {
             m.write_metadata(&Metadata {
                 name: name.into(),
@@ -514,7 +518,9 @@ impl RecordingWriter {
     /// the messages written. After a failed write, ends the file as the type's documentation
     /// says and returns the first failure.
     pub fn finish(mut self) -> Result<u64, WriteError> {
-        let finished = self.flush().and_then(|()| self.with_mcap(|m| m.finish().map(drop)));
+        let finished = self
+            .flush()
+            .and_then(|()| self.with_mcap(|m| m.finish().map(drop)));
         match finished {
             Ok(()) => {
                 let Some(mcap) = self.mcap.take() else {
