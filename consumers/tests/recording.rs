@@ -256,6 +256,16 @@ fn flipped_bits_wrong_magic_and_newer_versions_are_clear_errors() {
                 "flip at {at}: what was delivered is intact and in order"
             );
         }
+        // Resyncing on the next chunk: never a panic, never a wrong or repeated record.
+        let items: Vec<Item> = RecordingReader::new(std::io::Cursor::new(&bad[..]))
+            .with_resync()
+            .map_while(Result::ok)
+            .collect();
+        let got = steps(&items);
+        assert!(
+            got.iter().all(|s| *s == step(s.i)) && got.windows(2).all(|w| w[0].i < w[1].i),
+            "flip at {at} with resync: what was delivered is intact and in order"
+        );
     }
     let mut bad = good.clone();
     bad[1] = b'X';
@@ -831,4 +841,59 @@ fn a_damaged_chunk_is_skipped_and_described_and_the_rest_is_read() {
         text.contains(&format!("{} records", missing.len())) && text.contains("rec.step"),
         "{text}"
     );
+}
+
+/// Issue #15 item 4, damage to a chunk's length field: a seekable reader finds the next
+/// intact chunk, reports the bytes in between, and reads the rest through the footer; without
+/// seeking, the read ends there with an error, as before.
+#[test]
+fn damage_to_a_chunks_length_is_skipped_by_resyncing_on_the_next_chunk() {
+    let bus = Bus::start("rec11");
+    let good = small_chunks(&bus, "length.mcap");
+    let (items, err) = read_all(&good);
+    assert!(err.is_none());
+    let mut chunks: Vec<u64> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Message(m) => Some(m.offset),
+            _ => None,
+        })
+        .collect();
+    chunks.dedup();
+    assert!(chunks.len() > 5, "{chunks:?}");
+    for (what, patch) in [
+        ("longer than the file", [0xff_u8, 0xff, 0xff, 0x00]),
+        ("shorter", [0x20, 0x00, 0x00, 0x00]),
+    ] {
+        let victim = chunks[chunks.len() / 2] as usize;
+        let mut bad = good.clone();
+        // The length field follows the opcode.
+        bad[victim + 1..victim + 5].copy_from_slice(&patch);
+        let mut reader = RecordingReader::new(std::io::Cursor::new(&bad[..])).with_resync();
+        let mut got = Vec::new();
+        for r in reader.by_ref() {
+            got.push(r.unwrap_or_else(|e| panic!("{what}: resynced, not the end: {e}")));
+        }
+        assert!(reader.complete(), "{what}: read through the footer");
+        let d = damage(&got);
+        assert!(!d.is_empty(), "{what}: reported");
+        assert_eq!(d[0].offset, victim as u64, "{what}: {}", d[0]);
+        let next = chunks[chunks.len() / 2 + 1];
+        assert_eq!(d[0].offset + d[0].len, next, "{what}: up to the next chunk");
+        let read = steps(&got);
+        assert!(read.iter().all(|s| *s == step(s.i)), "{what}: intact");
+        assert_eq!(
+            read.last().map(|s| s.i),
+            Some(299),
+            "{what}: the rest is read"
+        );
+        let lost = 300 - read.len();
+        assert!(
+            lost > 0 && lost < 60,
+            "{what}: only that chunk is lost ({lost})"
+        );
+        // Without seeking: the read ends at the damage, as before.
+        let (_, err) = read_all(&bad);
+        assert!(err.is_some(), "{what}");
+    }
 }

@@ -74,7 +74,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let globs = crate::bus::globs(&args.schemas)?;
     let input =
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    let mut reader = RecordingReader::new(input);
+    let mut reader = RecordingReader::new(input).with_resync();
     // A file that is not a recording at all fails before any output is created.
     let first = match reader.next() {
         Some(Err(e)) => {

@@ -54,7 +54,7 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
     let file =
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
     let mut recording = BTreeMap::new();
     // By lane key.
     let mut producers: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();

@@ -141,6 +141,7 @@ fn last_recorded_nanos(path: &Path) -> Option<u64> {
         .1;
     let file = std::fs::File::open(newest).ok()?;
     RecordingReader::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_resync()
         .map_while(Result::ok)
         .filter_map(|item| match item {
             Item::Message(m) => Some(m.t_nanos),

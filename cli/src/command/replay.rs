@@ -23,7 +23,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn open(path: &std::path::Path) -> anyhow::Result<RecordingReader<BufReader<File>>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(RecordingReader::new(BufReader::with_capacity(1 << 20, f)))
+    Ok(RecordingReader::new(BufReader::with_capacity(1 << 20, f)).with_resync())
 }
 
 pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {

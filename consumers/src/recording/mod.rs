@@ -52,7 +52,11 @@
 //! range and what the chunk held (its time range from its header, its records per channel from
 //! the message indexes after it), then goes on with the next chunk. Records of channels that
 //! only a damaged chunk declared are counted and reported the same way. Damage to a chunk's
-//! length, or to a record outside the chunks, still ends the read there with a [`ReadError`].
+//! length (or anything that breaks the framing) ends the read there with a [`ReadError`],
+//! unless the reader can seek ([`RecordingReader::with_resync`], as the CLI's readers do):
+//! then it goes on at the next intact chunk (a chunk opcode with a consistent header whose
+//! CRC matches) and reports the bytes in between. Damage to a record outside the chunks
+//! (metadata) is found by the data section's CRC, at its end.
 //!
 //! # A full disk
 //!

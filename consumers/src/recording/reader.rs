@@ -256,21 +256,87 @@ pub struct RecordingReader<R: Read> {
     orphans: Option<(u64, u64)>,
     /// The error to return once the pending items are delivered.
     deferred: Option<ReadError>,
+    /// Seeks the source (set by [`RecordingReader::with_resync`]).
+    seek: Option<SeekFn<R>>,
+    /// The data end record was read: what follows is the summary.
+    data_ended: bool,
+}
+
+/// Seeks a source; returns the new position.
+type SeekFn<R> = fn(&mut R, std::io::SeekFrom) -> std::io::Result<u64>;
+
+fn linear_options() -> LinearReaderOptions {
+    LinearReaderOptions::default()
+        .with_emit_chunks(true)
+        // Checked here (`crc`): a damaged chunk, skipped, must not end the read at the data
+        // end record.
+        .with_validate_data_section_crc(false)
+        .with_validate_summary_section_crc(true)
+        .with_record_length_limit(RECORD_LIMIT)
+}
+
+/// Bytes of a chunk record before its records: opcode, length, start and end time,
+/// uncompressed size, CRC, compression (empty), records length.
+const CHUNK_HEAD: usize = 1 + 8 + 8 + 8 + 8 + 4 + 4 + 8;
+
+/// Whether a record of this opcode may appear in a recording's data section.
+fn in_data_section(opcode: u8) -> bool {
+    use mcap::records::op;
+    matches!(
+        opcode,
+        op::HEADER
+            | op::SCHEMA
+            | op::CHANNEL
+            | op::MESSAGE
+            | op::CHUNK
+            | op::MESSAGE_INDEX
+            | op::ATTACHMENT
+            | op::METADATA
+            | op::DATA_END
+    )
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Reads until `buf` is full or the source ends; returns the bytes read.
+fn read_full<R: Read>(src: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl<R: Read + std::io::Seek> RecordingReader<R> {
+    /// Also skip damage that breaks a record's framing (a chunk's length field, an unknown
+    /// record): the reader looks for the next intact chunk after it (a chunk opcode with a
+    /// consistent header whose CRC matches), reports the bytes in between as an
+    /// [`Item::Damaged`], and goes on from there. Needs a source that seeks (a file).
+    pub fn with_resync(mut self) -> RecordingReader<R> {
+        self.seek = Some(|src, to| src.seek(to));
+        self
+    }
 }
 
 impl<R: Read> RecordingReader<R> {
     /// A reader over `src` (a `File`, ideally buffered by the caller or not: reads are large).
     pub fn new(src: R) -> RecordingReader<R> {
-        let options = LinearReaderOptions::default()
-            .with_emit_chunks(true)
-            // Checked here (`crc`): a damaged chunk, skipped, must not end the read at the
-            // data end record.
-            .with_validate_data_section_crc(false)
-            .with_validate_summary_section_crc(true)
-            .with_record_length_limit(RECORD_LIMIT);
         RecordingReader {
             src,
-            lin: LinearReader::new_with_options(options),
+            lin: LinearReader::new_with_options(linear_options()),
             started: false,
             offset: 0,
             fed: 0,
@@ -287,6 +353,8 @@ impl<R: Read> RecordingReader<R> {
             damaged: false,
             orphans: None,
             deferred: None,
+            seek: None,
+            data_ended: false,
         }
     }
 
@@ -345,6 +413,94 @@ impl<R: Read> RecordingReader<R> {
                 ..Held::default()
             }),
         });
+    }
+
+    /// Damage at `at` that breaks the framing: with a seekable source, go on at the next intact
+    /// chunk and report the bytes in between; `false` if there is none (or no seeking).
+    fn resync(&mut self, at: u64, why: &str) -> bool {
+        if !self.format_checked || self.data_ended {
+            return false;
+        }
+        let Some(seek) = self.seek else { return false };
+        let Some(next) = self.find_chunk(seek, at + 1) else {
+            return false;
+        };
+        if seek(&mut self.src, std::io::SeekFrom::Start(next)).is_err() {
+            return false;
+        }
+        self.pending.clear();
+        self.end_damage();
+        self.damaged = true;
+        self.damage = Some(Damage {
+            offset: at,
+            len: next - at,
+            error: format!("{why}; reading goes on with the next intact chunk"),
+            held: None,
+        });
+        self.lin = LinearReader::new_with_options(linear_options().with_skip_start_magic(true));
+        self.offset = next;
+        self.fed = next;
+        self.wanted = 0;
+        self.crc = None;
+        true
+    }
+
+    /// The offset of the first intact chunk at or after `from`.
+    fn find_chunk(&mut self, seek: SeekFn<R>, from: u64) -> Option<u64> {
+        let end = seek(&mut self.src, std::io::SeekFrom::End(0)).ok()?;
+        let mut buf = vec![0u8; READ_PIECE + CHUNK_HEAD];
+        let mut pos = from;
+        while pos + CHUNK_HEAD as u64 <= end {
+            seek(&mut self.src, std::io::SeekFrom::Start(pos)).ok()?;
+            let n = read_full(&mut self.src, &mut buf).ok()?;
+            if n < CHUNK_HEAD {
+                return None;
+            }
+            for i in 0..=n - CHUNK_HEAD {
+                if buf[i] != mcap::records::op::CHUNK {
+                    continue;
+                }
+                let h = &buf[i..i + CHUNK_HEAD];
+                let (len, size, crc, clen, rlen) = (
+                    u64_at(h, 1),
+                    u64_at(h, 25),
+                    u32_at(h, 33),
+                    u32_at(h, 37),
+                    u64_at(h, 41),
+                );
+                let at = pos + i as u64;
+                let plausible = clen == 0
+                    && crc != 0
+                    && rlen == size
+                    && rlen <= RECORD_LIMIT as u64
+                    && len == (CHUNK_HEAD as u64 - 9) + rlen
+                    && u64_at(h, 9) <= u64_at(h, 17)
+                    && at + 9 + len <= end;
+                if plausible && self.chunk_crc_matches(seek, at + CHUNK_HEAD as u64, rlen, crc) {
+                    return Some(at);
+                }
+            }
+            pos += (n - CHUNK_HEAD + 1) as u64;
+        }
+        None
+    }
+
+    fn chunk_crc_matches(&mut self, seek: SeekFn<R>, from: u64, len: u64, crc: u32) -> bool {
+        if seek(&mut self.src, std::io::SeekFrom::Start(from)).is_err() {
+            return false;
+        }
+        let mut h = crc32fast::Hasher::new();
+        let mut piece = vec![0u8; READ_PIECE.min(usize::try_from(len).unwrap_or(READ_PIECE))];
+        let mut left = len;
+        while left > 0 {
+            let k = usize::try_from(left).unwrap_or(usize::MAX).min(piece.len());
+            match read_full(&mut self.src, &mut piece[..k]) {
+                Ok(n) if n == k => h.update(&piece[..k]),
+                _ => return false,
+            }
+            left -= k as u64;
+        }
+        h.finalize() == crc
     }
 
     /// A message index record after a damaged chunk: what the chunk held.
@@ -728,7 +884,14 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             )),
                         );
                     }
+                    if !self.data_ended && !in_data_section(opcode) {
+                        let why = format!("a record with opcode 0x{opcode:02x}, unknown here");
+                        if self.resync(at, &why) {
+                            continue;
+                        }
+                    }
                     if opcode == mcap::records::op::DATA_END {
+                        self.data_ended = true;
                         if let Some(h) = self.crc.take() {
                             let computed = h.finalize();
                             let saved = data
@@ -764,7 +927,10 @@ impl<R: Read> Iterator for RecordingReader<R> {
                     let record = match mcap::parse_record(opcode, data) {
                         Ok(r) => r,
                         Err(e) if opcode == mcap::records::op::CHUNK => {
-                            self.skip_chunk(at, len, format!("chunk: {e}"), None);
+                            let why = format!("chunk: {e}");
+                            if !self.resync(at, &why) {
+                                self.skip_chunk(at, len, why, None);
+                            }
                             continue;
                         }
                         Err(e) => {
@@ -774,15 +940,23 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             );
                         }
                     };
-                    let chunk_times = match &record {
-                        Record::Chunk { header, .. } => {
-                            Some((header.message_start_time, header.message_end_time))
-                        }
+                    // A chunk's time range, and whether its length agrees with its header
+                    // (if not, its length field may be what is damaged).
+                    let chunk = match &record {
+                        Record::Chunk { header, data } => Some((
+                            (header.message_start_time, header.message_end_time),
+                            header.uncompressed_size == data.len() as u64,
+                        )),
                         _ => None,
                     };
                     if let Err(e) = self.take_record(record, at) {
-                        match (chunk_times, e.kind) {
-                            (Some(times), ReadErrorKind::Corrupt(why)) => {
+                        match (chunk, e.kind) {
+                            (Some((_, false)), ReadErrorKind::Corrupt(why))
+                                if self.resync(at, &why) =>
+                            {
+                                continue;
+                            }
+                            (Some((times, _)), ReadErrorKind::Corrupt(why)) => {
                                 self.skip_chunk(at, len, why, Some(times));
                                 continue;
                             }
@@ -800,6 +974,11 @@ impl<R: Read> Iterator for RecordingReader<R> {
                     if have == 0 {
                         return self.fail(at, ReadErrorKind::Unfinished);
                     }
+                    // A damaged length can point past the end: an intact chunk after `at`
+                    // says the file goes on.
+                    if self.resync(at, "a record's length runs past the end of the file") {
+                        continue;
+                    }
                     return self.fail(
                         at,
                         ReadErrorKind::Truncated {
@@ -808,7 +987,12 @@ impl<R: Read> Iterator for RecordingReader<R> {
                         },
                     );
                 }
-                Err(e) => return self.fail(at, ReadErrorKind::Corrupt(e.to_string())),
+                Err(e) => {
+                    if self.resync(at, &e.to_string()) {
+                        continue;
+                    }
+                    return self.fail(at, ReadErrorKind::Corrupt(e.to_string()));
+                }
             }
         }
     }
