@@ -737,3 +737,87 @@ exit $rc"#;
     );
     let _ = std::fs::remove_dir(&mnt);
 }
+
+/// Issue #15 item 5, the recorder: recording a running demo into a full file system (a 64 KiB
+/// tmpfs in a mount namespace of its own) stops at the first failed flush, names the OS error,
+/// exits with EXIT_NO_RESTART (so that the broker does not restart it into the same disk), and
+/// leaves a file that says it was cut and how many received records it could not write.
+#[test]
+fn a_recorder_on_a_full_disk_stops_with_enospc_and_exit_no_restart() {
+    let bus = TestBus::up();
+    let _demo = bus.spawn_demo("5000");
+    let mnt = out_path("full-rec-mnt");
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let kept = out_path("full-rec-copy.mcap");
+    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
+"$2" record -o "$1/r.mcap"; rc=$?
+cp "$1/r.mcap" "$3"
+exit $rc"#;
+    let out = crate::util::run_cmd(
+        std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&mnt)
+            .arg(env!("CARGO_BIN_EXE_snapbus"))
+            .arg(&kept)
+            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
+            .env("SNAPBUS_BUS", &bus.name),
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(111),
+        "mounting a tmpfs needs root: {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("No space left on device (os error 28)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("attempted another write"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["inspect", "--json", s(&kept)]);
+    assert!(!out.status.success(), "a cut file is an error");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+    assert!(
+        v["damage"].is_null(),
+        "the file reads cleanly to its end: {v}"
+    );
+    let unwritten: u64 = v["cut"]["unwritten"]
+        .as_str()
+        .expect("unwritten")
+        .parse()
+        .expect("n");
+    assert!(unwritten > 0, "{v}");
+    assert!(
+        v["cut"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("os error 28")),
+        "{v}"
+    );
+    assert!(
+        !v["loss_verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("none"),
+        "{v}"
+    );
+    let _ = std::fs::remove_dir(&mnt);
+}

@@ -119,12 +119,12 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
     let history_lines = history_lines(&producers, &histories);
     let history_known = !histories.is_empty() && histories.len() >= producers.len();
     let history_complete = history_known && history_lines.iter().all(|(_, from_start)| *from_start);
-    let verdict = if records == 0 {
-        "unknown: the file holds no records".to_owned()
-    } else if !whole {
+    let verdict = if !whole {
         "not known: the file is cut or damaged (see DAMAGE): records that were not written or \
          cannot be read are missing"
             .to_owned()
+    } else if records == 0 {
+        "unknown: the file holds no records".to_owned()
     } else if !history_known {
         "not known: the file does not say where each producer's history starts (written by an \
          older snapbus, or a later part of a rotated recording)"

@@ -4,6 +4,12 @@
 //! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it writes
 //! `<stem>-restartN.mcap` instead and starts after the last record of the newest earlier file
 //! of this recording, so that what the rings still hold from the gap is recorded once.
+//!
+//! A write that fails for a reason a restart cannot fix (no space left, quota, read-only file
+//! system, permission) ends the run: the error names the OS error, the file is cut back to its
+//! last complete chunk and ends with a `snapbus.cut` record saying what was not written, and
+//! the exit code is [`EXIT_NO_RESTART`](snapbus_bus::runtime::EXIT_NO_RESTART), so that the
+//! broker does not restart the recorder into the same full disk.
 
 use std::path::{Path, PathBuf};
 
