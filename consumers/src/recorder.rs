@@ -31,8 +31,10 @@ pub struct RecorderOptions {
 /// What the recorder knows of a lane's history.
 #[derive(Debug, Default)]
 struct LaneHistory {
-    /// Its `snapbus.history` record is written.
+    /// Its `snapbus.history` record is written (in the current file).
     written: bool,
+    /// Its history started in an earlier file of this rotated recording.
+    continued: bool,
     /// Records lost before its first record (reported by `on_lag` before any record).
     overwritten: u64,
     /// The producer, for a history written at the end (a lane with losses but no record).
@@ -74,6 +76,13 @@ impl Recorder {
             Some(_) => rotated_path(&self.opts.path, self.files.len()),
         };
         self.writer = Some(RecordingWriter::create(&path, &self.opts.writer)?);
+        if !self.files.is_empty() {
+            // A new part: each producer's history in it continues the previous part's.
+            for lane in self.lanes.values_mut().filter(|l| l.written) {
+                lane.written = false;
+                lane.continued = true;
+            }
+        }
         self.files.push(path);
         Ok(())
     }
@@ -181,15 +190,26 @@ pub fn rotated_path(path: &Path, index: usize) -> PathBuf {
 
 impl Consumer for Recorder {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        // Rotate first, so that a new part gets each producer's history before its records.
+        self.writer()?;
+        let start = self.history_start();
         let lane = self.lanes.entry(r.producer.lane_id).or_default();
         if !lane.written {
             lane.written = true;
-            let overwritten = lane.overwritten;
-            let history = History {
-                start: self.history_start(),
-                first_seq: Some(r.meta.seq),
-                first_nanos: Some(r.meta.t_nanos),
-                overwritten: (self.opts.start == StartFrom::Oldest).then_some(overwritten),
+            let history = if lane.continued {
+                History {
+                    start: HistoryStart::Continued,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: None,
+                }
+            } else {
+                History {
+                    start,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
+                }
             };
             self.writer()?
                 .write_history(r.producer_id, r.producer, &history)?;
@@ -212,7 +232,7 @@ impl Consumer for Recorder {
         lost: u64,
     ) -> Result<Flow, HookError> {
         let lane = self.lanes.entry(producer.lane_id).or_default();
-        if !lane.written {
+        if !lane.written && !lane.continued {
             // Before the producer's first record: part of where its history starts.
             lane.overwritten += lost;
             lane.producer = Some((producer_id, producer.clone()));

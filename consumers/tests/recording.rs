@@ -154,9 +154,26 @@ fn rotation_splits_the_stream_into_complete_files_in_order() {
     assert!(files.len() >= 3, "{files:?}");
     assert_eq!(files[1], rotated_path(&path, 1));
     let mut all = Vec::new();
-    for f in &files {
+    for (k, f) in files.iter().enumerate() {
         let (items, err) = read_all(&std::fs::read(f).expect("read"));
         assert!(err.is_none(), "{f:?}: {err:?}");
+        // Each part says where the producer's history in it starts.
+        let h = items
+            .iter()
+            .find_map(|i| match i {
+                Item::Metadata { name, fields } if name == "snapbus.history" => Some(fields),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{f:?}: no history record"));
+        let first = steps(&items)[0].i;
+        assert_eq!(h["first_seq"], first.to_string(), "{f:?}");
+        if k == 0 {
+            assert_eq!((h["start"].as_str(), first), ("oldest", 0), "{f:?}");
+            assert_eq!(h["overwritten"], "0", "{f:?}");
+        } else {
+            assert_eq!(h["start"], "continued", "{f:?}");
+            assert_eq!(first, all.len() as u64, "{f:?} continues the previous part");
+        }
         all.extend(steps(&items));
     }
     assert_eq!(all, (0..3000).map(step).collect::<Vec<_>>());

@@ -127,10 +127,16 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
         "unknown: the file holds no records".to_owned()
     } else if !history_known {
         "not known: the file does not say where each producer's history starts (written by an \
-         older snapbus, or a later part of a rotated recording)"
+         older snapbus)"
             .to_owned()
     } else if !losses.is_empty() || !history_complete {
         "some: see above".to_owned()
+    } else if histories
+        .values()
+        .any(|h| h.get("start").is_some_and(|s| s == "continued"))
+    {
+        "none in this part: every record since the previous part of the recording is in the file"
+            .to_owned()
     } else {
         "none: every record the producers wrote is in the file".to_owned()
     };
@@ -368,6 +374,13 @@ fn history_lines(
                          the latest record)"
                     ),
                     false,
+                ),
+                ("continued", _) => (
+                    format!(
+                        "{from}: its {earlier} earlier records are in the earlier parts of this \
+                         rotated recording"
+                    ),
+                    true,
                 ),
                 ("time", _) => {
                     let window = num("start_nanos").map_or_else(String::new, utc);

@@ -15,7 +15,8 @@
 //!   encoding [`SCHEMA_ENCODING`], data = the descriptor's canonical bytes;
 //! - a **metadata record `snapbus.history`** per producer ([`HISTORY_METADATA`]): where its
 //!   history in the file starts — `lane_id`, `id`, `start` (`oldest`, `latest` or `time`, with
-//!   `start_nanos`), `first_seq` and `first_nanos` of its first record in the file, `earlier`
+//!   `start_nanos`; `continued` in the later parts of a rotated recording), `first_seq` and
+//!   `first_nanos` of its first record in the file, `earlier`
 //!   (records of the lane before it, any schema, not in the file) and, when the reader started
 //!   at the oldest record, `overwritten` (of those, how many the ring had overwritten). Files
 //!   of older snapbus versions have none: their history start is not known;

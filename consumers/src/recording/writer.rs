@@ -126,7 +126,8 @@ type ChannelKey = (u64, u16, u16, u8);
 /// Where a producer's history in a recording starts (see [`RecordingWriter::write_history`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct History {
-    /// How the reader started in the lane: `oldest`, `latest`, or `time` (see `start_nanos`).
+    /// How the reader started in the lane: `oldest`, `latest`, `time` (see `start_nanos`), or
+    /// `continued` (a later part of a rotated recording).
     pub start: HistoryStart,
     /// The lane sequence number of the first record in the file (`None`: none was recorded).
     pub first_seq: Option<u64>,
@@ -146,6 +147,9 @@ pub enum HistoryStart {
     Latest,
     /// At the first record at or after this time (a `--last` window or a restarted recorder).
     Time(u64),
+    /// Where the previous part of a rotated recording ended: the earlier records are in the
+    /// earlier parts.
+    Continued,
 }
 
 /// Writes records into one MCAP file. Call [`flush`](Self::flush) regularly (the recorder
@@ -343,6 +347,7 @@ impl RecordingWriter {
             HistoryStart::Oldest => ("oldest", None),
             HistoryStart::Latest => ("latest", None),
             HistoryStart::Time(t) => ("time", Some(t)),
+            HistoryStart::Continued => ("continued", None),
         };
         meta.insert("start".into(), start.into());
         if let Some(t) = start_nanos {
