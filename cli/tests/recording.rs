@@ -724,6 +724,24 @@ exit $rc"#;
         .parse()
         .expect("n");
     assert!(unwritten > 0, "{v}");
+    // Replay and export read what is there and say the recording is incomplete.
+    let (_, ok, stderr) = printed(&bus, &kept);
+    assert!(!ok, "replay --print of a cut file fails at the end");
+    assert!(
+        stderr.contains("the recording is incomplete: not written:"),
+        "{stderr}"
+    );
+    let exported = out_path("full-copy.jsonl");
+    let out = bus.run(&["export", s(&kept), "--format", "jsonl", "-o", s(&exported)]);
+    assert!(
+        !out.status.success(),
+        "export of a cut file fails at the end"
+    );
+    assert!(
+        out.stderr.contains("is incomplete: not written:"),
+        "{}",
+        out.stderr
+    );
     // The same snapshot where there is room.
     let roomy = out_path("roomy.mcap");
     let out = bus.run(&["snapshot", "-o", s(&roomy)]);

@@ -11,7 +11,7 @@ use snapbus_bus::publisher::{EmitError, Publisher};
 use snapbus_bus::subscriber::Glob;
 use thiserror::Error;
 
-use crate::recording::{Damage, Item, Message, ReadError, RecordingReader};
+use crate::recording::{CUT_METADATA, Damage, Item, Message, ReadError, RecordingReader};
 
 /// How to pace a replay.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +35,8 @@ pub struct ReplaySummary {
     pub lost_in_recording: u64,
     /// Damaged parts of the file, skipped (what came after them was replayed).
     pub damaged: Vec<Damage>,
+    /// The `snapbus.cut` record of a recording whose writer failed (what it could not write).
+    pub cut: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Why a replay stopped early.
@@ -74,7 +76,12 @@ pub fn replay<R: Read>(
                 summary.lost_in_recording += record.lost;
                 continue;
             }
-            Item::Metadata { .. } => continue,
+            Item::Metadata { name, fields } => {
+                if name == CUT_METADATA {
+                    summary.cut = Some(fields);
+                }
+                continue;
+            }
             Item::Damaged(d) => {
                 summary.damaged.push(d);
                 continue;

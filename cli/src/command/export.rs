@@ -98,6 +98,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let mut bad = Undecodable::default();
     let mut damage = None;
     let mut skipped = 0u64;
+    let mut cut = None;
     for item in first.into_iter().chain(reader) {
         let item = match item {
             Ok(item) => item,
@@ -141,7 +142,12 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
                 sink.loss(&channel, t_nanos, &record)?;
                 losses += 1;
             }
-            Item::Metadata { name, fields } => sink.metadata(&name, &fields)?,
+            Item::Metadata { name, fields } => {
+                if name == snapbus_consumers::recording::CUT_METADATA {
+                    cut = Some(fields.clone());
+                }
+                sink.metadata(&name, &fields)?;
+            }
             Item::Damaged(d) => {
                 eprintln!("snapbus export: {}: {d}", args.file.display());
                 skipped += 1;
@@ -168,6 +174,13 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
              was exported",
             args.file.display(),
             if skipped == 1 { " was" } else { "s were" }
+        );
+    }
+    if let Some(c) = cut {
+        bail!(
+            "{} is incomplete: {}",
+            args.file.display(),
+            crate::command::inspect::cut_line(&c)
         );
     }
     if let Some(first) = bad.first {

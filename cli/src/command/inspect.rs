@@ -301,7 +301,7 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
 }
 
 /// What a `snapbus.cut` record says.
-fn cut_line(c: &BTreeMap<String, String>) -> String {
+pub(crate) fn cut_line(c: &BTreeMap<String, String>) -> String {
     let f = |k: &str| c.get(k).map_or("?", String::as_str);
     let range = match (
         c.get("unwritten_first_nanos").and_then(|v| v.parse().ok()),

@@ -12,7 +12,9 @@ use anyhow::{Context, bail};
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::subscriber::Glob;
-use snapbus_consumers::recording::{Item, RecordingReader};
+use snapbus_consumers::recording::{CUT_METADATA, Item, RecordingReader};
+
+use crate::command::inspect::cut_line;
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 
 use crate::bus::{bus_dir, connect, globs, interrupted, message_json};
@@ -112,7 +114,10 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             "{} damaged part(s) skipped (see above); every other record was replayed",
             summary.damaged.len()
         ),
-        None => Ok(()),
+        None => match &summary.cut {
+            Some(c) => bail!("the recording is incomplete: {}", cut_line(c)),
+            None => Ok(()),
+        },
     }
 }
 
@@ -120,6 +125,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let mut skipped = 0u64;
+    let mut cut = None;
     for f in &args.files {
         for item in open(f)? {
             let item = match item {
@@ -145,7 +151,11 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                         record.lost, channel.producer, record.producer_pid
                     );
                 }
-                Item::Metadata { .. } => {}
+                Item::Metadata { name, fields } => {
+                    if name == CUT_METADATA {
+                        cut = Some(fields);
+                    }
+                }
                 Item::Damaged(d) => {
                     out.flush()?;
                     eprintln!("snapbus replay: {}: {d}", f.display());
@@ -157,6 +167,9 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     out.flush()?;
     if skipped > 0 {
         bail!("{skipped} damaged part(s) skipped (see above); every other record was printed");
+    }
+    if let Some(c) = cut {
+        bail!("the recording is incomplete: {}", cut_line(&c));
     }
     Ok(())
 }
