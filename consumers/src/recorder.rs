@@ -52,6 +52,9 @@ pub struct Recorder {
     history_losses: u64,
     /// By lane id.
     lanes: HashMap<u64, LaneHistory>,
+    /// The lane of the last record, if its history is written in the current file (saves a
+    /// lookup per record).
+    last_lane: Option<u64>,
 }
 
 impl Recorder {
@@ -65,6 +68,7 @@ impl Recorder {
             losses: 0,
             history_losses: 0,
             lanes: HashMap::new(),
+            last_lane: None,
         };
         r.open_next()?;
         Ok(r)
@@ -76,6 +80,7 @@ impl Recorder {
             Some(_) => rotated_path(&self.opts.path, self.files.len()),
         };
         self.writer = Some(RecordingWriter::create(&path, &self.opts.writer)?);
+        self.last_lane = None;
         if !self.files.is_empty() {
             // A new part: each producer's history in it continues the previous part's.
             for lane in self.lanes.values_mut().filter(|l| l.written) {
@@ -112,6 +117,36 @@ impl Recorder {
         o.start = self.opts.start;
         o.count_history_as_lost = self.opts.start == StartFrom::Oldest;
         o
+    }
+
+    /// Writes the producer's history record before its first record in the current file.
+    fn history(&mut self, r: &Record<'_>) -> Result<(), WriteError> {
+        let start = self.history_start();
+        let lane = self.lanes.entry(r.producer.lane_id).or_default();
+        if !lane.written {
+            lane.written = true;
+            let history = if lane.continued {
+                History {
+                    start: HistoryStart::Continued,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: None,
+                }
+            } else {
+                History {
+                    start,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
+                }
+            };
+            // The caller opened (or rotated) the file: no rotation between a history record
+            // and the records it describes.
+            if let Some(w) = self.writer.as_mut() {
+                w.write_history(r.producer_id, r.producer, &history)?;
+            }
+        }
+        Ok(())
     }
 
     fn history_start(&self) -> HistoryStart {
@@ -192,27 +227,9 @@ impl Consumer for Recorder {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         // Rotate first, so that a new part gets each producer's history before its records.
         self.writer()?;
-        let start = self.history_start();
-        let lane = self.lanes.entry(r.producer.lane_id).or_default();
-        if !lane.written {
-            lane.written = true;
-            let history = if lane.continued {
-                History {
-                    start: HistoryStart::Continued,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
-                    overwritten: None,
-                }
-            } else {
-                History {
-                    start,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
-                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
-                }
-            };
-            self.writer()?
-                .write_history(r.producer_id, r.producer, &history)?;
+        if self.last_lane != Some(r.producer.lane_id) {
+            self.history(r)?;
+            self.last_lane = Some(r.producer.lane_id);
         }
         self.writer()?.write(
             r.producer_id,
