@@ -966,3 +966,50 @@ fn random_damage_never_delivers_a_wrong_record() {
         }
     }
 }
+
+/// A reader that lost the framing can land on bytes that look like a record outside the
+/// chunks. The writer never puts messages there, so such a "message" is damage, not a record:
+/// here a message index after a chunk is replaced by a message of a declared channel with a
+/// garbage payload, of the same length. It must not be delivered (before, it was).
+#[test]
+fn a_message_outside_the_chunks_is_damage_not_a_record() {
+    let bus = Bus::start("rec13");
+    let good = small_chunks(&bus, "toplevel.mcap");
+    let (items, err) = read_all(&good);
+    assert!(err.is_none());
+    let first = items
+        .iter()
+        .find_map(|i| match i {
+            Item::Message(m) => Some(m.clone()),
+            _ => None,
+        })
+        .expect("a message");
+    let chunk = first.offset as usize;
+    assert_eq!(good[chunk], 0x06, "a chunk");
+    let len = u64::from_le_bytes(good[chunk + 1..chunk + 9].try_into().expect("8 bytes"));
+    let index = chunk + 9 + len as usize;
+    assert_eq!(good[index], 0x07, "a message index follows the chunk");
+    let body = u64::from_le_bytes(good[index + 1..index + 9].try_into().expect("8 bytes"));
+    assert!(body >= 22 + 8, "room for a message: {body}");
+    let mut bad = good.clone();
+    bad[index] = 0x05;
+    let m = &mut bad[index + 9..index + 9 + body as usize];
+    m[..2].copy_from_slice(&first.channel.id.to_le_bytes());
+    m[2..6].copy_from_slice(&7u32.to_le_bytes());
+    m[6..14].copy_from_slice(&5u64.to_le_bytes());
+    m[14..22].copy_from_slice(&5u64.to_le_bytes());
+    for b in &mut m[22..] {
+        *b = 0xee;
+    }
+    let (items, err) = read_all(&bad);
+    assert!(err.is_some(), "the damage is reported");
+    let got = steps(&items);
+    assert!(got.iter().all(|s| *s == step(s.i)), "no garbage record");
+    let items: Vec<Item> = RecordingReader::new(std::io::Cursor::new(&bad[..]))
+        .with_resync()
+        .map_while(Result::ok)
+        .collect();
+    let got = steps(&items);
+    assert!(!damage(&items).is_empty(), "reported as damage");
+    assert_eq!(got.len(), 300, "no record is lost: {}", got.len());
+}

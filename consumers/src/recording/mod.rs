@@ -57,7 +57,9 @@
 //! unless the reader can seek ([`RecordingReader::with_resync`], as the CLI's readers do):
 //! then it goes on at the next intact chunk (a chunk opcode with a consistent header whose
 //! CRC matches) and reports the bytes in between. Damage to a record outside the chunks
-//! (metadata) is found by the data section's CRC, at its end.
+//! (metadata) is found by the data section's CRC, at its end. The writer puts schemas,
+//! channels and messages only into chunks, and always sets a chunk's CRC: a top-level one of
+//! those, or a chunk without a CRC, is damage (the reader lost the framing), never a record.
 //!
 //! # A full disk
 //!

@@ -279,20 +279,14 @@ fn linear_options() -> LinearReaderOptions {
 /// uncompressed size, CRC, compression (empty), records length.
 const CHUNK_HEAD: usize = 1 + 8 + 8 + 8 + 8 + 4 + 4 + 8;
 
-/// Whether a record of this opcode may appear in a recording's data section.
+/// Whether a record of this opcode may appear in a snapbus recording's data section, outside
+/// the chunks: the writer puts schemas, channels and messages into chunks, so a top-level one
+/// (like an unknown opcode) means the reader lost the framing — damage.
 fn in_data_section(opcode: u8) -> bool {
     use mcap::records::op;
     matches!(
         opcode,
-        op::HEADER
-            | op::SCHEMA
-            | op::CHANNEL
-            | op::MESSAGE
-            | op::CHUNK
-            | op::MESSAGE_INDEX
-            | op::ATTACHMENT
-            | op::METADATA
-            | op::DATA_END
+        op::HEADER | op::CHUNK | op::MESSAGE_INDEX | op::METADATA | op::DATA_END
     )
 }
 
@@ -676,14 +670,13 @@ impl<R: Read> RecordingReader<R> {
                 header.uncompressed_size
             )));
         }
-        if header.uncompressed_crc != 0 {
-            let crc = crc32fast::hash(data);
-            if crc != header.uncompressed_crc {
-                return Err(corrupt(format!(
-                    "chunk: CRC {crc:08x}, its header says {:08x}",
-                    header.uncompressed_crc
-                )));
-            }
+        // The writer always sets the CRC: a chunk without one is damaged.
+        let crc = crc32fast::hash(data);
+        if crc != header.uncompressed_crc {
+            return Err(corrupt(format!(
+                "chunk: CRC {crc:08x}, its header says {:08x}",
+                header.uncompressed_crc
+            )));
         }
         let mut rest = data;
         while let Some((&opcode, tail)) = rest.split_first() {
@@ -885,10 +878,14 @@ impl<R: Read> Iterator for RecordingReader<R> {
                         );
                     }
                     if !self.data_ended && !in_data_section(opcode) {
-                        let why = format!("a record with opcode 0x{opcode:02x}, unknown here");
+                        let why = format!(
+                            "a record with opcode 0x{opcode:02x}, which a recording does not \
+                             have outside its chunks"
+                        );
                         if self.resync(at, &why) {
                             continue;
                         }
+                        return self.fail(at, ReadErrorKind::Corrupt(why));
                     }
                     if opcode == mcap::records::op::DATA_END {
                         self.data_ended = true;
