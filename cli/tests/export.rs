@@ -176,6 +176,7 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
         path: path.to_owned(),
         rotate_bytes: None,
         writer: WriterOptions::new("recorder", "test"),
+        start: StartFrom::Oldest,
     })
     .expect("recorder");
     let mut opts = RunOptions::new("recorder");

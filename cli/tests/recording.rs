@@ -461,3 +461,383 @@ fn detach_of_a_recorder_waiting_to_be_restarted_cancels_the_restart() {
         "killed by signal 9; not restarted"
     );
 }
+
+#[derive(snapbus_schemas::Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "cli.tick", version = 1)]
+struct Tick {
+    i: u64,
+    note: String,
+}
+
+/// Issue #15 item 4: 4 bytes overwritten in the middle of a recording of many chunks:
+/// `inspect`, `replay --print` and `export` skip the damaged chunk, say where it is and what it
+/// held, read every other record, and exit non-zero.
+#[test]
+fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
+    use snapbus_schemas::{Snapshot as _, Wire as _};
+    let bus = TestBus::up();
+    let path = out_path("chunky.mcap");
+    let mut opts = snapbus_consumers::recording::WriterOptions::new("recorder", "test");
+    opts.chunk_bytes = 4000;
+    let mut w =
+        snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
+    let info = snapbus_bus::control::ProducerInfo {
+        pid: 42,
+        name: "ticker".into(),
+        cmdline: vec!["ticker".into()],
+        session_tag: None,
+        perf_tag: None,
+        lane_id: 0xabc,
+        started_nanos: 1,
+    };
+    let desc = std::sync::Arc::new(Tick::descriptor().clone());
+    let n = 2000u64;
+    for i in 0..n {
+        let payload = Tick {
+            i,
+            note: "n".repeat((i % 9) as usize),
+        }
+        .encode_to_vec()
+        .expect("encode");
+        let meta = snapbus_bus::lane::FrameMeta {
+            pos: 0,
+            seq: i,
+            t_nanos: 1_700_000_000_000_000_000 + i * 1000,
+            schema_key: 1,
+            schema_version: 1,
+            level: 2,
+            emitter: 0,
+            payload_len: payload.len(),
+        };
+        w.write(1, &info, &desc, None, &meta, &payload)
+            .expect("write");
+    }
+    w.finish().expect("finish");
+    let mut bytes = std::fs::read(&path).expect("read");
+    // Inside a chunk: in the payload of record 1000 (its note is 1000 % 9 = 1 long).
+    let needle = Tick {
+        i: 1000,
+        note: "n".to_owned(),
+    }
+    .encode_to_vec()
+    .expect("encode");
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("record 1000 is in the file");
+    bytes[at..at + 4].copy_from_slice(b"\xde\xad\xbe\xef");
+    std::fs::write(&path, &bytes).expect("write");
+
+    let out = bus.run(&["inspect", "--json", s(&path)]);
+    assert!(!out.status.success(), "a damaged file is an error");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+    let skipped = v["skipped"].as_array().expect("skipped");
+    assert_eq!(skipped.len(), 1, "{v}");
+    let (offset, len) = (
+        skipped[0]["offset"].as_u64().expect("offset"),
+        skipped[0]["bytes"].as_u64().expect("bytes"),
+    );
+    assert!(offset <= at as u64 && at as u64 + 4 <= offset + len, "{v}");
+    let lost = skipped[0]["records"].as_u64().expect("records it held");
+    assert!(lost > 0 && lost < n / 4, "{v}");
+    assert_eq!(v["records"], n - lost, "every other record is read: {v}");
+    assert_eq!(v["complete"], true, "read through the footer: {v}");
+    assert!(v["damage"].is_null(), "{v}");
+    assert!(
+        !v["loss_verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("none")
+    );
+    let text = bus.run(&["inspect", s(&path)]);
+    assert!(
+        text.stdout
+            .contains(&format!("skipped: damaged at byte offset {offset}")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(&format!("they held {lost} records")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stderr.contains("1 damaged part was skipped"),
+        "{}",
+        text.stderr
+    );
+
+    let (lines, ok, stderr) = printed(&bus, &path);
+    assert!(!ok, "replay --print of a damaged file fails at the end");
+    assert_eq!(lines.len() as u64, n - lost, "{stderr}");
+    assert!(
+        stderr.contains(&format!("damaged at byte offset {offset}")),
+        "{stderr}"
+    );
+    let last = lines.last().expect("lines");
+    assert_eq!(last["payload"]["i"], n - 1, "the records after the damage");
+
+    let exported = out_path("chunky.jsonl");
+    let out = bus.run(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
+    assert!(
+        !out.status.success(),
+        "export of a damaged file fails at the end"
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("damaged at byte offset {offset}")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("every other record"), "{}", out.stderr);
+    let rows = std::fs::read_to_string(&exported).expect("export output");
+    let records = rows.lines().filter(|l| l.contains("\"cli.tick\"")).count() as u64;
+    assert_eq!(records, n - lost, "every other record is exported");
+}
+
+/// The LOSSES section of `inspect`'s output.
+fn losses_section(stdout: &str) -> &str {
+    let after = stdout.split("LOSSES").nth(1).expect("LOSSES");
+    after.split("DAMAGE").next().unwrap_or(after)
+}
+
+/// Issue #15 item 3: a snapshot of a ring that had wrapped, and a `--last` window, say where
+/// each producer's history starts and never claim "LOSSES none".
+#[test]
+fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
+    let bus = TestBus::up();
+    bus.demo(40, 100, 0, &[("SNAPBUS_LANE_BYTES", "65536")]);
+    let full = out_path("wrapped-snap.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&full)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("earlier records were already overwritten"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["inspect", s(&full)]);
+    assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
+    let losses = losses_section(&out.stdout);
+    assert!(!losses.contains("none"), "{}", out.stdout);
+    assert!(losses.contains("history starts at seq"), "{}", out.stdout);
+    assert!(
+        losses.contains("earlier records were overwritten in the ring"),
+        "{}",
+        out.stdout
+    );
+    let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&full)]).stdout.trim())
+        .expect("JSON");
+    let h = &v["histories"][0];
+    let first: u64 = h["first_seq"]
+        .as_str()
+        .expect("first_seq")
+        .parse()
+        .expect("n");
+    assert!(first > 0, "{v}");
+    assert_eq!(h["overwritten"], first.to_string(), "{v}");
+
+    let window = out_path("window-snap.mcap");
+    let out = bus.run(&["snapshot", "--last", "1h", "-o", s(&window)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let out = bus.run(&["inspect", s(&window)]);
+    let losses = losses_section(&out.stdout);
+    assert!(!losses.contains("none"), "{}", out.stdout);
+    assert!(
+        losses.contains("where the recording's window starts"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
+/// of its own, gone when the command ends) names the OS error, exits with EXIT_NO_RESTART, and
+/// leaves a readable file that says what it could not write.
+#[test]
+fn a_snapshot_into_a_full_disk_names_enospc_exits_no_restart_and_says_what_is_missing() {
+    let bus = TestBus::up();
+    bus.demo(40, 100, 0, &[]);
+    let mnt = out_path("full-mnt");
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let kept = out_path("full-copy.mcap");
+    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
+"$2" snapshot -o "$1/s.mcap"; rc=$?
+cp "$1/s.mcap" "$3"
+exit $rc"#;
+    let out = crate::util::run_cmd(
+        std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&mnt)
+            .arg(env!("CARGO_BIN_EXE_snapbus"))
+            .arg(&kept)
+            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
+            .env("SNAPBUS_BUS", &bus.name),
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(111),
+        "mounting a tmpfs needs root (CI runs as root): {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("No space left on device (os error 28)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("attempted another write"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["inspect", s(&kept)]);
+    assert!(
+        !out.status.success(),
+        "a cut file is an error: {}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("none: every record"), "{}", out.stdout);
+    assert!(out.stdout.contains("not written: "), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("cut: the writer failed (No space left on device"),
+        "{}",
+        out.stdout
+    );
+    let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&kept)]).stdout.trim())
+        .expect("JSON");
+    let unwritten: u64 = v["cut"]["unwritten"]
+        .as_str()
+        .expect("unwritten")
+        .parse()
+        .expect("n");
+    assert!(unwritten > 0, "{v}");
+    // Replay and export read what is there and say the recording is incomplete.
+    let (_, ok, stderr) = printed(&bus, &kept);
+    assert!(!ok, "replay --print of a cut file fails at the end");
+    assert!(
+        stderr.contains("the recording is incomplete: not written:"),
+        "{stderr}"
+    );
+    let exported = out_path("full-copy.jsonl");
+    let out = bus.run(&["export", s(&kept), "--format", "jsonl", "-o", s(&exported)]);
+    assert!(
+        !out.status.success(),
+        "export of a cut file fails at the end"
+    );
+    assert!(
+        out.stderr.contains("is incomplete: not written:"),
+        "{}",
+        out.stderr
+    );
+    // The same snapshot where there is room.
+    let roomy = out_path("roomy.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&roomy)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let all: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&roomy)]).stdout.trim())
+        .expect("JSON");
+    assert_eq!(
+        v["records"].as_u64().expect("records") + unwritten,
+        all["records"].as_u64().expect("records"),
+        "what is in the file and what it says is missing add up: {v}"
+    );
+    let _ = std::fs::remove_dir(&mnt);
+}
+
+/// Issue #15 item 5, the recorder: recording a running demo into a full file system (a 64 KiB
+/// tmpfs in a mount namespace of its own) stops at the first failed flush, names the OS error,
+/// exits with EXIT_NO_RESTART (so that the broker does not restart it into the same disk), and
+/// leaves a file that says it was cut and how many received records it could not write.
+#[test]
+fn a_recorder_on_a_full_disk_stops_with_enospc_and_exit_no_restart() {
+    let bus = TestBus::up();
+    let _demo = bus.spawn_demo("5000");
+    let mnt = out_path("full-rec-mnt");
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let kept = out_path("full-rec-copy.mcap");
+    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
+"$2" record -o "$1/r.mcap"; rc=$?
+cp "$1/r.mcap" "$3"
+exit $rc"#;
+    let out = crate::util::run_cmd(
+        std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&mnt)
+            .arg(env!("CARGO_BIN_EXE_snapbus"))
+            .arg(&kept)
+            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
+            .env("SNAPBUS_BUS", &bus.name),
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(111),
+        "mounting a tmpfs needs root: {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("No space left on device (os error 28)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("attempted another write"),
+        "{}",
+        out.stderr
+    );
+    let out = bus.run(&["inspect", "--json", s(&kept)]);
+    assert!(!out.status.success(), "a cut file is an error");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
+    assert!(
+        v["damage"].is_null(),
+        "the file reads cleanly to its end: {v}"
+    );
+    let unwritten: u64 = v["cut"]["unwritten"]
+        .as_str()
+        .expect("unwritten")
+        .parse()
+        .expect("n");
+    assert!(unwritten > 0, "{v}");
+    assert!(
+        v["cut"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("os error 28")),
+        "{v}"
+    );
+    assert!(
+        !v["loss_verdict"]
+            .as_str()
+            .expect("verdict")
+            .starts_with("none"),
+        "{v}"
+    );
+    let _ = std::fs::remove_dir(&mnt);
+}

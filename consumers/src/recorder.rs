@@ -2,16 +2,17 @@
 //! [`recording`](crate::recording)), with explicit loss records, rotation, and a flush to the
 //! file every second so that a killed recorder loses at most the last second.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::control::{ProducerInfo, StartFrom};
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::subscriber::Record;
 
-use crate::recording::{RecordingWriter, WriteError, WriterOptions};
-use crate::{Consumer, Flow, HookError};
+use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
+use crate::{Consumer, Flow, HookError, RunOptions};
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -22,6 +23,22 @@ pub struct RecorderOptions {
     pub rotate_bytes: Option<u64>,
     /// What the files are written with.
     pub writer: WriterOptions,
+    /// Where reading starts in the lanes (recorded as each producer's history start; see
+    /// [`Recorder::run_options`]).
+    pub start: StartFrom,
+}
+
+/// What the recorder knows of a lane's history.
+#[derive(Debug, Default)]
+struct LaneHistory {
+    /// Its `snapbus.history` record is written (in the current file).
+    written: bool,
+    /// Its history started in an earlier file of this rotated recording.
+    continued: bool,
+    /// Records lost before its first record (reported by `on_lag` before any record).
+    overwritten: u64,
+    /// The producer, for a history written at the end (a lane with losses but no record).
+    producer: Option<(u64, ProducerInfo)>,
 }
 
 /// A [`Consumer`] that writes what it receives into recordings. Call
@@ -32,6 +49,12 @@ pub struct Recorder {
     files: Vec<PathBuf>,
     messages: u64,
     losses: u64,
+    history_losses: u64,
+    /// By lane id.
+    lanes: HashMap<u64, LaneHistory>,
+    /// The lane of the last record, if its history is written in the current file (saves a
+    /// lookup per record).
+    last_lane: Option<u64>,
 }
 
 impl Recorder {
@@ -43,6 +66,9 @@ impl Recorder {
             files: Vec::new(),
             messages: 0,
             losses: 0,
+            history_losses: 0,
+            lanes: HashMap::new(),
+            last_lane: None,
         };
         r.open_next()?;
         Ok(r)
@@ -54,6 +80,14 @@ impl Recorder {
             Some(_) => rotated_path(&self.opts.path, self.files.len()),
         };
         self.writer = Some(RecordingWriter::create(&path, &self.opts.writer)?);
+        self.last_lane = None;
+        if !self.files.is_empty() {
+            // A new part: each producer's history in it continues the previous part's.
+            for lane in self.lanes.values_mut().filter(|l| l.written) {
+                lane.written = false;
+                lane.continued = true;
+            }
+        }
         self.files.push(path);
         Ok(())
     }
@@ -75,17 +109,104 @@ impl Recorder {
         Ok(self.writer.as_mut().expect("opened above"))
     }
 
-    /// Writes the indexes and footers; returns the files written and the messages in them.
+    /// How to run this recorder: kind `recorder`, its start, and, from the oldest record,
+    /// counting what the rings had overwritten before the first record read (so that each
+    /// producer's history start says how many earlier records were overwritten).
+    pub fn run_options(&self, kind: &str) -> RunOptions {
+        let mut o = RunOptions::new(kind);
+        o.start = self.opts.start;
+        o.count_history_as_lost = self.opts.start == StartFrom::Oldest;
+        o
+    }
+
+    /// Writes the producer's history record before its first record in the current file.
+    fn history(&mut self, r: &Record<'_>) -> Result<(), WriteError> {
+        let start = self.history_start();
+        let lane = self.lanes.entry(r.producer.lane_id).or_default();
+        if !lane.written {
+            lane.written = true;
+            let history = if lane.continued {
+                History {
+                    start: HistoryStart::Continued,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: None,
+                }
+            } else {
+                History {
+                    start,
+                    first_seq: Some(r.meta.seq),
+                    first_nanos: Some(r.meta.t_nanos),
+                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
+                }
+            };
+            // The caller opened (or rotated) the file: no rotation between a history record
+            // and the records it describes.
+            if let Some(w) = self.writer.as_mut() {
+                w.write_history(r.producer_id, r.producer, &history)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn history_start(&self) -> HistoryStart {
+        match self.opts.start {
+            StartFrom::Oldest => HistoryStart::Oldest,
+            StartFrom::Latest => HistoryStart::Latest,
+            StartFrom::Time(t) => HistoryStart::Time(t),
+        }
+    }
+
+    /// Writes the history of lanes that had losses but no record, then the indexes and
+    /// footers; returns the files written and the messages in them. After a failed write,
+    /// the file is ended as [`RecordingWriter`] says and the first failure is returned.
     pub fn finish(mut self) -> Result<(Vec<PathBuf>, u64), WriteError> {
+        let start = self.history_start();
+        let pending: Vec<_> = self
+            .lanes
+            .values_mut()
+            .filter(|l| !l.written)
+            .filter_map(|l| {
+                l.written = true;
+                let (id, info) = l.producer.take()?;
+                Some((id, info, l.overwritten))
+            })
+            .collect();
+        let mut first_err = None;
+        if let Some(w) = self.writer.as_mut() {
+            for (id, info, overwritten) in pending {
+                let history = History {
+                    start,
+                    first_seq: None,
+                    first_nanos: None,
+                    overwritten: Some(overwritten),
+                };
+                if let Err(e) = w.write_history(id, &info, &history) {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
         if let Some(w) = self.writer.take() {
+            // After a failed write this ends the file and returns the first failure.
             self.messages += w.finish()?;
+        }
+        if let Some(e) = first_err {
+            return Err(e);
         }
         Ok((self.files, self.messages))
     }
 
-    /// Loss records written so far.
+    /// Records lost while recording (after a producer's first recorded record; in the files
+    /// as loss records).
     pub fn losses(&self) -> u64 {
         self.losses
+    }
+
+    /// Records the rings had overwritten before each producer's first recorded record (in the
+    /// files as the producers' history start).
+    pub fn history_losses(&self) -> u64 {
+        self.history_losses
     }
 }
 
@@ -104,6 +225,12 @@ pub fn rotated_path(path: &Path, index: usize) -> PathBuf {
 
 impl Consumer for Recorder {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        // Rotate first, so that a new part gets each producer's history before its records.
+        self.writer()?;
+        if self.last_lane != Some(r.producer.lane_id) {
+            self.history(r)?;
+            self.last_lane = Some(r.producer.lane_id);
+        }
         self.writer()?.write(
             r.producer_id,
             r.producer,
@@ -121,6 +248,14 @@ impl Consumer for Recorder {
         producer: &ProducerInfo,
         lost: u64,
     ) -> Result<Flow, HookError> {
+        let lane = self.lanes.entry(producer.lane_id).or_default();
+        if !lane.written && !lane.continued {
+            // Before the producer's first record: part of where its history starts.
+            lane.overwritten += lost;
+            lane.producer = Some((producer_id, producer.clone()));
+            self.history_losses += lost;
+            return Ok(Flow::Continue);
+        }
         self.losses += lost;
         self.writer()?
             .write_loss(producer_id, producer, lost, now_realtime_nanos())?;

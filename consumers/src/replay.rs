@@ -11,7 +11,7 @@ use snapbus_bus::publisher::{EmitError, Publisher};
 use snapbus_bus::subscriber::Glob;
 use thiserror::Error;
 
-use crate::recording::{Item, Message, ReadError, RecordingReader};
+use crate::recording::{CUT_METADATA, Damage, Item, Message, ReadError, RecordingReader};
 
 /// How to pace a replay.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,7 +23,7 @@ pub enum Pace {
 }
 
 /// What a replay did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ReplaySummary {
     /// Records republished.
     pub emitted: u64,
@@ -33,6 +33,10 @@ pub struct ReplaySummary {
     pub refused: u64,
     /// Records the recording says were lost when it was made (loss records).
     pub lost_in_recording: u64,
+    /// Damaged parts of the file, skipped (what came after them was replayed).
+    pub damaged: Vec<Damage>,
+    /// The `snapbus.cut` record of a recording whose writer failed (what it could not write).
+    pub cut: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Why a replay stopped early.
@@ -47,8 +51,9 @@ pub enum ReplayError {
 }
 
 /// Republishes the records of `reader` through `publisher`. `summary` is updated as it goes,
-/// so that it is right even when an error ends the replay. Returns when the file ends, on the
-/// first damaged record, or when `stop` is set.
+/// so that it is right even when an error ends the replay. Returns when the file ends, on
+/// damage the reader cannot skip, or when `stop` is set; a damaged chunk is skipped and listed
+/// in `summary.damaged`.
 pub fn replay<R: Read>(
     reader: RecordingReader<R>,
     publisher: &Publisher,
@@ -71,7 +76,16 @@ pub fn replay<R: Read>(
                 summary.lost_in_recording += record.lost;
                 continue;
             }
-            Item::Metadata { .. } => continue,
+            Item::Metadata { name, fields } => {
+                if name == CUT_METADATA {
+                    summary.cut = Some(fields);
+                }
+                continue;
+            }
+            Item::Damaged(d) => {
+                summary.damaged.push(d);
+                continue;
+            }
         };
         // Records come in runs of one channel: check the last one before the map.
         let key = match last {

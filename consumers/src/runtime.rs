@@ -46,7 +46,13 @@ pub trait Consumer {
         Ok(Flow::Continue)
     }
 
-    /// `lost` records of producer `producer_id` were overwritten before they could be read.
+    /// `lost` records of a producer were overwritten before they could be read.
+    ///
+    /// `producer_id` is the broker's current id of the producer, for display only: a
+    /// restarted broker numbers producers anew (a re-adopted consumer sees the same lane under
+    /// another id, and an old id may then name another producer). A consumer that keeps
+    /// state per producer keys it by [`ProducerInfo::lane_id`], which does not change; the
+    /// same holds for [`Record::producer_id`].
     fn on_lag(
         &mut self,
         producer_id: u64,

@@ -78,7 +78,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let globs = crate::bus::globs(&args.schemas)?;
     let input =
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    let mut reader = RecordingReader::new(input);
+    let mut reader = RecordingReader::new(input).with_resync();
     // A file that is not a recording at all fails before any output is created.
     let first = match reader.next() {
         Some(Err(e)) => {
@@ -105,6 +105,8 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let mut losses = 0u64;
     let mut bad = Undecodable::default();
     let mut damage = None;
+    let mut skipped = 0u64;
+    let mut cut = None;
     for item in first.into_iter().chain(reader) {
         let item = match item {
             Ok(item) => item,
@@ -157,7 +159,16 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
                 sink.loss(&channel, t_nanos, &record)?;
                 losses += 1;
             }
-            Item::Metadata { name, fields } => sink.metadata(&name, &fields)?,
+            Item::Metadata { name, fields } => {
+                if name == snapbus_consumers::recording::CUT_METADATA {
+                    cut = Some(fields.clone());
+                }
+                sink.metadata(&name, &fields)?;
+            }
+            Item::Damaged(d) => {
+                eprintln!("snapbus export: {}: {d}", args.file.display());
+                skipped += 1;
+            }
         }
     }
     let files = sink.finish()?;
@@ -192,6 +203,21 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
                 args.file.display()
             )
         });
+    }
+    if skipped > 0 {
+        bail!(
+            "{} is damaged: {skipped} damaged part{} skipped (see above); every other record \
+             was exported",
+            args.file.display(),
+            if skipped == 1 { " was" } else { "s were" }
+        );
+    }
+    if let Some(c) = cut {
+        bail!(
+            "{} is incomplete: {}",
+            args.file.display(),
+            crate::command::inspect::cut_line(&c)
+        );
     }
     if let Some(first) = bad.first {
         bail!(

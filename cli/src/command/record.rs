@@ -4,14 +4,20 @@
 //! Restarted by the broker after a crash (`SNAPBUS_RESTART=N`, N ≥ 1), it writes
 //! `<stem>-restartN.mcap` instead and starts after the last record of the newest earlier file
 //! of this recording, so that what the rings still hold from the gap is recorded once.
+//!
+//! A write that fails for a reason a restart cannot fix (no space left, quota, read-only file
+//! system, permission) ends the run: the error names the OS error, the file is cut back to its
+//! last complete chunk and ends with a `snapbus.cut` record saying what was not written, and
+//! the exit code is [`EXIT_NO_RESTART`](snapbus_bus::runtime::EXIT_NO_RESTART), so that the
+//! broker does not restart the recorder into the same full disk.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use snapbus_bus::control::StartFrom;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
-use snapbus_consumers::recording::{Item, RecordingReader, WriterOptions};
-use snapbus_consumers::{RunOptions, run as run_consumer};
+use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
+use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{From, RecordArgs};
@@ -52,19 +58,25 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         path: output.clone(),
         rotate_bytes: args.rotate_mb.map(|mb| mb << 20),
         writer,
-    })?;
-    let mut opts = RunOptions::new("recorder");
+        start,
+    })
+    .map_err(write_error)?;
+    let mut opts = recorder.run_options("recorder");
     opts.globs = globs;
-    opts.start = start;
     eprintln!(
         "snapbus record: recording bus '{}' into {} (Ctrl-C to stop)",
         dir.name(),
         output_names(&output, args.rotate_mb)
     );
     let result = run_consumer(&dir, &opts, &mut recorder, None);
-    let lost = recorder.losses();
-    let (files, messages) = recorder.finish().context("finishing the recording")?;
-    let summary = result?;
+    let lost = recorder.losses() + recorder.history_losses();
+    // A failed write ends the run: its error (the first one, naming the OS error) is the one
+    // to report; finishing then ends the file with what could not be written.
+    let finished = recorder.finish();
+    let summary = result.map_err(run_error)?;
+    let (files, messages) = finished
+        .map_err(write_error)
+        .context("finishing the recording")?;
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     eprintln!(
         "snapbus record: {} records ({} lost before they could be read) in {}",
@@ -87,6 +99,33 @@ pub(crate) fn output_names(output: &Path, rotate_mb: Option<u64>) -> String {
             rotated_path(output, 1).display()
         ),
     }
+}
+
+/// A recording's write error, as an `anyhow` error whose chain holds the [`WriteError`] (so
+/// that `main` exits with `EXIT_NO_RESTART` when it is permanent).
+pub(crate) fn write_error(e: WriteError) -> anyhow::Error {
+    anyhow::Error::new(e)
+}
+
+/// A run loop error; a hook's [`WriteError`] is unwrapped (see [`write_error`]).
+pub(crate) fn run_error(e: RunError) -> anyhow::Error {
+    match e {
+        RunError::Hook(h) => match h.downcast::<WriteError>() {
+            Ok(w) => write_error(*w),
+            Err(h) => anyhow::anyhow!("the consumer failed: {h}"),
+        },
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// Whether `err` is a write failure a restart cannot fix (a full disk, a read-only or
+/// unwritable place): `main` exits with `EXIT_NO_RESTART` so that the broker does not restart
+/// the recorder into it.
+pub(crate) fn is_permanent_write_error(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<WriteError>()
+            .is_some_and(WriteError::is_permanent)
+    })
 }
 
 /// `run.mcap`, 2 → `run-restart2.mcap`.
@@ -121,6 +160,7 @@ fn last_recorded_nanos(path: &Path) -> Option<u64> {
         .1;
     let file = std::fs::File::open(newest).ok()?;
     RecordingReader::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_resync()
         .map_while(Result::ok)
         .filter_map(|item| match item {
             Item::Message(m) => Some(m.t_nanos),

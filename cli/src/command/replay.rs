@@ -15,7 +15,9 @@ use anyhow::{Context, bail};
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::subscriber::Glob;
-use snapbus_consumers::recording::{Item, RecordingReader};
+use snapbus_consumers::recording::{CUT_METADATA, Item, RecordingReader};
+
+use crate::command::inspect::cut_line;
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 
 use crate::bus::{bus_dir, connect, globs, interrupted, message_json};
@@ -26,7 +28,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn open(path: &std::path::Path) -> anyhow::Result<RecordingReader<BufReader<File>>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(RecordingReader::new(BufReader::with_capacity(1 << 20, f)))
+    Ok(RecordingReader::new(BufReader::with_capacity(1 << 20, f)).with_resync())
 }
 
 pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
@@ -114,15 +116,27 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             String::new()
         },
     );
+    for d in &summary.damaged {
+        eprintln!("snapbus replay: {d}");
+    }
     match failure {
         Some(e) => Err(e.context("the rest of the recording was not replayed")),
-        None => Ok(()),
+        None if !summary.damaged.is_empty() => bail!(
+            "{} damaged part(s) skipped (see above); every other record was replayed",
+            summary.damaged.len()
+        ),
+        None => match &summary.cut {
+            Some(c) => bail!("the recording is incomplete: {}", cut_line(c)),
+            None => Ok(()),
+        },
     }
 }
 
 /// `--print`: JSON lines, no bus, no timing; each file in record-time order.
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    let mut skipped = 0u64;
+    let mut cut = None;
     for f in &args.files {
         for item in merge::items(f)? {
             let item = match item {
@@ -148,10 +162,25 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                         record.lost, channel.producer, record.producer_pid
                     );
                 }
-                Item::Metadata { .. } => {}
+                Item::Metadata { name, fields } => {
+                    if name == CUT_METADATA {
+                        cut = Some(fields);
+                    }
+                }
+                Item::Damaged(d) => {
+                    out.flush()?;
+                    eprintln!("snapbus replay: {}: {d}", f.display());
+                    skipped += 1;
+                }
             }
         }
     }
     out.flush()?;
+    if skipped > 0 {
+        bail!("{skipped} damaged part(s) skipped (see above); every other record was printed");
+    }
+    if let Some(c) = cut {
+        bail!("the recording is incomplete: {}", cut_line(&c));
+    }
     Ok(())
 }

@@ -7,10 +7,11 @@ use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
-use snapbus_consumers::{RunOptions, run as run_consumer};
+use snapbus_consumers::run as run_consumer;
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::SnapshotArgs;
+use crate::command::record::{run_error, write_error};
 
 pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
@@ -32,32 +33,49 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     }
     let mut writer = WriterOptions::new("snapshot", dir.name().as_str());
     writer.overwrite = args.force;
-    let mut recorder = Recorder::create(RecorderOptions {
-        path: args.output.clone(),
-        rotate_bytes: None,
-        writer,
-    })?;
-    let mut opts = RunOptions::new("snapshot");
-    opts.globs = globs;
-    opts.start = match args.last {
+    let start = match args.last {
         Some(d) => StartFrom::Time(
             now_realtime_nanos().saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         ),
         None => StartFrom::Oldest,
     };
+    let mut recorder = Recorder::create(RecorderOptions {
+        path: args.output.clone(),
+        rotate_bytes: None,
+        writer,
+        start,
+    })
+    .map_err(write_error)?;
+    let mut opts = recorder.run_options("snapshot");
+    opts.globs = globs;
     opts.cut = true;
     opts.until_end = true;
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();
-    let (_, messages) = recorder.finish().context("finishing the snapshot")?;
-    let summary = result?;
+    let history_lost = recorder.history_losses();
+    let finished = recorder.finish();
+    let summary = result.map_err(run_error)?;
+    let (_, messages) = finished
+        .map_err(write_error)
+        .context("finishing the snapshot")?;
+    let mut notes = Vec::new();
+    if history_lost > 0 {
+        notes.push(format!(
+            "{history_lost} earlier records were already overwritten in the rings"
+        ));
+    }
+    if lost > 0 {
+        notes.push(format!(
+            "{lost} overwritten while reading, recorded as loss records"
+        ));
+    }
     eprintln!(
         "snapbus snapshot: {} records{} from bus '{}' in {}",
         summary.delivered,
-        if lost > 0 {
-            format!(" ({lost} overwritten while reading, recorded as loss records)")
-        } else {
+        if notes.is_empty() {
             String::new()
+        } else {
+            format!(" ({})", notes.join("; "))
         },
         dir.name(),
         args.output.display()

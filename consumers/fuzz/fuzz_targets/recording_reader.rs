@@ -9,6 +9,8 @@
 //!   unbounded allocation (`-malloc_limit_mb` / `-rss_limit_mb`);
 //! - **after an `Err` the iterator ends**: no item follows an error, and `next()` keeps
 //!   returning `None` once it has;
+//! - the same with a seekable reader that resyncs on the next intact chunk after damage
+//!   (`with_resync`); a skipped part (`Item::Damaged`) lies within the input;
 //! - every error's `offset` and every message's `offset` is within the input
 //!   (`<= data.len()`), and so is `RecordingReader::offset()` at the end; errors display;
 //! - a file the reader calls `complete()` ended without an error (`SNAPBUS_FUZZ_ALLOW=
@@ -20,11 +22,21 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::io::Read;
+
 use snapbus_consumers::recording::{Item, RecordingReader};
 
 fuzz_target!(|data: &[u8]| {
-    let len = data.len() as u64;
-    let mut reader = RecordingReader::new(data);
+    check(data.len() as u64, RecordingReader::new(data));
+    // Seekable, so that damage to a record's framing is skipped by resyncing on the next
+    // intact chunk: the same checks hold.
+    check(
+        data.len() as u64,
+        RecordingReader::new(std::io::Cursor::new(data)).with_resync(),
+    );
+});
+
+fn check<R: Read>(len: u64, mut reader: RecordingReader<R>) {
     let mut failed = false;
     for item in reader.by_ref() {
         assert!(
@@ -58,6 +70,15 @@ fuzz_target!(|data: &[u8]| {
             Ok(Item::Metadata { name, fields }) => {
                 let _ = (name.len(), fields.len());
             }
+            Ok(Item::Damaged(d)) => {
+                assert!(
+                    d.offset.saturating_add(d.len) <= len,
+                    "damage {}+{} beyond {len}",
+                    d.offset,
+                    d.len
+                );
+                let _ = d.to_string();
+            }
             Err(e) => {
                 assert!(
                     e.offset <= len,
@@ -84,7 +105,7 @@ fuzz_target!(|data: &[u8]| {
              footer and end magic)"
         );
     }
-});
+}
 
 /// Whether `SNAPBUS_FUZZ_ALLOW` (comma-separated) names this known finding, so that a long
 /// run can continue past it. CI sets nothing: every check is on.

@@ -100,8 +100,12 @@ pub struct ChannelInfo {
     pub id: u16,
     /// The schema (`topic` is its id).
     pub schema: Arc<SchemaDescriptor>,
-    /// The producer's id on the bus it was recorded from.
+    /// The producer's id on the bus it was recorded from (the broker's, when the channel was
+    /// first written: for display).
     pub producer_id: u64,
+    /// The producer's lane id: its identity, stable across broker restarts (`None` in files
+    /// of older snapbus versions).
+    pub lane_id: Option<u64>,
     /// The producer's name.
     pub producer: String,
     /// The producer's pid.
@@ -152,10 +156,77 @@ pub enum Item {
         /// Its fields.
         fields: BTreeMap<String, String>,
     },
+    /// A damaged part of the file, skipped: none of its records are delivered, reading goes on
+    /// after it.
+    Damaged(Damage),
+}
+
+/// A damaged part of a recording that the reader skipped (see [`Item::Damaged`]).
+#[derive(Debug, Clone)]
+pub struct Damage {
+    /// Byte offset where it starts.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// What is wrong with it.
+    pub error: String,
+    /// What it held, as far as the file says (a chunk's header and its message indexes, which
+    /// may be damaged too).
+    pub held: Option<Held>,
+}
+
+/// What a damaged chunk held, as its header and message indexes say.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    /// Time of its first and last record (CLOCK_REALTIME nanoseconds), from its header.
+    pub first_nanos: u64,
+    /// See `first_nanos`.
+    pub last_nanos: u64,
+    /// How many records its message indexes list (`None`: no index followed it).
+    pub records: Option<u64>,
+    /// Records per channel, from its message indexes; channels declared before it carry
+    /// their [`ChannelInfo`].
+    pub channels: Vec<(u16, Option<Arc<ChannelInfo>>, u64)>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "damaged at byte offset {}: bytes {}..{} ({} bytes) were skipped: {}",
+            self.offset,
+            self.offset,
+            self.offset + self.len,
+            self.len,
+            self.error
+        )?;
+        if let Some(h) = &self.held {
+            match h.records {
+                Some(n) => write!(f, "; they held {n} records")?,
+                None => write!(f, "; they held records")?,
+            }
+            write!(f, " from t={} to t={} ns", h.first_nanos, h.last_nanos)?;
+            let names: Vec<String> = h
+                .channels
+                .iter()
+                .map(|(id, c, n)| match c {
+                    Some(c) => format!("{n} of {} from {}", c.schema.id(), c.producer),
+                    None => format!("{n} of channel {id}"),
+                })
+                .collect();
+            if !names.is_empty() {
+                write!(f, " ({})", names.join(", "))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads a recording from start to end. An iterator of [`Item`]s; after the first error it
-/// ends. [`RecordingReader::complete`] says whether the file ended with its footer.
+/// ends. A damaged chunk whose length is intact (a failed CRC, records that do not parse) does
+/// not end it: it is skipped and reported as an [`Item::Damaged`] (its byte range and what its
+/// header and message indexes say it held), and reading goes on with the next record.
+/// [`RecordingReader::complete`] says whether the file ended with its footer.
 pub struct RecordingReader<R: Read> {
     src: R,
     lin: LinearReader,
@@ -174,19 +245,92 @@ pub struct RecordingReader<R: Read> {
     wanted: u64,
     /// The channel of the last message (a channel record clears it: ids can be redeclared).
     last_channel: Option<Arc<ChannelInfo>>,
+    /// The data section's CRC so far (until its data end record).
+    crc: Option<crc32fast::Hasher>,
+    /// A damaged chunk being described (its message indexes follow it).
+    damage: Option<Damage>,
+    /// Damage was reported.
+    damaged: bool,
+    /// Messages of channels that no record declared, after damage (declared in a damaged
+    /// chunk): (first offset, count).
+    orphans: Option<(u64, u64)>,
+    /// The error to return once the pending items are delivered.
+    deferred: Option<ReadError>,
+    /// Seeks the source (set by [`RecordingReader::with_resync`]).
+    seek: Option<SeekFn<R>>,
+    /// The data end record was read: what follows is the summary.
+    data_ended: bool,
+}
+
+/// Seeks a source; returns the new position.
+type SeekFn<R> = fn(&mut R, std::io::SeekFrom) -> std::io::Result<u64>;
+
+fn linear_options() -> LinearReaderOptions {
+    LinearReaderOptions::default()
+        .with_emit_chunks(true)
+        // Checked here (`crc`): a damaged chunk, skipped, must not end the read at the data
+        // end record.
+        .with_validate_data_section_crc(false)
+        .with_validate_summary_section_crc(true)
+        .with_record_length_limit(RECORD_LIMIT)
+}
+
+/// Bytes of a chunk record before its records: opcode, length, start and end time,
+/// uncompressed size, CRC, compression (empty), records length.
+const CHUNK_HEAD: usize = 1 + 8 + 8 + 8 + 8 + 4 + 4 + 8;
+
+/// Whether a record of this opcode may appear in a snapbus recording's data section, outside
+/// the chunks: the writer puts schemas, channels and messages into chunks, so a top-level one
+/// (like an unknown opcode) means the reader lost the framing — damage.
+fn in_data_section(opcode: u8) -> bool {
+    use mcap::records::op;
+    matches!(
+        opcode,
+        op::HEADER | op::CHUNK | op::MESSAGE_INDEX | op::METADATA | op::DATA_END
+    )
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Reads until `buf` is full or the source ends; returns the bytes read.
+fn read_full<R: Read>(src: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl<R: Read + std::io::Seek> RecordingReader<R> {
+    /// Also skip damage that breaks a record's framing (a chunk's length field, an unknown
+    /// record): the reader looks for the next intact chunk after it (a chunk opcode with a
+    /// consistent header whose CRC matches), reports the bytes in between as an
+    /// [`Item::Damaged`], and goes on from there. Needs a source that seeks (a file).
+    pub fn with_resync(mut self) -> RecordingReader<R> {
+        self.seek = Some(|src, to| src.seek(to));
+        self
+    }
 }
 
 impl<R: Read> RecordingReader<R> {
     /// A reader over `src` (a `File`, ideally buffered by the caller or not: reads are large).
     pub fn new(src: R) -> RecordingReader<R> {
-        let options = LinearReaderOptions::default()
-            .with_emit_chunks(true)
-            .with_validate_data_section_crc(true)
-            .with_validate_summary_section_crc(true)
-            .with_record_length_limit(RECORD_LIMIT);
         RecordingReader {
             src,
-            lin: LinearReader::new_with_options(options),
+            lin: LinearReader::new_with_options(linear_options()),
             started: false,
             offset: 0,
             fed: 0,
@@ -198,6 +342,13 @@ impl<R: Read> RecordingReader<R> {
             format_checked: false,
             wanted: 0,
             last_channel: None,
+            crc: Some(crc32fast::Hasher::new()),
+            damage: None,
+            damaged: false,
+            orphans: None,
+            deferred: None,
+            seek: None,
+            data_ended: false,
         }
     }
 
@@ -215,7 +366,153 @@ impl<R: Read> RecordingReader<R> {
         self.done = true;
         // A footer followed by damage (a bad end magic, trailing bytes) is not a complete file.
         self.complete = false;
-        Some(Err(ReadError { offset, kind }))
+        self.deferred = Some(ReadError { offset, kind });
+        self.end_damage();
+        self.next()
+    }
+
+    /// Queues the damage being described, and the messages of undeclared channels.
+    fn end_damage(&mut self) {
+        if let Some(d) = self.damage.take() {
+            self.pending.push_back(Item::Damaged(d));
+        }
+        if self.done {
+            if let Some((offset, n)) = self.orphans.take() {
+                self.pending.push_back(Item::Damaged(Damage {
+                    offset,
+                    len: 0,
+                    error: format!(
+                        "{n} records from this offset on belong to channels declared in a                          damaged part of the file: they cannot be decoded"
+                    ),
+                    held: None,
+                }));
+            }
+        }
+    }
+
+    /// A chunk failed: skip it, and describe it from its header and the message indexes
+    /// that follow it.
+    fn skip_chunk(&mut self, at: u64, len: u64, error: String, header: Option<(u64, u64)>) {
+        // Items of a damaged chunk are not delivered.
+        self.pending.clear();
+        self.end_damage();
+        self.damaged = true;
+        self.damage = Some(Damage {
+            offset: at,
+            len,
+            error,
+            held: header.map(|(first_nanos, last_nanos)| Held {
+                first_nanos,
+                last_nanos,
+                ..Held::default()
+            }),
+        });
+    }
+
+    /// Damage at `at` that breaks the framing: with a seekable source, go on at the next intact
+    /// chunk and report the bytes in between; `false` if there is none (or no seeking).
+    fn resync(&mut self, at: u64, why: &str) -> bool {
+        if !self.format_checked || self.data_ended {
+            return false;
+        }
+        let Some(seek) = self.seek else { return false };
+        let Some(next) = self.find_chunk(seek, at + 1) else {
+            return false;
+        };
+        if seek(&mut self.src, std::io::SeekFrom::Start(next)).is_err() {
+            return false;
+        }
+        self.pending.clear();
+        self.end_damage();
+        self.damaged = true;
+        self.damage = Some(Damage {
+            offset: at,
+            len: next - at,
+            error: format!("{why}; reading goes on with the next intact chunk"),
+            held: None,
+        });
+        self.lin = LinearReader::new_with_options(linear_options().with_skip_start_magic(true));
+        self.offset = next;
+        self.fed = next;
+        self.wanted = 0;
+        self.crc = None;
+        true
+    }
+
+    /// The offset of the first intact chunk at or after `from`.
+    fn find_chunk(&mut self, seek: SeekFn<R>, from: u64) -> Option<u64> {
+        let end = seek(&mut self.src, std::io::SeekFrom::End(0)).ok()?;
+        let mut buf = vec![0u8; READ_PIECE + CHUNK_HEAD];
+        let mut pos = from;
+        while pos + CHUNK_HEAD as u64 <= end {
+            seek(&mut self.src, std::io::SeekFrom::Start(pos)).ok()?;
+            let n = read_full(&mut self.src, &mut buf).ok()?;
+            if n < CHUNK_HEAD {
+                return None;
+            }
+            for i in 0..=n - CHUNK_HEAD {
+                if buf[i] != mcap::records::op::CHUNK {
+                    continue;
+                }
+                let h = &buf[i..i + CHUNK_HEAD];
+                let (len, size, crc, clen, rlen) = (
+                    u64_at(h, 1),
+                    u64_at(h, 25),
+                    u32_at(h, 33),
+                    u32_at(h, 37),
+                    u64_at(h, 41),
+                );
+                let at = pos + i as u64;
+                let plausible = clen == 0
+                    && crc != 0
+                    && rlen == size
+                    && rlen <= RECORD_LIMIT as u64
+                    && len == (CHUNK_HEAD as u64 - 9) + rlen
+                    && u64_at(h, 9) <= u64_at(h, 17)
+                    && at + 9 + len <= end;
+                if plausible && self.chunk_crc_matches(seek, at + CHUNK_HEAD as u64, rlen, crc) {
+                    return Some(at);
+                }
+            }
+            pos += (n - CHUNK_HEAD + 1) as u64;
+        }
+        None
+    }
+
+    fn chunk_crc_matches(&mut self, seek: SeekFn<R>, from: u64, len: u64, crc: u32) -> bool {
+        if seek(&mut self.src, std::io::SeekFrom::Start(from)).is_err() {
+            return false;
+        }
+        let mut h = crc32fast::Hasher::new();
+        let mut piece = vec![0u8; READ_PIECE.min(usize::try_from(len).unwrap_or(READ_PIECE))];
+        let mut left = len;
+        while left > 0 {
+            let k = usize::try_from(left).unwrap_or(usize::MAX).min(piece.len());
+            match read_full(&mut self.src, &mut piece[..k]) {
+                Ok(n) if n == k => h.update(&piece[..k]),
+                _ => return false,
+            }
+            left -= k as u64;
+        }
+        h.finalize() == crc
+    }
+
+    /// A message index record after a damaged chunk: what the chunk held.
+    fn take_index(&mut self, body: &[u8]) {
+        let Some(held) = self.damage.as_mut().and_then(|d| d.held.as_mut()) else {
+            return;
+        };
+        let (Some(id), Some(len)) = (body.get(..2), body.get(2..6)) else {
+            return;
+        };
+        let id = u16::from_le_bytes([id[0], id[1]]);
+        let n = u64::from(u32::from_le_bytes([len[0], len[1], len[2], len[3]])) / 16;
+        let channel = match self.channels.get(&id) {
+            Some(Ok(c)) => Some(Arc::clone(c)),
+            _ => None,
+        };
+        *held.records.get_or_insert(0) += n;
+        held.channels.push((id, channel, n));
     }
 
     fn check_magic(&mut self) -> Result<(), ReadError> {
@@ -239,6 +536,9 @@ impl<R: Read> RecordingReader<R> {
             // The reader checks the magic again, and hashes it into the data section CRC.
             self.lin.insert(8).copy_from_slice(&head);
             self.lin.notify_read(8);
+            if let Some(h) = self.crc.as_mut() {
+                h.update(&head);
+            }
             self.offset = 8;
             self.fed = 8;
             return Ok(());
@@ -370,14 +670,13 @@ impl<R: Read> RecordingReader<R> {
                 header.uncompressed_size
             )));
         }
-        if header.uncompressed_crc != 0 {
-            let crc = crc32fast::hash(data);
-            if crc != header.uncompressed_crc {
-                return Err(corrupt(format!(
-                    "chunk: CRC {crc:08x}, its header says {:08x}",
-                    header.uncompressed_crc
-                )));
-            }
+        // The writer always sets the CRC: a chunk without one is damaged.
+        let crc = crc32fast::hash(data);
+        if crc != header.uncompressed_crc {
+            return Err(corrupt(format!(
+                "chunk: CRC {crc:08x}, its header says {:08x}",
+                header.uncompressed_crc
+            )));
         }
         let mut rest = data;
         while let Some((&opcode, tail)) = rest.split_first() {
@@ -430,6 +729,11 @@ impl<R: Read> RecordingReader<R> {
                     Arc::clone(c)
                 }
                 Some(Err(why)) => return Err(err(ReadErrorKind::NotSnapbus(why.clone()))),
+                None if self.damaged => {
+                    // Declared in a damaged chunk: counted, reported at the end.
+                    self.orphans.get_or_insert((at, 0)).1 += 1;
+                    return Ok(());
+                }
                 None => {
                     return Err(err(ReadErrorKind::Corrupt(format!(
                         "a message names channel {channel_id}, which was not declared before it"
@@ -486,6 +790,7 @@ impl<R: Read> RecordingReader<R> {
         let info = ChannelInfo {
             id,
             producer_id: get("producer_id").and_then(|v| v.parse().ok()).unwrap_or(0),
+            lane_id: get("lane_id").and_then(|v| u64::from_str_radix(v, 16).ok()),
             producer: get("producer").cloned().unwrap_or_default(),
             pid: get("pid").and_then(|v| v.parse().ok()).unwrap_or(0),
             emitter: get("emitter").cloned(),
@@ -507,7 +812,7 @@ impl<R: Read> Iterator for RecordingReader<R> {
                 return Some(Ok(item));
             }
             if self.done {
-                return None;
+                return self.deferred.take().map(Err);
             }
             if !self.started {
                 self.started = true;
@@ -520,6 +825,10 @@ impl<R: Read> Iterator for RecordingReader<R> {
             let event = match self.lin.next_event() {
                 None => {
                     self.done = true;
+                    self.end_damage();
+                    if !self.pending.is_empty() && self.format_checked {
+                        continue;
+                    }
                     if !self.format_checked {
                         return self.fail(
                             at,
@@ -549,6 +858,10 @@ impl<R: Read> Iterator for RecordingReader<R> {
                     self.fed += n as u64;
                 }
                 Ok(LinearReadEvent::Record { data, opcode }) => {
+                    // Owned (the parsed record was copied anyway): the reader's state is
+                    // updated while it is looked at.
+                    let data = data.to_vec();
+                    let data = &data[..];
                     self.offset += 9 + data.len() as u64;
                     if !self.format_checked
                         && !matches!(
@@ -564,11 +877,59 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             )),
                         );
                     }
+                    if !self.data_ended && !in_data_section(opcode) {
+                        let why = format!(
+                            "a record with opcode 0x{opcode:02x}, which a recording does not \
+                             have outside its chunks"
+                        );
+                        if self.resync(at, &why) {
+                            continue;
+                        }
+                        return self.fail(at, ReadErrorKind::Corrupt(why));
+                    }
+                    if opcode == mcap::records::op::DATA_END {
+                        self.data_ended = true;
+                        if let Some(h) = self.crc.take() {
+                            let computed = h.finalize();
+                            let saved = data
+                                .get(..4)
+                                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                            // After a skipped chunk the CRC cannot match; the damage is
+                            // reported already.
+                            if saved != 0 && saved != computed && !self.damaged {
+                                return self.fail(
+                                    at,
+                                    ReadErrorKind::Corrupt(format!(
+                                        "the data section's CRC is {computed:08x}, its data end \
+                                         record says {saved:08x}: a record outside the chunks \
+                                         (metadata, schema or channel) is damaged"
+                                    )),
+                                );
+                            }
+                        }
+                    } else if let Some(h) = self.crc.as_mut() {
+                        h.update(&[opcode]);
+                        h.update(&(data.len() as u64).to_le_bytes());
+                        h.update(data);
+                    }
+                    if opcode == mcap::records::op::MESSAGE_INDEX && self.damage.is_some() {
+                        self.take_index(data);
+                        continue;
+                    }
+                    self.end_damage();
                     if !used(opcode) {
                         continue;
                     }
+                    let len = 9 + data.len() as u64;
                     let record = match mcap::parse_record(opcode, data) {
-                        Ok(r) => r.into_owned(),
+                        Ok(r) => r,
+                        Err(e) if opcode == mcap::records::op::CHUNK => {
+                            let why = format!("chunk: {e}");
+                            if !self.resync(at, &why) {
+                                self.skip_chunk(at, len, why, None);
+                            }
+                            continue;
+                        }
                         Err(e) => {
                             return self.fail(
                                 at,
@@ -576,17 +937,44 @@ impl<R: Read> Iterator for RecordingReader<R> {
                             );
                         }
                     };
+                    // A chunk's time range, and whether its length agrees with its header
+                    // (if not, its length field may be what is damaged).
+                    let chunk = match &record {
+                        Record::Chunk { header, data } => Some((
+                            (header.message_start_time, header.message_end_time),
+                            header.uncompressed_size == data.len() as u64,
+                        )),
+                        _ => None,
+                    };
                     if let Err(e) = self.take_record(record, at) {
-                        self.done = true;
-                        // Items of a damaged chunk are not delivered.
-                        self.pending.clear();
-                        return Some(Err(e));
+                        match (chunk, e.kind) {
+                            (Some((_, false)), ReadErrorKind::Corrupt(why))
+                                if self.resync(at, &why) =>
+                            {
+                                continue;
+                            }
+                            (Some((times, _)), ReadErrorKind::Corrupt(why)) => {
+                                self.skip_chunk(at, len, why, Some(times));
+                                continue;
+                            }
+                            (_, kind) => {
+                                self.done = true;
+                                // Items of a damaged chunk are not delivered.
+                                self.pending.clear();
+                                return self.fail(e.offset, kind);
+                            }
+                        }
                     }
                 }
                 Err(mcap::McapError::UnexpectedEof) => {
                     let have = self.fed.saturating_sub(at);
                     if have == 0 {
                         return self.fail(at, ReadErrorKind::Unfinished);
+                    }
+                    // A damaged length can point past the end: an intact chunk after `at`
+                    // says the file goes on.
+                    if self.resync(at, "a record's length runs past the end of the file") {
+                        continue;
                     }
                     return self.fail(
                         at,
@@ -596,7 +984,12 @@ impl<R: Read> Iterator for RecordingReader<R> {
                         },
                     );
                 }
-                Err(e) => return self.fail(at, ReadErrorKind::Corrupt(e.to_string())),
+                Err(e) => {
+                    if self.resync(at, &e.to_string()) {
+                        continue;
+                    }
+                    return self.fail(at, ReadErrorKind::Corrupt(e.to_string()));
+                }
             }
         }
     }

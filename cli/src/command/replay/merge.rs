@@ -7,8 +7,9 @@
 //! producer, each pass keeping that producer's records (and loss records), and the passes are
 //! merged by record time (a k-way merge: memory holds one record per producer, whatever the
 //! file's size; ties keep the order in which the producers first appear). A damaged or cut file
-//! gives every record that precedes the damage, merged, and then the read error. Metadata
-//! records are not returned.
+//! gives every record that precedes the damage, merged, and then the read error; a damaged
+//! part the reader skipped is returned once (first), and the records after it are merged as
+//! the rest. Metadata records are not returned.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -21,11 +22,12 @@ use snapbus_consumers::recording::{ChannelInfo, Item, ReadError, RecordingReader
 
 type Reader = RecordingReader<BufReader<File>>;
 
-/// A producer as the recording names it.
+/// A producer as the recording names it: its lane id (stable across broker restarts; the
+/// broker's producer id in files written before lane ids were recorded) and pid.
 type ProducerKey = (u64, u32);
 
 fn key(channel: &ChannelInfo) -> ProducerKey {
-    (channel.producer_id, channel.pid)
+    (channel.lane_id.unwrap_or(channel.producer_id), channel.pid)
 }
 
 /// The producer and record time of a message or loss record.
@@ -35,16 +37,13 @@ fn stamp(item: &Item) -> Option<(ProducerKey, u64)> {
         Item::Loss {
             channel, t_nanos, ..
         } => Some((key(channel), *t_nanos)),
-        Item::Metadata { .. } => None,
+        Item::Metadata { .. } | Item::Damaged(_) => None,
     }
 }
 
 fn open(path: &Path, buffer_bytes: usize) -> anyhow::Result<Reader> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(RecordingReader::new(BufReader::with_capacity(
-        buffer_bytes,
-        f,
-    )))
+    Ok(RecordingReader::new(BufReader::with_capacity(buffer_bytes, f)).with_resync())
 }
 
 /// The messages and loss records of `path`, ordered by record time across producers.
@@ -57,11 +56,12 @@ pub(super) fn items(
         return Ok(Box::new(items));
     }
     let mut streams = Vec::with_capacity(producers.len());
-    for p in producers {
+    for (k, p) in producers.into_iter().enumerate() {
         streams.push(Stream {
             producer: p,
             reader: open(path, 64 << 10)?,
             ended: false,
+            damage: k == 0,
         });
     }
     Ok(Box::new(Merged::new(streams)))
@@ -108,11 +108,13 @@ fn scan(reader: Reader) -> (Vec<ProducerKey>, bool) {
     (producers, ordered)
 }
 
-/// One pass over the file keeping one producer's records.
+/// One pass over the file keeping one producer's records (and, in the first pass, the damaged
+/// parts the reader skipped: every pass meets them, one reports them).
 struct Stream {
     producer: ProducerKey,
     reader: Reader,
     ended: bool,
+    damage: bool,
 }
 
 impl Stream {
@@ -123,6 +125,7 @@ impl Stream {
         }
         for item in self.reader.by_ref() {
             match item {
+                Ok(Item::Damaged(d)) if self.damage => return Some(Ok(Item::Damaged(d))),
                 Ok(item) => match stamp(&item) {
                     Some((p, _)) if p == self.producer => return Some(Ok(item)),
                     _ => {}
