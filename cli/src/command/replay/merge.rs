@@ -7,9 +7,9 @@
 //! producer, each pass keeping that producer's records (and loss records), and the passes are
 //! merged by record time (a k-way merge: memory holds one record per producer, whatever the
 //! file's size; ties keep the order in which the producers first appear). A damaged or cut file
-//! gives every record that precedes the damage, merged, and then the read error; a damaged
-//! part the reader skipped is returned once (first), and the records after it are merged as
-//! the rest. Metadata records are not returned.
+//! gives every record that precedes the damage, merged, and then the read error; damaged
+//! parts the reader skipped and metadata records (a cut file's `snapbus.cut`) are returned
+//! once, ahead of the records, which are merged as usual.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -52,8 +52,7 @@ pub(super) fn items(
 ) -> anyhow::Result<Box<dyn Iterator<Item = Result<Item, ReadError>>>> {
     let (producers, ordered) = scan(open(path, 1 << 20)?);
     if ordered || producers.len() < 2 {
-        let items = open(path, 1 << 20)?.filter(|i| !matches!(i, Ok(Item::Metadata { .. })));
-        return Ok(Box::new(items));
+        return Ok(Box::new(open(path, 1 << 20)?));
     }
     let mut streams = Vec::with_capacity(producers.len());
     for (k, p) in producers.into_iter().enumerate() {
@@ -109,7 +108,7 @@ fn scan(reader: Reader) -> (Vec<ProducerKey>, bool) {
 }
 
 /// One pass over the file keeping one producer's records (and, in the first pass, the damaged
-/// parts the reader skipped: every pass meets them, one reports them).
+/// parts the reader skipped and the metadata records: every pass meets them, one returns them).
 struct Stream {
     producer: ProducerKey,
     reader: Reader,
@@ -125,7 +124,9 @@ impl Stream {
         }
         for item in self.reader.by_ref() {
             match item {
-                Ok(Item::Damaged(d)) if self.damage => return Some(Ok(Item::Damaged(d))),
+                Ok(item @ (Item::Damaged(_) | Item::Metadata { .. })) if self.damage => {
+                    return Some(Ok(item));
+                }
                 Ok(item) => match stamp(&item) {
                     Some((p, _)) if p == self.producer => return Some(Ok(item)),
                     _ => {}
