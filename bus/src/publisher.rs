@@ -284,6 +284,16 @@ impl Publisher {
         }
     }
 
+    /// As [`here`](Self::here), for questions (`info`, `stats`, …): in a forked child that
+    /// has not emitted yet, `None` rather than a new lane, thread and connection.
+    fn existing(&self) -> Option<&Publisher> {
+        if self.is_own() {
+            Some(self)
+        } else {
+            self.inner.forked.get()?.as_ref()?.existing()
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn forked(&self) -> Option<&Publisher> {
@@ -351,23 +361,23 @@ impl Publisher {
 
     /// What this publisher tells the broker about itself.
     pub fn info(&self) -> &ProducerInfo {
-        &self.here().unwrap_or(self).inner.info
+        &self.existing().unwrap_or(self).inner.info
     }
 
     /// The lane (for tests and benches).
     pub fn lane(&self) -> &ShmLane {
-        &self.here().unwrap_or(self).inner.lane
+        &self.existing().unwrap_or(self).inner.lane
     }
 
     /// Whether a broker is connected now.
     pub fn is_connected(&self) -> bool {
-        self.here()
+        self.existing()
             .is_some_and(|p| p.inner.connected.load(Ordering::Relaxed))
     }
 
     /// Counters: records written, and records not written by reason.
     pub fn stats(&self) -> PublisherStats {
-        let Some(p) = self.here() else {
+        let Some(p) = self.existing() else {
             return PublisherStats {
                 no_lane: self.inner.no_lane_drops.load(Ordering::Relaxed),
                 ..PublisherStats::default()

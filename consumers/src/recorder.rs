@@ -231,7 +231,10 @@ impl Consumer for Recorder {
             self.history(r)?;
             self.last_lane = Some(r.producer.lane_id);
         }
-        self.writer()?.write(
+        // Through the file the history went into: no rotation between the two (a history
+        // record pushing the part past `--rotate-mb` rotates before the next record).
+        let w = self.writer.as_mut().expect("opened by writer() above");
+        w.write(
             r.producer_id,
             r.producer,
             r.schema,
@@ -249,8 +252,10 @@ impl Consumer for Recorder {
         lost: u64,
     ) -> Result<Flow, HookError> {
         let lane = self.lanes.entry(producer.lane_id).or_default();
-        if !lane.written && !lane.continued {
-            // Before the producer's first record: part of where its history starts.
+        if !lane.written && !lane.continued && self.opts.start == StartFrom::Oldest {
+            // Reading from the oldest record, before the producer's first record: what the
+            // ring had overwritten, part of where its history starts. (From `latest` or a
+            // time, a loss before the first record happened while recording: a loss record.)
             lane.overwritten += lost;
             lane.producer = Some((producer_id, producer.clone()));
             self.history_losses += lost;

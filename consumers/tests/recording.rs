@@ -606,11 +606,11 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Issue #15 item 2: a restarted broker numbers producers anew, so a re-adopted recorder sees
-/// a lane under a new id — one that, before the restart, named another producer. D1 and D2
-/// take ids 1 and 2 and leave; after the restart only the recorder, A and B join, so ids 1 to
-/// 3 go to them and A or B is handed an id that was D1's or D2's (whose schema has the same key
-/// in its own lane). Every record must still sit under its own producer and schema.
+/// Issue #15 item 2, end to end: a recorder re-adopted by a restarted broker (an in-process one:
+/// no state file) goes on filing every record under its own producer and schema, for the
+/// producers that rejoin and for new ones (which the new broker numbers from its own counter).
+/// The deterministic case of an id handed to another lane is
+/// `a_broker_id_reused_by_another_lane_does_not_misfile_records`.
 #[test]
 fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_producer() {
     use snapbus_bus::broker::InProcess;
@@ -693,24 +693,40 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
         !a.is_connected() && !b.is_connected()
     });
     let broker = InProcess::start(dir.clone(), std::time::Duration::from_secs(60)).expect("broker");
-    // The recorder rejoined once it reads both lanes under the new broker's ids (1 to 3).
-    let id = |lane: u64| seen.lock().expect("lock").get(&lane).map_or(0, |e| e.1);
-    wait_for("the recorder to rejoin", || {
-        emit_ab(&mut sent);
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        id(lane_a) <= 3 && id(lane_b) <= 3
+    wait_for("the producers to rejoin the new broker", || {
+        a.is_connected() && b.is_connected()
+    });
+    let n1 = named_publisher(&dir, "N1");
+    let n2 = named_publisher(&dir, "N2");
+    let (lane_n1, lane_n2) = (n1.info().lane_id, n2.info().lane_id);
+    for i in 0..10u32 {
+        n1.emit(2, 0, &RecB { x: 0.5, i }).expect("emit n1");
+        n2.emit(
+            2,
+            0,
+            &RecA {
+                i: u64::from(i),
+                note: "n".into(),
+            },
+        )
+        .expect("emit n2");
+    }
+    wait_for("the recorder to read the new producers", || {
+        count(lane_n1) == 10 && count(lane_n2) == 10
     });
     for _ in 0..100 {
         emit_ab(&mut sent);
     }
     a.close();
     b.close();
+    n1.close();
+    n2.close();
     let summary = recorder.join().expect("recorder thread");
     drop(broker);
     assert_eq!(summary.lost, 0, "nothing was overwritten");
     let (items, err) = read_all(&std::fs::read(&path).expect("read"));
     assert!(err.is_none(), "{err:?}");
-    let (mut got_a, mut got_b, mut got_d) = (Vec::new(), Vec::new(), 0);
+    let (mut got_a, mut got_b, mut got_d, mut got_n) = (Vec::new(), Vec::new(), 0, 0);
     for i in &items {
         let Item::Message(m) = i else { continue };
         let c = &m.channel;
@@ -721,11 +737,19 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
                 RecD::decode_exact(&m.data).expect("a D decodes");
                 got_d += 1;
             }
+            ("N1", "rec.b") => {
+                RecB::decode_exact(&m.data).expect("an N1 decodes");
+                got_n += 1;
+            }
+            ("N2", "rec.a") => {
+                RecA::decode_exact(&m.data).expect("an N2 decodes");
+                got_n += 1;
+            }
             (p, s) => panic!("a record of schema {s} filed under producer {p}"),
         }
         assert!(
             c.lane_id
-                .is_some_and(|l| [lane_a, lane_b, lane_d1, lane_d2].contains(&l)),
+                .is_some_and(|l| [lane_a, lane_b, lane_d1, lane_d2, lane_n1, lane_n2].contains(&l)),
             "the channel names the producer's lane: {:?}",
             c.lane_id
         );
@@ -733,6 +757,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     assert_eq!(got_a, (0..sent.0).collect::<Vec<_>>(), "every A, in order");
     assert_eq!(got_b, (0..sent.1).collect::<Vec<_>>(), "every B, in order");
     assert_eq!(got_d, 20);
+    assert_eq!(got_n, 20);
 }
 
 /// Issue #15 item 3: a recording of a ring that had wrapped says where the producer's history
@@ -1012,4 +1037,200 @@ fn a_message_outside_the_chunks_is_damage_not_a_record() {
     let got = steps(&items);
     assert!(!damage(&items).is_empty(), "reported as damage");
     assert_eq!(got.len(), 300, "no record is lost: {}", got.len());
+}
+
+/// A producer as a consumer's hooks see it.
+fn producer(name: &str, lane_id: u64) -> snapbus_bus::control::ProducerInfo {
+    snapbus_bus::control::ProducerInfo {
+        pid: 4242,
+        name: name.into(),
+        cmdline: Vec::new(),
+        session_tag: None,
+        perf_tag: None,
+        lane_id,
+        started_nanos: 1,
+    }
+}
+
+/// Hands `rec` one record, as the run loop would.
+fn feed_record(
+    rec: &mut Recorder,
+    producer_id: u64,
+    who: &snapbus_bus::control::ProducerInfo,
+    schema: &Arc<snapbus_bus::schemas::SchemaDescriptor>,
+    payload: &[u8],
+    seq: u64,
+) {
+    use snapbus_consumers::Consumer as _;
+    let r = snapbus_bus::subscriber::Record {
+        producer_id,
+        producer: who,
+        schema,
+        emitter: None,
+        meta: snapbus_bus::lane::FrameMeta {
+            pos: 0,
+            seq,
+            t_nanos: 1_000 + seq,
+            schema_key: 1,
+            schema_version: 1,
+            level: 2,
+            emitter: 0,
+            payload_len: payload.len(),
+        },
+        payload,
+    };
+    rec.on_event(&r).expect("on_event");
+}
+
+/// Issue #15 item 2: a broker's producer id is not an identity (a broker that restarts without
+/// its state file numbers producers anew): two lanes seen under the same producer id, each with
+/// its own schema under key 1, are filed under their own lanes. (Regression: channels were keyed
+/// by the producer id, so the second lane's records were filed under the first one's channel
+/// and schema, and decoded as garbage.)
+#[test]
+fn a_broker_id_reused_by_another_lane_does_not_misfile_records() {
+    use snapbus_bus::control::ProducerInfo;
+    let (old, new) = (producer("old", 0xa1), producer("new", 0xb2));
+    let (schema_d, schema_b) = (
+        Arc::new(RecD::descriptor().clone()),
+        Arc::new(RecB::descriptor().clone()),
+    );
+    let path = tmp("reused-id.mcap");
+    let mut rec = Recorder::create(RecorderOptions {
+        path: path.clone(),
+        rotate_bytes: None,
+        writer: WriterOptions::new("recorder", "test"),
+        start: StartFrom::Latest,
+    })
+    .expect("create");
+    let feed = |rec: &mut Recorder, who: &ProducerInfo, schema: &Arc<_>, payload: Vec<u8>, seq| {
+        feed_record(rec, 1, who, schema, &payload, seq);
+    };
+    for seq in 0..3 {
+        feed(
+            &mut rec,
+            &old,
+            &schema_d,
+            RecD { flag: true }.encode_to_vec().expect("encode"),
+            seq,
+        );
+    }
+    for seq in 0..3u32 {
+        let b = RecB { x: 1.5, i: seq };
+        feed(
+            &mut rec,
+            &new,
+            &schema_b,
+            b.encode_to_vec().expect("encode"),
+            u64::from(seq),
+        );
+    }
+    rec.finish().expect("finish");
+    let (items, err) = read_all(&std::fs::read(&path).expect("read"));
+    assert!(err.is_none(), "{err:?}");
+    let mut filed = Vec::new();
+    for i in &items {
+        let Item::Message(m) = i else { continue };
+        let c = &m.channel;
+        match (c.producer.as_str(), c.schema.id()) {
+            ("old", "rec.d") => assert!(RecD::decode_exact(&m.data).expect("a D").flag),
+            ("new", "rec.b") => {
+                filed.push(RecB::decode_exact(&m.data).expect("a B").i);
+            }
+            (p, s) => panic!("a record of schema {s} filed under producer {p}"),
+        }
+    }
+    assert_eq!(filed, [0, 1, 2], "every record of the new lane, under it");
+}
+
+/// Review of #15: with `--rotate-mb`, a producer's history record and the record it describes
+/// go into the same part (regression: a history record that filled the part rotated before its
+/// record, leaving a part with a history and no record, and the next part without one).
+#[test]
+fn a_rotated_part_holds_each_history_with_its_first_record() {
+    let who = producer("p", 0xc3);
+    let schema = Arc::new(RecB::descriptor().clone());
+    let path = tmp("rotate-history.mcap");
+    let mut rec = Recorder::create(RecorderOptions {
+        path: path.clone(),
+        // Every part is full once anything is in it (its header, a history record): each
+        // record rotates, so a history record always fills its part.
+        rotate_bytes: Some(1),
+        writer: WriterOptions::new("recorder", "test"),
+        start: StartFrom::Latest,
+    })
+    .expect("create");
+    for seq in 0..3u32 {
+        let payload = RecB { x: 0.0, i: seq }.encode_to_vec().expect("encode");
+        feed_record(&mut rec, 1, &who, &schema, &payload, u64::from(seq));
+    }
+    let (files, _) = rec.finish().expect("finish");
+    assert!(files.len() >= 2, "rotated: {files:?}");
+    let mut all = Vec::new();
+    for (k, f) in files.iter().enumerate() {
+        let (items, err) = read_all(&std::fs::read(f).expect("read"));
+        assert!(err.is_none(), "{err:?}");
+        let history: Vec<&std::collections::BTreeMap<String, String>> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Metadata { name, fields } if name == "snapbus.history" => Some(fields),
+                _ => None,
+            })
+            .collect();
+        let seqs: Vec<u64> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Message(m) => Some(u64::from(RecB::decode_exact(&m.data).expect("a B").i)),
+                _ => None,
+            })
+            .collect();
+        match seqs.first() {
+            None => assert!(history.is_empty(), "part {k}: a history without records"),
+            Some(first) => {
+                assert_eq!(history.len(), 1, "part {k}: one history record");
+                assert_eq!(
+                    history[0].get("first_seq").map(String::as_str),
+                    Some(first.to_string().as_str()),
+                    "part {k}: {:?}",
+                    history[0]
+                );
+            }
+        }
+        all.extend(seqs);
+    }
+    assert_eq!(all, [0, 1, 2], "every record, once");
+}
+
+/// Review of #15: a recorder started from `latest` (or a time) that loses records of a producer
+/// before its first record writes them as a loss record; only a recorder reading from the
+/// oldest record counts them as where the producer's history starts. (Regression: they went
+/// into a history count the file never showed for such a start.)
+#[test]
+fn losses_before_the_first_record_of_a_latest_recorder_are_loss_records() {
+    use snapbus_consumers::Consumer as _;
+    let who = producer("p", 0xd4);
+    let schema = Arc::new(RecB::descriptor().clone());
+    let path = tmp("latest-early-loss.mcap");
+    let mut rec = Recorder::create(RecorderOptions {
+        path: path.clone(),
+        rotate_bytes: None,
+        writer: WriterOptions::new("recorder", "test"),
+        start: StartFrom::Latest,
+    })
+    .expect("create");
+    rec.on_lag(1, &who, 5).expect("on_lag");
+    let payload = RecB { x: 0.0, i: 7 }.encode_to_vec().expect("encode");
+    feed_record(&mut rec, 1, &who, &schema, &payload, 12);
+    assert_eq!((rec.losses(), rec.history_losses()), (5, 0));
+    rec.finish().expect("finish");
+    let (items, err) = read_all(&std::fs::read(&path).expect("read"));
+    assert!(err.is_none(), "{err:?}");
+    let lost: u64 = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Loss { record, .. } => Some(record.lost),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(lost, 5, "the loss is in the file");
 }

@@ -211,6 +211,9 @@ fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
 /// Polls that find a frame unfinished before the stall clock starts (no clock read per poll
 /// for a reader right behind the writer).
 const STALL_POLLS: u32 = 64;
+/// How long the reader's own clock must see a frame unfinished before the lane's timestamps
+/// are trusted to say it has been stuck longer than the stall timeout.
+const LANE_CLOCK_MIN_STALL: Duration = Duration::from_millis(20);
 
 /// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -656,20 +659,28 @@ impl Cursor {
                     if *polls < STALL_POLLS && !timeout.is_zero() {
                         return false;
                     }
-                    let stalled_by_lane_clock = claimed_before(lane, self.pos, busy, tail)
-                        .is_some_and(|t| {
-                            let age = super::now_realtime_nanos().saturating_sub(t);
-                            u128::from(age) >= timeout.as_nanos()
-                        });
-                    if !stalled_by_lane_clock {
-                        let now = Instant::now();
-                        match since {
-                            None => {
-                                *since = Some(now);
-                                return false;
-                            }
-                            Some(s) if now.duration_since(*s) < timeout => return false,
-                            Some(_) => {}
+                    // The reader's own clock always sees a stall of at least
+                    // LANE_CLOCK_MIN_STALL; past it, the lane's timestamps may prove the frame
+                    // older than the timeout (garbage in old history: skipped in milliseconds).
+                    let now = Instant::now();
+                    let waited = match since {
+                        None => {
+                            *since = Some(now);
+                            return false;
+                        }
+                        Some(s) => now.duration_since(*s),
+                    };
+                    if waited < timeout {
+                        if waited < LANE_CLOCK_MIN_STALL.min(timeout) {
+                            return false;
+                        }
+                        let stalled_by_lane_clock = claimed_before(lane, self.pos, busy, tail)
+                            .is_some_and(|t| {
+                                let age = super::now_realtime_nanos().saturating_sub(t);
+                                u128::from(age) >= timeout.as_nanos()
+                            });
+                        if !stalled_by_lane_clock {
+                            return false;
                         }
                     }
                 }

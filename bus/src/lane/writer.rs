@@ -567,12 +567,15 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     #[inline]
     pub fn claim(&self, payload_len: usize, meta: RecordMeta) -> Result<Claim<'_, M>, ClaimError> {
         let geo = self.lane.geo;
-        let now = now_realtime_nanos();
         let (r, inflight) = {
             let mut st = self.state.lock();
             if st.local.closed {
                 return Err(ClaimError::Closed);
             }
+            // The clock is read under the lock: a frame's time is its claim's time, so a
+            // thread descheduled between a clock read and the lock cannot make a fresh claim
+            // look old to a reader (which skips claims older than its stall timeout).
+            let now = now_realtime_nanos();
             let r = match st.local.reserve(&geo, payload_len, now) {
                 Ok(r) => r,
                 Err(e) => {

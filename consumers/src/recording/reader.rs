@@ -382,7 +382,8 @@ impl<R: Read> RecordingReader<R> {
                     offset,
                     len: 0,
                     error: format!(
-                        "{n} records from this offset on belong to channels declared in a                          damaged part of the file: they cannot be decoded"
+                        "{n} records from this offset on belong to channels declared in a \
+                         damaged part of the file: they cannot be decoded"
                     ),
                     held: None,
                 }));

@@ -22,6 +22,10 @@ use snapbus_consumers::recording::{ChannelInfo, Item, ReadError, RecordingReader
 
 type Reader = RecordingReader<BufReader<File>>;
 
+/// At most this many producers are merged (one pass and one open file each); a file with more
+/// is printed in file order, with a warning.
+const MAX_PASSES: usize = 64;
+
 /// A producer as the recording names it: its lane id (stable across broker restarts; the
 /// broker's producer id in files written before lane ids were recorded) and pid.
 type ProducerKey = (u64, u32);
@@ -54,6 +58,15 @@ pub(super) fn items(
     if ordered || producers.len() < 2 {
         return Ok(Box::new(open(path, 1 << 20)?));
     }
+    if producers.len() > MAX_PASSES {
+        eprintln!(
+            "snapbus replay: {}: {} producers, more than the {MAX_PASSES} this merge reads side \
+             by side: printed in file order (each producer's records are in order)",
+            path.display(),
+            producers.len()
+        );
+        return Ok(Box::new(open(path, 1 << 20)?));
+    }
     let mut streams = Vec::with_capacity(producers.len());
     for (k, p) in producers.into_iter().enumerate() {
         streams.push(Stream {
@@ -83,6 +96,11 @@ fn scan(reader: Reader) -> (Vec<ProducerKey>, bool) {
             producers.push(p);
             0
         });
+        // Loss records are stamped when the recorder wrote them, after the records around
+        // them: they do not make a file out of order.
+        if matches!(item, Item::Loss { .. }) {
+            continue;
+        }
         let bound = match first {
             Some((_, q)) if q == p => second,
             Some((t1, _)) => t1,
