@@ -203,6 +203,8 @@ impl Bg {
                 while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(5)) {
                     rest.push(line);
                 }
+                // Until its stderr reader has seen the end too, so `log()` holds every line.
+                while self.stderr.recv_timeout(Duration::from_secs(5)).is_ok() {}
                 return (status, rest);
             }
             assert!(
