@@ -650,6 +650,62 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     );
 }
 
+/// Issue #15 item 5: a file that cannot even hold its header (the disk is full before it
+/// starts: e.g. a recorder restarted into a full disk) is not left behind empty; the OS error
+/// is named and the exit code is EXIT_NO_RESTART.
+#[test]
+fn a_snapshot_into_a_disk_already_full_leaves_no_empty_file() {
+    let bus = TestBus::up();
+    bus.demo(2, 10, 0, &[]);
+    let mnt = out_path("full-before-mnt");
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
+head -c 1048576 /dev/zero >"$1/fill" 2>/dev/null
+"$2" snapshot -o "$1/s.mcap"; rc=$?
+[ -e "$1/s.mcap" ] && exit 112
+exit $rc"#;
+    let out = crate::util::run_cmd(
+        std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(&mnt)
+            .arg(env!("CARGO_BIN_EXE_snapbus"))
+            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
+            .env("SNAPBUS_BUS", &bus.name),
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(111),
+        "mounting a tmpfs needs root: {}",
+        out.stderr
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(112),
+        "an empty file was left behind: {}",
+        out.stderr
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("No space left on device (os error 28)"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
 /// of its own, gone when the command ends) names the OS error, exits with EXIT_NO_RESTART, and
 /// leaves a readable file that says what it could not write.

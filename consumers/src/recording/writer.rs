@@ -254,10 +254,16 @@ impl RecordingWriter {
             "snapbus_version".into(),
             env!("CARGO_PKG_VERSION").to_owned(),
         );
-        w.metadata(RECORDING_METADATA, meta)?;
         // The header is in the file: a write that fails later cuts the file back to here at
-        // most.
-        w.flush()?;
+        // most. A file that cannot even hold its header (a full disk) is removed: no empty
+        // files left behind (e.g. by a recorder restarted into a full disk).
+        if let Err(e) = w
+            .metadata(RECORDING_METADATA, meta)
+            .and_then(|()| w.flush())
+        {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         Ok(w)
     }
 
