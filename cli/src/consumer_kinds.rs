@@ -1,0 +1,330 @@
+//! The built-in consumers the broker can supervise, in one registry, [`KINDS`].
+//!
+//! Each consumer defines its flags once, as a clap `Args` struct in its verb's file
+//! (`command/record.rs`, `command/plot.rs`, `command/aggregate.rs`) that implements
+//! [`Consumer`]. From that one definition come the foreground verb (`snapbus record`),
+//! `snapbus attach recorder` (the same flags, plus `--foreground` and `--restart`) and, for a
+//! consumer that splits its work between workers, `snapbus spawn KIND -n N`.
+//!
+//! `attach` parses the arguments with the consumer's own parser in the caller, so that bad
+//! arguments fail before anything starts, with clap's message; runs the consumer's own checks
+//! against the bus and the file system ([`Consumer::check`]); then forwards the arguments the
+//! user gave ([`forward`]): each as `--flag=VALUE` (a value is never read as an option), with
+//! `--bus=NAME`, path values made absolute, and for `spawn` the worker's `--worker=I/N`.
+//!
+//! Adding a consumer kind: a file with its `Args` struct and its [`Consumer`] impl, and a line
+//! in [`KINDS`].
+
+use std::fmt;
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches};
+use snapbus_bus::runtime::BusDir;
+
+use crate::cli::BusArgs;
+use crate::command::aggregate::AggregateArgs;
+use crate::command::plot::PlotArgs;
+use crate::command::record::RecordArgs;
+use crate::command::{attach, spawn};
+
+/// The built-in consumers, in the order `attach --help` lists them.
+pub(crate) const KINDS: &[ConsumerKind] = &[
+    ConsumerKind::of::<RecordArgs>(),
+    ConsumerKind::of::<PlotArgs>(),
+    ConsumerKind::of::<AggregateArgs>(),
+];
+
+/// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
+/// `attach` checks and says about it.
+pub(crate) trait Consumer: Args + FromArgMatches {
+    /// The name after `attach`: `recorder`.
+    const KIND: &'static str;
+    /// The foreground verb: `record`.
+    const VERB: &'static str;
+    /// The verb's description in `snapbus --help` (no final period, as clap prints it).
+    const VERB_ABOUT: &'static str;
+    /// The kind's description in `snapbus attach --help`.
+    const ATTACH_ABOUT: &'static str;
+    /// For a consumer that splits its work between workers (it then has a `--worker I/N` flag,
+    /// id `worker`): its description in `snapbus spawn --help`.
+    const SPAWN_ABOUT: Option<&'static str> = None;
+    /// Ids of the flags whose values are paths: forwarded made absolute (relative to the
+    /// caller's working directory, which is also the supervised consumer's).
+    const PATH_FLAGS: &'static [&'static str] = &[];
+
+    /// Which bus it reads.
+    fn bus(&self) -> &BusArgs;
+
+    /// Runs it in this terminal (the foreground verb, and `attach --foreground`).
+    fn run(&self) -> anyhow::Result<()>;
+
+    /// What `attach` and `spawn` check before starting it (its arguments beyond clap's parse,
+    /// the file system, the bus); `who` names the verb in warnings.
+    fn check(&self, dir: &BusDir, who: &'static str) -> anyhow::Result<()> {
+        let _ = (dir, who);
+        Ok(())
+    }
+
+    /// What it reads the bus into, for `attach`'s message.
+    fn what(&self) -> String;
+
+    /// Prints what `attach` prints once the broker has started it: its id on stdout and a line
+    /// on stderr.
+    fn announce(&self, dir: &BusDir, started: &attach::Started) -> anyhow::Result<()> {
+        attach::announce(dir, Self::KIND, started, &self.what());
+        Ok(())
+    }
+}
+
+/// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.
+pub(crate) struct ConsumerKind {
+    /// The name after `attach`.
+    pub(crate) name: &'static str,
+    /// The foreground verb.
+    pub(crate) verb: &'static str,
+    /// The description under `attach --help`.
+    pub(crate) about: &'static str,
+    verb_about: &'static str,
+    spawn_about: Option<&'static str>,
+    args: fn(clap::Command) -> clap::Command,
+    run: fn(&ArgMatches) -> anyhow::Result<()>,
+    attach: fn(&ArgMatches) -> anyhow::Result<()>,
+    spawn: fn(&ArgMatches) -> anyhow::Result<()>,
+}
+
+impl ConsumerKind {
+    /// The entry of consumer `T`.
+    pub(crate) const fn of<T: Consumer>() -> Self {
+        ConsumerKind {
+            name: T::KIND,
+            verb: T::VERB,
+            about: T::ATTACH_ABOUT,
+            verb_about: T::VERB_ABOUT,
+            spawn_about: T::SPAWN_ABOUT,
+            args: T::augment_args,
+            run: run_verb::<T>,
+            attach: attach::attach_kind::<T>,
+            spawn: spawn::spawn_kind::<T>,
+        }
+    }
+
+    /// The foreground verb's command: `snapbus record …`.
+    //
+    // The `about` goes last: an `Args` struct's doc comment sets one too.
+    pub(crate) fn verb_command(&self) -> clap::Command {
+        (self.args)(clap::Command::new(self.verb))
+            .about(self.verb_about)
+            .long_about(None)
+    }
+
+    /// `snapbus attach KIND …`: the verb's flags and how to supervise it.
+    pub(crate) fn attach_command(&self) -> clap::Command {
+        let cmd = (self.args)(clap::Command::new(self.name));
+        crate::cli::SuperviseArgs::augment_args(cmd)
+            .about(self.about)
+            .long_about(None)
+    }
+
+    /// `snapbus spawn KIND -n N …`, for a consumer that splits its work between workers.
+    pub(crate) fn spawn_command(&self) -> Option<clap::Command> {
+        let about = self.spawn_about?;
+        let cmd = crate::cli::SpawnWorkers::augment_args(clap::Command::new(self.name));
+        let cmd = crate::cli::SpawnRestart::augment_args((self.args)(cmd));
+        Some(cmd.about(about).long_about(None))
+    }
+}
+
+impl fmt::Debug for ConsumerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+fn run_verb<T: Consumer>(m: &ArgMatches) -> anyhow::Result<()> {
+    T::from_arg_matches(m)?.run()
+}
+
+/// A consumer kind and the arguments clap parsed for it: a foreground verb (`snapbus record
+/// …`), `attach KIND …` or `spawn KIND …`.
+#[derive(Debug, Clone)]
+pub(crate) struct KindArgs {
+    /// Which consumer.
+    pub(crate) kind: &'static ConsumerKind,
+    /// Its parsed arguments (with `attach`'s or `spawn`'s own).
+    pub(crate) matches: ArgMatches,
+}
+
+impl KindArgs {
+    /// The kind of the subcommand of `m` whose name `name_of` gives.
+    fn from_subcommand(
+        m: &ArgMatches,
+        name_of: fn(&ConsumerKind) -> &'static str,
+    ) -> Result<Self, clap::Error> {
+        let missing = || clap::Error::new(clap::error::ErrorKind::MissingSubcommand);
+        let (name, sub) = m.subcommand().ok_or_else(missing)?;
+        let kind = KINDS
+            .iter()
+            .find(|k| name_of(k) == name)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))?;
+        Ok(KindArgs {
+            kind,
+            matches: sub.clone(),
+        })
+    }
+}
+
+/// The foreground verbs of [`KINDS`] (`record`, `plot`, `aggregate`), flattened into the
+/// top-level commands.
+#[derive(Debug, Clone)]
+pub(crate) struct ConsumerVerb(pub(crate) KindArgs);
+
+impl ConsumerVerb {
+    /// Runs the verb in this terminal.
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        (self.0.kind.run)(&self.0.matches)
+    }
+}
+
+impl FromArgMatches for ConsumerVerb {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        KindArgs::from_subcommand(m, |k| k.verb).map(ConsumerVerb)
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Subcommand for ConsumerVerb {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        cmd.subcommands(KINDS.iter().map(ConsumerKind::verb_command))
+    }
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+    fn has_subcommand(name: &str) -> bool {
+        KINDS.iter().any(|k| k.verb == name)
+    }
+}
+
+/// Options of `snapbus attach`: a kind of [`KINDS`] and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct AttachArgs(pub(crate) KindArgs);
+
+impl AttachArgs {
+    /// Starts the consumer under the broker (or in this terminal, with `--foreground`).
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        (self.0.kind.attach)(&self.0.matches)
+    }
+}
+
+impl FromArgMatches for AttachArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        KindArgs::from_subcommand(m, |k| k.name).map(AttachArgs)
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for AttachArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.subcommand_required(true)
+            .arg_required_else_help(true)
+            .subcommands(KINDS.iter().map(ConsumerKind::attach_command))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// Options of `snapbus spawn`: a kind of [`KINDS`] that splits its work between workers, the
+/// number of workers and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct SpawnArgs(pub(crate) KindArgs);
+
+impl SpawnArgs {
+    /// Starts the workers under the broker.
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        (self.0.kind.spawn)(&self.0.matches)
+    }
+}
+
+impl FromArgMatches for SpawnArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        KindArgs::from_subcommand(m, |k| k.name).map(SpawnArgs)
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for SpawnArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.subcommand_required(true)
+            .arg_required_else_help(true)
+            .subcommands(KINDS.iter().filter_map(ConsumerKind::spawn_command))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// The command line a supervised consumer `T` runs: its verb, `--bus=NAME`, then every flag of
+/// `T` the user gave in `m` (not `--bus`, nor those in `skip`), each occurrence as
+/// `--flag=VALUE` (a bare `--flag` for a flag without a value), in the order `T` declares
+/// them; the values of [`Consumer::PATH_FLAGS`] made absolute. `T`'s defaults are not repeated:
+/// the consumer parses with the same parser.
+pub(crate) fn forward<T: Consumer>(
+    m: &ArgMatches,
+    dir: &BusDir,
+    skip: &[&str],
+) -> anyhow::Result<Vec<String>> {
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec![T::VERB.to_owned(), format!("--bus={}", dir.name())];
+    let cmd = T::augment_args(clap::Command::new(T::VERB));
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if id == "bus" || skip.contains(&id) || m.value_source(id) != Some(ValueSource::CommandLine)
+        {
+            continue;
+        }
+        let flag = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => anyhow::bail!("{id}: a positional argument cannot be forwarded"),
+        };
+        if !arg.get_action().takes_values() {
+            let times = match arg.get_action() {
+                clap::ArgAction::Count => m.get_count(id),
+                _ => 1,
+            };
+            argv.extend((0..times).map(|_| flag.clone()));
+            continue;
+        }
+        for value in m.get_raw_occurrences(id).into_iter().flatten().flatten() {
+            let value = if T::PATH_FLAGS.contains(&id) {
+                std::path::absolute(value)
+                    .with_context(|| format!("resolving {}", value.to_string_lossy()))?
+                    .display()
+                    .to_string()
+            } else {
+                value.to_string_lossy().into_owned()
+            };
+            argv.push(format!("{flag}={value}"));
+        }
+    }
+    Ok(argv)
+}
+
+/// How many times the broker has restarted this consumer (`SNAPBUS_RESTART`; 0: a first start,
+/// or not supervised).
+pub(crate) fn restart_count() -> u32 {
+    std::env::var("SNAPBUS_RESTART")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
