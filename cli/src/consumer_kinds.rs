@@ -91,6 +91,11 @@ pub(crate) struct ConsumerKind {
     run: fn(&ArgMatches) -> anyhow::Result<()>,
     attach: fn(&ArgMatches) -> anyhow::Result<()>,
     spawn: fn(&ArgMatches) -> anyhow::Result<()>,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the tests forward without a type")
+    )]
+    forward: fn(&ArgMatches, &BusDir, &[&str]) -> anyhow::Result<Vec<String>>,
 }
 
 impl ConsumerKind {
@@ -106,6 +111,7 @@ impl ConsumerKind {
             run: run_verb::<T>,
             attach: attach::attach_kind::<T>,
             spawn: spawn::spawn_kind::<T>,
+            forward: forward::<T>,
         }
     }
 
@@ -327,4 +333,202 @@ pub(crate) fn restart_count() -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Arg, CommandFactory};
+
+    use super::*;
+    use crate::cli::Cli;
+
+    /// A flag as the user sees it: names, action, values.
+    fn shape(a: &Arg) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {}",
+            a.get_long(),
+            a.get_short(),
+            a.get_action(),
+            a.get_num_args(),
+            a.get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_owned())
+                .collect::<Vec<_>>(),
+            a.get_default_values(),
+            a.get_value_names(),
+            a.is_required_set(),
+        )
+    }
+
+    fn sub<'a>(cmd: &'a clap::Command, path: &[&str]) -> &'a clap::Command {
+        path.iter().fold(cmd, |c, name| {
+            c.find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name} in {}", c.get_name()))
+        })
+    }
+
+    /// Every flag of each consumer's foreground verb is one of `attach KIND` (and of `spawn
+    /// KIND`), the same flag; `attach` adds only its own.
+    #[test]
+    fn attach_and_spawn_accept_every_flag_of_the_foreground_verb() {
+        let cli = Cli::command();
+        for kind in KINDS {
+            let verb = sub(&cli, &[kind.verb]);
+            let mut users = vec![(vec!["attach", kind.name], vec!["foreground", "restart"])];
+            if kind.spawn_about.is_some() {
+                users.push((vec!["spawn", kind.name], vec!["workers", "restart"]));
+            }
+            for (path, own) in users {
+                let user = sub(&cli, &path);
+                for a in verb.get_arguments() {
+                    let b = user
+                        .get_arguments()
+                        .find(|b| b.get_id() == a.get_id())
+                        .unwrap_or_else(|| {
+                            panic!("{path:?} lacks {} of {}", a.get_id(), kind.verb)
+                        });
+                    assert_eq!(shape(a), shape(b), "{path:?}: {}", a.get_id());
+                }
+                let extra: Vec<_> = user
+                    .get_arguments()
+                    .map(|b| b.get_id().as_str())
+                    .filter(|id| verb.get_arguments().all(|a| a.get_id() != id))
+                    .collect();
+                assert_eq!(extra, own, "{path:?}");
+            }
+        }
+    }
+
+    /// Every flag, given a value other than its default, on each consumer's command line.
+    fn sample(kind: &str, dir: &str) -> Vec<String> {
+        let args: &[&str] = match kind {
+            "recorder" => &[
+                "-o",
+                "OUT/r.mcap",
+                "--schema",
+                "a.*",
+                "--schema=-b",
+                "--rotate-mb",
+                "3",
+                "--from",
+                "oldest",
+                "--force",
+            ],
+            "plotter" => &[
+                "--schema",
+                "a.*",
+                "--schema=-b",
+                "--port",
+                "1234",
+                "--history",
+                "50",
+                "--from",
+                "latest",
+            ],
+            "aggregator" => &[
+                "--schema",
+                "a.*",
+                "--group-by",
+                "mode",
+                "--group-by",
+                "env.id",
+                "--window",
+                "steps:7",
+                "--episode-field",
+                "ep",
+                "--field",
+                "r*",
+                "--field=-x",
+                "--csv",
+                "OUT/csv",
+                "--from",
+                "latest",
+                "--until-end",
+                "--worker",
+                "2/3",
+            ],
+            other => panic!("add a sample command line for the new consumer kind {other}"),
+        };
+        args.iter().map(|a| a.replace("OUT", dir)).collect()
+    }
+
+    /// What `attach` forwards, parsed by the consumer's own verb, is what the user gave
+    /// `attach` (flag by flag, raw values), with the bus named and nothing else added.
+    #[test]
+    fn forwarded_arguments_parse_back_to_the_given_ones() {
+        let tmp = std::env::temp_dir();
+        let tmp = tmp.to_str().expect("utf-8 temp dir");
+        let bus = BusArgs {
+            bus: Some("fwd-test".into()),
+        };
+        let dir = crate::bus::bus_dir(&bus).expect("bus dir");
+        for kind in KINDS {
+            let mut given = vec![kind.name.to_owned(), "--bus=fwd-test".into()];
+            given.extend(sample(kind.name, tmp));
+            let m = kind
+                .attach_command()
+                .try_get_matches_from(&given)
+                .unwrap_or_else(|e| panic!("{given:?}: {e}"));
+            let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
+            assert_eq!(argv[..2], [kind.verb.to_owned(), "--bus=fwd-test".into()]);
+            let back = kind
+                .verb_command()
+                .try_get_matches_from(&argv)
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let verb = kind.verb_command();
+            for a in verb.get_arguments() {
+                let id = a.get_id().as_str();
+                assert_eq!(
+                    m.value_source(id)
+                        .is_some_and(|s| s == ValueSource::CommandLine),
+                    back.value_source(id)
+                        .is_some_and(|s| s == ValueSource::CommandLine),
+                    "{}: {id} in {argv:?}",
+                    kind.name
+                );
+                let raw = |m: &ArgMatches| {
+                    m.get_raw(id)
+                        .map(|v| v.map(|v| v.to_owned()).collect::<Vec<_>>())
+                };
+                assert_eq!(raw(&m), raw(&back), "{}: {id} in {argv:?}", kind.name);
+            }
+            // Every flag was in the sample, so every flag was forwarded.
+            let sampled = verb
+                .get_arguments()
+                .filter(|a| {
+                    back.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine)
+                })
+                .count();
+            assert_eq!(
+                sampled,
+                verb.get_arguments().count(),
+                "{}: {argv:?}",
+                kind.name
+            );
+        }
+    }
+
+    /// A relative path is forwarded made absolute (the consumer may be restarted by a broker
+    /// whose working directory is another).
+    #[test]
+    fn relative_paths_are_forwarded_absolute() {
+        let dir = crate::bus::bus_dir(&BusArgs {
+            bus: Some("fwd-test".into()),
+        })
+        .expect("bus dir");
+        let cwd = std::env::current_dir().expect("cwd");
+        for (kind, flag, given) in [
+            ("recorder", "--output", ["recorder", "-o", "rel/r.mcap"]),
+            ("aggregator", "--csv", ["aggregator", "--csv", "rel/csv"]),
+        ] {
+            let kind = KINDS.iter().find(|k| k.name == kind).expect("kind");
+            let m = kind
+                .attach_command()
+                .try_get_matches_from(given)
+                .expect("parse");
+            let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
+            let want = format!("{flag}={}", cwd.join(given[2]).display());
+            assert!(argv.contains(&want), "{argv:?} lacks {want}");
+        }
+    }
 }
