@@ -16,6 +16,7 @@
 //! in [`KINDS`].
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use anyhow::Context;
 use clap::parser::ValueSource;
@@ -214,20 +215,61 @@ impl clap::Subcommand for ConsumerVerb {
     }
 }
 
-/// Options of `snapbus attach`: a kind of [`KINDS`] and its arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct AttachArgs(pub(crate) KindArgs);
+/// `attach` or `spawn`: a verb that starts consumers of [`KINDS`] under the broker.
+pub(crate) trait Supervisor: fmt::Debug + Clone {
+    /// The subcommand of `kind` under this verb (none: `kind` cannot be started so).
+    fn command(kind: &ConsumerKind) -> Option<clap::Command>;
+    /// Runs this verb for `kind` with the arguments `m`.
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()>;
+}
 
-impl AttachArgs {
-    /// Starts the consumer under the broker (or in this terminal, with `--foreground`).
-    pub(crate) fn run(&self) -> anyhow::Result<()> {
-        (self.0.kind.attach)(&self.0.matches)
+/// `snapbus attach`: starts one consumer (or runs it in this terminal).
+#[derive(Debug, Clone)]
+pub(crate) struct Attach;
+
+impl Supervisor for Attach {
+    fn command(kind: &ConsumerKind) -> Option<clap::Command> {
+        Some(kind.attach_command())
+    }
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()> {
+        (kind.attach)(m)
     }
 }
 
-impl FromArgMatches for AttachArgs {
+/// `snapbus spawn`: starts N workers of a consumer that splits its work between them.
+#[derive(Debug, Clone)]
+pub(crate) struct Spawn;
+
+impl Supervisor for Spawn {
+    fn command(kind: &ConsumerKind) -> Option<clap::Command> {
+        kind.spawn_command()
+    }
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()> {
+        (kind.spawn)(m)
+    }
+}
+
+/// Options of `snapbus attach` or `spawn` (`S`): a kind of [`KINDS`] and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct SupervisedArgs<S: Supervisor>(pub(crate) KindArgs, PhantomData<S>);
+
+/// Options of `snapbus attach`.
+pub(crate) type AttachArgs = SupervisedArgs<Attach>;
+
+/// Options of `snapbus spawn`.
+pub(crate) type SpawnArgs = SupervisedArgs<Spawn>;
+
+impl<S: Supervisor> SupervisedArgs<S> {
+    /// Starts the consumer(s) under the broker (or in this terminal, `attach --foreground`).
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        S::run(self.0.kind, &self.0.matches)
+    }
+}
+
+impl<S: Supervisor> FromArgMatches for SupervisedArgs<S> {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        KindArgs::from_subcommand(m, |k| k.name).map(AttachArgs)
+        let args = KindArgs::from_subcommand(m, |k| k.name)?;
+        Ok(SupervisedArgs(args, PhantomData))
     }
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
         *self = Self::from_arg_matches(m)?;
@@ -235,44 +277,11 @@ impl FromArgMatches for AttachArgs {
     }
 }
 
-impl Args for AttachArgs {
+impl<S: Supervisor> Args for SupervisedArgs<S> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
         cmd.subcommand_required(true)
             .arg_required_else_help(true)
-            .subcommands(KINDS.iter().map(ConsumerKind::attach_command))
-    }
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
-    }
-}
-
-/// Options of `snapbus spawn`: a kind of [`KINDS`] that splits its work between workers, the
-/// number of workers and its arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct SpawnArgs(pub(crate) KindArgs);
-
-impl SpawnArgs {
-    /// Starts the workers under the broker.
-    pub(crate) fn run(&self) -> anyhow::Result<()> {
-        (self.0.kind.spawn)(&self.0.matches)
-    }
-}
-
-impl FromArgMatches for SpawnArgs {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        KindArgs::from_subcommand(m, |k| k.name).map(SpawnArgs)
-    }
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(m)?;
-        Ok(())
-    }
-}
-
-impl Args for SpawnArgs {
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.subcommand_required(true)
-            .arg_required_else_help(true)
-            .subcommands(KINDS.iter().filter_map(ConsumerKind::spawn_command))
+            .subcommands(KINDS.iter().filter_map(S::command))
     }
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
