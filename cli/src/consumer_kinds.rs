@@ -2,18 +2,19 @@
 //!
 //! Each consumer defines its flags once, as a clap `Args` struct in its verb's file
 //! (`command/record.rs`, `command/plot.rs`, `command/aggregate.rs`) that implements
-//! [`Consumer`]. From that one definition come the foreground verb (`snapbus record`),
+//! [`BuiltinConsumer`]. From that one definition come the foreground verb (`snapbus record`),
 //! `snapbus attach recorder` (the same flags, plus `--foreground` and `--restart`) and, for a
 //! consumer that splits its work between workers, `snapbus spawn KIND -n N`.
 //!
 //! `attach` parses the arguments with the consumer's own parser in the caller, so that bad
 //! arguments fail before anything starts, with clap's message; runs the consumer's own checks
-//! against the bus and the file system ([`Consumer::check`]); then forwards the arguments the
-//! user gave ([`forward`]): each as `--flag=VALUE` (a value is never read as an option), with
-//! `--bus=NAME`, path values made absolute, and for `spawn` the worker's `--worker=I/N`.
+//! against the bus and the file system ([`BuiltinConsumer::check`]); then forwards the
+//! arguments the user gave ([`forward`]): each as `--flag=VALUE` (a value is never read as an
+//! option), with `--bus=NAME`, path values made absolute, and for `spawn` the worker's
+//! `--worker=I/N`.
 //!
-//! Adding a consumer kind: a file with its `Args` struct and its [`Consumer`] impl, and a line
-//! in [`KINDS`].
+//! Adding a consumer kind: a file with its `Args` struct and its [`BuiltinConsumer`] impl, and
+//! a line in [`KINDS`].
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -38,7 +39,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
 /// `attach` checks and says about it.
-pub(crate) trait Consumer: Args + FromArgMatches {
+pub(crate) trait BuiltinConsumer: Args + FromArgMatches {
     /// The name after `attach`: `recorder`.
     const KIND: &'static str;
     /// The foreground verb: `record`.
@@ -94,14 +95,17 @@ pub(crate) struct ConsumerKind {
     spawn: fn(&ArgMatches) -> anyhow::Result<()>,
     #[cfg_attr(
         not(test),
-        expect(dead_code, reason = "the tests forward without a type")
+        expect(
+            dead_code,
+            reason = "only the tests forward knowing the kind but not its type"
+        )
     )]
     forward: fn(&ArgMatches, &BusDir, &[&str]) -> anyhow::Result<Vec<String>>,
 }
 
 impl ConsumerKind {
     /// The entry of consumer `T`.
-    pub(crate) const fn of<T: Consumer>() -> Self {
+    pub(crate) const fn of<T: BuiltinConsumer>() -> Self {
         ConsumerKind {
             name: T::KIND,
             verb: T::VERB,
@@ -148,7 +152,7 @@ impl fmt::Debug for ConsumerKind {
     }
 }
 
-fn run_verb<T: Consumer>(m: &ArgMatches) -> anyhow::Result<()> {
+fn run_verb<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     T::from_arg_matches(m)?.run()
 }
 
@@ -291,9 +295,9 @@ impl<S: Supervisor> Args for SupervisedArgs<S> {
 /// The command line a supervised consumer `T` runs: its verb, `--bus=NAME`, then every flag of
 /// `T` the user gave in `m` (not `--bus`, nor those in `skip`), each occurrence as
 /// `--flag=VALUE` (a bare `--flag` for a flag without a value), in the order `T` declares
-/// them; the values of [`Consumer::PATH_FLAGS`] made absolute. `T`'s defaults are not repeated:
-/// the consumer parses with the same parser.
-pub(crate) fn forward<T: Consumer>(
+/// them; the values of [`BuiltinConsumer::PATH_FLAGS`] made absolute. `T`'s defaults are not
+/// repeated: the consumer parses with the same parser.
+pub(crate) fn forward<T: BuiltinConsumer>(
     m: &ArgMatches,
     dir: &BusDir,
     skip: &[&str],
@@ -410,55 +414,21 @@ mod tests {
 
     /// Every flag, given a value other than its default, on each consumer's command line.
     fn sample(kind: &str, dir: &str) -> Vec<String> {
-        let args: &[&str] = match kind {
-            "recorder" => &[
-                "-o",
-                "OUT/r.mcap",
-                "--schema",
-                "a.*",
-                "--schema=-b",
-                "--rotate-mb",
-                "3",
-                "--from",
-                "oldest",
-                "--force",
-            ],
-            "plotter" => &[
-                "--schema",
-                "a.*",
-                "--schema=-b",
-                "--port",
-                "1234",
-                "--history",
-                "50",
-                "--from",
-                "latest",
-            ],
-            "aggregator" => &[
-                "--schema",
-                "a.*",
-                "--group-by",
-                "mode",
-                "--group-by",
-                "env.id",
-                "--window",
-                "steps:7",
-                "--episode-field",
-                "ep",
-                "--field",
-                "r*",
-                "--field=-x",
-                "--csv",
-                "OUT/csv",
-                "--from",
-                "latest",
-                "--until-end",
-                "--worker",
-                "2/3",
-            ],
+        let args = match kind {
+            "recorder" => {
+                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force"
+            }
+            "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
+            "aggregator" => {
+                "--schema a.* --group-by mode --group-by env.id --window steps:7 \
+                 --episode-field ep --field r* --field=-x --csv OUT/csv --from latest \
+                 --until-end --worker 2/3"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
-        args.iter().map(|a| a.replace("OUT", dir)).collect()
+        args.split_whitespace()
+            .map(|a| a.replace("OUT", dir))
+            .collect()
     }
 
     /// What `attach` forwards, parsed by the consumer's own verb, is what the user gave

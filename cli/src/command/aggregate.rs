@@ -28,7 +28,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::{Consumer, restart_count};
+use crate::consumer_kinds::{BuiltinConsumer, restart_count};
 
 /// Options of `snapbus aggregate` (and `attach aggregator`, `spawn aggregator`).
 #[derive(Debug, Clone, Args)]
@@ -99,7 +99,7 @@ fn parse_worker(s: &str) -> Result<(u32, u32), String> {
     Ok((i, n))
 }
 
-impl Consumer for AggregateArgs {
+impl BuiltinConsumer for AggregateArgs {
     const KIND: &'static str = "aggregator";
     const VERB: &'static str = "aggregate";
     const VERB_ABOUT: &'static str = "Summarize step events per episode (or N steps, or T \

@@ -5,8 +5,8 @@
 //! terminal instead.
 //!
 //! The arguments are the consumer's own (those of its foreground verb), parsed here with its
-//! own parser and checked ([`Consumer::check`]) before anything starts, then forwarded to it
-//! ([`forward`]).
+//! own parser and checked ([`BuiltinConsumer::check`]) before anything starts, then forwarded
+//! to it ([`forward`]).
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use snapbus_bus::runtime::BusDir;
 
 use crate::bus::{bus_dir, connect};
 use crate::cli::{Restart, SuperviseArgs};
-use crate::consumer_kinds::{Consumer, forward};
+use crate::consumer_kinds::{BuiltinConsumer, forward};
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,7 +34,7 @@ pub(crate) struct Started {
 }
 
 /// `snapbus attach KIND …` for consumer `T`, with `m` its parsed arguments.
-pub(crate) fn attach_kind<T: Consumer>(m: &ArgMatches) -> anyhow::Result<()> {
+pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     let supervise = SuperviseArgs::from_arg_matches(m)?;
     let args = T::from_arg_matches(m)?;
     if supervise.foreground {

@@ -14,7 +14,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
 use crate::command::attach::{Started, bus_flag};
-use crate::consumer_kinds::Consumer;
+use crate::consumer_kinds::BuiltinConsumer;
 
 /// Options of `snapbus plot` (and `attach plotter`).
 #[derive(Debug, Clone, Args)]
@@ -36,7 +36,7 @@ pub(crate) struct PlotArgs {
     pub(crate) bus: BusArgs,
 }
 
-impl Consumer for PlotArgs {
+impl BuiltinConsumer for PlotArgs {
     const KIND: &'static str = "plotter";
     const VERB: &'static str = "plot";
     const VERB_ABOUT: &'static str = "Serve a live web page with plots of the numeric fields \

@@ -23,7 +23,7 @@ use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::{Consumer, restart_count};
+use crate::consumer_kinds::{BuiltinConsumer, restart_count};
 
 /// Options of `snapbus record` (and `snapbus attach recorder`).
 #[derive(Debug, Clone, Args)]
@@ -47,7 +47,7 @@ pub(crate) struct RecordArgs {
     pub(crate) bus: BusArgs,
 }
 
-impl Consumer for RecordArgs {
+impl BuiltinConsumer for RecordArgs {
     const KIND: &'static str = "recorder";
     const VERB: &'static str = "record";
     const VERB_ABOUT: &'static str = "Record events into an MCAP file, in this terminal \

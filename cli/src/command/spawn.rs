@@ -9,11 +9,11 @@ use clap::{ArgMatches, FromArgMatches};
 use crate::bus::bus_dir;
 use crate::cli::{DetachArgs, Restart, SpawnRestart, SpawnWorkers};
 use crate::command::{attach, detach};
-use crate::consumer_kinds::{Consumer, forward};
+use crate::consumer_kinds::{BuiltinConsumer, forward};
 
 /// `snapbus spawn KIND …` for consumer `T` (which has a `--worker I/N` flag), with `m` its
 /// parsed arguments.
-pub(crate) fn spawn_kind<T: Consumer>(m: &ArgMatches) -> anyhow::Result<()> {
+pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     let SpawnWorkers { workers } = SpawnWorkers::from_arg_matches(m)?;
     let SpawnRestart { restart } = SpawnRestart::from_arg_matches(m)?;
     let args = T::from_arg_matches(m)?;
