@@ -1,10 +1,14 @@
 //! Argument definitions (clap derive). One struct of options per verb; the verbs themselves
-//! live in `command/<verb>.rs`.
+//! live in `command/<verb>.rs`, and so do the options of the built-in consumers (`record`,
+//! `plot`, `aggregate`), which `attach` and `spawn` share through
+//! [`consumer_kinds`](crate::consumer_kinds).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+pub(crate) use crate::consumer_kinds::{AttachArgs, ConsumerVerb, SpawnArgs};
 
 /// snapbus: a shared-memory event bus for scientific telemetry.
 #[derive(Debug, Parser)]
@@ -44,9 +48,9 @@ pub(crate) enum Command {
     Demo(DemoArgs),
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
-    /// Record events into an MCAP file, in this terminal (`attach recorder` runs it under the
-    /// broker instead).
-    Record(RecordArgs),
+    /// The built-in consumers' foreground verbs: `record`, `plot`, `aggregate`.
+    #[command(flatten)]
+    Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.
     Snapshot(SnapshotArgs),
     /// Republish recordings into the running bus with their original timing (or print them).
@@ -61,34 +65,8 @@ pub(crate) enum Command {
     /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
     /// across broker restarts; an id of no running consumer is refused.
     Detach(DetachArgs),
-    /// Summarize step events per episode (or N steps, or T seconds) and per experiment, in this
-    /// terminal; the summaries are emitted back onto the bus as `<schema>.summary`.
-    Aggregate(AggregateArgs),
     /// Start N supervised workers of a built-in consumer that split the work between them.
     Spawn(SpawnArgs),
-    /// Serve a live web page with plots of the numeric fields (and images of the tensors) of
-    /// the subscribed schemas, in this terminal; prints its URL.
-    Plot(PlotArgs),
-}
-
-/// Options of `snapbus plot` (and `attach plotter`).
-#[derive(Debug, Clone, Args)]
-pub(crate) struct PlotArgs {
-    /// Schema-id globs to plot (default: all); repeatable.
-    #[arg(long = "schema", value_name = "GLOB")]
-    pub(crate) schemas: Vec<String>,
-    /// The port on 127.0.0.1 (0: a free one).
-    #[arg(long, default_value_t = 0)]
-    pub(crate) port: u16,
-    /// Points kept per series (the oldest go first).
-    #[arg(long, value_name = "N", default_value_t = 100_000,
-          value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
-    pub(crate) history: u64,
-    /// Start with the history still in the rings, or with new records only.
-    #[arg(long, value_enum, default_value_t = From::Oldest)]
-    pub(crate) from: From,
-    #[command(flatten)]
-    pub(crate) bus: BusArgs,
 }
 
 /// Which bus.
@@ -140,6 +118,16 @@ pub(crate) enum From {
     Oldest,
     /// Only records written from now on.
     Latest,
+}
+
+impl From {
+    /// Where the subscriber starts.
+    pub(crate) fn start(self) -> snapbus_bus::control::StartFrom {
+        match self {
+            From::Oldest => snapbus_bus::control::StartFrom::Oldest,
+            From::Latest => snapbus_bus::control::StartFrom::Latest,
+        }
+    }
 }
 
 /// Options of `snapbus echo`.
@@ -248,28 +236,6 @@ pub(crate) struct SchemasArgs {
     pub(crate) json: bool,
 }
 
-/// Options of `snapbus record` (and `snapbus attach recorder`).
-#[derive(Debug, Clone, Args)]
-pub(crate) struct RecordArgs {
-    /// The MCAP file to write (with --rotate-mb: `<stem>-0000.mcap`, `<stem>-0001.mcap`, …).
-    #[arg(short, long)]
-    pub(crate) output: PathBuf,
-    /// Schema-id globs to record (default: all); repeatable.
-    #[arg(long = "schema", value_name = "GLOB")]
-    pub(crate) schemas: Vec<String>,
-    /// Start a new file once the current one holds about this many megabytes.
-    #[arg(long, value_name = "N")]
-    pub(crate) rotate_mb: Option<u64>,
-    /// Start at new records, or include the history still in the rings.
-    #[arg(long, value_enum, default_value_t = From::Latest)]
-    pub(crate) from: From,
-    /// Overwrite existing files.
-    #[arg(long)]
-    pub(crate) force: bool,
-    #[command(flatten)]
-    pub(crate) bus: BusArgs,
-}
-
 /// Options of `snapbus snapshot`.
 #[derive(Debug, Args)]
 pub(crate) struct SnapshotArgs {
@@ -360,133 +326,21 @@ pub(crate) struct ExportArgs {
     pub(crate) force: bool,
 }
 
-/// Options of `snapbus attach`.
+/// How many workers `spawn` starts.
 #[derive(Debug, Args)]
-pub(crate) struct AttachArgs {
-    #[command(subcommand)]
-    pub(crate) kind: AttachKind,
+pub(crate) struct SpawnWorkers {
+    /// How many workers.
+    #[arg(short = 'n', long = "workers", value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub(crate) workers: u32,
 }
 
-/// The built-in consumers `attach` can start.
-#[derive(Debug, Subcommand)]
-pub(crate) enum AttachKind {
-    /// Record into MCAP files (see `snapbus record --help`).
-    Recorder {
-        #[command(flatten)]
-        record: RecordArgs,
-        #[command(flatten)]
-        supervise: SuperviseArgs,
-    },
-    /// A live web page plotting the subscribed schemas (see `snapbus plot --help`); prints its
-    /// URL once the page is served and the plotter is reading.
-    Plotter {
-        #[command(flatten)]
-        plot: PlotArgs,
-        #[command(flatten)]
-        supervise: SuperviseArgs,
-    },
-    /// Summarize step events per episode and per experiment, emitting `<schema>.summary`
-    /// snapshots (see `snapbus aggregate --help`).
-    Aggregator {
-        #[command(flatten)]
-        aggregate: AggregateArgs,
-        #[command(flatten)]
-        supervise: SuperviseArgs,
-    },
-}
-
-/// Options of `snapbus aggregate` (and `attach aggregator`, `spawn aggregator`).
-#[derive(Debug, Clone, Args)]
-#[command(after_long_help = AGGREGATE_HELP)]
-pub(crate) struct AggregateArgs {
-    /// Schema-id globs to summarize (default: all); repeatable. Summary schemas are only
-    /// summarized again when a glob ends in `.summary`. Globs that match no schema on the bus
-    /// are a warning (an error with --until-end).
-    #[arg(long = "schema", value_name = "GLOB")]
-    pub(crate) schemas: Vec<String>,
-    /// A field whose values split records into groups (dotted path to a number, bool, string
-    /// or enum); repeatable. Records are always grouped by producer too.
-    #[arg(long = "group-by", value_name = "FIELD")]
-    pub(crate) group_by: Vec<String>,
-    /// How records are cut into windows: `episode` (a window per value of --episode-field),
-    /// `steps:N` (every N records of a group) or `secs:T` (every T seconds of record time).
-    #[arg(long, default_value = "episode", value_parser = parse_window)]
-    pub(crate) window: snapbus_consumers::aggregator::Window,
-    /// The integer field that numbers episodes.
-    #[arg(long, default_value = "episode", value_name = "FIELD")]
-    pub(crate) episode_field: String,
-    /// Summarize only these fields (dotted-path globs, e.g. 'reward' or 'info.*'); repeatable.
-    #[arg(long = "field", value_name = "GLOB")]
-    pub(crate) fields: Vec<String>,
-    /// Also write one CSV row per emitted summary, one file per summary schema in this
-    /// directory (`<schema>.summary.csv`; `<schema>.summary-<i>of<N>.csv` for workers).
-    #[arg(long, value_name = "DIR")]
-    pub(crate) csv: Option<PathBuf>,
-    /// Start at the oldest records still in the rings (history), or at new ones.
-    #[arg(long, value_enum, default_value_t = From::Oldest)]
-    pub(crate) from: From,
-    /// Exit once every producer on the bus but this aggregator has ended, after emitting
-    /// their experiment summaries (other aggregators are producers too).
-    #[arg(long)]
-    pub(crate) until_end: bool,
-    /// This worker's share of the work, I/N (`spawn aggregator -n N` sets it).
-    #[arg(long, value_name = "I/N", default_value = "1/1", value_parser = parse_worker)]
-    pub(crate) worker: (u32, u32),
-    #[command(flatten)]
-    pub(crate) bus: BusArgs,
-}
-
-/// The `--help` text of the summary schema.
-const AGGREGATE_HELP: &str = "\
-Summaries are emitted onto the bus as `<schema>.summary` snapshots (same version as the
-source), one per closed window of each group and, when a producer ends, one per group with
-window = \"experiment\":
-  producer, producer_pid, producer_lane, group {<group-by fields>}, window, index,
-  count, lost, first_t_nanos, last_t_nanos, first_seq, last_seq,
-  stats {<field> {count, mean, std, min, max, last, p50, p95, p99}}
-Numeric fields at any depth are summarized (bools as 0/1; arrays of up to 16 numbers element
-by element; longer arrays, sequences and tensors by their mean, min and max per record).
-Quantiles are within 1 % of the exact order statistic (DDSketch). `lost` counts records of the
-producer overwritten before they were read. A restarted worker does not emit again what it
-emitted before, and reports what the rings no longer hold as lost.";
-
-fn parse_window(s: &str) -> Result<snapbus_consumers::aggregator::Window, String> {
-    s.parse()
-}
-
-fn parse_worker(s: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("expected I/N with 1 ≤ I ≤ N ≤ 64, e.g. 2/3, got {s:?}");
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let (i, n): (u32, u32) = (i.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
-    if i == 0 || i > n || n > 64 {
-        return Err(bad());
-    }
-    Ok((i, n))
-}
-
-/// Options of `snapbus spawn`.
+/// How the broker restarts the workers `spawn` starts.
 #[derive(Debug, Args)]
-pub(crate) struct SpawnArgs {
-    #[command(subcommand)]
-    pub(crate) kind: SpawnKind,
-}
-
-/// The consumers `spawn` can start several of.
-#[derive(Debug, Subcommand)]
-pub(crate) enum SpawnKind {
-    /// N aggregator workers; each summarizes the groups whose hash of (schema, producer, group
-    /// values) falls to it, so together they see every group once.
-    Aggregator {
-        /// How many workers.
-        #[arg(short = 'n', long = "workers", value_name = "N", default_value_t = 2,
-              value_parser = clap::value_parser!(u32).range(1..=32))]
-        workers: u32,
-        #[command(flatten)]
-        aggregate: AggregateArgs,
-        /// Whether the broker restarts a worker that fails (see `attach --help`).
-        #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
-        restart: Restart,
-    },
+pub(crate) struct SpawnRestart {
+    /// Whether the broker restarts a worker that fails (see `attach --help`).
+    #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
+    pub(crate) restart: Restart,
 }
 
 /// How `attach` runs a consumer.

@@ -4,6 +4,7 @@
 mod bus;
 mod cli;
 mod command;
+mod consumer_kinds;
 mod demo;
 
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `snapbus` binary (one test binary, a module per verb).
 
 mod aggregator;
+mod attach;
 mod bus;
 mod demo;
 mod errors;

@@ -14,11 +14,11 @@
 //! summaries its earlier runs emitted (still in the rings) and does not emit those windows
 //! again.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use clap::Args;
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
@@ -27,7 +27,112 @@ use snapbus_consumers::aggregator::{
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
-use crate::cli::{AggregateArgs, From};
+use crate::cli::{BusArgs, From};
+use crate::consumer_kinds::{BuiltinConsumer, restart_count};
+
+/// Options of `snapbus aggregate` (and `attach aggregator`, `spawn aggregator`).
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = AGGREGATE_HELP)]
+pub(crate) struct AggregateArgs {
+    /// Schema-id globs to summarize (default: all); repeatable. Summary schemas are only
+    /// summarized again when a glob ends in `.summary`. Globs that match no schema on the bus
+    /// are a warning (an error with --until-end).
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// A field whose values split records into groups (dotted path to a number, bool, string
+    /// or enum); repeatable. Records are always grouped by producer too.
+    #[arg(long = "group-by", value_name = "FIELD")]
+    pub(crate) group_by: Vec<String>,
+    /// How records are cut into windows: `episode` (a window per value of --episode-field),
+    /// `steps:N` (every N records of a group) or `secs:T` (every T seconds of record time).
+    #[arg(long, default_value = "episode", value_parser = parse_window)]
+    pub(crate) window: snapbus_consumers::aggregator::Window,
+    /// The integer field that numbers episodes.
+    #[arg(long, default_value = "episode", value_name = "FIELD")]
+    pub(crate) episode_field: String,
+    /// Summarize only these fields (dotted-path globs, e.g. 'reward' or 'info.*'); repeatable.
+    #[arg(long = "field", value_name = "GLOB")]
+    pub(crate) fields: Vec<String>,
+    /// Also write one CSV row per emitted summary, one file per summary schema in this
+    /// directory (`<schema>.summary.csv`; `<schema>.summary-<i>of<N>.csv` for workers).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) csv: Option<PathBuf>,
+    /// Start at the oldest records still in the rings (history), or at new ones.
+    #[arg(long, value_enum, default_value_t = From::Oldest)]
+    pub(crate) from: From,
+    /// Exit once every producer on the bus but this aggregator has ended, after emitting
+    /// their experiment summaries (other aggregators are producers too).
+    #[arg(long)]
+    pub(crate) until_end: bool,
+    /// This worker's share of the work, I/N (`spawn aggregator -n N` sets it).
+    #[arg(long, value_name = "I/N", default_value = "1/1", value_parser = parse_worker)]
+    pub(crate) worker: (u32, u32),
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+/// The `--help` text of the summary schema.
+const AGGREGATE_HELP: &str = "\
+Summaries are emitted onto the bus as `<schema>.summary` snapshots (same version as the
+source), one per closed window of each group and, when a producer ends, one per group with
+window = \"experiment\":
+  producer, producer_pid, producer_lane, group {<group-by fields>}, window, index,
+  count, lost, first_t_nanos, last_t_nanos, first_seq, last_seq,
+  stats {<field> {count, mean, std, min, max, last, p50, p95, p99}}
+Numeric fields at any depth are summarized (bools as 0/1; arrays of up to 16 numbers element
+by element; longer arrays, sequences and tensors by their mean, min and max per record).
+Quantiles are within 1 % of the exact order statistic (DDSketch). `lost` counts records of the
+producer overwritten before they were read. A restarted worker does not emit again what it
+emitted before, and reports what the rings no longer hold as lost.";
+
+fn parse_window(s: &str) -> Result<snapbus_consumers::aggregator::Window, String> {
+    s.parse()
+}
+
+fn parse_worker(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected I/N with 1 ≤ I ≤ N ≤ 64, e.g. 2/3, got {s:?}");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u32, u32) = (i.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if i == 0 || i > n || n > 64 {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+impl BuiltinConsumer for AggregateArgs {
+    const KIND: &'static str = "aggregator";
+    const VERB: &'static str = "aggregate";
+    const VERB_ABOUT: &'static str = "Summarize step events per episode (or N steps, or T \
+        seconds) and per experiment, in this terminal; the summaries are emitted back onto the \
+        bus as `<schema>.summary`";
+    const ATTACH_ABOUT: &'static str = "Summarize step events per episode and per experiment, \
+        emitting `<schema>.summary` snapshots (see `snapbus aggregate --help`)";
+    const SPAWN_ABOUT: Option<&'static str> = Some(
+        "N aggregator workers; each summarizes the groups whose hash of (schema, producer, \
+         group values) falls to it, so together they see every group once",
+    );
+    const PATH_FLAGS: &'static [&'static str] = &["csv"];
+
+    fn bus(&self) -> &BusArgs {
+        &self.bus
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        run(self)
+    }
+
+    /// The options (creating the `--csv` directory), the `--schema` globs against the bus, and
+    /// warnings about fields the schemas on the bus lack.
+    fn check(&self, dir: &BusDir, who: &'static str) -> anyhow::Result<()> {
+        options(self)?;
+        check_schemas(self, dir, who)?;
+        warn_field_mismatches(self, dir, who)
+    }
+
+    fn what(&self) -> String {
+        "<schema>.summary snapshots".to_owned()
+    }
+}
 
 pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     let opts = options(args)?;
@@ -40,10 +145,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     } else {
         format!("aggregator-{label}")
     };
-    let restart: u32 = std::env::var("SNAPBUS_RESTART")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let restart = restart_count();
     let resume = if restart > 0 {
         let r = previous_summaries(&dir, &name, &opts).context("reading earlier summaries")?;
         eprintln!(
@@ -62,10 +164,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     aggregator.resume_from(resume);
     let mut run_opts = RunOptions::new(name.clone());
     run_opts.globs = opts.globs.clone();
-    run_opts.start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    run_opts.start = args.from.start();
     run_opts.until_end = args.until_end;
     // Its own summaries are not read back (and its lane never ends while it runs).
     run_opts.skip_lanes = vec![own_lane];
@@ -113,11 +212,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
 /// Checks the `--schema` globs against the schemas on the bus: with `--until-end`, globs that
 /// match none of them are an error; on a live bus a warning (such schemas may still appear).
 /// If the bus has no schemas yet, a thread waits for the first ones and warns then.
-pub(crate) fn check_schemas(
-    args: &AggregateArgs,
-    dir: &BusDir,
-    who: &'static str,
-) -> anyhow::Result<()> {
+fn check_schemas(args: &AggregateArgs, dir: &BusDir, who: &'static str) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
     if globs.is_empty() {
         return Ok(());
@@ -157,11 +252,7 @@ pub(crate) fn check_schemas(
 /// options naming fields that schemas on the bus lack (`--field`, `--group-by`, and the episode
 /// field when `--schema` or `--episode-field` was given), for the schemas whose descriptors
 /// this build knows (built-in and demo); the aggregator's log warns about every schema.
-pub(crate) fn warn_field_mismatches(
-    args: &AggregateArgs,
-    dir: &BusDir,
-    who: &str,
-) -> anyhow::Result<()> {
+fn warn_field_mismatches(args: &AggregateArgs, dir: &BusDir, who: &str) -> anyhow::Result<()> {
     let opts = options(args)?;
     let explicit_episode = !args.schemas.is_empty() || args.episode_field != "episode";
     if args.fields.is_empty() && args.group_by.is_empty() && !explicit_episode {
@@ -206,43 +297,6 @@ fn check_csv_dir(dir: &Path) -> anyhow::Result<()> {
     crate::bus::create_dir(dir)
         .with_context(|| format!("--csv: creating the directory {}", dir.display()))?;
     crate::bus::check_writable_dir(dir).context("--csv")
-}
-
-/// The `snapbus aggregate` command line a supervised worker runs (paths made absolute).
-pub(crate) fn argv(args: &AggregateArgs, worker: (u32, u32)) -> anyhow::Result<Vec<String>> {
-    let opts = options(args)?;
-    let dir = bus_dir(&args.bus)?;
-    // `--bus=NAME`: a name can never be read as an option.
-    let mut argv = vec!["aggregate".to_owned(), format!("--bus={}", dir.name())];
-    // `--flag=VALUE`: a value starting with '-' is not read as an option.
-    let mut push = |flag: &str, value: String| argv.push(format!("{flag}={value}"));
-    for g in &args.schemas {
-        push("--schema", g.clone());
-    }
-    for g in &args.group_by {
-        push("--group-by", g.clone());
-    }
-    push("--window", opts.window.to_string());
-    push("--episode-field", opts.episode_field.clone());
-    for f in &args.fields {
-        push("--field", f.clone());
-    }
-    if let Some(d) = &opts.csv_dir {
-        push("--csv", d.display().to_string());
-    }
-    push(
-        "--from",
-        match args.from {
-            From::Oldest => "oldest",
-            From::Latest => "latest",
-        }
-        .to_owned(),
-    );
-    push("--worker", format!("{}/{}", worker.0, worker.1));
-    if args.until_end {
-        argv.push("--until-end".to_owned());
-    }
-    Ok(argv)
 }
 
 /// The library options from the arguments (checked).

@@ -1,165 +1,82 @@
-//! `snapbus attach KIND`: starts a built-in consumer as a process the broker supervises, and
-//! returns once it is subscribed and reading — nothing emitted after `attach` returns is
-//! missed. Prints the consumer's id on stdout (for `snapbus detach ID`); `--foreground` runs
-//! the consumer in this terminal instead.
+//! `snapbus attach KIND [ARGS…]`: starts a built-in consumer (one of
+//! [`KINDS`](crate::consumer_kinds::KINDS)) as a process the broker supervises, and returns once
+//! it is subscribed and reading — nothing emitted after `attach` returns is missed. Prints the
+//! consumer's id on stdout (for `snapbus detach ID`); `--foreground` runs the consumer in this
+//! terminal instead.
+//!
+//! The arguments are the consumer's own (those of its foreground verb), parsed here with its
+//! own parser and checked ([`BuiltinConsumer::check`]) before anything starts, then forwarded
+//! to it ([`forward`]).
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::{ArgMatches, FromArgMatches};
 use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::runtime::BusDir;
 
-use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{AttachArgs, AttachKind, From, RecordArgs, Restart};
-use crate::command::{aggregate, plot, record};
+use crate::bus::{bus_dir, connect};
+use crate::cli::{Restart, SuperviseArgs};
+use crate::consumer_kinds::{BuiltinConsumer, forward};
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) fn run(args: AttachArgs) -> anyhow::Result<()> {
-    match args.kind {
-        AttachKind::Recorder { record, supervise } => {
-            if supervise.foreground {
-                return record::run(&record);
-            }
-            let argv = recorder_argv(&record)?;
-            attach(
-                "recorder",
-                argv,
-                &record.bus,
-                supervise.restart == Restart::OnFailure,
-                &record::output_names(&record.output, record.rotate_mb),
-            )
-            .map(drop)
-        }
-        AttachKind::Plotter {
-            plot: args,
-            supervise,
-        } => {
-            if supervise.foreground {
-                return plot::run(&args);
-            }
-            let argv = plot::argv(&args)?;
-            let dir = bus_dir(&args.bus)?;
-            let (id, pid, log) = start(
-                &dir,
-                "plotter",
-                argv,
-                supervise.restart == Restart::OnFailure,
-            )?;
-            // The plotter wrote its URL before it subscribed, and it has subscribed.
-            let url = std::fs::read_to_string(plot::url_path(&dir, pid))
-                .with_context(|| format!("reading the URL of plotter {id} (log {log})"))?;
-            println!("{}", url.trim());
-            eprintln!(
-                "snapbus attach: plotter {id} (pid {pid}) serves {} for bus '{}'; log {log}; \
-                 stop it with `snapbus detach {id}{}`",
-                url.trim(),
-                dir.name(),
-                if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
-                    String::new()
-                } else {
-                    format!(" --bus {}", dir.name())
-                }
-            );
-            Ok(())
-        }
-        AttachKind::Aggregator {
-            aggregate: args,
-            supervise,
-        } => {
-            if supervise.foreground {
-                return aggregate::run(&args);
-            }
-            let argv = aggregate::argv(&args, args.worker)?;
-            let dir = bus_dir(&args.bus)?;
-            aggregate::check_schemas(&args, &dir, "snapbus attach")?;
-            aggregate::warn_field_mismatches(&args, &dir, "snapbus attach")?;
-            attach(
-                "aggregator",
-                argv,
-                &args.bus,
-                supervise.restart == Restart::OnFailure,
-                "<schema>.summary snapshots",
-            )
-            .map(drop)
-        }
-    }
+/// A consumer the broker has started, and that has subscribed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Started {
+    /// The consumer's id (for `detach`).
+    pub(crate) id: u64,
+    /// Its process id.
+    pub(crate) pid: u32,
+    /// Its log file.
+    pub(crate) log: String,
 }
 
-/// The `snapbus record` command line the supervised recorder runs, with the output path made
-/// absolute (the consumer's working directory is the user's, but say it anyway).
-fn recorder_argv(r: &RecordArgs) -> anyhow::Result<Vec<String>> {
-    globs(&r.schemas)?;
-    if r.rotate_mb == Some(0) {
-        bail!("--rotate-mb must be at least 1");
+/// `snapbus attach KIND …` for consumer `T`, with `m` its parsed arguments.
+pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
+    let supervise = SuperviseArgs::from_arg_matches(m)?;
+    let args = T::from_arg_matches(m)?;
+    if supervise.foreground {
+        return args.run();
     }
-    if !r.force && r.rotate_mb.is_none() && r.output.exists() {
-        bail!(
-            "{} exists; choose another path, or pass --force to overwrite it",
-            r.output.display()
-        );
-    }
-    let dir = bus_dir(&r.bus)?;
-    let output = std::path::absolute(&r.output)
-        .with_context(|| format!("resolving {}", r.output.display()))?;
-    // A recorder that cannot create its file is refused here, before anything is started.
-    let parent = output.parent().unwrap_or(std::path::Path::new("/"));
-    crate::bus::check_writable_dir(parent).with_context(|| format!("-o {}", r.output.display()))?;
-    let mut argv = vec![
-        "record".to_owned(),
-        "--output".to_owned(),
-        output.display().to_string(),
-        // `--bus=NAME`: a name can never be read as an option.
-        format!("--bus={}", dir.name()),
-    ];
-    for g in &r.schemas {
-        argv.push(format!("--schema={g}"));
-    }
-    if let Some(mb) = r.rotate_mb {
-        argv.extend(["--rotate-mb".to_owned(), mb.to_string()]);
-    }
-    if r.from == From::Oldest {
-        argv.extend(["--from".to_owned(), "oldest".to_owned()]);
-    }
-    if r.force {
-        argv.push("--force".to_owned());
-    }
-    Ok(argv)
+    let dir = bus_dir(args.bus())?;
+    args.check(&dir, "snapbus attach")?;
+    let argv = forward::<T>(m, &dir, &[])?;
+    let started = start(&dir, T::KIND, argv, supervise.restart == Restart::OnFailure)?;
+    args.announce(&dir, &started)
 }
 
-/// Asks the broker to start `snapbus <argv>` as a supervised consumer; prints its id and
-/// returns it once the consumer is subscribed.
-pub(crate) fn attach(
-    kind: &str,
-    argv: Vec<String>,
-    bus: &crate::cli::BusArgs,
-    restart: bool,
-    what: &str,
-) -> anyhow::Result<u64> {
-    let dir = bus_dir(bus)?;
-    let (consumer_id, pid, log) = start(&dir, kind, argv, restart)?;
-    println!("{consumer_id}");
+/// Prints what `attach` prints for a started consumer of `kind` reading the bus into `what`:
+/// its id on stdout, and how to stop it on stderr.
+pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Started, what: &str) {
+    let Started { id, pid, log } = started;
+    println!("{id}");
     eprintln!(
-        "snapbus attach: {kind} {consumer_id} (pid {pid}) is reading bus '{}' into {what}; \
-         log {log}; stop it with `snapbus detach {consumer_id}{}`",
+        "snapbus attach: {kind} {id} (pid {pid}) is reading bus '{}' into {what}; log {log}; \
+         stop it with `snapbus detach {id}{}`",
         dir.name(),
-        if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
-            String::new()
-        } else {
-            format!(" --bus {}", dir.name())
-        }
+        bus_flag(dir)
     );
-    Ok(consumer_id)
 }
 
-/// Asks the broker to start `snapbus <argv>`; returns (id, pid, log path) once the consumer is
-/// subscribed. Prints nothing.
+/// ` --bus NAME` to add to a command for the bus of `dir`, or nothing for the default bus.
+pub(crate) fn bus_flag(dir: &BusDir) -> String {
+    if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
+        String::new()
+    } else {
+        format!(" --bus {}", dir.name())
+    }
+}
+
+/// Asks the broker to start `snapbus <argv>`; returns once the consumer is subscribed. Prints
+/// nothing.
 pub(crate) fn start(
-    dir: &snapbus_bus::runtime::BusDir,
+    dir: &BusDir,
     kind: &str,
     argv: Vec<String>,
     restart: bool,
-) -> anyhow::Result<(u64, u32, String)> {
+) -> anyhow::Result<Started> {
     let mut conn = connect(dir)?;
     let cwd = std::env::current_dir().context("finding the working directory")?;
     let msg = ToBroker::Attach {
@@ -177,7 +94,11 @@ pub(crate) fn start(
             consumer_id,
             pid,
             log,
-        } => Ok((consumer_id, pid, log)),
+        } => Ok(Started {
+            id: consumer_id,
+            pid,
+            log,
+        }),
         FromBroker::Error { message } => bail!("{message}"),
         other => bail!("unexpected reply from the broker: {other:?}"),
     }

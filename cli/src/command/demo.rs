@@ -114,7 +114,7 @@ fn attach_aggregator(bus: &str) -> anyhow::Result<(snapbus_bus::runtime::BusDir,
         "--schema".to_owned(),
         "demo.step".to_owned(),
     ];
-    let (id, pid, _) =
+    let attach::Started { id, pid, .. } =
         attach::start(&dir, "aggregator", argv, false).context("attaching the aggregator")?;
     eprintln!(
         "snapbus demo: aggregator {id} (pid {pid}) summarizes demo.step per episode into \

@@ -1,4 +1,5 @@
-//! One module per verb.
+//! One module per verb (the built-in consumers' verbs are listed in
+//! [`KINDS`](crate::consumer_kinds::KINDS)).
 
 pub(crate) mod aggregate;
 pub(crate) mod attach;
@@ -16,7 +17,7 @@ pub(crate) mod record;
 mod replay;
 mod schemas;
 mod snapshot;
-mod spawn;
+pub(crate) mod spawn;
 mod up;
 
 use crate::cli::{Cli, Command};
@@ -32,15 +33,13 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Filter(args) => filter::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Schemas(args) => schemas::run(&args),
-        Command::Record(args) => record::run(&args),
         Command::Snapshot(args) => snapshot::run(&args),
         Command::Replay(args) => replay::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Export(args) => export::run(&args),
-        Command::Attach(args) => attach::run(args),
+        Command::Consumer(verb) => verb.run(),
+        Command::Attach(args) => args.run(),
         Command::Detach(args) => detach::run(&args),
-        Command::Aggregate(args) => aggregate::run(&args),
-        Command::Spawn(args) => spawn::run(args),
-        Command::Plot(args) => plot::run(&args),
+        Command::Spawn(args) => args.run(),
     }
 }

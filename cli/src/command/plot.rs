@@ -6,13 +6,78 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use clap::Args;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{From, PlotArgs};
+use crate::cli::{BusArgs, From};
+use crate::command::attach::{Started, bus_flag};
+use crate::consumer_kinds::BuiltinConsumer;
+
+/// Options of `snapbus plot` (and `attach plotter`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PlotArgs {
+    /// Schema-id globs to plot (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// The port on 127.0.0.1 (0: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) port: u16,
+    /// Points kept per series (the oldest go first).
+    #[arg(long, value_name = "N", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
+    pub(crate) history: u64,
+    /// Start with the history still in the rings, or with new records only.
+    #[arg(long, value_enum, default_value_t = From::Oldest)]
+    pub(crate) from: From,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+impl BuiltinConsumer for PlotArgs {
+    const KIND: &'static str = "plotter";
+    const VERB: &'static str = "plot";
+    const VERB_ABOUT: &'static str = "Serve a live web page with plots of the numeric fields \
+        (and images of the tensors) of the subscribed schemas, in this terminal; prints its URL";
+    const ATTACH_ABOUT: &'static str = "A live web page plotting the subscribed schemas (see \
+        `snapbus plot --help`); prints its URL once the page is served and the plotter is \
+        reading";
+
+    fn bus(&self) -> &BusArgs {
+        &self.bus
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        run(self)
+    }
+
+    fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+        globs(&self.schemas).map(drop)
+    }
+
+    fn what(&self) -> String {
+        "a web page".to_owned()
+    }
+
+    /// Prints the page's URL on stdout (the plotter wrote it before it subscribed, and it has
+    /// subscribed).
+    fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
+        let Started { id, pid, log } = started;
+        let url = std::fs::read_to_string(url_path(dir, *pid))
+            .with_context(|| format!("reading the URL of plotter {id} (log {log})"))?;
+        println!("{}", url.trim());
+        eprintln!(
+            "snapbus attach: plotter {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop it \
+             with `snapbus detach {id}{}`",
+            url.trim(),
+            dir.name(),
+            bus_flag(dir)
+        );
+        Ok(())
+    }
+}
 
 pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
@@ -44,10 +109,7 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);
     opts.globs = globs;
-    opts.start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    opts.start = args.from.start();
     let result = run_consumer(&dir, &opts, &mut plotter, None);
     let _ = std::fs::remove_file(&url_file);
     result?;
@@ -57,28 +119,4 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
 /// Where plotter process `pid` of the bus of `dir` leaves its URL.
 pub(crate) fn url_path(dir: &BusDir, pid: u32) -> PathBuf {
     dir.path().join(format!("plotter-{pid}.url"))
-}
-
-/// The `snapbus plot` command line a supervised plotter runs.
-pub(crate) fn argv(args: &PlotArgs) -> anyhow::Result<Vec<String>> {
-    globs(&args.schemas)?;
-    let dir = bus_dir(&args.bus)?;
-    // `--bus=NAME`: a name can never be read as an option.
-    let mut argv = vec!["plot".to_owned(), format!("--bus={}", dir.name())];
-    for g in &args.schemas {
-        argv.push(format!("--schema={g}"));
-    }
-    argv.extend([
-        "--port".to_owned(),
-        args.port.to_string(),
-        "--history".to_owned(),
-        args.history.to_string(),
-        "--from".to_owned(),
-        match args.from {
-            From::Oldest => "oldest",
-            From::Latest => "latest",
-        }
-        .to_owned(),
-    ]);
-    Ok(argv)
 }

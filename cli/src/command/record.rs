@@ -13,14 +13,79 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use clap::Args;
 use snapbus_bus::control::StartFrom;
+use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
 use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{From, RecordArgs};
+use crate::cli::{BusArgs, From};
+use crate::consumer_kinds::{BuiltinConsumer, restart_count};
+
+/// Options of `snapbus record` (and `snapbus attach recorder`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RecordArgs {
+    /// The MCAP file to write (with --rotate-mb: `<stem>-0000.mcap`, `<stem>-0001.mcap`, …).
+    #[arg(short, long)]
+    pub(crate) output: PathBuf,
+    /// Schema-id globs to record (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// Start a new file once the current one holds about this many megabytes.
+    #[arg(long, value_name = "N")]
+    pub(crate) rotate_mb: Option<u64>,
+    /// Start at new records, or include the history still in the rings.
+    #[arg(long, value_enum, default_value_t = From::Latest)]
+    pub(crate) from: From,
+    /// Overwrite existing files.
+    #[arg(long)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+impl BuiltinConsumer for RecordArgs {
+    const KIND: &'static str = "recorder";
+    const VERB: &'static str = "record";
+    const VERB_ABOUT: &'static str = "Record events into an MCAP file, in this terminal \
+        (`attach recorder` runs it under the broker instead)";
+    const ATTACH_ABOUT: &'static str = "Record into MCAP files (see `snapbus record --help`)";
+    const PATH_FLAGS: &'static [&'static str] = &["output"];
+
+    fn bus(&self) -> &BusArgs {
+        &self.bus
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        run(self)
+    }
+
+    /// A recorder that cannot create its file is refused before anything is started.
+    fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+        globs(&self.schemas)?;
+        if self.rotate_mb == Some(0) {
+            bail!("--rotate-mb must be at least 1");
+        }
+        if !self.force && self.rotate_mb.is_none() && self.output.exists() {
+            bail!(
+                "{} exists; choose another path, or pass --force to overwrite it",
+                self.output.display()
+            );
+        }
+        let output = std::path::absolute(&self.output)
+            .with_context(|| format!("resolving {}", self.output.display()))?;
+        let parent = output.parent().unwrap_or(Path::new("/"));
+        crate::bus::check_writable_dir(parent)
+            .with_context(|| format!("-o {}", self.output.display()))
+    }
+
+    fn what(&self) -> String {
+        output_names(&self.output, self.rotate_mb)
+    }
+}
 
 pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
@@ -28,16 +93,10 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     // No file is created for a bus that is not there.
     drop(connect(&dir)?);
     if args.rotate_mb == Some(0) {
-        anyhow::bail!("--rotate-mb must be at least 1");
+        bail!("--rotate-mb must be at least 1");
     }
-    let restart: u32 = std::env::var("SNAPBUS_RESTART")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    let restart = restart_count();
+    let mut start = args.from.start();
     let mut output = args.output.clone();
     if restart > 0 {
         output = restart_path(&args.output, restart);

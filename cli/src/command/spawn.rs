@@ -1,44 +1,49 @@
-//! `snapbus spawn aggregator -n N …`: starts N supervised aggregator workers (`--worker 1/N` …
-//! `N/N`) that split the groups between them, and prints their ids, one per line, once all
-//! are subscribed. If one fails to start, the ones already started are detached again.
+//! `snapbus spawn aggregator -n N …`: starts N supervised workers of a consumer that splits its
+//! work between them (`--worker 1/N` … `N/N`; the aggregator splits the groups), and prints
+//! their ids, one per line, once all are subscribed. The arguments are the consumer's own, as
+//! for `attach`. If one fails to start, the ones already started are detached again.
 
 use anyhow::bail;
+use clap::{ArgMatches, FromArgMatches};
 
-use crate::cli::{DetachArgs, Restart, SpawnArgs, SpawnKind};
-use crate::command::{aggregate, attach, detach};
+use crate::bus::bus_dir;
+use crate::cli::{DetachArgs, Restart, SpawnRestart, SpawnWorkers};
+use crate::command::{attach, detach};
+use crate::consumer_kinds::{BuiltinConsumer, forward};
 
-pub(crate) fn run(args: SpawnArgs) -> anyhow::Result<()> {
-    let SpawnKind::Aggregator {
-        workers,
-        aggregate: args,
-        restart,
-    } = args.kind;
-    if args.worker != (1, 1) {
+/// `snapbus spawn KIND …` for consumer `T` (which has a `--worker I/N` flag), with `m` its
+/// parsed arguments.
+pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
+    let SpawnWorkers { workers } = SpawnWorkers::from_arg_matches(m)?;
+    let SpawnRestart { restart } = SpawnRestart::from_arg_matches(m)?;
+    let args = T::from_arg_matches(m)?;
+    if m.get_one::<(u32, u32)>("worker") != Some(&(1, 1)) {
         bail!("--worker is set by spawn itself (workers 1/{workers} … {workers}/{workers})");
     }
     // Check everything before starting anything.
+    let dir = bus_dir(args.bus())?;
+    args.check(&dir, "snapbus spawn")?;
     let argvs = (1..=workers)
-        .map(|i| aggregate::argv(&args, (i, workers)))
+        .map(|i| {
+            let mut argv = forward::<T>(m, &dir, &["worker"])?;
+            argv.push(format!("--worker={i}/{workers}"));
+            Ok(argv)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let dir = crate::bus::bus_dir(&args.bus)?;
-    aggregate::check_schemas(&args, &dir, "snapbus spawn")?;
-    aggregate::warn_field_mismatches(&args, &dir, "snapbus spawn")?;
     let mut started = Vec::new();
     for (i, argv) in argvs.into_iter().enumerate() {
-        let what = format!("<schema>.summary snapshots (worker {}/{workers})", i + 1);
-        match attach::attach(
-            "aggregator",
-            argv,
-            &args.bus,
-            restart == Restart::OnFailure,
-            &what,
-        ) {
-            Ok(id) => started.push(id),
+        let what = format!("{} (worker {}/{workers})", args.what(), i + 1);
+        let result = attach::start(&dir, T::KIND, argv, restart == Restart::OnFailure);
+        match result {
+            Ok(s) => {
+                attach::announce(&dir, T::KIND, &s, &what);
+                started.push(s.id);
+            }
             Err(e) => {
                 for id in started {
                     let _ = detach::run(&DetachArgs {
                         id,
-                        bus: args.bus.clone(),
+                        bus: args.bus().clone(),
                     });
                 }
                 return Err(e.context(format!("starting worker {}/{workers}", i + 1)));

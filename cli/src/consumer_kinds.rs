@@ -1,0 +1,513 @@
+//! The built-in consumers the broker can supervise, in one registry, [`KINDS`].
+//!
+//! Each consumer defines its flags once, as a clap `Args` struct in its verb's file
+//! (`command/record.rs`, `command/plot.rs`, `command/aggregate.rs`) that implements
+//! [`BuiltinConsumer`]. From that one definition come the foreground verb (`snapbus record`),
+//! `snapbus attach recorder` (the same flags, plus `--foreground` and `--restart`) and, for a
+//! consumer that splits its work between workers, `snapbus spawn KIND -n N`.
+//!
+//! `attach` parses the arguments with the consumer's own parser in the caller, so that bad
+//! arguments fail before anything starts, with clap's message; runs the consumer's own checks
+//! against the bus and the file system ([`BuiltinConsumer::check`]); then forwards the
+//! arguments the user gave ([`forward`]): each as `--flag=VALUE` (a value is never read as an
+//! option), with `--bus=NAME`, path values made absolute, and for `spawn` the worker's
+//! `--worker=I/N`.
+//!
+//! Adding a consumer kind: a file with its `Args` struct and its [`BuiltinConsumer`] impl, and
+//! a line in [`KINDS`].
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches};
+use snapbus_bus::runtime::BusDir;
+
+use crate::cli::BusArgs;
+use crate::command::aggregate::AggregateArgs;
+use crate::command::plot::PlotArgs;
+use crate::command::record::RecordArgs;
+use crate::command::{attach, spawn};
+
+/// The built-in consumers, in the order `attach --help` lists them.
+pub(crate) const KINDS: &[ConsumerKind] = &[
+    ConsumerKind::of::<RecordArgs>(),
+    ConsumerKind::of::<PlotArgs>(),
+    ConsumerKind::of::<AggregateArgs>(),
+];
+
+/// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
+/// `attach` checks and says about it.
+pub(crate) trait BuiltinConsumer: Args + FromArgMatches {
+    /// The name after `attach`: `recorder`.
+    const KIND: &'static str;
+    /// The foreground verb: `record`.
+    const VERB: &'static str;
+    /// The verb's description in `snapbus --help` (no final period, as clap prints it).
+    const VERB_ABOUT: &'static str;
+    /// The kind's description in `snapbus attach --help`.
+    const ATTACH_ABOUT: &'static str;
+    /// For a consumer that splits its work between workers (it then has a `--worker I/N` flag,
+    /// id `worker`): its description in `snapbus spawn --help`.
+    const SPAWN_ABOUT: Option<&'static str> = None;
+    /// Ids of the flags whose values are paths: forwarded made absolute (relative to the
+    /// caller's working directory, which is also the supervised consumer's).
+    const PATH_FLAGS: &'static [&'static str] = &[];
+
+    /// Which bus it reads.
+    fn bus(&self) -> &BusArgs;
+
+    /// Runs it in this terminal (the foreground verb, and `attach --foreground`).
+    fn run(&self) -> anyhow::Result<()>;
+
+    /// What `attach` and `spawn` check before starting it (its arguments beyond clap's parse,
+    /// the file system, the bus); `who` names the verb in warnings.
+    fn check(&self, dir: &BusDir, who: &'static str) -> anyhow::Result<()> {
+        let _ = (dir, who);
+        Ok(())
+    }
+
+    /// What it reads the bus into, for `attach`'s message.
+    fn what(&self) -> String;
+
+    /// Prints what `attach` prints once the broker has started it: its id on stdout and a line
+    /// on stderr.
+    fn announce(&self, dir: &BusDir, started: &attach::Started) -> anyhow::Result<()> {
+        attach::announce(dir, Self::KIND, started, &self.what());
+        Ok(())
+    }
+}
+
+/// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.
+pub(crate) struct ConsumerKind {
+    /// The name after `attach`.
+    pub(crate) name: &'static str,
+    /// The foreground verb.
+    pub(crate) verb: &'static str,
+    /// The description under `attach --help`.
+    pub(crate) about: &'static str,
+    verb_about: &'static str,
+    spawn_about: Option<&'static str>,
+    args: fn(clap::Command) -> clap::Command,
+    run: fn(&ArgMatches) -> anyhow::Result<()>,
+    attach: fn(&ArgMatches) -> anyhow::Result<()>,
+    spawn: fn(&ArgMatches) -> anyhow::Result<()>,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "only the tests forward knowing the kind but not its type"
+        )
+    )]
+    forward: fn(&ArgMatches, &BusDir, &[&str]) -> anyhow::Result<Vec<String>>,
+}
+
+impl ConsumerKind {
+    /// The entry of consumer `T`.
+    pub(crate) const fn of<T: BuiltinConsumer>() -> Self {
+        ConsumerKind {
+            name: T::KIND,
+            verb: T::VERB,
+            about: T::ATTACH_ABOUT,
+            verb_about: T::VERB_ABOUT,
+            spawn_about: T::SPAWN_ABOUT,
+            args: T::augment_args,
+            run: run_verb::<T>,
+            attach: attach::attach_kind::<T>,
+            spawn: spawn::spawn_kind::<T>,
+            forward: forward::<T>,
+        }
+    }
+
+    /// The foreground verb's command: `snapbus record …`.
+    //
+    // The `about` goes last: an `Args` struct's doc comment sets one too.
+    pub(crate) fn verb_command(&self) -> clap::Command {
+        (self.args)(clap::Command::new(self.verb))
+            .about(self.verb_about)
+            .long_about(None)
+    }
+
+    /// `snapbus attach KIND …`: the verb's flags and how to supervise it.
+    pub(crate) fn attach_command(&self) -> clap::Command {
+        let cmd = (self.args)(clap::Command::new(self.name));
+        crate::cli::SuperviseArgs::augment_args(cmd)
+            .about(self.about)
+            .long_about(None)
+    }
+
+    /// `snapbus spawn KIND -n N …`, for a consumer that splits its work between workers.
+    pub(crate) fn spawn_command(&self) -> Option<clap::Command> {
+        let about = self.spawn_about?;
+        let cmd = crate::cli::SpawnWorkers::augment_args(clap::Command::new(self.name));
+        let cmd = crate::cli::SpawnRestart::augment_args((self.args)(cmd));
+        Some(cmd.about(about).long_about(None))
+    }
+}
+
+impl fmt::Debug for ConsumerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+fn run_verb<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
+    T::from_arg_matches(m)?.run()
+}
+
+/// A consumer kind and the arguments clap parsed for it: a foreground verb (`snapbus record
+/// …`), `attach KIND …` or `spawn KIND …`.
+#[derive(Debug, Clone)]
+pub(crate) struct KindArgs {
+    /// Which consumer.
+    pub(crate) kind: &'static ConsumerKind,
+    /// Its parsed arguments (with `attach`'s or `spawn`'s own).
+    pub(crate) matches: ArgMatches,
+}
+
+impl KindArgs {
+    /// The kind of the subcommand of `m` whose name `name_of` gives.
+    fn from_subcommand(
+        m: &ArgMatches,
+        name_of: fn(&ConsumerKind) -> &'static str,
+    ) -> Result<Self, clap::Error> {
+        let missing = || clap::Error::new(clap::error::ErrorKind::MissingSubcommand);
+        let (name, sub) = m.subcommand().ok_or_else(missing)?;
+        let kind = KINDS
+            .iter()
+            .find(|k| name_of(k) == name)
+            .ok_or_else(|| clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))?;
+        Ok(KindArgs {
+            kind,
+            matches: sub.clone(),
+        })
+    }
+}
+
+/// The foreground verbs of [`KINDS`] (`record`, `plot`, `aggregate`), flattened into the
+/// top-level commands.
+#[derive(Debug, Clone)]
+pub(crate) struct ConsumerVerb(pub(crate) KindArgs);
+
+impl ConsumerVerb {
+    /// Runs the verb in this terminal.
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        (self.0.kind.run)(&self.0.matches)
+    }
+}
+
+impl FromArgMatches for ConsumerVerb {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        KindArgs::from_subcommand(m, |k| k.verb).map(ConsumerVerb)
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl clap::Subcommand for ConsumerVerb {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        cmd.subcommands(KINDS.iter().map(ConsumerKind::verb_command))
+    }
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+    fn has_subcommand(name: &str) -> bool {
+        KINDS.iter().any(|k| k.verb == name)
+    }
+}
+
+/// `attach` or `spawn`: a verb that starts consumers of [`KINDS`] under the broker.
+pub(crate) trait Supervisor: fmt::Debug + Clone {
+    /// The subcommand of `kind` under this verb (none: `kind` cannot be started so).
+    fn command(kind: &ConsumerKind) -> Option<clap::Command>;
+    /// Runs this verb for `kind` with the arguments `m`.
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()>;
+}
+
+/// `snapbus attach`: starts one consumer (or runs it in this terminal).
+#[derive(Debug, Clone)]
+pub(crate) struct Attach;
+
+impl Supervisor for Attach {
+    fn command(kind: &ConsumerKind) -> Option<clap::Command> {
+        Some(kind.attach_command())
+    }
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()> {
+        (kind.attach)(m)
+    }
+}
+
+/// `snapbus spawn`: starts N workers of a consumer that splits its work between them.
+#[derive(Debug, Clone)]
+pub(crate) struct Spawn;
+
+impl Supervisor for Spawn {
+    fn command(kind: &ConsumerKind) -> Option<clap::Command> {
+        kind.spawn_command()
+    }
+    fn run(kind: &ConsumerKind, m: &ArgMatches) -> anyhow::Result<()> {
+        (kind.spawn)(m)
+    }
+}
+
+/// Options of `snapbus attach` or `spawn` (`S`): a kind of [`KINDS`] and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct SupervisedArgs<S: Supervisor>(pub(crate) KindArgs, PhantomData<S>);
+
+/// Options of `snapbus attach`.
+pub(crate) type AttachArgs = SupervisedArgs<Attach>;
+
+/// Options of `snapbus spawn`.
+pub(crate) type SpawnArgs = SupervisedArgs<Spawn>;
+
+impl<S: Supervisor> SupervisedArgs<S> {
+    /// Starts the consumer(s) under the broker (or in this terminal, `attach --foreground`).
+    pub(crate) fn run(&self) -> anyhow::Result<()> {
+        S::run(self.0.kind, &self.0.matches)
+    }
+}
+
+impl<S: Supervisor> FromArgMatches for SupervisedArgs<S> {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let args = KindArgs::from_subcommand(m, |k| k.name)?;
+        Ok(SupervisedArgs(args, PhantomData))
+    }
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl<S: Supervisor> Args for SupervisedArgs<S> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.subcommand_required(true)
+            .arg_required_else_help(true)
+            .subcommands(KINDS.iter().filter_map(S::command))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// The command line a supervised consumer `T` runs: its verb, `--bus=NAME`, then every flag of
+/// `T` the user gave in `m` (not `--bus`, nor those in `skip`), each occurrence as
+/// `--flag=VALUE` (a bare `--flag` for a flag without a value), in the order `T` declares
+/// them; the values of [`BuiltinConsumer::PATH_FLAGS`] made absolute. `T`'s defaults are not
+/// repeated: the consumer parses with the same parser.
+pub(crate) fn forward<T: BuiltinConsumer>(
+    m: &ArgMatches,
+    dir: &BusDir,
+    skip: &[&str],
+) -> anyhow::Result<Vec<String>> {
+    // `--bus=NAME`: a name can never be read as an option.
+    let mut argv = vec![T::VERB.to_owned(), format!("--bus={}", dir.name())];
+    let cmd = T::augment_args(clap::Command::new(T::VERB));
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if id == "bus" || skip.contains(&id) || m.value_source(id) != Some(ValueSource::CommandLine)
+        {
+            continue;
+        }
+        let flag = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => anyhow::bail!("{id}: a positional argument cannot be forwarded"),
+        };
+        if !arg.get_action().takes_values() {
+            let times = match arg.get_action() {
+                clap::ArgAction::Count => m.get_count(id),
+                _ => 1,
+            };
+            argv.extend((0..times).map(|_| flag.clone()));
+            continue;
+        }
+        for value in m.get_raw_occurrences(id).into_iter().flatten().flatten() {
+            let value = if T::PATH_FLAGS.contains(&id) {
+                std::path::absolute(value)
+                    .with_context(|| format!("resolving {}", value.to_string_lossy()))?
+                    .display()
+                    .to_string()
+            } else {
+                value.to_string_lossy().into_owned()
+            };
+            argv.push(format!("{flag}={value}"));
+        }
+    }
+    Ok(argv)
+}
+
+/// How many times the broker has restarted this consumer (`SNAPBUS_RESTART`; 0: a first start,
+/// or not supervised).
+pub(crate) fn restart_count() -> u32 {
+    std::env::var("SNAPBUS_RESTART")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Arg, CommandFactory};
+
+    use super::*;
+    use crate::cli::Cli;
+
+    /// A flag as the user sees it: names, action, values.
+    fn shape(a: &Arg) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {}",
+            a.get_long(),
+            a.get_short(),
+            a.get_action(),
+            a.get_num_args(),
+            a.get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_owned())
+                .collect::<Vec<_>>(),
+            a.get_default_values(),
+            a.get_value_names(),
+            a.is_required_set(),
+        )
+    }
+
+    fn sub<'a>(cmd: &'a clap::Command, path: &[&str]) -> &'a clap::Command {
+        path.iter().fold(cmd, |c, name| {
+            c.find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name} in {}", c.get_name()))
+        })
+    }
+
+    /// Every flag of each consumer's foreground verb is one of `attach KIND` (and of `spawn
+    /// KIND`), the same flag; `attach` adds only its own.
+    #[test]
+    fn attach_and_spawn_accept_every_flag_of_the_foreground_verb() {
+        let cli = Cli::command();
+        for kind in KINDS {
+            let verb = sub(&cli, &[kind.verb]);
+            let mut users = vec![(vec!["attach", kind.name], vec!["foreground", "restart"])];
+            if kind.spawn_about.is_some() {
+                users.push((vec!["spawn", kind.name], vec!["workers", "restart"]));
+            }
+            for (path, own) in users {
+                let user = sub(&cli, &path);
+                for a in verb.get_arguments() {
+                    let b = user
+                        .get_arguments()
+                        .find(|b| b.get_id() == a.get_id())
+                        .unwrap_or_else(|| {
+                            panic!("{path:?} lacks {} of {}", a.get_id(), kind.verb)
+                        });
+                    assert_eq!(shape(a), shape(b), "{path:?}: {}", a.get_id());
+                }
+                let extra: Vec<_> = user
+                    .get_arguments()
+                    .map(|b| b.get_id().as_str())
+                    .filter(|id| verb.get_arguments().all(|a| a.get_id() != id))
+                    .collect();
+                assert_eq!(extra, own, "{path:?}");
+            }
+        }
+    }
+
+    /// Every flag, given a value other than its default, on each consumer's command line.
+    fn sample(kind: &str, dir: &str) -> Vec<String> {
+        let args = match kind {
+            "recorder" => {
+                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force"
+            }
+            "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
+            "aggregator" => {
+                "--schema a.* --group-by mode --group-by env.id --window steps:7 \
+                 --episode-field ep --field r* --field=-x --csv OUT/csv --from latest \
+                 --until-end --worker 2/3"
+            }
+            other => panic!("add a sample command line for the new consumer kind {other}"),
+        };
+        args.split_whitespace()
+            .map(|a| a.replace("OUT", dir))
+            .collect()
+    }
+
+    /// What `attach` forwards, parsed by the consumer's own verb, is what the user gave
+    /// `attach` (flag by flag, raw values), with the bus named and nothing else added.
+    #[test]
+    fn forwarded_arguments_parse_back_to_the_given_ones() {
+        let tmp = std::env::temp_dir();
+        let tmp = tmp.to_str().expect("utf-8 temp dir");
+        let bus = BusArgs {
+            bus: Some("fwd-test".into()),
+        };
+        let dir = crate::bus::bus_dir(&bus).expect("bus dir");
+        for kind in KINDS {
+            let mut given = vec![kind.name.to_owned(), "--bus=fwd-test".into()];
+            given.extend(sample(kind.name, tmp));
+            let m = kind
+                .attach_command()
+                .try_get_matches_from(&given)
+                .unwrap_or_else(|e| panic!("{given:?}: {e}"));
+            let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
+            assert_eq!(argv[..2], [kind.verb.to_owned(), "--bus=fwd-test".into()]);
+            let back = kind
+                .verb_command()
+                .try_get_matches_from(&argv)
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let verb = kind.verb_command();
+            for a in verb.get_arguments() {
+                let id = a.get_id().as_str();
+                assert_eq!(
+                    m.value_source(id)
+                        .is_some_and(|s| s == ValueSource::CommandLine),
+                    back.value_source(id)
+                        .is_some_and(|s| s == ValueSource::CommandLine),
+                    "{}: {id} in {argv:?}",
+                    kind.name
+                );
+                let raw = |m: &ArgMatches| {
+                    m.get_raw(id)
+                        .map(|v| v.map(|v| v.to_owned()).collect::<Vec<_>>())
+                };
+                assert_eq!(raw(&m), raw(&back), "{}: {id} in {argv:?}", kind.name);
+            }
+            // Every flag was in the sample, so every flag was forwarded.
+            let sampled = verb
+                .get_arguments()
+                .filter(|a| {
+                    back.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine)
+                })
+                .count();
+            assert_eq!(
+                sampled,
+                verb.get_arguments().count(),
+                "{}: {argv:?}",
+                kind.name
+            );
+        }
+    }
+
+    /// A relative path is forwarded made absolute (the consumer may be restarted by a broker
+    /// whose working directory is another).
+    #[test]
+    fn relative_paths_are_forwarded_absolute() {
+        let dir = crate::bus::bus_dir(&BusArgs {
+            bus: Some("fwd-test".into()),
+        })
+        .expect("bus dir");
+        let cwd = std::env::current_dir().expect("cwd");
+        for (kind, flag, given) in [
+            ("recorder", "--output", ["recorder", "-o", "rel/r.mcap"]),
+            ("aggregator", "--csv", ["aggregator", "--csv", "rel/csv"]),
+        ] {
+            let kind = KINDS.iter().find(|k| k.name == kind).expect("kind");
+            let m = kind
+                .attach_command()
+                .try_get_matches_from(given)
+                .expect("parse");
+            let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
+            let want = format!("{flag}={}", cwd.join(given[2]).display());
+            assert!(argv.contains(&want), "{argv:?} lacks {want}");
+        }
+    }
+}
