@@ -28,7 +28,7 @@
 //!   episode stays open: no producer end is fed).
 //! - `aggregator/lane/64B`: end to end in one worker through a real lane. Setup, once: an
 //!   in-process broker (a thread of this process), a `Publisher` with a 128 MiB lane (holds all
-//!   1,000,000 frames of 104 bytes), `publisher.emit(2, 0, &Event::sample(i))` for every event,
+//!   1,000,000 frames of 104 bytes), `publisher.emit(Level::INFO, 0, &Event::sample(i))` for every event,
 //!   then `publisher.close()` (the publisher stays alive, so the closed lane stays on the bus).
 //!   Per iteration, timed: `snapbus_consumers::run(&dir, &opts, &mut consumer, None)` with
 //!   `start: Oldest, until_end: true, handle_signals: false`: subscribing, reading the whole
@@ -49,6 +49,7 @@
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used)]
 
+use snapbus_bus::Level;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -241,7 +242,7 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
     };
     let publisher = connected_publisher(dir.clone(), "steps", lane).unwrap();
     for i in 0..N as u64 {
-        publisher.emit(2, 0, &Event::sample(i)).unwrap();
+        publisher.emit(Level::INFO, 0, &Event::sample(i)).unwrap();
     }
     publisher.close();
 

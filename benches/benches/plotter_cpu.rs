@@ -21,6 +21,7 @@
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used)]
 
+use snapbus_bus::Level;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -150,7 +151,7 @@ fn measure(kind: &str, root: &Path, dir: &BusDir, warm: Duration, span: Duration
                 let due = t0 + Duration::from_micros(i * 1_000_000 / RATE_HZ);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
                 for _ in 0..10 {
-                    publisher.emit(2, 0, &ten(i)).unwrap();
+                    publisher.emit(Level::INFO, 0, &ten(i)).unwrap();
                     i += 1;
                 }
                 emitted.store(i, Ordering::Relaxed);

@@ -59,6 +59,7 @@ pub mod doorbell;
 #[cfg(not(loom))]
 pub mod fork;
 pub mod lane;
+pub mod level;
 pub mod mem;
 #[cfg(not(loom))]
 pub mod publisher;
@@ -71,4 +72,5 @@ pub mod subscriber;
 mod sync;
 pub mod testpoint;
 
+pub use level::{Level, LevelFilter, ParseLevelError};
 pub use snapbus_schemas as schemas;

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot};
+use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value, ValueEncoder};
 use thiserror::Error;
 
 use crate::catalog::{CatalogError, CatalogWriter};
@@ -31,6 +31,7 @@ use crate::lane::{
     ClaimError, LaneConfig, LaneOpenError, RecordMeta, SharedLaneWriter, ShmLane,
     now_realtime_nanos,
 };
+use crate::level::Level;
 use crate::mem::ShmMem;
 use crate::runtime::BusDir;
 
@@ -68,6 +69,32 @@ pub enum EmitError {
     /// publisher once one is), or this forked process could not create a lane of its own.
     #[error("not written: {0}")]
     NoLane(&'static str),
+}
+
+/// What a record says about itself besides its payload, as a producer hands it to
+/// [`Publisher::emit_raw`]: which registered schema and version, how severe, which emitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EmitMeta {
+    /// The schema's key in this lane ([`Publisher::register_schema`]).
+    pub schema_key: u16,
+    /// The payload's schema version.
+    pub schema_version: u16,
+    /// Its severity.
+    pub level: Level,
+    /// Which emitter (telemetry handle) wrote it ([`Publisher::emitter`]; 0 for none).
+    pub emitter: u16,
+}
+
+impl EmitMeta {
+    /// The lane's frame metadata (the level as its wire byte).
+    fn record(self) -> RecordMeta {
+        RecordMeta {
+            schema_key: self.schema_key,
+            schema_version: self.schema_version,
+            level: self.level.as_u8(),
+            emitter: self.emitter,
+        }
+    }
 }
 
 /// Settings of a publisher.
@@ -184,6 +211,9 @@ struct WakeCache {
 thread_local! {
     /// (publisher id, descriptor address, key), most recently used first.
     static KEY_CACHE: RefCell<Vec<(u64, usize, u16)>> = const { RefCell::new(Vec::new()) };
+    /// (publisher id, descriptor fingerprint, key) of run-time schemas
+    /// ([`Publisher::emit_value`]), most recently used first.
+    static DYN_KEY_CACHE: RefCell<Vec<(u64, u64, u16)>> = const { RefCell::new(Vec::new()) };
     /// This thread's copy of the wake state, checked against `wake_gen` on every emit.
     static WAKE_CACHE: RefCell<Option<WakeCache>> = const { RefCell::new(None) };
 }
@@ -466,7 +496,7 @@ impl Publisher {
     }
 
     /// Registers a schema known only at run time (a replayed recording's), returning the key to
-    /// pass to [`emit_raw`](Self::emit_raw).
+    /// put in the [`EmitMeta`] of [`emit_raw`](Self::emit_raw).
     pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
         let p = self.here().ok_or_else(no_own_lane)?;
         let mut keys = p
@@ -477,41 +507,31 @@ impl Publisher {
         Self::key_of(&mut keys, desc)
     }
 
-    /// Emits an already-encoded payload of the schema registered as `key` (version
-    /// `version`). The payload is not checked against the schema: it must be a payload some
-    /// producer wrote with that schema (replay copies them from a CRC-checked recording).
-    pub fn emit_raw(
-        &self,
-        key: u16,
-        version: u16,
-        level: u8,
-        emitter: u16,
-        payload: &[u8],
-    ) -> Result<u64, EmitError> {
+    /// Emits an already-encoded payload of the schema registered as `meta.schema_key`. The
+    /// payload is not checked against the schema: it must be a payload some producer wrote
+    /// with that schema (replay copies them from a CRC-checked recording).
+    pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
         if !self.is_own() {
             return match self.forked() {
-                Some(p) => p.emit_raw(key, version, level, emitter, payload),
+                Some(p) => p.emit_raw(meta, payload),
                 None => Err(self.count_no_lane()),
             };
         }
-        let meta = RecordMeta {
-            schema_key: key,
-            schema_version: version,
-            level,
-            emitter,
-        };
-        let mut claim = self.claim(payload.len(), meta)?;
-        claim.payload_mut().copy_from_slice(payload);
-        let seq = claim.seq();
-        claim.commit();
-        self.ring();
-        Ok(seq)
+        self.write_record(meta.record(), payload.len(), |buf| {
+            buf.copy_from_slice(payload);
+            Ok(())
+        })
     }
 
     /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.
     /// Never waits for a consumer; failures are counted and returned.
     #[inline]
-    pub fn emit<T: Snapshot>(&self, level: u8, emitter: u16, value: &T) -> Result<u64, EmitError> {
+    pub fn emit<T: Snapshot>(
+        &self,
+        level: Level,
+        emitter: u16,
+        value: &T,
+    ) -> Result<u64, EmitError> {
         if !self.is_own() {
             return self.emit_forked(level, emitter, value);
         }
@@ -525,11 +545,95 @@ impl Publisher {
         let meta = RecordMeta {
             schema_key: key,
             schema_version: T::VERSION as u16,
-            level,
+            level: level.as_u8(),
             emitter,
         };
-        let mut claim = self.claim(value.encoded_len(), meta)?;
-        if let Err(e) = value.encode_into(claim.payload_mut()) {
+        self.write_record(meta, value.encoded_len(), |buf| {
+            value.encode_into(buf).map(|_| ())
+        })
+    }
+
+    /// Encodes a dynamic `value` of the schema `desc` (known only at run time: language
+    /// bindings, replay) straight into the lane with the codec's own writer: its exact length
+    /// first, then in place in the claimed frame, with no intermediate buffer. The schema is
+    /// registered on first use. Same guarantees and counters as [`emit`](Self::emit): never
+    /// waits, fork-safe, and a value that does not match `desc` is an
+    /// [`EmitError::Encode`], counted in `encode_errors`, with nothing written to the lane.
+    pub fn emit_value(
+        &self,
+        level: Level,
+        emitter: u16,
+        desc: &SchemaDescriptor,
+        value: &Value<'_>,
+    ) -> Result<u64, EmitError> {
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        let encoder = match ValueEncoder::new(desc.root(), value) {
+            Ok(e) => e,
+            Err(e) => {
+                p.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let key = match p.dynamic_key(desc) {
+            Ok(k) => k,
+            Err(e) => {
+                p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let meta = RecordMeta {
+            schema_key: key,
+            // `key_of` refuses versions above `u16::MAX`.
+            schema_version: desc.version() as u16,
+            level: level.as_u8(),
+            emitter,
+        };
+        p.write_record(meta, encoder.encoded_len(), |buf| {
+            encoder.encode_into(buf).map(|_| ())
+        })
+    }
+
+    /// The key of a run-time schema in this (own) publisher's lane: a thread-local cache by
+    /// fingerprint, else [`Self::key_of`] under the lock.
+    fn dynamic_key(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
+        let (id, fp) = (self.inner.id, desc.fingerprint());
+        let cached = DYN_KEY_CACHE.with(|c| {
+            c.borrow()
+                .iter()
+                .find(|&&(p, f, _)| p == id && f == fp)
+                .map(|&(_, _, k)| k)
+        });
+        if let Some(k) = cached {
+            return Ok(k);
+        }
+        let mut keys = self
+            .inner
+            .keys
+            .lock()
+            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        let key = Self::key_of(&mut keys, desc)?;
+        DYN_KEY_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.insert(0, (id, fp, key));
+            c.truncate(32);
+        });
+        Ok(key)
+    }
+
+    /// Claims `payload_len` bytes, lets `fill` write the payload in place, and commits (then
+    /// rings the doorbells). A `fill` that fails leaves an aborted frame (the claim is
+    /// dropped) and is counted in `encode_errors`.
+    #[inline]
+    fn write_record(
+        &self,
+        meta: RecordMeta,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+    ) -> Result<u64, EmitError> {
+        let mut claim = self.claim(payload_len, meta)?;
+        if let Err(e) = fill(claim.payload_mut()) {
             // Dropping the claim turns it into an aborted frame.
             self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
             return Err(e.into());
@@ -546,7 +650,7 @@ impl Publisher {
     #[inline(never)]
     fn emit_forked<T: Snapshot>(
         &self,
-        level: u8,
+        level: Level,
         emitter: u16,
         value: &T,
     ) -> Result<u64, EmitError> {

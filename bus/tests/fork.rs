@@ -3,6 +3,7 @@
 //! and closing it leaves the parent's lane alone. A real `fork()` of this test process, a
 //! real broker (threads of this process) and a real subscriber.
 
+use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn child(p: &Publisher, emitter: u16) -> i32 {
     let pid = std::process::id();
     for i in 0..N {
-        if p.emit(2, emitter, &ForkEvent { pid, i }).is_err() {
+        if p.emit(Level::INFO, emitter, &ForkEvent { pid, i }).is_err() {
             return 10;
         }
     }
@@ -58,7 +59,7 @@ fn child(p: &Publisher, emitter: u16) -> i32 {
     }
     // Closes the child's lane, never the parent's.
     p.close();
-    if p.emit(2, emitter, &ForkEvent { pid, i: N }).is_ok() || p.stats().closed != 1 {
+    if p.emit(Level::INFO, emitter, &ForkEvent { pid, i: N }).is_ok() || p.stats().closed != 1 {
         return 13;
     }
     0
@@ -130,19 +131,19 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     wait_until("the publisher joins", || p.is_connected());
     let emitter = p.emitter("fork-test");
     let parent = std::process::id();
-    p.emit(2, emitter, &ForkEvent { pid: parent, i: 0 })
+    p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i: 0 })
         .expect("emit before the fork");
 
     let child_pid = fork_child(&p, emitter);
     for i in 1..N {
-        p.emit(2, emitter, &ForkEvent { pid: parent, i })
+        p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i })
             .expect("parent emit");
     }
     assert_eq!(wait_child(child_pid), 0, "the child failed (see `child`)");
     // The child's close did not close the parent's lane.
     assert_eq!(p.lane().lane.stats().state, Some(LaneState::Live));
     for i in N..2 * N {
-        p.emit(2, emitter, &ForkEvent { pid: parent, i })
+        p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i })
             .expect("parent emit after the child closed its lane");
     }
     assert_eq!(p.stats().written, u64::from(2 * N));

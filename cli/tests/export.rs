@@ -3,6 +3,7 @@
 //! independent readers (serde_json, the csv and mcap crates, parquet; pyarrow, pandas and the
 //! Python mcap package where installed).
 
+use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -166,10 +167,10 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
     }
     let trainer = p.emitter("trainer");
     for i in 0..n_obs {
-        p.emit(2, trainer, &obs(i)).expect("emit");
+        p.emit(Level::INFO, trainer, &obs(i)).expect("emit");
     }
     for i in 0..n_ticks {
-        p.emit(3, trainer, &Tick { i }).expect("emit");
+        p.emit(Level::WARN, trainer, &Tick { i }).expect("emit");
     }
     p.close();
     let mut rec = Recorder::create(RecorderOptions {

@@ -2,6 +2,7 @@
 //! (per window, per group, per experiment), windows of every kind, workers splitting groups,
 //! restarts that do not emit twice, loss, bad payloads, CSV, and summaries on a live bus.
 
+use snapbus_bus::Level;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -794,7 +795,7 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let p = bus.publisher();
     let steps: Vec<Step> = (0..12).map(|i| step(1, 0, i / 4, i % 4)).collect();
     for st in &steps {
-        p.emit(2, 0, st).expect("emit");
+        p.emit(Level::INFO, 0, st).expect("emit");
     }
     p.close();
     let sink = PublisherSink::start(bus.dir(), "aggregator").expect("publisher");

@@ -2,6 +2,7 @@
 //! min/max envelope against a brute-force reference over the emitted values, frames, the
 //! stream, and bad requests.
 
+use snapbus_bus::Level;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -97,7 +98,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
     let p = bus.publisher();
     let n = 5000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
     }
     p.close();
     let mut plotter = Plotter::new(PlotterOptions {
@@ -323,7 +324,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
     let p = bus.publisher();
     let n = 50_000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
         if i % 10_000 == 0 {
             assert_eq!(api.get("/api/series").0, 200);
         }

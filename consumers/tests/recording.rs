@@ -1,6 +1,7 @@
 //! Recordings: the recorder on a live bus, then the reader on the file — intact, cut at every
 //! kind of place, bit-flipped, of a newer version, or not MCAP at all.
 
+use snapbus_bus::Level;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -47,7 +48,7 @@ fn step(i: u64) -> Step {
 /// Records `n` steps emitted by a publisher on `bus` into `path` (rotation optional).
 fn record(bus: &Bus, p: &Publisher, path: &Path, n: u64, rotate: Option<u64>) -> Vec<PathBuf> {
     for i in 0..n {
-        p.emit(2, p.emitter("trainer"), &step(i)).expect("emit");
+        p.emit(Level::INFO, p.emitter("trainer"), &step(i)).expect("emit");
     }
     p.close();
     let (delivered, files, messages) = record_to_end(bus, path, rotate);
@@ -136,7 +137,7 @@ fn a_recording_holds_every_record_with_its_schema_producer_and_metadata() {
     assert_eq!(m.channel.schema.id(), "rec.step");
     assert_eq!(*m.channel.schema, *Step::descriptor());
     assert_eq!(m.channel.emitter.as_deref(), Some("trainer"));
-    assert_eq!(m.channel.level, 2);
+    assert_eq!(m.channel.level, Level::INFO);
     let mut reader = RecordingReader::new(&bytes[..]);
     reader.by_ref().for_each(drop);
     assert!(
@@ -431,7 +432,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
     // lane is 1 MiB; each record is about 80 bytes).
     let mut emitted = 0u64;
     loop {
-        p.emit(2, 0, &step(emitted)).expect("emit");
+        p.emit(Level::INFO, 0, &step(emitted)).expect("emit");
         emitted += 1;
         if started_rx.try_recv().is_ok() {
             break;
@@ -439,7 +440,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     for _ in 0..60_000 {
-        p.emit(2, 0, &step(emitted)).expect("emit");
+        p.emit(Level::INFO, 0, &step(emitted)).expect("emit");
         emitted += 1;
     }
     go_tx.send(()).expect("go");
@@ -625,7 +626,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     let d2 = named_publisher(&dir, "D2");
     for p in [&d1, &d2] {
         for _ in 0..10 {
-            p.emit(2, 0, &RecD { flag: true }).expect("emit");
+            p.emit(Level::INFO, 0, &RecD { flag: true }).expect("emit");
         }
     }
     let path = tmp("readopt.mcap");
@@ -660,7 +661,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     let mut sent = (0u64, 0u32);
     let emit_ab = |sent: &mut (u64, u32)| {
         a.emit(
-            2,
+            Level::INFO,
             0,
             &RecA {
                 i: sent.0,
@@ -669,7 +670,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
         )
         .expect("emit a");
         b.emit(
-            2,
+            Level::INFO,
             0,
             &RecB {
                 x: sent.1 as f32,
@@ -744,7 +745,7 @@ fn a_recording_of_a_wrapped_ring_says_where_the_history_starts_and_what_was_over
     let p = bus.publisher();
     let n = 60_000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
     }
     p.close();
     let path = tmp("wrapped.mcap");

@@ -1,5 +1,6 @@
 //! The run loop against a real broker (a thread of this test) and a real publisher.
 
+use snapbus_bus::Level;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -123,8 +124,8 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
     let bus = Bus::start("rt1");
     let p = bus.publisher();
     for i in 0..500u64 {
-        p.emit(2, 0, &Tick { i }).expect("emit");
-        p.emit(2, 0, &Other { x: i as f32 }).expect("emit");
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+        p.emit(Level::INFO, 0, &Other { x: i as f32 }).expect("emit");
     }
     p.close();
     let mut c = Recorder::default();
@@ -148,7 +149,7 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
     let bus = Bus::start("rt2");
     let p = bus.publisher();
     for i in 0..100u64 {
-        p.emit(2, 0, &Tick { i }).expect("emit");
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
     }
     let mut c = Recorder {
         stop_after: Some(10),

@@ -430,7 +430,7 @@ impl Telemetry {
             .target
             .emitter
             .get_or_init(|| p.emitter(&self.target.name));
-        p.emit(level.as_u8(), emitter, event)
+        p.emit(level, emitter, event)
     }
 
     /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.

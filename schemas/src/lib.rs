@@ -158,6 +158,7 @@ extern crate self as snapbus_schemas;
 
 pub mod builtin;
 mod desc;
+mod encode;
 mod error;
 pub mod json;
 mod snapshot;
@@ -176,7 +177,8 @@ pub use snapshot::{
     first_difference,
 };
 pub use tensor::{Bytes, MAX_TENSOR_RANK, ShapeError, Tensor};
-pub use value::{Packed, TensorView, Value, decode, decode_from, encode_value};
+pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
+pub use value::{Packed, TensorView, Value, decode, decode_from};
 pub use wire::{Element, Wire, WireReader, WireWriter};
 
 /// Items used by the derive macros' generated code. Not a public API.

@@ -85,7 +85,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use snapbus_bus::control::{ProducerInfo, StartFrom};
 use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig, PublisherError};
+use snapbus_bus::Level;
+use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig, PublisherError};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_schemas::SchemaDescriptor;
@@ -205,7 +206,7 @@ pub struct PublisherSink {
 }
 
 /// Level of summary snapshots (INFO).
-const SUMMARY_LEVEL: u8 = 2;
+const SUMMARY_LEVEL: Level = Level::INFO;
 
 impl PublisherSink {
     /// Starts the producer (`name` in `snapbus ls`) on the bus of `dir`.
@@ -256,8 +257,13 @@ impl SummarySink for PublisherSink {
         };
         let version = u16::try_from(schema.version())
             .map_err(|_| format!("{} version {} > 65535", schema.id(), schema.version()))?;
-        self.publisher
-            .emit_raw(key, version, SUMMARY_LEVEL, self.emitter, payload)?;
+        let meta = EmitMeta {
+            schema_key: key,
+            schema_version: version,
+            level: SUMMARY_LEVEL,
+            emitter: self.emitter,
+        };
+        self.publisher.emit_raw(meta, payload)?;
         Ok(())
     }
 }

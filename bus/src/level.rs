@@ -1,7 +1,8 @@
 //! Severity levels and level filters (the shape of tracing-core's `Level` / `LevelFilter`).
 //!
 //! A level is stored as one byte in every frame header: `TRACE = 0`, `DEBUG = 1`, `INFO = 2`,
-//! `WARN = 3`, `ERROR = 4`; a larger number is more severe.
+//! `WARN = 3`, `ERROR = 4`; a larger number is more severe. Producers (`snapbus::Level`, the
+//! same type) and consumers share it, so no side handles a bare byte.
 
 use std::fmt;
 use std::str::FromStr;
