@@ -56,7 +56,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use snapbus_bus::broker;
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::{FrameMeta, LaneConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
@@ -247,7 +248,7 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
     publisher.close();
 
     let opts = RunOptions {
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
         until_end: true,
         handle_signals: false,
         ..RunOptions::new("aggregator")

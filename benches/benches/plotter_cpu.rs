@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use snapbus_benches::{TempDir, connected_publisher};
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::Record;
@@ -91,7 +91,7 @@ impl Consumer for Count {
 fn child(kind: &str, root: &Path) {
     let dir = BusDir::locate_in(root, &BusName::new("bench").unwrap());
     let mut opts = RunOptions::new(kind);
-    opts.start = StartFrom::Latest;
+    opts.start = StartAt::Latest;
     opts.handle_signals = true;
     if kind == "plotter" {
         let mut plotter = Plotter::new(PlotterOptions::default());

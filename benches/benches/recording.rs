@@ -41,7 +41,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
+use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::{FrameMeta, LaneConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -279,11 +281,16 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
             messages
         })
     });
-    let key = publisher.register_schema(&events.schema).unwrap();
+    let meta = EmitMeta {
+        schema_key: publisher.register_schema(&events.schema).unwrap(),
+        schema_version: 1,
+        level: Level::INFO,
+        emitter: 0,
+    };
     g.bench_function("emit_raw only", |b| {
         b.iter(|| {
             for payload in events.iter() {
-                publisher.emit_raw(key, 1, 2, 0, payload).unwrap();
+                publisher.emit_raw(meta, payload).unwrap();
             }
         })
     });

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -97,7 +97,7 @@ fn dynamic_values_round_trip_and_a_mismatch_is_counted_with_nothing_written() {
         SubscribeOptions {
             kind: "test".into(),
             globs: vec![Glob::new("test.dynamic").expect("glob")],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::{LaneConfig, LaneState};
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -154,7 +154,7 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
         SubscribeOptions {
             kind: "test".into(),
             globs: vec![Glob::new("test.fork").expect("glob")],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,

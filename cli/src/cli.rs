@@ -133,13 +133,23 @@ pub(crate) struct LsArgs {
     pub(crate) json: bool,
 }
 
-/// Where a new consumer starts.
+/// Where a new consumer starts (`--from`): the clap face of
+/// [`StartAt`](snapbus_bus::lane::StartAt), which adds a start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum From {
     /// The oldest records still in the rings (history).
     Oldest,
     /// Only records written from now on.
     Latest,
+}
+
+impl std::convert::From<From> for snapbus_bus::lane::StartAt {
+    fn from(from: From) -> Self {
+        match from {
+            From::Oldest => Self::Oldest,
+            From::Latest => Self::Latest,
+        }
+    }
 }
 
 /// Options of `snapbus echo`.

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value as Json, json};
 use snapbus_bus::broker::InProcess;
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::{FrameMeta, LaneConfig};
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -177,11 +178,11 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
         path: path.to_owned(),
         rotate_bytes: None,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
     })
     .expect("recorder");
     let mut opts = RunOptions::new("recorder");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run_consumer(bus.dir(), &opts, &mut rec, None).expect("run");

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::subscriber::Record;
@@ -25,7 +26,7 @@ pub struct RecorderOptions {
     pub writer: WriterOptions,
     /// Where reading starts in the lanes (recorded as each producer's history start; see
     /// [`Recorder::run_options`]).
-    pub start: StartFrom,
+    pub start: StartAt,
 }
 
 /// What the recorder knows of a lane's history.
@@ -115,7 +116,7 @@ impl Recorder {
     pub fn run_options(&self, kind: &str) -> RunOptions {
         let mut o = RunOptions::new(kind);
         o.start = self.opts.start;
-        o.count_history_as_lost = self.opts.start == StartFrom::Oldest;
+        o.count_history_as_lost = self.opts.start == StartAt::Oldest;
         o
     }
 
@@ -137,7 +138,7 @@ impl Recorder {
                     start,
                     first_seq: Some(r.meta.seq),
                     first_nanos: Some(r.meta.t_nanos),
-                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
+                    overwritten: (self.opts.start == StartAt::Oldest).then_some(lane.overwritten),
                 }
             };
             // The caller opened (or rotated) the file: no rotation between a history record
@@ -151,9 +152,9 @@ impl Recorder {
 
     fn history_start(&self) -> HistoryStart {
         match self.opts.start {
-            StartFrom::Oldest => HistoryStart::Oldest,
-            StartFrom::Latest => HistoryStart::Latest,
-            StartFrom::Time(t) => HistoryStart::Time(t),
+            StartAt::Oldest => HistoryStart::Oldest,
+            StartAt::Latest => HistoryStart::Latest,
+            StartAt::Time(t) => HistoryStart::Time(t),
         }
     }
 

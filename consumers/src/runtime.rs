@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::subscriber::{Event, Glob, Record, SubscribeError, SubscribeOptions, Subscriber};
@@ -90,7 +91,7 @@ pub struct RunOptions {
     /// Schema-id globs (empty: everything).
     pub globs: Vec<Glob>,
     /// Where to start in lanes that exist already.
-    pub start: StartFrom,
+    pub start: StartAt,
     /// How often [`Consumer::flush`] is called while running.
     pub flush_every: Duration,
     /// Return once every producer on the bus has ended.
@@ -119,7 +120,7 @@ impl RunOptions {
         RunOptions {
             kind: kind.into(),
             globs: Vec::new(),
-            start: StartFrom::Latest,
+            start: StartAt::Latest,
             flush_every: Duration::from_secs(1),
             until_end: false,
             handle_signals: true,

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::FrameMeta;
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_consumers::aggregator::{
@@ -802,7 +803,7 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let own = sink.publisher().info().lane_id;
     let mut agg = Aggregator::new(AggregatorOptions::new(Window::Episode), sink);
     let mut opts = RunOptions::new("aggregator");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     opts.skip_lanes = vec![own];
@@ -833,7 +834,7 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let mut c = Collect(Sink::new());
     let mut o = RunOptions::new("collect");
     o.globs = vec![Glob::new("agg.step.summary").expect("glob")];
-    o.start = StartFrom::Oldest;
+    o.start = StartAt::Oldest;
     o.cut = true;
     o.until_end = true;
     o.handle_signals = false;

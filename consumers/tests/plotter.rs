@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
 use snapbus_consumers::{RunOptions, run};
@@ -114,7 +114,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
             .contains(&format!("/?token={}", server.token()))
     );
     let mut opts = RunOptions::new("plotter");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
@@ -314,7 +314,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             let mut opts = RunOptions::new("plotter");
-            opts.start = StartFrom::Oldest;
+            opts.start = StartAt::Oldest;
             opts.handle_signals = false;
             opts.until_end = true;
             let s = run(&dir, &opts, &mut plotter, Some(&stop)).expect("run");

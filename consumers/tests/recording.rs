@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::Publisher;
 use snapbus_bus::schemas::{Snapshot, Wire};
 use snapbus_bus::subscriber::Glob;
@@ -64,7 +64,7 @@ fn record_to_end(bus: &Bus, path: &Path, rotate: Option<u64>) -> (u64, Vec<PathB
         path: path.to_owned(),
         rotate_bytes: rotate,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
     })
     .expect("create");
     let mut opts = rec.run_options("recorder");
@@ -411,7 +411,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
             path: path.clone(),
             rotate_bytes: None,
             writer: WriterOptions::new("recorder", "test"),
-            start: StartFrom::Latest,
+            start: StartAt::Latest,
         })
         .expect("create"),
         gate: Some(go_rx),
@@ -420,7 +420,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
     let dir = bus.dir().clone();
     let recorder = std::thread::spawn(move || {
         let mut opts = RunOptions::new("recorder");
-        opts.start = StartFrom::Latest;
+        opts.start = StartAt::Latest;
         opts.until_end = true;
         opts.handle_signals = false;
         let summary = run(&dir, &opts, &mut rec, None).expect("run");
@@ -638,7 +638,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
             path: path.clone(),
             rotate_bytes: None,
             writer: WriterOptions::new("recorder", "test"),
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
         })
         .expect("create"),
         seen: Arc::clone(&seen),

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -110,7 +110,7 @@ impl Bus {
     }
 }
 
-fn opts(start: StartFrom) -> RunOptions {
+fn opts(start: StartAt) -> RunOptions {
     let mut o = RunOptions::new("rt-test");
     o.globs = vec![Glob::new("rt.t*").expect("glob")];
     o.start = start;
@@ -129,7 +129,7 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
     }
     p.close();
     let mut c = Recorder::default();
-    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::AllEnded);
     assert_eq!(summary.delivered, 500);
     assert_eq!(summary.lost, 0);
@@ -155,13 +155,13 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
         stop_after: Some(10),
         ..Recorder::default()
     };
-    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::Consumer);
     assert_eq!(c.ticks, (0..10).collect::<Vec<_>>());
     // The producer is still live: only the caller's flag ends this run.
     let stop = AtomicBool::new(true);
     let mut c = Recorder::default();
-    let summary = run(bus.dir(), &opts(StartFrom::Latest), &mut c, Some(&stop)).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Latest), &mut c, Some(&stop)).expect("run");
     assert_eq!(summary.reason, StopReason::Stopped);
     assert!(c.flushes >= 1);
     drop(p);
@@ -173,7 +173,7 @@ fn without_a_bus_run_fails_with_the_message_users_see() {
     let dir = BusDir::locate_in(&root, &BusName::new("nobody").expect("name"));
     let err = run(
         &dir,
-        &opts(StartFrom::Latest),
+        &opts(StartAt::Latest),
         &mut Recorder::default(),
         None,
     )

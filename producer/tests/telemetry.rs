@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use snapbus::schemas::{Snapshot, Wire};
 use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
-use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
 use snapbus_schemas::builtin::{DurationSample, ResourceSample};
@@ -137,7 +138,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
                 Glob::new("test.*").expect("glob"),
                 Glob::new("snapbus.*").expect("glob"),
             ],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
@@ -326,7 +327,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
         SubscribeOptions {
             kind: "test".into(),
             globs: vec![Glob::new("test.event").expect("glob")],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
@@ -62,10 +62,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     aggregator.resume_from(resume);
     let mut run_opts = RunOptions::new(name.clone());
     run_opts.globs = opts.globs.clone();
-    run_opts.start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    run_opts.start = StartAt::from(args.from);
     run_opts.until_end = args.until_end;
     // Its own summaries are not read back (and its lane never ends while it runs).
     run_opts.skip_lanes = vec![own_lane];

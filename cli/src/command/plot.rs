@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
 use snapbus_consumers::{RunOptions, run as run_consumer};
@@ -44,10 +44,7 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);
     opts.globs = globs;
-    opts.start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    opts.start = StartAt::from(args.from);
     let result = run_consumer(&dir, &opts, &mut plotter, None);
     let _ = std::fs::remove_file(&url_file);
     result?;

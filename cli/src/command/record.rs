@@ -14,13 +14,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
 use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{From, RecordArgs};
+use crate::cli::RecordArgs;
 
 pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
@@ -34,10 +34,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let mut start = match args.from {
-        From::Oldest => StartFrom::Oldest,
-        From::Latest => StartFrom::Latest,
-    };
+    let mut start = StartAt::from(args.from);
     let mut output = args.output.clone();
     if restart > 0 {
         output = restart_path(&args.output, restart);
@@ -47,9 +44,9 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
                     "snapbus record: restart {restart}: continuing with the records after {}",
                     crate::bus::utc(t)
                 );
-                StartFrom::Time(t + 1)
+                StartAt::Time(t + 1)
             }
-            None => StartFrom::Oldest,
+            None => StartAt::Oldest,
         };
     }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());

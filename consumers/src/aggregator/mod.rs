@@ -83,7 +83,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::Level;
 use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig, PublisherError};
@@ -414,7 +415,7 @@ pub fn previous_summaries(
         Glob::new(&format!("*{SUMMARY_SUFFIX}"))
             .map_err(|e| RunError::Hook(e.to_string().into()))?,
     ];
-    run_opts.start = StartFrom::Oldest;
+    run_opts.start = StartAt::Oldest;
     run_opts.cut = true;
     run_opts.until_end = true;
     run_opts.handle_signals = false;
