@@ -35,7 +35,7 @@ use snapbus_bus::broker;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::Record;
+use snapbus_consumers::Record;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
 use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
 use snapbus_schemas::Snapshot;

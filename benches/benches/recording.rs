@@ -45,7 +45,7 @@ use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::{FrameMeta, LaneConfig};
+use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
@@ -119,15 +119,14 @@ fn producer_info() -> ProducerInfo {
     }
 }
 
-fn meta(i: usize, payload_len: usize) -> FrameMeta {
-    FrameMeta {
-        pos: 0,
+fn meta(i: usize, payload_len: usize) -> snapbus_consumers::RecordHeader {
+    snapbus_consumers::RecordHeader {
         seq: i as u64,
         t_nanos: 1_700_000_000_000_000_000 + i as u64 * 1000,
         schema_key: 1,
         schema_version: 1,
-        level: 2,
-        emitter: 0,
+        level: Level::INFO,
+        emitter_id: 0,
         payload_len,
     }
 }
@@ -147,8 +146,9 @@ fn write_recording(path: &Path, p: &Payloads, info: &ProducerInfo) -> u64 {
     let mut opts = WriterOptions::new("recorder", "bench");
     opts.overwrite = true;
     let mut w = RecordingWriter::create(path, &opts).unwrap();
+    let producer = snapbus_consumers::Producer::from(info);
     for (i, payload) in p.iter().enumerate() {
-        w.write(7, info, &p.schema, None, &meta(i, payload.len()), payload)
+        w.write(7, producer, &p.schema, None, &meta(i, payload.len()), payload)
             .unwrap();
     }
     w.finish().unwrap()

@@ -37,6 +37,12 @@ impl Level {
         if b <= 4 { Some(Level(b)) } else { None }
     }
 
+    /// The level a frame header's byte names, for readers of lanes (which are untrusted): a
+    /// byte above `ERROR` (never written by a snapbus producer) reads as `ERROR`.
+    pub const fn from_wire(b: u8) -> Level {
+        Level(if b > 4 { 4 } else { b })
+    }
+
     fn name(self) -> &'static str {
         ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"][usize::from(self.0.min(4))]
     }

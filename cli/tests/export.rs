@@ -15,7 +15,7 @@ use serde_json::{Value as Json, json};
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
-use snapbus_bus::lane::{FrameMeta, LaneConfig};
+use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
@@ -225,22 +225,21 @@ impl Direct {
     /// Writes `payload` as a record of `T`'s schema (whether or not it decodes).
     fn write_raw<T: Snapshot>(&mut self, p: usize, t_nanos: u64, payload: Vec<u8>) {
         let desc = Arc::new(T::descriptor().clone());
-        let meta = FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: self.seq,
             t_nanos,
             // Any key unique per schema in a producer will do.
             schema_key: (T::descriptor().fingerprint() % 60_000) as u16,
             schema_version: T::descriptor().version() as u16,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
         self.seq += 1;
         self.w
             .write(
                 7 + p as u64,
-                &self.producers[p],
+                snapbus_consumers::Producer::from(&self.producers[p]),
                 &desc,
                 None,
                 &meta,
@@ -251,7 +250,7 @@ impl Direct {
 
     fn loss(&mut self, p: usize, lost: u64, t_nanos: u64) {
         self.w
-            .write_loss(7 + p as u64, &self.producers[p], lost, t_nanos)
+            .write_loss(7 + p as u64, snapbus_consumers::Producer::from(&self.producers[p]), lost, t_nanos)
             .expect("loss");
     }
 

@@ -2,6 +2,7 @@
 //! `replay`, `inspect`, with producers and recorders killed on purpose and files damaged on
 //! purpose.
 
+use snapbus_bus::Level;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -499,17 +500,16 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         }
         .encode_to_vec()
         .expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_700_000_000_000_000_000 + i * 1000,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(1, &info, &desc, None, &meta, &payload)
+        w.write(1, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
             .expect("write");
     }
     w.finish().expect("finish");

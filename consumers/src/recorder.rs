@@ -10,10 +10,9 @@ use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_bus::schemas::SchemaDescriptor;
-use snapbus_bus::subscriber::Record;
 
 use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
-use crate::{Consumer, Flow, HookError, RunOptions};
+use crate::{Consumer, Flow, HookError, Producer, Record, RunOptions};
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -129,15 +128,15 @@ impl Recorder {
             let history = if lane.continued {
                 History {
                     start: HistoryStart::Continued,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
+                    first_seq: Some(r.header.seq),
+                    first_nanos: Some(r.header.t_nanos),
                     overwritten: None,
                 }
             } else {
                 History {
                     start,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
+                    first_seq: Some(r.header.seq),
+                    first_nanos: Some(r.header.t_nanos),
                     overwritten: (self.opts.start == StartAt::Oldest).then_some(lane.overwritten),
                 }
             };
@@ -182,7 +181,7 @@ impl Recorder {
                     first_nanos: None,
                     overwritten: Some(overwritten),
                 };
-                if let Err(e) = w.write_history(id, &info, &history) {
+                if let Err(e) = w.write_history(id, Producer::from(&info), &history) {
                     first_err = Some(e);
                     break;
                 }
@@ -208,6 +207,19 @@ impl Recorder {
     /// files as the producers' history start).
     pub fn history_losses(&self) -> u64 {
         self.history_losses
+    }
+}
+
+/// An owned copy of a producer view (kept for a history written at the end).
+fn owned(p: Producer<'_>) -> ProducerInfo {
+    ProducerInfo {
+        pid: p.pid,
+        name: p.name.to_owned(),
+        cmdline: p.cmdline.to_vec(),
+        session_tag: p.session_tag.map(str::to_owned),
+        perf_tag: p.perf_tag.map(str::to_owned),
+        lane_id: p.lane_id,
+        started_nanos: p.started_nanos,
     }
 }
 
@@ -237,7 +249,7 @@ impl Consumer for Recorder {
             r.producer,
             r.schema,
             r.emitter,
-            &r.meta,
+            &r.header,
             r.payload,
         )?;
         Ok(Flow::Continue)
@@ -246,14 +258,14 @@ impl Consumer for Recorder {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         let lane = self.lanes.entry(producer.lane_id).or_default();
         if !lane.written && !lane.continued {
             // Before the producer's first record: part of where its history starts.
             lane.overwritten += lost;
-            lane.producer = Some((producer_id, producer.clone()));
+            lane.producer = Some((producer_id, owned(producer)));
             self.history_losses += lost;
             return Ok(Flow::Continue);
         }

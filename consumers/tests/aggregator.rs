@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
-use snapbus_bus::lane::FrameMeta;
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{
     Aggregator, AggregatorOptions, EXPERIMENT, PublisherSink, Resume, Window,
 };
@@ -185,17 +185,16 @@ impl Feed {
     ) {
         let r = Record {
             producer_id: lane,
-            producer: &self.producers[&lane],
+            producer: snapbus_consumers::Producer::from(&self.producers[&lane]),
             schema,
             emitter: None,
-            meta: FrameMeta {
-                pos: 0,
+            header: snapbus_consumers::RecordHeader {
                 seq,
                 t_nanos,
                 schema_key: 1,
                 schema_version: 1,
-                level: 2,
-                emitter: 0,
+                level: Level::INFO,
+                emitter_id: 0,
                 payload_len: payload.len(),
             },
             payload,
@@ -204,7 +203,7 @@ impl Feed {
     }
 
     fn end<C: Consumer>(&self, c: &mut C, lane: u64) {
-        c.on_producer(ProducerChange::Ended(&self.producers[&lane]))
+        c.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(&self.producers[&lane])))
             .expect("end");
     }
 }
@@ -549,7 +548,7 @@ fn a_restarted_worker_does_not_emit_a_window_twice_yet_its_experiment_counts_eve
     third.resume_from(resume);
     let feed = Feed::new(&[1]);
     third
-        .on_lag(1, &feed.producers[&1].clone(), 12)
+        .on_lag(1, snapbus_consumers::Producer::from(&feed.producers[&1].clone()), 12)
         .expect("lag");
     for (i, st) in steps.iter().enumerate().skip(12) {
         feed.send_at(&mut third, 1, st, 7, i as u64);
@@ -571,11 +570,11 @@ fn loss_is_reported_by_the_windows_it_fell_in_and_by_the_experiment() {
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 0, i), 1);
     }
-    agg.on_lag(1, &info, 3).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 3).expect("lag");
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 1, i), 1);
     }
-    agg.on_lag(1, &info, 2).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 2).expect("lag");
     feed.end(&mut agg, 1);
     let lost: Vec<(String, u64)> = summaries(agg.sink())
         .iter()
@@ -767,17 +766,16 @@ fn csv_rows_are_the_summaries_and_a_restart_appends_under_the_same_header() {
     let err = c
         .on_event(&Record {
             producer_id: 1,
-            producer: &feed.producers[&1],
+            producer: snapbus_consumers::Producer::from(&feed.producers[&1]),
             schema: &schema,
             emitter: None,
-            meta: FrameMeta {
-                pos: 0,
+            header: snapbus_consumers::RecordHeader {
                 seq: 3,
                 t_nanos: 1,
                 schema_key: 1,
                 schema_version: 1,
-                level: 2,
-                emitter: 0,
+                level: Level::INFO,
+                emitter_id: 0,
                 payload_len: 0,
             },
             payload: &steps[3].encode_to_vec().expect("encode"),

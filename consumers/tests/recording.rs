@@ -196,17 +196,16 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_000 + i,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, &info, &desc, None, &meta, &payload)
+        w.write(7, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
             .expect("write");
     }
     w.finish().expect("finish");
@@ -375,7 +374,7 @@ struct Stalling {
 impl snapbus_consumers::Consumer for Stalling {
     fn on_event(
         &mut self,
-        r: &snapbus_bus::subscriber::Record<'_>,
+        r: &snapbus_consumers::Record<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         if let Some(tx) = self.started.take() {
             let _ = tx.send(());
@@ -388,7 +387,7 @@ impl snapbus_consumers::Consumer for Stalling {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &snapbus_bus::control::ProducerInfo,
+        producer: snapbus_consumers::Producer<'_>,
         lost: u64,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         self.inner.on_lag(producer_id, producer, lost)
@@ -576,7 +575,7 @@ struct Watching {
 impl snapbus_consumers::Consumer for Watching {
     fn on_event(
         &mut self,
-        r: &snapbus_bus::subscriber::Record<'_>,
+        r: &snapbus_consumers::Record<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         let flow = self.inner.on_event(r)?;
         let mut seen = self.seen.lock().expect("lock");
@@ -588,7 +587,7 @@ impl snapbus_consumers::Consumer for Watching {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &snapbus_bus::control::ProducerInfo,
+        producer: snapbus_consumers::Producer<'_>,
         lost: u64,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         self.inner.on_lag(producer_id, producer, lost)
@@ -791,17 +790,16 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_000 + i,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, &info, &desc, None, &meta, &payload)
+        w.write(7, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
             .expect("write");
     }
     w.finish().expect("finish");

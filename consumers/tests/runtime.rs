@@ -12,7 +12,8 @@ use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::Record;
 use snapbus_consumers::{Consumer, Flow, HookError, ProducerChange, RunOptions, StopReason, run};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]

@@ -83,16 +83,15 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::Level;
 use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig, PublisherError};
 use snapbus_bus::runtime::BusDir;
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
 use snapbus_schemas::SchemaDescriptor;
 
-use crate::{Consumer, Flow, HookError, ProducerChange, RunError, RunOptions};
+use crate::{Consumer, Flow, HookError, Producer, ProducerChange, Record, RunError, RunOptions};
 use plan::{Extracted, KeyValue, Plan, PlanError};
 pub use stats::{EXACT_QUANTILES_UP_TO, QUANTILE_RELATIVE_ACCURACY};
 use summary::{Acc, Closed, Emitted, Layout, Source};
@@ -721,12 +720,12 @@ impl<S: SummarySink> Aggregator<S> {
         state
     }
 
-    fn producer(&mut self, info: &ProducerInfo) -> &mut ProducerState {
+    fn producer(&mut self, info: Producer<'_>) -> &mut ProducerState {
         self.producers
             .entry(info.lane_id)
             .or_insert_with(|| ProducerState {
                 source: Arc::new(Source {
-                    name: info.name.clone(),
+                    name: info.name.to_owned(),
                     pid: info.pid,
                     lane_id: info.lane_id,
                 }),
@@ -1151,7 +1150,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         if let Some(f) = g.add(
             self.out.opts.window,
             window_key,
-            (r.meta.t_nanos, r.meta.seq),
+            (r.header.t_nanos, r.header.seq),
             &self.scratch.values,
             plan.binary_leaves(),
             producer_lost,
@@ -1164,7 +1163,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_lag(
         &mut self,
         _producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         self.out.stats.lost += lost;
