@@ -49,16 +49,16 @@
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used)]
 
-use snapbus_bus::Level;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Record;

@@ -47,7 +47,8 @@ use std::time::{Duration, Instant};
 
 use snapbus_bus::doorbell::DoorbellPage;
 use snapbus_bus::lane::{
-    LaneConfig, LaneReader, LaneWriter, NoFrame, Poll, RecordMeta, SharedLaneWriter, ShmLane, StartAt,
+    LaneConfig, LaneReader, LaneWriter, NoFrame, Poll, RecordMeta, SharedLaneWriter, ShmLane,
+    StartAt,
 };
 use snapbus_bus::mem::{LaneMem, ShmMem};
 

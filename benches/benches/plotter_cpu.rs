@@ -21,7 +21,6 @@
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used)]
 
-use snapbus_bus::Level;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -31,9 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use snapbus_benches::{TempDir, connected_publisher};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::Record;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};

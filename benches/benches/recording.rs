@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
@@ -148,8 +148,15 @@ fn write_recording(path: &Path, p: &Payloads, info: &ProducerInfo) -> u64 {
     let mut w = RecordingWriter::create(path, &opts).unwrap();
     let producer = snapbus_consumers::Producer::from(info);
     for (i, payload) in p.iter().enumerate() {
-        w.write(7, producer, &p.schema, None, &meta(i, payload.len()), payload)
-            .unwrap();
+        w.write(
+            7,
+            producer,
+            &p.schema,
+            None,
+            &meta(i, payload.len()),
+            payload,
+        )
+        .unwrap();
     }
     w.finish().unwrap()
 }

@@ -15,7 +15,10 @@ use snapbus_schemas::SchemaDescriptor;
 use thiserror::Error;
 
 use crate::catalog::Catalog;
-use crate::control::{Conn, ConsumerInfo, ControlError, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION, ProducerInfo, RefusedLane, ToBroker};
+use crate::control::{
+    Conn, ConsumerInfo, ControlError, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
+    ProducerInfo, RefusedLane, ToBroker,
+};
 use crate::doorbell::DoorbellPage;
 use crate::lane::{FrameMeta, LaneReader, NoFrame, ShmLane, StartAt};
 use crate::mem::ShmMem;

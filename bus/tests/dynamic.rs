@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{

@@ -3,11 +3,11 @@
 //! and closing it leaves the parent's lane alone. A real `fork()` of this test process, a
 //! real broker (threads of this process) and a real subscriber.
 
-use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::{LaneConfig, LaneState};
@@ -59,7 +59,10 @@ fn child(p: &Publisher, emitter: u16) -> i32 {
     }
     // Closes the child's lane, never the parent's.
     p.close();
-    if p.emit(Level::INFO, emitter, &ForkEvent { pid, i: N }).is_ok() || p.stats().closed != 1 {
+    if p.emit(Level::INFO, emitter, &ForkEvent { pid, i: N })
+        .is_ok()
+        || p.stats().closed != 1
+    {
         return 13;
     }
     0

@@ -3,7 +3,6 @@
 //! independent readers (serde_json, the csv and mcap crates, parquet; pyarrow, pandas and the
 //! Python mcap package where installed).
 
-use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
+use snapbus_bus::Level;
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
@@ -250,7 +250,12 @@ impl Direct {
 
     fn loss(&mut self, p: usize, lost: u64, t_nanos: u64) {
         self.w
-            .write_loss(7 + p as u64, snapbus_consumers::Producer::from(&self.producers[p]), lost, t_nanos)
+            .write_loss(
+                7 + p as u64,
+                snapbus_consumers::Producer::from(&self.producers[p]),
+                lost,
+                t_nanos,
+            )
             .expect("loss");
     }
 

@@ -2,11 +2,11 @@
 //! `replay`, `inspect`, with producers and recorders killed on purpose and files damaged on
 //! purpose.
 
-use snapbus_bus::Level;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use snapbus_bus::Level;
 
 use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, runtime_root};
@@ -509,8 +509,15 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
             emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(1, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            1,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     let mut bytes = std::fs::read(&path).expect("read");

@@ -2,12 +2,12 @@
 //! (per window, per group, per experiment), windows of every kind, workers splitting groups,
 //! restarts that do not emit twice, loss, bad payloads, CSV, and summaries on a live bus.
 
-use snapbus_bus::Level;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use snapbus_bus::Level;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::subscriber::Glob;
@@ -203,8 +203,10 @@ impl Feed {
     }
 
     fn end<C: Consumer>(&self, c: &mut C, lane: u64) {
-        c.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(&self.producers[&lane])))
-            .expect("end");
+        c.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(
+            &self.producers[&lane],
+        )))
+        .expect("end");
     }
 }
 
@@ -548,7 +550,11 @@ fn a_restarted_worker_does_not_emit_a_window_twice_yet_its_experiment_counts_eve
     third.resume_from(resume);
     let feed = Feed::new(&[1]);
     third
-        .on_lag(1, snapbus_consumers::Producer::from(&feed.producers[&1].clone()), 12)
+        .on_lag(
+            1,
+            snapbus_consumers::Producer::from(&feed.producers[&1].clone()),
+            12,
+        )
         .expect("lag");
     for (i, st) in steps.iter().enumerate().skip(12) {
         feed.send_at(&mut third, 1, st, 7, i as u64);
@@ -570,11 +576,13 @@ fn loss_is_reported_by_the_windows_it_fell_in_and_by_the_experiment() {
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 0, i), 1);
     }
-    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 3).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 3)
+        .expect("lag");
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 1, i), 1);
     }
-    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 2).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 2)
+        .expect("lag");
     feed.end(&mut agg, 1);
     let lost: Vec<(String, u64)> = summaries(agg.sink())
         .iter()

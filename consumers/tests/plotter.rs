@@ -2,7 +2,6 @@
 //! min/max envelope against a brute-force reference over the emitted values, frames, the
 //! stream, and bad requests.
 
-use snapbus_bus::Level;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -10,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value as Json;
+use snapbus_bus::Level;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};

@@ -1,12 +1,12 @@
 //! Recordings: the recorder on a live bus, then the reader on the file — intact, cut at every
 //! kind of place, bit-flipped, of a newer version, or not MCAP at all.
 
-use snapbus_bus::Level;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use snapbus_bus::Level;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::Publisher;
 use snapbus_bus::schemas::{Snapshot, Wire};
@@ -48,7 +48,8 @@ fn step(i: u64) -> Step {
 /// Records `n` steps emitted by a publisher on `bus` into `path` (rotation optional).
 fn record(bus: &Bus, p: &Publisher, path: &Path, n: u64, rotate: Option<u64>) -> Vec<PathBuf> {
     for i in 0..n {
-        p.emit(Level::INFO, p.emitter("trainer"), &step(i)).expect("emit");
+        p.emit(Level::INFO, p.emitter("trainer"), &step(i))
+            .expect("emit");
     }
     p.close();
     let (delivered, files, messages) = record_to_end(bus, path, rotate);
@@ -205,8 +206,15 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
             emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            7,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     let bytes = std::fs::read(&path).expect("read");
@@ -799,8 +807,15 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
             emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, snapbus_consumers::Producer::from(&info), &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            7,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     std::fs::read(&path).expect("read")

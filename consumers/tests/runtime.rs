@@ -1,14 +1,14 @@
 //! The run loop against a real broker (a thread of this test) and a real publisher.
 
-use snapbus_bus::Level;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
@@ -126,7 +126,8 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
     let p = bus.publisher();
     for i in 0..500u64 {
         p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-        p.emit(Level::INFO, 0, &Other { x: i as f32 }).expect("emit");
+        p.emit(Level::INFO, 0, &Other { x: i as f32 })
+            .expect("emit");
     }
     p.close();
     let mut c = Recorder::default();
@@ -172,13 +173,8 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
 fn without_a_bus_run_fails_with_the_message_users_see() {
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cons-nobus");
     let dir = BusDir::locate_in(&root, &BusName::new("nobody").expect("name"));
-    let err = run(
-        &dir,
-        &opts(StartAt::Latest),
-        &mut Recorder::default(),
-        None,
-    )
-    .expect_err("no bus");
+    let err =
+        run(&dir, &opts(StartAt::Latest), &mut Recorder::default(), None).expect_err("no bus");
     assert!(
         err.to_string()
             .contains("no bus 'nobody' is running — start one with `snapbus up`"),

@@ -91,10 +91,10 @@ mod resource;
 mod telemetry;
 
 pub use filter::{Filter, FilterParseError};
-pub use snapbus_bus::level;
-pub use snapbus_bus::level::{Level, LevelFilter};
 pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
 pub use snapbus_bus::lane::ClaimError;
+pub use snapbus_bus::level;
+pub use snapbus_bus::level::{Level, LevelFilter};
 pub use snapbus_bus::publisher::{EmitError, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{

@@ -12,8 +12,8 @@ use snapbus_bus::lane::layout::FRAME_HEADER_LEN;
 use snapbus_bus::lane::{Geometry, LaneConfig};
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig, PublisherStats};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 use snapbus_schemas::builtin::DurationSample;
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
 use crate::filter::Filter;
 use crate::level::{Level, LevelFilter};

@@ -170,6 +170,7 @@ pub use desc::{
     DESCRIPTOR_MAGIC, DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, SchemaDescriptor,
     TypeDesc, Variant, VariantKind, validate_schema_id,
 };
+pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
 pub use error::{DecodeError, DecodeErrorKind, DescriptorError, EncodeError, IncompatibleSchema};
 pub use snapbus_schemas_derive::{Snapshot, Wire};
 pub use snapshot::{
@@ -177,7 +178,6 @@ pub use snapshot::{
     first_difference,
 };
 pub use tensor::{Bytes, MAX_TENSOR_RANK, ShapeError, Tensor};
-pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
 pub use value::{Packed, TensorView, Value, decode, decode_from};
 pub use wire::{Element, Wire, WireReader, WireWriter};
 

@@ -8,11 +8,11 @@
 //! The output is deterministic except for the `started_nanos` metadata fields (the writer
 //! stamps the wall clock), so re-running it changes a few bytes of each file.
 
-use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use snapbus_bus::Level;
 use snapbus_bus::control::ProducerInfo;
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_schemas::{Snapshot, Wire};
@@ -56,7 +56,13 @@ fn producer(pid: u32, name: &str) -> ProducerInfo {
     }
 }
 
-fn meta(seq: u64, key: u16, level: u8, emitter: u16, len: usize) -> snapbus_consumers::RecordHeader {
+fn meta(
+    seq: u64,
+    key: u16,
+    level: u8,
+    emitter: u16,
+    len: usize,
+) -> snapbus_consumers::RecordHeader {
     snapbus_consumers::RecordHeader {
         seq,
         t_nanos: 1_700_000_000_000_000_000 + seq * 1_000_000,
@@ -128,8 +134,13 @@ fn two_producers(w: &mut RecordingWriter) {
         )
         .expect("write");
         if i == 6 {
-            w.write_loss(2, snapbus_consumers::Producer::from(&p2), 17, 1_700_000_000_000_000_000 + i * 1_000_000)
-                .expect("loss");
+            w.write_loss(
+                2,
+                snapbus_consumers::Producer::from(&p2),
+                17,
+                1_700_000_000_000_000_000 + i * 1_000_000,
+            )
+            .expect("loss");
         }
     }
 }

@@ -112,7 +112,9 @@ fuzz_target!(|data: &[u8]| {
         fed += 1;
     }
     for a in &mut aggs {
-        let _ = a.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(&info)));
+        let _ = a.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(
+            &info,
+        )));
         for (desc, payload) in a.sink() {
             let v = decode(desc.root(), payload).expect("a summary decodes with its descriptor");
             match v.field("count") {

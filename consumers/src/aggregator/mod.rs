@@ -83,9 +83,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use snapbus_bus::lane::StartAt;
-use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::Level;
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig, PublisherError};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::Glob;
