@@ -293,10 +293,7 @@ pub fn run<C: Consumer + ?Sized>(
             count_history_as_lost: opts.count_history_as_lost,
         },
     )?;
-    // Fingerprints cover id, version and type; the last schema's address saves the lookup
-    // for runs of one schema.
-    let mut seen_schemas: HashSet<u64> = HashSet::new();
-    let mut last_schema: Option<Arc<SchemaDescriptor>> = None;
+    let mut schemas = SeenSchemas::default();
     let mut last_flush = Instant::now();
     let mut since_clock = 0u32;
     let (mut delivered, mut lost) = (0u64, 0u64);
@@ -327,34 +324,7 @@ pub fn run<C: Consumer + ?Sized>(
                 since_clock = 64;
                 Ok(Flow::Continue)
             }
-            Some(Event::Record(r)) => {
-                let mut flow = Ok(Flow::Continue);
-                if !last_schema
-                    .as_ref()
-                    .is_some_and(|l| Arc::ptr_eq(l, r.schema))
-                {
-                    last_schema = Some(Arc::clone(r.schema));
-                    if seen_schemas.insert(r.schema.fingerprint()) {
-                        flow = consumer.on_schema(r.schema);
-                    }
-                }
-                if matches!(flow, Ok(Flow::Continue)) {
-                    delivered += 1;
-                    flow = consumer.on_event(&Record::from(&r));
-                }
-                flow
-            }
-            Some(Event::Lagged {
-                producer_id,
-                producer,
-                lost: n,
-            }) => {
-                lost += n;
-                consumer.on_lag(producer_id, producer.into(), n)
-            }
-            Some(Event::Joined(p)) => consumer.on_producer(ProducerChange::Joined(p.into())),
-            Some(Event::Died(p)) => consumer.on_producer(ProducerChange::Died(p.into())),
-            Some(Event::Ended(p)) => consumer.on_producer(ProducerChange::Ended(p.into())),
+            Some(event) => dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost),
         };
         match flow {
             Ok(Flow::Continue) => {}
@@ -373,6 +343,54 @@ pub fn run<C: Consumer + ?Sized>(
         })
         .map_err(RunError::Hook);
     flush_then(consumer, result)
+}
+
+/// The schemas a run loop has announced ([`Consumer::on_schema`]). Fingerprints cover id,
+/// version and type; the last schema's address saves the lookup for runs of one schema.
+#[derive(Default)]
+struct SeenSchemas {
+    fingerprints: HashSet<u64>,
+    last: Option<Arc<SchemaDescriptor>>,
+}
+
+/// Hands one subscriber event to the consumer's hook (`on_schema` first for a schema not seen
+/// yet), counting records delivered and lost.
+fn dispatch<C: Consumer + ?Sized>(
+    consumer: &mut C,
+    event: Event<'_>,
+    schemas: &mut SeenSchemas,
+    delivered: &mut u64,
+    lost: &mut u64,
+) -> Result<Flow, HookError> {
+    match event {
+        Event::Record(r) => {
+            if !schemas
+                .last
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(l, r.schema))
+            {
+                schemas.last = Some(Arc::clone(r.schema));
+                if schemas.fingerprints.insert(r.schema.fingerprint())
+                    && consumer.on_schema(r.schema)? == Flow::Stop
+                {
+                    return Ok(Flow::Stop);
+                }
+            }
+            *delivered += 1;
+            consumer.on_event(&Record::from(&r))
+        }
+        Event::Lagged {
+            producer_id,
+            producer,
+            lost: n,
+        } => {
+            *lost += n;
+            consumer.on_lag(producer_id, producer.into(), n)
+        }
+        Event::Joined(p) => consumer.on_producer(ProducerChange::Joined(p.into())),
+        Event::Died(p) => consumer.on_producer(ProducerChange::Died(p.into())),
+        Event::Ended(p) => consumer.on_producer(ProducerChange::Ended(p.into())),
+    }
 }
 
 /// Flushes, then returns `result` (a flush error replaces a success).
