@@ -8,7 +8,7 @@
 //!
 //! - `aggregator/core/64B`: the records fed straight to `Consumer::on_event`, no bus. The
 //!   1,000,000 payloads are encoded once into one 64 MB buffer; per event the loop builds a
-//!   `Record` (fixed `ProducerInfo`, lane id `0x5eed`; `FrameMeta` with `seq = t_nanos = i`)
+//!   `Record` (fixed `ProducerInfo`, lane id `0x5eed`; `RecordHeader` with `seq = t_nanos = i`)
 //!   and calls `on_event`:
 //!   - `count`: a consumer that counts records (and `black_box`es each): the cost floor of the
 //!     loop;
@@ -28,7 +28,7 @@
 //!   episode stays open: no producer end is fed).
 //! - `aggregator/lane/64B`: end to end in one worker through a real lane. Setup, once: an
 //!   in-process broker (a thread of this process), a `Publisher` with a 128 MiB lane (holds all
-//!   1,000,000 frames of 104 bytes), `publisher.emit(2, 0, &Event::sample(i))` for every event,
+//!   1,000,000 frames of 104 bytes), `publisher.emit(Level::INFO, 0, &Event::sample(i))` for every event,
 //!   then `publisher.close()` (the publisher stays alive, so the closed lane stays on the bus).
 //!   Per iteration, timed: `snapbus_consumers::run(&dir, &opts, &mut consumer, None)` with
 //!   `start: Oldest, until_end: true, handle_signals: false`: subscribing, reading the whole
@@ -54,11 +54,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::control::{ProducerInfo, StartFrom};
-use snapbus_bus::lane::{FrameMeta, LaneConfig};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
 use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
@@ -98,15 +101,14 @@ fn producer_info() -> ProducerInfo {
     }
 }
 
-fn meta(i: usize) -> FrameMeta {
-    FrameMeta {
-        pos: (i * 104) as u64,
+fn meta(i: usize) -> snapbus_consumers::RecordHeader {
+    snapbus_consumers::RecordHeader {
         seq: i as u64,
         t_nanos: i as u64,
         schema_key: 1,
         schema_version: 1,
-        level: 2,
-        emitter: 0,
+        level: Level::INFO,
+        emitter_id: 0,
         payload_len: EVENT_LEN,
     }
 }
@@ -148,13 +150,14 @@ fn varying_payloads() -> Vec<u8> {
 
 /// Feeds every payload to `c` as a record of one producer.
 fn feed<C: Consumer>(c: &mut C, info: &ProducerInfo, schema: &Arc<SchemaDescriptor>, bytes: &[u8]) {
+    let producer = snapbus_consumers::Producer::from(info);
     for (i, payload) in bytes.chunks_exact(EVENT_LEN).enumerate() {
         let r = Record {
             producer_id: 1,
-            producer: info,
+            producer,
             schema,
             emitter: None,
-            meta: meta(i),
+            header: meta(i),
             payload,
         };
         if !matches!(c.on_event(&r), Ok(Flow::Continue)) {
@@ -241,12 +244,12 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
     };
     let publisher = connected_publisher(dir.clone(), "steps", lane).unwrap();
     for i in 0..N as u64 {
-        publisher.emit(2, 0, &Event::sample(i)).unwrap();
+        publisher.emit(Level::INFO, 0, &Event::sample(i)).unwrap();
     }
     publisher.close();
 
     let opts = RunOptions {
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
         until_end: true,
         handle_signals: false,
         ..RunOptions::new("aggregator")

@@ -47,7 +47,8 @@ use std::time::{Duration, Instant};
 
 use snapbus_bus::doorbell::DoorbellPage;
 use snapbus_bus::lane::{
-    LaneConfig, LaneReader, LaneWriter, Poll, RecordMeta, SharedLaneWriter, ShmLane, StartAt,
+    LaneConfig, LaneReader, LaneWriter, NoFrame, Poll, RecordMeta, SharedLaneWriter, ShmLane,
+    StartAt,
 };
 use snapbus_bus::mem::{LaneMem, ShmMem};
 
@@ -296,7 +297,7 @@ fn child_lane_touch() {
                 }
                 bad += u64::from(last != Some(meta.seq as u8));
             }
-            Err(Poll::Closed) => break,
+            Err(NoFrame::Closed) => break,
             Err(_) => spin_loop(),
         }
     }

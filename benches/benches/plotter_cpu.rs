@@ -30,11 +30,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use snapbus_benches::{TempDir, connected_publisher};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::Record;
+use snapbus_consumers::Record;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
 use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
 use snapbus_schemas::Snapshot;
@@ -90,7 +91,7 @@ impl Consumer for Count {
 fn child(kind: &str, root: &Path) {
     let dir = BusDir::locate_in(root, &BusName::new("bench").unwrap());
     let mut opts = RunOptions::new(kind);
-    opts.start = StartFrom::Latest;
+    opts.start = StartAt::Latest;
     opts.handle_signals = true;
     if kind == "plotter" {
         let mut plotter = Plotter::new(PlotterOptions::default());
@@ -150,7 +151,7 @@ fn measure(kind: &str, root: &Path, dir: &BusDir, warm: Duration, span: Duration
                 let due = t0 + Duration::from_micros(i * 1_000_000 / RATE_HZ);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
                 for _ in 0..10 {
-                    publisher.emit(2, 0, &ten(i)).unwrap();
+                    publisher.emit(Level::INFO, 0, &ten(i)).unwrap();
                     i += 1;
                 }
                 emitted.store(i, Ordering::Relaxed);

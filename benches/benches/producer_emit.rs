@@ -25,7 +25,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput};
 use snapbus::{Config, Level};
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event as BusEvent, SubscribeOptions, Subscriber};
 use snapbus_schemas::Wire;
@@ -94,7 +94,7 @@ fn main() {
                 SubscribeOptions {
                     kind: "bench".into(),
                     globs: Vec::new(),
-                    start: StartFrom::Latest,
+                    start: StartAt::Latest,
                     cut: false,
                     skip_lanes: Vec::new(),
                     count_history_as_lost: false,

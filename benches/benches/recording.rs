@@ -41,9 +41,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::{FrameMeta, LaneConfig};
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
@@ -117,15 +119,14 @@ fn producer_info() -> ProducerInfo {
     }
 }
 
-fn meta(i: usize, payload_len: usize) -> FrameMeta {
-    FrameMeta {
-        pos: 0,
+fn meta(i: usize, payload_len: usize) -> snapbus_consumers::RecordHeader {
+    snapbus_consumers::RecordHeader {
         seq: i as u64,
         t_nanos: 1_700_000_000_000_000_000 + i as u64 * 1000,
         schema_key: 1,
         schema_version: 1,
-        level: 2,
-        emitter: 0,
+        level: Level::INFO,
+        emitter_id: 0,
         payload_len,
     }
 }
@@ -145,9 +146,17 @@ fn write_recording(path: &Path, p: &Payloads, info: &ProducerInfo) -> u64 {
     let mut opts = WriterOptions::new("recorder", "bench");
     opts.overwrite = true;
     let mut w = RecordingWriter::create(path, &opts).unwrap();
+    let producer = snapbus_consumers::Producer::from(info);
     for (i, payload) in p.iter().enumerate() {
-        w.write(7, info, &p.schema, None, &meta(i, payload.len()), payload)
-            .unwrap();
+        w.write(
+            7,
+            producer,
+            &p.schema,
+            None,
+            &meta(i, payload.len()),
+            payload,
+        )
+        .unwrap();
     }
     w.finish().unwrap()
 }
@@ -279,11 +288,16 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
             messages
         })
     });
-    let key = publisher.register_schema(&events.schema).unwrap();
+    let meta = EmitMeta {
+        schema_key: publisher.register_schema(&events.schema).unwrap(),
+        schema_version: 1,
+        level: Level::INFO,
+        emitter: 0,
+    };
     g.bench_function("emit_raw only", |b| {
         b.iter(|| {
             for payload in events.iter() {
-                publisher.emit_raw(key, 1, 2, 0, payload).unwrap();
+                publisher.emit_raw(meta, payload).unwrap();
             }
         })
     });

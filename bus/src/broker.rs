@@ -827,7 +827,7 @@ fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
     for _ in 0..64 {
         match r.read_in_place(|m, _| m.seq) {
             Ok((_, seq)) => return (lag, seq.saturating_sub(expected)),
-            Err(crate::lane::Poll::Lagged(_)) => {}
+            Err(crate::lane::NoFrame::Lagged(_)) => {}
             Err(_) => break,
         }
     }
@@ -852,7 +852,7 @@ fn ring_census(lane: &ShmLane, now_nanos: u64) -> HashMap<u16, (u64, u64, u64)> 
                     e.2 = e.2.min(t);
                 }
             }
-            Err(crate::lane::Poll::Lagged(_)) => {}
+            Err(crate::lane::NoFrame::Lagged(_)) => {}
             Err(_) => break,
         }
     }

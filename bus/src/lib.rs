@@ -10,7 +10,7 @@
 //! - **Producers never wait for consumers.** A lane is an overwrite ring written only by the
 //!   threads of one producer process; a slow, stopped or dead consumer cannot slow it down.
 //! - **Nothing torn, nothing twice, loss exact.** A reader validates every frame after reading
-//!   it and discards what was overwritten meanwhile; it reports [`Poll::Lagged`] with the
+//!   it and discards what was overwritten meanwhile; it reports [`Poll::Lagged`](lane::Poll::Lagged) with the
 //!   exact number of records it missed (from 64-bit sequence numbers).
 //! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
 //!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
@@ -59,6 +59,7 @@ pub mod doorbell;
 #[cfg(not(loom))]
 pub mod fork;
 pub mod lane;
+pub mod level;
 pub mod mem;
 #[cfg(not(loom))]
 pub mod publisher;
@@ -71,4 +72,5 @@ pub mod subscriber;
 mod sync;
 pub mod testpoint;
 
+pub use level::{Level, LevelFilter, ParseLevelError};
 pub use snapbus_schemas as schemas;

@@ -17,10 +17,10 @@ use thiserror::Error;
 use crate::catalog::Catalog;
 use crate::control::{
     Conn, ConsumerInfo, ControlError, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
-    ProducerInfo, RefusedLane, StartFrom, ToBroker,
+    ProducerInfo, RefusedLane, ToBroker,
 };
 use crate::doorbell::DoorbellPage;
-use crate::lane::{FrameMeta, LaneReader, Poll, ShmLane, StartAt};
+use crate::lane::{FrameMeta, LaneReader, NoFrame, ShmLane, StartAt};
 use crate::mem::ShmMem;
 use crate::runtime::BusDir;
 
@@ -106,7 +106,7 @@ pub struct SubscribeOptions {
     /// Schema-id globs; empty: every schema.
     pub globs: Vec<Glob>,
     /// Where to start in lanes that exist when subscribing.
-    pub start: StartFrom,
+    pub start: StartAt,
     /// A consistent cut (`snapbus snapshot`): read each lane only up to where its producer had
     /// written when the subscription was made, then report it [`Event::Ended`]; lanes that
     /// appear later are not read.
@@ -307,11 +307,7 @@ impl Subscriber {
             FromBroker::Error { message } => return Err(SubscribeError::Refused(message)),
             other => return Err(SubscribeError::Protocol(format!("{other:?}"))),
         }
-        let start = match self.opts.start {
-            StartFrom::Latest => StartAt::Latest,
-            StartFrom::Oldest => StartAt::Oldest,
-            StartFrom::Time(t) => StartAt::Time(t),
-        };
+        let start = self.opts.start;
         loop {
             let Some((msg, fds)) = conn.recv::<FromBroker>(Some(REPLY_TIMEOUT))? else {
                 return Err(ControlError::Timeout(REPLY_TIMEOUT).into());
@@ -630,7 +626,7 @@ impl Subscriber {
                         None => self.stats.unknown_keys += 1,
                     }
                 }
-                Err(Poll::Lagged(lost)) => {
+                Err(NoFrame::Lagged(lost)) => {
                     // Split what the reader counted as damage from overwrite loss.
                     let damaged = lane.reader.stats().damaged;
                     let new_damage = damaged.saturating_sub(lane.damaged_seen).min(lost);
@@ -639,18 +635,18 @@ impl Subscriber {
                     self.stats.lost += lost - new_damage;
                     return Some(Found::Lagged(k, lost));
                 }
-                Err(Poll::Closed) => {
+                Err(NoFrame::Closed) => {
                     lane.ended = true;
                     return Some(Found::Ended(k));
                 }
-                Err(Poll::Empty) => {
+                Err(NoFrame::Empty) => {
                     if lane.dead && !lane.reader.has_pending_bytes() {
                         lane.ended = true;
                         return Some(Found::Ended(k));
                     }
                     return None;
                 }
-                Err(Poll::Pending) | Err(Poll::Frame(_)) => return None,
+                Err(NoFrame::Pending) => return None,
             }
         }
         None

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::{LaneConfig, LaneState};
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
@@ -42,7 +43,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn child(p: &Publisher, emitter: u16) -> i32 {
     let pid = std::process::id();
     for i in 0..N {
-        if p.emit(2, emitter, &ForkEvent { pid, i }).is_err() {
+        if p.emit(Level::INFO, emitter, &ForkEvent { pid, i }).is_err() {
             return 10;
         }
     }
@@ -58,7 +59,10 @@ fn child(p: &Publisher, emitter: u16) -> i32 {
     }
     // Closes the child's lane, never the parent's.
     p.close();
-    if p.emit(2, emitter, &ForkEvent { pid, i: N }).is_ok() || p.stats().closed != 1 {
+    if p.emit(Level::INFO, emitter, &ForkEvent { pid, i: N })
+        .is_ok()
+        || p.stats().closed != 1
+    {
         return 13;
     }
     0
@@ -130,19 +134,19 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     wait_until("the publisher joins", || p.is_connected());
     let emitter = p.emitter("fork-test");
     let parent = std::process::id();
-    p.emit(2, emitter, &ForkEvent { pid: parent, i: 0 })
+    p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i: 0 })
         .expect("emit before the fork");
 
     let child_pid = fork_child(&p, emitter);
     for i in 1..N {
-        p.emit(2, emitter, &ForkEvent { pid: parent, i })
+        p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i })
             .expect("parent emit");
     }
     assert_eq!(wait_child(child_pid), 0, "the child failed (see `child`)");
     // The child's close did not close the parent's lane.
     assert_eq!(p.lane().lane.stats().state, Some(LaneState::Live));
     for i in N..2 * N {
-        p.emit(2, emitter, &ForkEvent { pid: parent, i })
+        p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i })
             .expect("parent emit after the child closed its lane");
     }
     assert_eq!(p.stats().written, u64::from(2 * N));
@@ -153,7 +157,7 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
         SubscribeOptions {
             kind: "test".into(),
             globs: vec![Glob::new("test.fork").expect("glob")],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,

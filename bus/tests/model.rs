@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use snapbus_bus::lane::{Lane, LaneConfig, LaneReader, Poll, ReaderSet, RecordMeta, StartAt};
+use snapbus_bus::lane::{
+    Lane, LaneConfig, LaneReader, NoFrame, Poll, ReaderSet, RecordMeta, StartAt,
+};
 use snapbus_bus::mem::{HeapMem, LaneMem};
 
 const CONFIG: LaneConfig = LaneConfig {
@@ -497,8 +499,8 @@ fn an_impossible_sequence_number_is_garbage_not_loss() {
             let seq = if in_place {
                 match reader.read_in_place(|m, _| m.seq) {
                     Ok((_, seq)) => Some(seq),
-                    Err(Poll::Lagged(_)) => None,
-                    Err(Poll::Empty | Poll::Closed) => break,
+                    Err(NoFrame::Lagged(_)) => None,
+                    Err(NoFrame::Empty | NoFrame::Closed) => break,
                     Err(p) => panic!("{p:?} from a lane with its writer gone"),
                 }
             } else {
@@ -553,7 +555,7 @@ fn the_record_after_a_loss_is_delivered_next_by_either_read() {
                         buf
                     }) {
                         Ok((m, bytes)) => Ok((m.seq, bytes)),
-                        Err(Poll::Lagged(n)) => Err(n),
+                        Err(NoFrame::Lagged(n)) => Err(n),
                         Err(other) => panic!("unexpected {other:?}"),
                     }
                 } else {

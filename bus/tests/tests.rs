@@ -1,5 +1,7 @@
 //! Integration tests of snapbus-bus (one test binary, a module per area).
 
+mod dynamic;
 mod fork;
+mod level;
 mod model;
 mod multiprocess;

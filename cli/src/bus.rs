@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::json;
-use snapbus::Level;
+use snapbus_bus::Level;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
@@ -115,7 +115,7 @@ pub(crate) fn interrupted() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// A level's name, or its number if it is not one of the five.
+/// A lane's level byte by name (lowercase), or its number if it is not one of the five.
 pub(crate) fn level_name(level: u8) -> String {
     Level::from_u8(level).map_or_else(|| level.to_string(), |l| l.to_string().to_lowercase())
 }
@@ -164,7 +164,7 @@ pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_j
     json!({
         "schema": c.schema.id(),
         "version": c.schema.version(),
-        "level": level_name(c.level),
+        "level": level_name(c.level.as_u8()),
         "t_nanos": m.t_nanos,
         "producer": { "id": c.producer_id, "name": c.producer, "pid": c.pid },
         "target": c.emitter,

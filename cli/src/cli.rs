@@ -111,7 +111,8 @@ pub(crate) struct LsArgs {
     pub(crate) json: bool,
 }
 
-/// Where a new consumer starts.
+/// Where a new consumer starts (`--from`): the clap face of
+/// [`StartAt`](snapbus_bus::lane::StartAt), which adds a start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum From {
     /// The oldest records still in the rings (history).
@@ -122,10 +123,10 @@ pub(crate) enum From {
 
 impl From {
     /// Where the subscriber starts.
-    pub(crate) fn start(self) -> snapbus_bus::control::StartFrom {
+    pub(crate) fn start(self) -> snapbus_bus::lane::StartAt {
         match self {
-            From::Oldest => snapbus_bus::control::StartFrom::Oldest,
-            From::Latest => snapbus_bus::control::StartFrom::Latest,
+            From::Oldest => snapbus_bus::lane::StartAt::Oldest,
+            From::Latest => snapbus_bus::lane::StartAt::Latest,
         }
     }
 }

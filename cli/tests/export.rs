@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
+use snapbus_bus::Level;
 use snapbus_bus::broker::InProcess;
-use snapbus_bus::control::{ProducerInfo, StartFrom};
-use snapbus_bus::lane::{FrameMeta, LaneConfig};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
@@ -166,21 +168,21 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
     }
     let trainer = p.emitter("trainer");
     for i in 0..n_obs {
-        p.emit(2, trainer, &obs(i)).expect("emit");
+        p.emit(Level::INFO, trainer, &obs(i)).expect("emit");
     }
     for i in 0..n_ticks {
-        p.emit(3, trainer, &Tick { i }).expect("emit");
+        p.emit(Level::WARN, trainer, &Tick { i }).expect("emit");
     }
     p.close();
     let mut rec = Recorder::create(RecorderOptions {
         path: path.to_owned(),
         rotate_bytes: None,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
     })
     .expect("recorder");
     let mut opts = RunOptions::new("recorder");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run_consumer(bus.dir(), &opts, &mut rec, None).expect("run");
@@ -223,22 +225,21 @@ impl Direct {
     /// Writes `payload` as a record of `T`'s schema (whether or not it decodes).
     fn write_raw<T: Snapshot>(&mut self, p: usize, t_nanos: u64, payload: Vec<u8>) {
         let desc = Arc::new(T::descriptor().clone());
-        let meta = FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: self.seq,
             t_nanos,
             // Any key unique per schema in a producer will do.
             schema_key: (T::descriptor().fingerprint() % 60_000) as u16,
             schema_version: T::descriptor().version() as u16,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
         self.seq += 1;
         self.w
             .write(
                 7 + p as u64,
-                &self.producers[p],
+                snapbus_consumers::Producer::from(&self.producers[p]),
                 &desc,
                 None,
                 &meta,
@@ -249,7 +250,12 @@ impl Direct {
 
     fn loss(&mut self, p: usize, lost: u64, t_nanos: u64) {
         self.w
-            .write_loss(7 + p as u64, &self.producers[p], lost, t_nanos)
+            .write_loss(
+                7 + p as u64,
+                snapbus_consumers::Producer::from(&self.producers[p]),
+                lost,
+                t_nanos,
+            )
             .expect("loss");
     }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use snapbus_bus::Level;
 
 use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, runtime_root};
@@ -499,18 +500,24 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         }
         .encode_to_vec()
         .expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_700_000_000_000_000_000 + i * 1000,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(1, &info, &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            1,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     let mut bytes = std::fs::read(&path).expect("read");

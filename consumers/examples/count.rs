@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Glob, Record};
-use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
+use snapbus_consumers::prelude::*;
 
 #[derive(Default)]
 struct Count(BTreeMap<String, u64>);

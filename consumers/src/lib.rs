@@ -30,9 +30,7 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
-//! use snapbus_bus::runtime::{BusDir, BusName};
-//! use snapbus_bus::subscriber::Record;
+//! use snapbus_consumers::prelude::*;
 //!
 //! #[derive(Default)]
 //! struct Count(BTreeMap<String, u64>);
@@ -64,5 +62,19 @@ pub mod replay;
 mod runtime;
 
 pub use runtime::{
-    Consumer, Flow, HookError, ProducerChange, RunError, RunOptions, RunSummary, StopReason, run,
+    Consumer, Flow, HookError, Producer, ProducerChange, Record, RecordHeader, RunError,
+    RunOptions, RunSummary, StopReason, run,
 };
+
+/// What a consumer needs, in one import: `use snapbus_consumers::prelude::*;`.
+pub mod prelude {
+    pub use crate::runtime::{
+        Consumer, Flow, HookError, Producer, ProducerChange, Record, RecordHeader, RunOptions,
+        RunSummary, run,
+    };
+    pub use snapbus_bus::Level;
+    pub use snapbus_bus::lane::StartAt;
+    pub use snapbus_bus::runtime::{BusDir, BusName};
+    pub use snapbus_bus::schemas::{SchemaDescriptor, Value, decode};
+    pub use snapbus_bus::subscriber::Glob;
+}

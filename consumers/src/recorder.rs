@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_bus::schemas::SchemaDescriptor;
-use snapbus_bus::subscriber::Record;
 
 use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
-use crate::{Consumer, Flow, HookError, RunOptions};
+use crate::{Consumer, Flow, HookError, Producer, Record, RunOptions};
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct RecorderOptions {
     pub writer: WriterOptions,
     /// Where reading starts in the lanes (recorded as each producer's history start; see
     /// [`Recorder::run_options`]).
-    pub start: StartFrom,
+    pub start: StartAt,
 }
 
 /// What the recorder knows of a lane's history.
@@ -115,7 +115,7 @@ impl Recorder {
     pub fn run_options(&self, kind: &str) -> RunOptions {
         let mut o = RunOptions::new(kind);
         o.start = self.opts.start;
-        o.count_history_as_lost = self.opts.start == StartFrom::Oldest;
+        o.count_history_as_lost = self.opts.start == StartAt::Oldest;
         o
     }
 
@@ -128,16 +128,16 @@ impl Recorder {
             let history = if lane.continued {
                 History {
                     start: HistoryStart::Continued,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
+                    first_seq: Some(r.header.seq),
+                    first_nanos: Some(r.header.t_nanos),
                     overwritten: None,
                 }
             } else {
                 History {
                     start,
-                    first_seq: Some(r.meta.seq),
-                    first_nanos: Some(r.meta.t_nanos),
-                    overwritten: (self.opts.start == StartFrom::Oldest).then_some(lane.overwritten),
+                    first_seq: Some(r.header.seq),
+                    first_nanos: Some(r.header.t_nanos),
+                    overwritten: (self.opts.start == StartAt::Oldest).then_some(lane.overwritten),
                 }
             };
             // The caller opened (or rotated) the file: no rotation between a history record
@@ -151,9 +151,9 @@ impl Recorder {
 
     fn history_start(&self) -> HistoryStart {
         match self.opts.start {
-            StartFrom::Oldest => HistoryStart::Oldest,
-            StartFrom::Latest => HistoryStart::Latest,
-            StartFrom::Time(t) => HistoryStart::Time(t),
+            StartAt::Oldest => HistoryStart::Oldest,
+            StartAt::Latest => HistoryStart::Latest,
+            StartAt::Time(t) => HistoryStart::Time(t),
         }
     }
 
@@ -181,7 +181,7 @@ impl Recorder {
                     first_nanos: None,
                     overwritten: Some(overwritten),
                 };
-                if let Err(e) = w.write_history(id, &info, &history) {
+                if let Err(e) = w.write_history(id, Producer::from(&info), &history) {
                     first_err = Some(e);
                     break;
                 }
@@ -207,6 +207,19 @@ impl Recorder {
     /// files as the producers' history start).
     pub fn history_losses(&self) -> u64 {
         self.history_losses
+    }
+}
+
+/// An owned copy of a producer view (kept for a history written at the end).
+fn owned(p: Producer<'_>) -> ProducerInfo {
+    ProducerInfo {
+        pid: p.pid,
+        name: p.name.to_owned(),
+        cmdline: p.cmdline.to_vec(),
+        session_tag: p.session_tag.map(str::to_owned),
+        perf_tag: p.perf_tag.map(str::to_owned),
+        lane_id: p.lane_id,
+        started_nanos: p.started_nanos,
     }
 }
 
@@ -239,7 +252,7 @@ impl Consumer for Recorder {
             r.producer,
             r.schema,
             r.emitter,
-            &r.meta,
+            &r.header,
             r.payload,
         )?;
         Ok(Flow::Continue)
@@ -248,16 +261,16 @@ impl Consumer for Recorder {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         let lane = self.lanes.entry(producer.lane_id).or_default();
-        if !lane.written && !lane.continued && self.opts.start == StartFrom::Oldest {
+        if !lane.written && !lane.continued && self.opts.start == StartAt::Oldest {
             // Reading from the oldest record, before the producer's first record: what the
             // ring had overwritten, part of where its history starts. (From `latest` or a
             // time, a loss before the first record happened while recording: a loss record.)
             lane.overwritten += lost;
-            lane.producer = Some((producer_id, producer.clone()));
+            lane.producer = Some((producer_id, owned(producer)));
             self.history_losses += lost;
             return Ok(Flow::Continue);
         }

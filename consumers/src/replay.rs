@@ -7,7 +7,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use snapbus_bus::publisher::{EmitError, Publisher};
+use snapbus_bus::publisher::{EmitError, EmitMeta, Publisher};
 use snapbus_bus::subscriber::Glob;
 use thiserror::Error;
 
@@ -63,9 +63,9 @@ pub fn replay<R: Read>(
     summary: &mut ReplaySummary,
 ) -> Result<(), ReplayError> {
     // Channel id → how to emit its records, or None if the globs exclude it.
-    let mut keys: HashMap<u16, Option<EmitAs>> = HashMap::new();
+    let mut keys: HashMap<u16, Option<EmitMeta>> = HashMap::new();
     let mut clock: Option<(u64, Instant)> = None;
-    let mut last: Option<(u16, Option<EmitAs>)> = None;
+    let mut last: Option<(u16, Option<EmitMeta>)> = None;
     for item in reader {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -104,7 +104,12 @@ pub fn replay<R: Read>(
                                 .as_deref()
                                 .map_or(0, |name| publisher.emitter(name));
                             let version = u16::try_from(schema.version()).unwrap_or(u16::MAX);
-                            Some((key, version, m.channel.level, emitter))
+                            Some(EmitMeta {
+                                schema_key: key,
+                                schema_version: version,
+                                level: m.channel.level,
+                                emitter,
+                            })
                         } else {
                             None
                         };
@@ -116,7 +121,7 @@ pub fn replay<R: Read>(
                 k
             }
         };
-        let Some((key, version, level, emitter)) = key else {
+        let Some(meta) = key else {
             summary.skipped += 1;
             continue;
         };
@@ -126,7 +131,7 @@ pub fn replay<R: Read>(
                 w0 + Duration::from_secs_f64(m.t_nanos.saturating_sub(t0) as f64 / 1e9 / speed);
             wait_until(due, stop);
         }
-        match publisher.emit_raw(key, version, level, emitter, &m.data) {
+        match publisher.emit_raw(meta, &m.data) {
             Ok(_) => summary.emitted += 1,
             Err(EmitError::Claim(_)) => summary.refused += 1,
             Err(e) => return Err(e.into()),
@@ -134,9 +139,6 @@ pub fn replay<R: Read>(
     }
     Ok(())
 }
-
-/// A channel's schema key in the replay lane, schema version, level and emitter id.
-type EmitAs = (u16, u16, u8, u16);
 
 /// Sleeps until `due` (in slices, so that `stop` is seen within 100 ms).
 fn wait_until(due: Instant, stop: &AtomicBool) {

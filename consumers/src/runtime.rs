@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::Level;
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::{FrameMeta, StartAt};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
-use snapbus_bus::subscriber::{Event, Glob, Record, SubscribeError, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{self, Event, Glob, SubscribeError, SubscribeOptions, Subscriber};
 use thiserror::Error;
 
 /// What a hook asks the run loop to do next.
@@ -23,15 +25,112 @@ pub enum Flow {
 /// An error a consumer's hook returns (the run loop flushes what it can and returns it).
 pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A producer as consumers see it (borrowed from the subscriber; cheap to copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Producer<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// A short name (the program's, unless the experiment sets one).
+    pub name: &'a str,
+    /// The command line.
+    pub cmdline: &'a [String],
+    /// Run metadata: a session tag (groups runs of one study).
+    pub session_tag: Option<&'a str>,
+    /// Run metadata: a performance tag (e.g. the hardware or config variant).
+    pub perf_tag: Option<&'a str>,
+    /// The identity of its lane: the same across broker restarts (key per-producer state by
+    /// it).
+    pub lane_id: u64,
+    /// When the producer started, CLOCK_REALTIME nanoseconds.
+    pub started_nanos: u64,
+}
+
+impl<'a> From<&'a ProducerInfo> for Producer<'a> {
+    fn from(p: &'a ProducerInfo) -> Producer<'a> {
+        Producer {
+            pid: p.pid,
+            name: &p.name,
+            cmdline: &p.cmdline,
+            session_tag: p.session_tag.as_deref(),
+            perf_tag: p.perf_tag.as_deref(),
+            lane_id: p.lane_id,
+            started_nanos: p.started_nanos,
+        }
+    }
+}
+
+/// What a record says about itself besides its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordHeader {
+    /// The record's number in its producer's lane.
+    pub seq: u64,
+    /// When it was written (claimed), CLOCK_REALTIME nanoseconds.
+    pub t_nanos: u64,
+    /// Its severity.
+    pub level: Level,
+    /// The producer's key for the record's schema (one lane's numbering).
+    pub schema_key: u16,
+    /// The payload's schema version.
+    pub schema_version: u16,
+    /// The producer's id of the emitter (telemetry handle) that wrote it (0: none).
+    pub emitter_id: u16,
+    /// Payload length in bytes.
+    pub payload_len: usize,
+}
+
+impl From<&FrameMeta> for RecordHeader {
+    fn from(m: &FrameMeta) -> RecordHeader {
+        RecordHeader {
+            seq: m.seq,
+            t_nanos: m.t_nanos,
+            level: Level::from_wire(m.level),
+            schema_key: m.schema_key,
+            schema_version: m.schema_version,
+            emitter_id: m.emitter,
+            payload_len: m.payload_len,
+        }
+    }
+}
+
+/// A record of a subscribed schema, as [`Consumer::on_event`] gets it.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// The broker's id of the producer (for display: see [`Consumer::on_lag`]).
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: Producer<'a>,
+    /// The payload's schema.
+    pub schema: &'a Arc<SchemaDescriptor>,
+    /// The name of the telemetry handle that emitted it, if known.
+    pub emitter: Option<&'a str>,
+    /// Its header.
+    pub header: RecordHeader,
+    /// The payload (wire format of `schema`; decode with [`snapbus_bus::schemas::decode`]).
+    pub payload: &'a [u8],
+}
+
+impl<'a> From<&subscriber::Record<'a>> for Record<'a> {
+    fn from(r: &subscriber::Record<'a>) -> Record<'a> {
+        Record {
+            producer_id: r.producer_id,
+            producer: Producer::from(r.producer),
+            schema: r.schema,
+            emitter: r.emitter,
+            header: RecordHeader::from(&r.meta),
+            payload: r.payload,
+        }
+    }
+}
+
 /// A producer's lane appearing or going.
 #[derive(Debug, Clone, Copy)]
 pub enum ProducerChange<'a> {
     /// Its lane became readable.
-    Joined(&'a ProducerInfo),
+    Joined(Producer<'a>),
     /// It died; what it wrote is still delivered.
-    Died(&'a ProducerInfo),
+    Died(Producer<'a>),
     /// Its lane was read to the end.
-    Ended(&'a ProducerInfo),
+    Ended(Producer<'a>),
 }
 
 /// A consumer: every hook has a default body, so a consumer implements only what it needs.
@@ -51,12 +150,12 @@ pub trait Consumer {
     /// `producer_id` is the broker's current id of the producer, for display only: a
     /// restarted broker numbers producers anew (a re-adopted consumer sees the same lane under
     /// another id, and an old id may then name another producer). A consumer that keeps
-    /// state per producer keys it by [`ProducerInfo::lane_id`], which does not change; the
+    /// state per producer keys it by [`Producer::lane_id`], which does not change; the
     /// same holds for [`Record::producer_id`].
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         let _ = (producer_id, producer, lost);
@@ -90,7 +189,7 @@ pub struct RunOptions {
     /// Schema-id globs (empty: everything).
     pub globs: Vec<Glob>,
     /// Where to start in lanes that exist already.
-    pub start: StartFrom,
+    pub start: StartAt,
     /// How often [`Consumer::flush`] is called while running.
     pub flush_every: Duration,
     /// Return once every producer on the bus has ended.
@@ -119,7 +218,7 @@ impl RunOptions {
         RunOptions {
             kind: kind.into(),
             globs: Vec::new(),
-            start: StartFrom::Latest,
+            start: StartAt::Latest,
             flush_every: Duration::from_secs(1),
             until_end: false,
             handle_signals: true,
@@ -194,10 +293,7 @@ pub fn run<C: Consumer + ?Sized>(
             count_history_as_lost: opts.count_history_as_lost,
         },
     )?;
-    // Fingerprints cover id, version and type; the last schema's address saves the lookup
-    // for runs of one schema.
-    let mut seen_schemas: HashSet<u64> = HashSet::new();
-    let mut last_schema: Option<Arc<SchemaDescriptor>> = None;
+    let mut schemas = SeenSchemas::default();
     let mut last_flush = Instant::now();
     let mut since_clock = 0u32;
     let (mut delivered, mut lost) = (0u64, 0u64);
@@ -228,34 +324,7 @@ pub fn run<C: Consumer + ?Sized>(
                 since_clock = 64;
                 Ok(Flow::Continue)
             }
-            Some(Event::Record(r)) => {
-                let mut flow = Ok(Flow::Continue);
-                if !last_schema
-                    .as_ref()
-                    .is_some_and(|l| Arc::ptr_eq(l, r.schema))
-                {
-                    last_schema = Some(Arc::clone(r.schema));
-                    if seen_schemas.insert(r.schema.fingerprint()) {
-                        flow = consumer.on_schema(r.schema);
-                    }
-                }
-                if matches!(flow, Ok(Flow::Continue)) {
-                    delivered += 1;
-                    flow = consumer.on_event(&r);
-                }
-                flow
-            }
-            Some(Event::Lagged {
-                producer_id,
-                producer,
-                lost: n,
-            }) => {
-                lost += n;
-                consumer.on_lag(producer_id, producer, n)
-            }
-            Some(Event::Joined(p)) => consumer.on_producer(ProducerChange::Joined(p)),
-            Some(Event::Died(p)) => consumer.on_producer(ProducerChange::Died(p)),
-            Some(Event::Ended(p)) => consumer.on_producer(ProducerChange::Ended(p)),
+            Some(event) => dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost),
         };
         match flow {
             Ok(Flow::Continue) => {}
@@ -274,6 +343,54 @@ pub fn run<C: Consumer + ?Sized>(
         })
         .map_err(RunError::Hook);
     flush_then(consumer, result)
+}
+
+/// The schemas a run loop has announced ([`Consumer::on_schema`]). Fingerprints cover id,
+/// version and type; the last schema's address saves the lookup for runs of one schema.
+#[derive(Default)]
+struct SeenSchemas {
+    fingerprints: HashSet<u64>,
+    last: Option<Arc<SchemaDescriptor>>,
+}
+
+/// Hands one subscriber event to the consumer's hook (`on_schema` first for a schema not seen
+/// yet), counting records delivered and lost.
+fn dispatch<C: Consumer + ?Sized>(
+    consumer: &mut C,
+    event: Event<'_>,
+    schemas: &mut SeenSchemas,
+    delivered: &mut u64,
+    lost: &mut u64,
+) -> Result<Flow, HookError> {
+    match event {
+        Event::Record(r) => {
+            if !schemas
+                .last
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(l, r.schema))
+            {
+                schemas.last = Some(Arc::clone(r.schema));
+                if schemas.fingerprints.insert(r.schema.fingerprint())
+                    && consumer.on_schema(r.schema)? == Flow::Stop
+                {
+                    return Ok(Flow::Stop);
+                }
+            }
+            *delivered += 1;
+            consumer.on_event(&Record::from(&r))
+        }
+        Event::Lagged {
+            producer_id,
+            producer,
+            lost: n,
+        } => {
+            *lost += n;
+            consumer.on_lag(producer_id, producer.into(), n)
+        }
+        Event::Joined(p) => consumer.on_producer(ProducerChange::Joined(p.into())),
+        Event::Died(p) => consumer.on_producer(ProducerChange::Died(p.into())),
+        Event::Ended(p) => consumer.on_producer(ProducerChange::Ended(p.into())),
+    }
 }
 
 /// Flushes, then returns `result` (a flush error replaces a success).

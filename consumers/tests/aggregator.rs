@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
-use snapbus_bus::lane::FrameMeta;
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::Level;
+use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::lane::StartAt;
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{
     Aggregator, AggregatorOptions, EXPERIMENT, PublisherSink, Resume, Window,
 };
@@ -183,17 +185,16 @@ impl Feed {
     ) {
         let r = Record {
             producer_id: lane,
-            producer: &self.producers[&lane],
+            producer: snapbus_consumers::Producer::from(&self.producers[&lane]),
             schema,
             emitter: None,
-            meta: FrameMeta {
-                pos: 0,
+            header: snapbus_consumers::RecordHeader {
                 seq,
                 t_nanos,
                 schema_key: 1,
                 schema_version: 1,
-                level: 2,
-                emitter: 0,
+                level: Level::INFO,
+                emitter_id: 0,
                 payload_len: payload.len(),
             },
             payload,
@@ -202,8 +203,10 @@ impl Feed {
     }
 
     fn end<C: Consumer>(&self, c: &mut C, lane: u64) {
-        c.on_producer(ProducerChange::Ended(&self.producers[&lane]))
-            .expect("end");
+        c.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(
+            &self.producers[&lane],
+        )))
+        .expect("end");
     }
 }
 
@@ -547,7 +550,11 @@ fn a_restarted_worker_does_not_emit_a_window_twice_yet_its_experiment_counts_eve
     third.resume_from(resume);
     let feed = Feed::new(&[1]);
     third
-        .on_lag(1, &feed.producers[&1].clone(), 12)
+        .on_lag(
+            1,
+            snapbus_consumers::Producer::from(&feed.producers[&1].clone()),
+            12,
+        )
         .expect("lag");
     for (i, st) in steps.iter().enumerate().skip(12) {
         feed.send_at(&mut third, 1, st, 7, i as u64);
@@ -569,11 +576,13 @@ fn loss_is_reported_by_the_windows_it_fell_in_and_by_the_experiment() {
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 0, i), 1);
     }
-    agg.on_lag(1, &info, 3).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 3)
+        .expect("lag");
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 1, i), 1);
     }
-    agg.on_lag(1, &info, 2).expect("lag");
+    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 2)
+        .expect("lag");
     feed.end(&mut agg, 1);
     let lost: Vec<(String, u64)> = summaries(agg.sink())
         .iter()
@@ -765,17 +774,16 @@ fn csv_rows_are_the_summaries_and_a_restart_appends_under_the_same_header() {
     let err = c
         .on_event(&Record {
             producer_id: 1,
-            producer: &feed.producers[&1],
+            producer: snapbus_consumers::Producer::from(&feed.producers[&1]),
             schema: &schema,
             emitter: None,
-            meta: FrameMeta {
-                pos: 0,
+            header: snapbus_consumers::RecordHeader {
                 seq: 3,
                 t_nanos: 1,
                 schema_key: 1,
                 schema_version: 1,
-                level: 2,
-                emitter: 0,
+                level: Level::INFO,
+                emitter_id: 0,
                 payload_len: 0,
             },
             payload: &steps[3].encode_to_vec().expect("encode"),
@@ -794,14 +802,14 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let p = bus.publisher();
     let steps: Vec<Step> = (0..12).map(|i| step(1, 0, i / 4, i % 4)).collect();
     for st in &steps {
-        p.emit(2, 0, st).expect("emit");
+        p.emit(Level::INFO, 0, st).expect("emit");
     }
     p.close();
     let sink = PublisherSink::start(bus.dir(), "aggregator").expect("publisher");
     let own = sink.publisher().info().lane_id;
     let mut agg = Aggregator::new(AggregatorOptions::new(Window::Episode), sink);
     let mut opts = RunOptions::new("aggregator");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     opts.skip_lanes = vec![own];
@@ -832,7 +840,7 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let mut c = Collect(Sink::new());
     let mut o = RunOptions::new("collect");
     o.globs = vec![Glob::new("agg.step.summary").expect("glob")];
-    o.start = StartFrom::Oldest;
+    o.start = StartAt::Oldest;
     o.cut = true;
     o.until_end = true;
     o.handle_signals = false;

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::Level;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
 use snapbus_consumers::{RunOptions, run};
@@ -97,7 +98,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
     let p = bus.publisher();
     let n = 5000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
     }
     p.close();
     let mut plotter = Plotter::new(PlotterOptions {
@@ -113,7 +114,7 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
             .contains(&format!("/?token={}", server.token()))
     );
     let mut opts = RunOptions::new("plotter");
-    opts.start = StartFrom::Oldest;
+    opts.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
@@ -313,7 +314,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             let mut opts = RunOptions::new("plotter");
-            opts.start = StartFrom::Oldest;
+            opts.start = StartAt::Oldest;
             opts.handle_signals = false;
             opts.until_end = true;
             let s = run(&dir, &opts, &mut plotter, Some(&stop)).expect("run");
@@ -323,7 +324,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
     let p = bus.publisher();
     let n = 50_000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
         if i % 10_000 == 0 {
             assert_eq!(api.get("/api/series").0, 200);
         }

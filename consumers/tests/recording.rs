@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::Level;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::Publisher;
 use snapbus_bus::schemas::{Snapshot, Wire};
 use snapbus_bus::subscriber::Glob;
@@ -47,7 +48,8 @@ fn step(i: u64) -> Step {
 /// Records `n` steps emitted by a publisher on `bus` into `path` (rotation optional).
 fn record(bus: &Bus, p: &Publisher, path: &Path, n: u64, rotate: Option<u64>) -> Vec<PathBuf> {
     for i in 0..n {
-        p.emit(2, p.emitter("trainer"), &step(i)).expect("emit");
+        p.emit(Level::INFO, p.emitter("trainer"), &step(i))
+            .expect("emit");
     }
     p.close();
     let (delivered, files, messages) = record_to_end(bus, path, rotate);
@@ -63,7 +65,7 @@ fn record_to_end(bus: &Bus, path: &Path, rotate: Option<u64>) -> (u64, Vec<PathB
         path: path.to_owned(),
         rotate_bytes: rotate,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Oldest,
+        start: StartAt::Oldest,
     })
     .expect("create");
     let mut opts = rec.run_options("recorder");
@@ -136,7 +138,7 @@ fn a_recording_holds_every_record_with_its_schema_producer_and_metadata() {
     assert_eq!(m.channel.schema.id(), "rec.step");
     assert_eq!(*m.channel.schema, *Step::descriptor());
     assert_eq!(m.channel.emitter.as_deref(), Some("trainer"));
-    assert_eq!(m.channel.level, 2);
+    assert_eq!(m.channel.level, Level::INFO);
     let mut reader = RecordingReader::new(&bytes[..]);
     reader.by_ref().for_each(drop);
     assert!(
@@ -195,18 +197,24 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_000 + i,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, &info, &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            7,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     let bytes = std::fs::read(&path).expect("read");
@@ -374,7 +382,7 @@ struct Stalling {
 impl snapbus_consumers::Consumer for Stalling {
     fn on_event(
         &mut self,
-        r: &snapbus_bus::subscriber::Record<'_>,
+        r: &snapbus_consumers::Record<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         if let Some(tx) = self.started.take() {
             let _ = tx.send(());
@@ -387,7 +395,7 @@ impl snapbus_consumers::Consumer for Stalling {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &snapbus_bus::control::ProducerInfo,
+        producer: snapbus_consumers::Producer<'_>,
         lost: u64,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         self.inner.on_lag(producer_id, producer, lost)
@@ -410,7 +418,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
             path: path.clone(),
             rotate_bytes: None,
             writer: WriterOptions::new("recorder", "test"),
-            start: StartFrom::Latest,
+            start: StartAt::Latest,
         })
         .expect("create"),
         gate: Some(go_rx),
@@ -419,7 +427,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
     let dir = bus.dir().clone();
     let recorder = std::thread::spawn(move || {
         let mut opts = RunOptions::new("recorder");
-        opts.start = StartFrom::Latest;
+        opts.start = StartAt::Latest;
         opts.until_end = true;
         opts.handle_signals = false;
         let summary = run(&dir, &opts, &mut rec, None).expect("run");
@@ -431,7 +439,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
     // lane is 1 MiB; each record is about 80 bytes).
     let mut emitted = 0u64;
     loop {
-        p.emit(2, 0, &step(emitted)).expect("emit");
+        p.emit(Level::INFO, 0, &step(emitted)).expect("emit");
         emitted += 1;
         if started_rx.try_recv().is_ok() {
             break;
@@ -439,7 +447,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     for _ in 0..60_000 {
-        p.emit(2, 0, &step(emitted)).expect("emit");
+        p.emit(Level::INFO, 0, &step(emitted)).expect("emit");
         emitted += 1;
     }
     go_tx.send(()).expect("go");
@@ -575,7 +583,7 @@ struct Watching {
 impl snapbus_consumers::Consumer for Watching {
     fn on_event(
         &mut self,
-        r: &snapbus_bus::subscriber::Record<'_>,
+        r: &snapbus_consumers::Record<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         let flow = self.inner.on_event(r)?;
         let mut seen = self.seen.lock().expect("lock");
@@ -587,7 +595,7 @@ impl snapbus_consumers::Consumer for Watching {
     fn on_lag(
         &mut self,
         producer_id: u64,
-        producer: &snapbus_bus::control::ProducerInfo,
+        producer: snapbus_consumers::Producer<'_>,
         lost: u64,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
         self.inner.on_lag(producer_id, producer, lost)
@@ -625,7 +633,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     let d2 = named_publisher(&dir, "D2");
     for p in [&d1, &d2] {
         for _ in 0..10 {
-            p.emit(2, 0, &RecD { flag: true }).expect("emit");
+            p.emit(Level::INFO, 0, &RecD { flag: true }).expect("emit");
         }
     }
     let path = tmp("readopt.mcap");
@@ -637,7 +645,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
             path: path.clone(),
             rotate_bytes: None,
             writer: WriterOptions::new("recorder", "test"),
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
         })
         .expect("create"),
         seen: Arc::clone(&seen),
@@ -660,7 +668,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     let mut sent = (0u64, 0u32);
     let emit_ab = |sent: &mut (u64, u32)| {
         a.emit(
-            2,
+            Level::INFO,
             0,
             &RecA {
                 i: sent.0,
@@ -669,7 +677,7 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
         )
         .expect("emit a");
         b.emit(
-            2,
+            Level::INFO,
             0,
             &RecB {
                 x: sent.1 as f32,
@@ -700,9 +708,10 @@ fn a_recorder_re_adopted_by_a_restarted_broker_files_every_record_under_its_own_
     let n2 = named_publisher(&dir, "N2");
     let (lane_n1, lane_n2) = (n1.info().lane_id, n2.info().lane_id);
     for i in 0..10u32 {
-        n1.emit(2, 0, &RecB { x: 0.5, i }).expect("emit n1");
+        n1.emit(Level::INFO, 0, &RecB { x: 0.5, i })
+            .expect("emit n1");
         n2.emit(
-            2,
+            Level::INFO,
             0,
             &RecA {
                 i: u64::from(i),
@@ -769,7 +778,7 @@ fn a_recording_of_a_wrapped_ring_says_where_the_history_starts_and_what_was_over
     let p = bus.publisher();
     let n = 60_000u64;
     for i in 0..n {
-        p.emit(2, 0, &step(i)).expect("emit");
+        p.emit(Level::INFO, 0, &step(i)).expect("emit");
     }
     p.close();
     let path = tmp("wrapped.mcap");
@@ -815,18 +824,24 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        let meta = snapbus_consumers::RecordHeader {
             seq: i,
             t_nanos: 1_000 + i,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         };
-        w.write(7, &info, &desc, None, &meta, &payload)
-            .expect("write");
+        w.write(
+            7,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
     }
     w.finish().expect("finish");
     std::fs::read(&path).expect("read")
@@ -1062,19 +1077,18 @@ fn feed_record(
     seq: u64,
 ) {
     use snapbus_consumers::Consumer as _;
-    let r = snapbus_bus::subscriber::Record {
+    let r = snapbus_consumers::Record {
         producer_id,
-        producer: who,
+        producer: snapbus_consumers::Producer::from(who),
         schema,
         emitter: None,
-        meta: snapbus_bus::lane::FrameMeta {
-            pos: 0,
+        header: snapbus_consumers::RecordHeader {
             seq,
             t_nanos: 1_000 + seq,
             schema_key: 1,
             schema_version: 1,
-            level: 2,
-            emitter: 0,
+            level: snapbus_bus::Level::INFO,
+            emitter_id: 0,
             payload_len: payload.len(),
         },
         payload,
@@ -1100,7 +1114,7 @@ fn a_broker_id_reused_by_another_lane_does_not_misfile_records() {
         path: path.clone(),
         rotate_bytes: None,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Latest,
+        start: StartAt::Latest,
     })
     .expect("create");
     let feed = |rec: &mut Recorder, who: &ProducerInfo, schema: &Arc<_>, payload: Vec<u8>, seq| {
@@ -1157,7 +1171,7 @@ fn a_rotated_part_holds_each_history_with_its_first_record() {
         // record rotates, so a history record always fills its part.
         rotate_bytes: Some(1),
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Latest,
+        start: StartAt::Latest,
     })
     .expect("create");
     for seq in 0..3u32 {
@@ -1215,10 +1229,11 @@ fn losses_before_the_first_record_of_a_latest_recorder_are_loss_records() {
         path: path.clone(),
         rotate_bytes: None,
         writer: WriterOptions::new("recorder", "test"),
-        start: StartFrom::Latest,
+        start: StartAt::Latest,
     })
     .expect("create");
-    rec.on_lag(1, &who, 5).expect("on_lag");
+    rec.on_lag(1, snapbus_consumers::Producer::from(&who), 5)
+        .expect("on_lag");
     let payload = RecB { x: 0.0, i: 7 }.encode_to_vec().expect("encode");
     feed_record(&mut rec, 1, &who, &schema, &payload, 12);
     assert_eq!((rec.losses(), rec.history_losses()), (5, 0));

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::control::StartFrom;
 use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::Record;
 use snapbus_consumers::{Consumer, Flow, HookError, ProducerChange, RunOptions, StopReason, run};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -109,7 +111,7 @@ impl Bus {
     }
 }
 
-fn opts(start: StartFrom) -> RunOptions {
+fn opts(start: StartAt) -> RunOptions {
     let mut o = RunOptions::new("rt-test");
     o.globs = vec![Glob::new("rt.t*").expect("glob")];
     o.start = start;
@@ -123,12 +125,13 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
     let bus = Bus::start("rt1");
     let p = bus.publisher();
     for i in 0..500u64 {
-        p.emit(2, 0, &Tick { i }).expect("emit");
-        p.emit(2, 0, &Other { x: i as f32 }).expect("emit");
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+        p.emit(Level::INFO, 0, &Other { x: i as f32 })
+            .expect("emit");
     }
     p.close();
     let mut c = Recorder::default();
-    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::AllEnded);
     assert_eq!(summary.delivered, 500);
     assert_eq!(summary.lost, 0);
@@ -148,19 +151,19 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
     let bus = Bus::start("rt2");
     let p = bus.publisher();
     for i in 0..100u64 {
-        p.emit(2, 0, &Tick { i }).expect("emit");
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
     }
     let mut c = Recorder {
         stop_after: Some(10),
         ..Recorder::default()
     };
-    let summary = run(bus.dir(), &opts(StartFrom::Oldest), &mut c, None).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::Consumer);
     assert_eq!(c.ticks, (0..10).collect::<Vec<_>>());
     // The producer is still live: only the caller's flag ends this run.
     let stop = AtomicBool::new(true);
     let mut c = Recorder::default();
-    let summary = run(bus.dir(), &opts(StartFrom::Latest), &mut c, Some(&stop)).expect("run");
+    let summary = run(bus.dir(), &opts(StartAt::Latest), &mut c, Some(&stop)).expect("run");
     assert_eq!(summary.reason, StopReason::Stopped);
     assert!(c.flushes >= 1);
     drop(p);
@@ -170,13 +173,8 @@ fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
 fn without_a_bus_run_fails_with_the_message_users_see() {
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cons-nobus");
     let dir = BusDir::locate_in(&root, &BusName::new("nobody").expect("name"));
-    let err = run(
-        &dir,
-        &opts(StartFrom::Latest),
-        &mut Recorder::default(),
-        None,
-    )
-    .expect_err("no bus");
+    let err =
+        run(&dir, &opts(StartAt::Latest), &mut Recorder::default(), None).expect_err("no bus");
     assert!(
         err.to_string()
             .contains("no bus 'nobody' is running — start one with `snapbus up`"),

@@ -22,6 +22,10 @@
 //! - **Consumers can decode everything.** Every schema's descriptor is published before the
 //!   first record that uses it, so any consumer decodes any payload without the experiment's
 //!   types.
+//! - **Schemas known only at run time too.** [`Telemetry::snapshot_value`] takes a
+//!   `SchemaDescriptor` and a dynamic `Value` (language bindings, transformations) and encodes
+//!   it straight into the lane with the same guarantees and counters; a value that does not
+//!   match its descriptor is counted and nothing is written.
 //!
 //! # Example
 //!
@@ -87,14 +91,14 @@
 //! of the producer dying).
 
 pub mod filter;
-pub mod level;
 mod resource;
 mod telemetry;
 
 pub use filter::{Filter, FilterParseError};
-pub use level::{Level, LevelFilter};
 pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
 pub use snapbus_bus::lane::ClaimError;
+pub use snapbus_bus::level;
+pub use snapbus_bus::level::{Level, LevelFilter};
 pub use snapbus_bus::publisher::{EmitError, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{

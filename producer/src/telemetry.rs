@@ -12,8 +12,8 @@ use snapbus_bus::lane::layout::FRAME_HEADER_LEN;
 use snapbus_bus::lane::{Geometry, LaneConfig};
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig, PublisherStats};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_schemas::Snapshot;
 use snapbus_schemas::builtin::DurationSample;
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
 use crate::filter::Filter;
 use crate::level::{Level, LevelFilter};
@@ -415,6 +415,68 @@ impl Telemetry {
         level: Level,
         event: &T,
     ) -> Result<Option<u64>, EmitError> {
+        let Some((p, emitter)) = self.publisher_at(level)? else {
+            return Ok(None);
+        };
+        p.emit(level, emitter, event).map(Some)
+    }
+
+    /// Emits a snapshot whose schema is known only at run time (language bindings, replay,
+    /// transformations): `value` is checked against `schema`, measured, and encoded straight
+    /// into the lane with the codec's own writer (no intermediate buffer). The schema is
+    /// published to consumers before its first record, as for [`Telemetry::snapshot`], and
+    /// everything else is the same too: never blocks, fork-safe, cheap when the level is
+    /// off, and a record not written is counted in [`stats`] by reason. A `value` that does
+    /// not match `schema` is not written at all and is counted as an encode error.
+    ///
+    /// ```
+    /// use snapbus::Level;
+    /// use snapbus::schemas::{Field, SchemaDescriptor, TypeDesc, Value};
+    ///
+    /// // A schema built at run time (e.g. from a Python dataclass).
+    /// let schema = SchemaDescriptor::new(
+    ///     "lab.probe",
+    ///     1,
+    ///     TypeDesc::Struct {
+    ///         fields: vec![Field::new("step", TypeDesc::U32), Field::new("loss", TypeDesc::F64)],
+    ///     },
+    /// )?;
+    /// let value = Value::Struct(vec![
+    ///     ("step".into(), Value::U32(7)),
+    ///     ("loss".into(), Value::F64(0.25)),
+    /// ]);
+    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+    /// let telemetry = snapbus::telemetry!();
+    /// // A no-op here (no bus is running; counted as `no_bus`). With `snapbus up`, consumers
+    /// // receive it and decode it with the descriptor.
+    /// telemetry.snapshot_value(Level::INFO, &schema, &value);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn snapshot_value(&self, level: Level, schema: &SchemaDescriptor, value: &Value<'_>) {
+        if !self.level_enabled(level) {
+            return;
+        }
+        let _ = self.try_snapshot_value(level, schema, value);
+    }
+
+    /// As [`Telemetry::snapshot_value`], saying what happened (as [`Telemetry::try_snapshot`];
+    /// [`EmitError::Encode`] for a value that does not match `schema`).
+    pub fn try_snapshot_value(
+        &self,
+        level: Level,
+        schema: &SchemaDescriptor,
+        value: &Value<'_>,
+    ) -> Result<Option<u64>, EmitError> {
+        let Some((p, emitter)) = self.publisher_at(level)? else {
+            return Ok(None);
+        };
+        p.emit_value(level, emitter, schema, value).map(Some)
+    }
+
+    /// The publisher and this handle's emitter id if `level` passes the filter (`Ok(None)`
+    /// if not), or `NoLane` (counted as `no_bus`) before a bus was found.
+    fn publisher_at(&self, level: Level) -> Result<Option<(&'static Publisher, u16)>, EmitError> {
         if !self.level_enabled(level) {
             return Ok(None);
         }
@@ -422,15 +484,11 @@ impl Telemetry {
             no_bus();
             return Err(EmitError::NoLane("no bus was found yet"));
         };
-        self.emit(p, level, event).map(Some)
-    }
-
-    fn emit<T: Snapshot>(&self, p: &Publisher, level: Level, event: &T) -> Result<u64, EmitError> {
         let emitter = *self
             .target
             .emitter
             .get_or_init(|| p.emitter(&self.target.name));
-        p.emit(level.as_u8(), emitter, event)
+        Ok(Some((p, emitter)))
     }
 
     /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use snapbus::schemas::{Snapshot, Wire};
+use snapbus::schemas::{Field, SchemaDescriptor, Snapshot, TypeDesc, Value, Wire};
 use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
-use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
+use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
 use snapbus_schemas::builtin::{DurationSample, ResourceSample};
@@ -137,7 +138,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
                 Glob::new("test.*").expect("glob"),
                 Glob::new("snapbus.*").expect("glob"),
             ],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
@@ -326,7 +327,7 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
         SubscribeOptions {
             kind: "test".into(),
             globs: vec![Glob::new("test.event").expect("glob")],
-            start: StartFrom::Oldest,
+            start: StartAt::Oldest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
@@ -342,6 +343,39 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
         .collect();
     assert_eq!(outage_is, (0..2 * outage).collect::<Vec<_>>());
     drop(late);
+
+    // A schema known only at run time (`snapshot_value`) takes the same path: published to
+    // the subscriber, filtered by level, and a value that does not match its schema is an
+    // encode error, counted, with nothing written.
+    let dynamic = SchemaDescriptor::new(
+        "test.dynamic",
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new("x", TypeDesc::F64)],
+        },
+    )
+    .expect("schema");
+    let before = snapbus::stats();
+    let value = Value::Struct(vec![("x".into(), Value::F64(2.5))]);
+    let wrong = Value::Struct(vec![("x".into(), Value::U8(1))]);
+    assert!(matches!(
+        t.try_snapshot_value(Level::INFO, &dynamic, &wrong),
+        Err(EmitError::Encode(_))
+    ));
+    assert_eq!(
+        t.try_snapshot_value(Level::DEBUG, &dynamic, &value)
+            .expect("filtered"),
+        None
+    );
+    t.try_snapshot_value(Level::INFO, &dynamic, &value)
+        .expect("emit")
+        .expect("enabled");
+    let got = collect(&mut sub, 1);
+    assert_eq!(got["test.dynamic"], [2.5f64.to_le_bytes().to_vec()]);
+    let after = snapbus::stats();
+    assert_eq!(after.written(), before.written() + 1);
+    assert_eq!(after.lane.encode_errors, before.lane.encode_errors + 1);
+    assert_eq!(after.not_written(), before.not_written() + 1);
 
     // Closing the lane: the subscriber sees the stream end; later snapshots are counted.
     snapbus::shutdown();

@@ -2,5 +2,4 @@
 
 mod filter;
 mod lane_bytes;
-mod level;
 mod telemetry;

@@ -158,6 +158,7 @@ extern crate self as snapbus_schemas;
 
 pub mod builtin;
 mod desc;
+mod encode;
 mod error;
 pub mod json;
 mod snapshot;
@@ -169,6 +170,7 @@ pub use desc::{
     DESCRIPTOR_MAGIC, DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, SchemaDescriptor,
     TypeDesc, Variant, VariantKind, validate_schema_id,
 };
+pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
 pub use error::{DecodeError, DecodeErrorKind, DescriptorError, EncodeError, IncompatibleSchema};
 pub use snapbus_schemas_derive::{Snapshot, Wire};
 pub use snapshot::{
@@ -176,7 +178,7 @@ pub use snapshot::{
     first_difference,
 };
 pub use tensor::{Bytes, MAX_TENSOR_RANK, ShapeError, Tensor};
-pub use value::{Packed, TensorView, Value, decode, decode_from, encode_value};
+pub use value::{Packed, TensorView, Value, decode, decode_from};
 pub use wire::{Element, Wire, WireReader, WireWriter};
 
 /// Items used by the derive macros' generated code. Not a public API.

@@ -239,7 +239,7 @@ impl<M: LaneMem> Checked<M> {
                     self.buf = buf;
                     Outcome::Progress
                 }
-                Err(p) => Self::other(p),
+                Err(p) => Self::other(p.into()),
             }
         } else {
             match self.reader.poll() {

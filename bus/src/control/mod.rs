@@ -10,6 +10,6 @@ mod socket;
 
 pub use msg::{
     BusState, ConsumerInfo, ConsumerState, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
-    ProducerInfo, ProducerState, RefusedLane, SchemaState, StartFrom, ToBroker,
+    ProducerInfo, ProducerState, RefusedLane, SchemaState, ToBroker,
 };
 pub use socket::{Conn, ControlError, Listener};

@@ -25,17 +25,6 @@ pub struct ProducerInfo {
     pub started_nanos: u64,
 }
 
-/// Where a new consumer starts reading lanes that already exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum StartFrom {
-    /// Only records written from now on.
-    Latest,
-    /// The oldest records still in each ring.
-    Oldest,
-    /// Records at or after this CLOCK_REALTIME time (nanoseconds).
-    Time(u64),
-}
-
 /// What a consumer says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsumerInfo {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
 pub use reader::{
-    DEFAULT_STALL_TIMEOUT, Frame, FrameMeta, LaneReader, LaneStats, PayloadView, Poll, ReaderStats,
-    StartAt,
+    DEFAULT_STALL_TIMEOUT, Frame, FrameMeta, LaneReader, LaneStats, NoFrame, PayloadView, Poll,
+    ReaderStats, StartAt,
 };
 pub use set::ReaderSet;
 pub use writer::{Claim, ClaimError, LaneWriter, SharedLaneWriter, WriteError};

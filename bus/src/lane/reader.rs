@@ -20,8 +20,9 @@ use super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, f
 use crate::mem::LaneMem;
 use crate::sync::{Ordering, fence};
 
-/// Where a new reader starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a new reader starts: the one start position of the workspace (lane readers,
+/// subscribers, consumers and the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StartAt {
     /// At the oldest frame still in the ring (history).
     Oldest,
@@ -76,6 +77,30 @@ pub enum Poll<'a> {
     Pending,
     /// The writer closed the lane and every record was read.
     Closed,
+}
+
+/// Why [`LaneReader::read_in_place`] delivered no record: every [`Poll`] but a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoFrame {
+    /// As [`Poll::Lagged`].
+    Lagged(u64),
+    /// As [`Poll::Empty`].
+    Empty,
+    /// As [`Poll::Pending`].
+    Pending,
+    /// As [`Poll::Closed`].
+    Closed,
+}
+
+impl From<NoFrame> for Poll<'_> {
+    fn from(n: NoFrame) -> Self {
+        match n {
+            NoFrame::Lagged(lost) => Poll::Lagged(lost),
+            NoFrame::Empty => Poll::Empty,
+            NoFrame::Pending => Poll::Pending,
+            NoFrame::Closed => Poll::Closed,
+        }
+    }
 }
 
 /// A reader's own counters (private to the reader; nothing a reader does is visible to the
@@ -354,16 +379,16 @@ impl<M: LaneMem> LaneReader<M> {
     pub fn read_in_place<R>(
         &mut self,
         f: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,
-    ) -> Result<(FrameMeta, R), Poll<'static>> {
+    ) -> Result<(FrameMeta, R), NoFrame> {
         match self.cur.step(&self.lane, f) {
             Step::Deliver(meta, r) => {
                 self.cur.stats.delivered += 1;
                 Ok((meta, r))
             }
-            Step::Lagged(n) => Err(Poll::Lagged(n)),
-            Step::Empty => Err(Poll::Empty),
-            Step::Pending => Err(Poll::Pending),
-            Step::Closed => Err(Poll::Closed),
+            Step::Lagged(n) => Err(NoFrame::Lagged(n)),
+            Step::Empty => Err(NoFrame::Empty),
+            Step::Pending => Err(NoFrame::Pending),
+            Step::Closed => Err(NoFrame::Closed),
         }
     }
 }

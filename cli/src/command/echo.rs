@@ -5,11 +5,10 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use snapbus_bus::control::StartFrom;
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 
 use crate::bus::{bus_dir, globs, interrupted, record_json};
-use crate::cli::{EchoArgs, From};
+use crate::cli::EchoArgs;
 
 pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let globs = globs(&args.globs)?;
@@ -18,10 +17,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let opts = SubscribeOptions {
         kind: "echo".into(),
         globs,
-        start: match args.from {
-            From::Oldest => StartFrom::Oldest,
-            From::Latest => StartFrom::Latest,
-        },
+        start: args.from.start(),
         cut: false,
         skip_lanes: Vec::new(),
         count_history_as_lost: false,

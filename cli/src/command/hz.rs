@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 
 use crate::bus::{bus_dir, globs, interrupted};
@@ -25,7 +25,7 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
     let opts = SubscribeOptions {
         kind: "hz".into(),
         globs: globs(&args.globs)?,
-        start: StartFrom::Latest,
+        start: StartAt::Latest,
         cut: false,
         skip_lanes: Vec::new(),
         count_history_as_lost: false,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
@@ -106,9 +106,9 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
                     "snapbus record: restart {restart}: continuing with the records after {}",
                     crate::bus::utc(t)
                 );
-                StartFrom::Time(t + 1)
+                StartAt::Time(t + 1)
             }
-            None => StartFrom::Oldest,
+            None => StartAt::Oldest,
         };
     }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());

@@ -3,7 +3,7 @@
 //! are not disturbed: the rings are read like any consumer reads them.
 
 use anyhow::Context;
-use snapbus_bus::control::StartFrom;
+use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
@@ -34,10 +34,10 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let mut writer = WriterOptions::new("snapshot", dir.name().as_str());
     writer.overwrite = args.force;
     let start = match args.last {
-        Some(d) => StartFrom::Time(
+        Some(d) => StartAt::Time(
             now_realtime_nanos().saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         ),
-        None => StartFrom::Oldest,
+        None => StartAt::Oldest,
     };
     let mut recorder = Recorder::create(RecorderOptions {
         path: args.output.clone(),

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use snapbus_bus::Level;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::FrameMeta;
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_schemas::{Snapshot, Wire};
 
@@ -56,15 +56,20 @@ fn producer(pid: u32, name: &str) -> ProducerInfo {
     }
 }
 
-fn meta(seq: u64, key: u16, level: u8, emitter: u16, len: usize) -> FrameMeta {
-    FrameMeta {
-        pos: 0,
+fn meta(
+    seq: u64,
+    key: u16,
+    level: u8,
+    emitter: u16,
+    len: usize,
+) -> snapbus_consumers::RecordHeader {
+    snapbus_consumers::RecordHeader {
         seq,
         t_nanos: 1_700_000_000_000_000_000 + seq * 1_000_000,
         schema_key: key,
         schema_version: 1,
-        level,
-        emitter,
+        level: Level::from_wire(level),
+        emitter_id: emitter,
         payload_len: len,
     }
 }
@@ -111,7 +116,7 @@ fn two_producers(w: &mut RecordingWriter) {
         let emitter = if i % 3 == 0 { Some("policy") } else { None };
         w.write(
             1,
-            &p1,
+            snapbus_consumers::Producer::from(&p1),
             &step_desc,
             emitter,
             &meta(i, 1, 2, u16::from(emitter.is_some()), s.len()),
@@ -121,7 +126,7 @@ fn two_producers(w: &mut RecordingWriter) {
         let o = obs(i);
         w.write(
             2,
-            &p2,
+            snapbus_consumers::Producer::from(&p2),
             &obs_desc,
             None,
             &meta(i, 1, 1 + (i % 2) as u8, 0, o.len()),
@@ -129,8 +134,13 @@ fn two_producers(w: &mut RecordingWriter) {
         )
         .expect("write");
         if i == 6 {
-            w.write_loss(2, &p2, 17, 1_700_000_000_000_000_000 + i * 1_000_000)
-                .expect("loss");
+            w.write_loss(
+                2,
+                snapbus_consumers::Producer::from(&p2),
+                17,
+                1_700_000_000_000_000_000 + i * 1_000_000,
+            )
+            .expect("loss");
         }
     }
 }
@@ -153,7 +163,7 @@ fn main() {
         let s = step(i);
         w.write(
             7,
-            &info,
+            snapbus_consumers::Producer::from(&info),
             &desc,
             Some("trainer"),
             &meta(i, 1, 2, 1, s.len()),

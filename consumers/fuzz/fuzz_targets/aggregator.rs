@@ -14,13 +14,13 @@
 
 #![no_main]
 
+use snapbus_bus::Level;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::FrameMeta;
-use snapbus_bus::subscriber::Record;
+use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
 use snapbus_consumers::{Consumer, ProducerChange};
 use snapbus_schemas::{Bytes, SchemaDescriptor, Snapshot, Tensor, TypeDesc, Value, Wire, decode};
@@ -91,17 +91,16 @@ fuzz_target!(|data: &[u8]| {
         payloads = rest;
         let record = Record {
             producer_id: 1,
-            producer: &info,
+            producer: snapbus_consumers::Producer::from(&info),
             schema: &schema,
             emitter: None,
-            meta: FrameMeta {
-                pos: fed * 64,
+            header: snapbus_consumers::RecordHeader {
                 seq: fed,
                 t_nanos: fed * 1_000,
                 schema_key: 1,
                 schema_version: 1,
-                level: 2,
-                emitter: 0,
+                level: Level::INFO,
+                emitter_id: 0,
                 payload_len: payload.len(),
             },
             payload,
@@ -113,7 +112,9 @@ fuzz_target!(|data: &[u8]| {
         fed += 1;
     }
     for a in &mut aggs {
-        let _ = a.on_producer(ProducerChange::Ended(&info));
+        let _ = a.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(
+            &info,
+        )));
         for (desc, payload) in a.sink() {
             let v = decode(desc.root(), payload).expect("a summary decodes with its descriptor");
             match v.field("count") {

@@ -83,14 +83,15 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use snapbus_bus::control::{ProducerInfo, StartFrom};
+use snapbus_bus::Level;
 use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig, PublisherError};
+use snapbus_bus::lane::StartAt;
+use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig, PublisherError};
 use snapbus_bus::runtime::BusDir;
-use snapbus_bus::subscriber::{Glob, Record};
+use snapbus_bus::subscriber::Glob;
 use snapbus_schemas::SchemaDescriptor;
 
-use crate::{Consumer, Flow, HookError, ProducerChange, RunError, RunOptions};
+use crate::{Consumer, Flow, HookError, Producer, ProducerChange, Record, RunError, RunOptions};
 use plan::{Extracted, KeyValue, Plan, PlanError};
 pub use stats::{EXACT_QUANTILES_UP_TO, QUANTILE_RELATIVE_ACCURACY};
 use summary::{Acc, Closed, Emitted, Layout, Source};
@@ -205,7 +206,7 @@ pub struct PublisherSink {
 }
 
 /// Level of summary snapshots (INFO).
-const SUMMARY_LEVEL: u8 = 2;
+const SUMMARY_LEVEL: Level = Level::INFO;
 
 impl PublisherSink {
     /// Starts the producer (`name` in `snapbus ls`) on the bus of `dir`.
@@ -256,8 +257,13 @@ impl SummarySink for PublisherSink {
         };
         let version = u16::try_from(schema.version())
             .map_err(|_| format!("{} version {} > 65535", schema.id(), schema.version()))?;
-        self.publisher
-            .emit_raw(key, version, SUMMARY_LEVEL, self.emitter, payload)?;
+        let meta = EmitMeta {
+            schema_key: key,
+            schema_version: version,
+            level: SUMMARY_LEVEL,
+            emitter: self.emitter,
+        };
+        self.publisher.emit_raw(meta, payload)?;
         Ok(())
     }
 }
@@ -408,7 +414,7 @@ pub fn previous_summaries(
         Glob::new(&format!("*{SUMMARY_SUFFIX}"))
             .map_err(|e| RunError::Hook(e.to_string().into()))?,
     ];
-    run_opts.start = StartFrom::Oldest;
+    run_opts.start = StartAt::Oldest;
     run_opts.cut = true;
     run_opts.until_end = true;
     run_opts.handle_signals = false;
@@ -714,12 +720,12 @@ impl<S: SummarySink> Aggregator<S> {
         state
     }
 
-    fn producer(&mut self, info: &ProducerInfo) -> &mut ProducerState {
+    fn producer(&mut self, info: Producer<'_>) -> &mut ProducerState {
         self.producers
             .entry(info.lane_id)
             .or_insert_with(|| ProducerState {
                 source: Arc::new(Source {
-                    name: info.name.clone(),
+                    name: info.name.to_owned(),
                     pid: info.pid,
                     lane_id: info.lane_id,
                 }),
@@ -1144,7 +1150,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         if let Some(f) = g.add(
             self.out.opts.window,
             window_key,
-            (r.meta.t_nanos, r.meta.seq),
+            (r.header.t_nanos, r.header.seq),
             &self.scratch.values,
             plan.binary_leaves(),
             producer_lost,
@@ -1157,7 +1163,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_lag(
         &mut self,
         _producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         self.out.stats.lost += lost;

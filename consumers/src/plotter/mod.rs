@@ -27,12 +27,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::subscriber::Record;
 use snapbus_schemas::{DType, SchemaDescriptor, TypeDesc, Value, decode};
 
 use crate::aggregator::plan::{Extracted, Plan};
-use crate::{Consumer, Flow, HookError};
+use crate::{Consumer, Flow, HookError, Producer, Record};
 pub use http::{STREAM_EVERY, Server, serve};
 use store::{Frame, Image, Series};
 pub use store::{Store, XAxis};
@@ -112,7 +110,7 @@ impl Plotter {
         let new_series = |store: &mut Store, field: &str| {
             store.series.push(Series {
                 schema: r.schema.id().to_owned(),
-                producer: r.producer.name.clone(),
+                producer: r.producer.name.to_owned(),
                 pid: r.producer.pid,
                 field: field.to_owned(),
                 points: Default::default(),
@@ -129,7 +127,7 @@ impl Plotter {
             .map(|path| {
                 store.images.push(Image {
                     schema: r.schema.id().to_owned(),
-                    producer: r.producer.name.clone(),
+                    producer: r.producer.name.to_owned(),
                     pid: r.producer.pid,
                     field: path.clone(),
                     frame: None,
@@ -267,7 +265,7 @@ impl Consumer for Plotter {
         let Some(feeds) = self.schemas.get_mut(&key) else {
             return Ok(Flow::Continue);
         };
-        let t = r.meta.t_nanos as f64 / 1e9;
+        let t = r.header.t_nanos as f64 / 1e9;
         let extracted = match &feeds.plan {
             Some(plan) => plan.extract(r.payload, &mut self.scratch).is_ok(),
             None => false,
@@ -288,7 +286,7 @@ impl Consumer for Plotter {
                 let (buf, seq, time) = feeds.pending.get_or_insert_with(|| (Vec::new(), 0, 0.0));
                 buf.clear();
                 buf.extend_from_slice(r.payload);
-                (*seq, *time) = (r.meta.seq, t);
+                (*seq, *time) = (r.header.seq, t);
             }
             None
         };
@@ -305,7 +303,7 @@ impl Consumer for Plotter {
             }
         }
         if let Some(v) = &value {
-            set_frames(&mut store, &feeds.images, v, r.meta.seq, t);
+            set_frames(&mut store, &feeds.images, v, r.header.seq, t);
         }
         Ok(Flow::Continue)
     }
@@ -326,7 +324,7 @@ impl Consumer for Plotter {
     fn on_lag(
         &mut self,
         _producer_id: u64,
-        _producer: &ProducerInfo,
+        _producer: Producer<'_>,
         lost: u64,
     ) -> Result<Flow, HookError> {
         lock(&self.store)?.lost += lost;

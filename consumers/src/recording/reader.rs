@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use mcap::records::Record;
 use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
+use snapbus_bus::Level;
 use snapbus_schemas::{SchemaDescriptor, Snapshot, decode_versioned};
 use thiserror::Error;
 
@@ -113,7 +114,7 @@ pub struct ChannelInfo {
     /// The emitter name, if recorded.
     pub emitter: Option<String>,
     /// The records' level.
-    pub level: u8,
+    pub level: Level,
     /// Whether this channel carries [`LossRecord`]s.
     pub is_loss: bool,
     /// The channel's MCAP metadata, as written.
@@ -795,7 +796,10 @@ impl<R: Read> RecordingReader<R> {
             producer: get("producer").cloned().unwrap_or_default(),
             pid: get("pid").and_then(|v| v.parse().ok()).unwrap_or(0),
             emitter: get("emitter").cloned(),
-            level: get("level").and_then(|v| v.parse().ok()).unwrap_or(2),
+            level: get("level")
+                .and_then(|v| v.parse().ok())
+                .and_then(Level::from_u8)
+                .unwrap_or(Level::INFO),
             is_loss,
             schema,
             metadata: c.metadata,

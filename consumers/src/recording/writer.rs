@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mcap::records::{MessageHeader, Metadata};
-use snapbus_bus::control::ProducerInfo;
-use snapbus_bus::lane::FrameMeta;
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 use thiserror::Error;
+
+use crate::runtime::{Producer, RecordHeader};
 
 use super::{
     FORMAT_VERSION, LossRecord, MESSAGE_ENCODING, PRODUCER_METADATA, PROFILE, RECORDING_METADATA,
@@ -312,23 +312,23 @@ impl RecordingWriter {
     }
 
     /// Writes the producer's metadata record, once per lane.
-    fn producer(&mut self, producer_id: u64, info: &ProducerInfo) -> Result<(), WriteError> {
+    fn producer(&mut self, producer_id: u64, info: Producer<'_>) -> Result<(), WriteError> {
         if self.producers.contains_key(&info.lane_id) {
             return Ok(());
         }
         let mut meta = BTreeMap::new();
         meta.insert("id".into(), producer_id.to_string());
         meta.insert("pid".into(), info.pid.to_string());
-        meta.insert("name".into(), info.name.clone());
+        meta.insert("name".into(), info.name.to_owned());
         meta.insert(
             "cmdline".into(),
             serde_json::to_string(&info.cmdline).unwrap_or_default(),
         );
-        if let Some(t) = &info.session_tag {
-            meta.insert("session_tag".into(), t.clone());
+        if let Some(t) = info.session_tag {
+            meta.insert("session_tag".into(), t.to_owned());
         }
-        if let Some(t) = &info.perf_tag {
-            meta.insert("perf_tag".into(), t.clone());
+        if let Some(t) = info.perf_tag {
+            meta.insert("perf_tag".into(), t.to_owned());
         }
         meta.insert("lane_id".into(), format!("{:016x}", info.lane_id));
         meta.insert("started_nanos".into(), info.started_nanos.to_string());
@@ -344,7 +344,7 @@ impl RecordingWriter {
     pub fn write_history(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         history: &History,
     ) -> Result<(), WriteError> {
         self.producer(producer_id, producer)?;
@@ -394,7 +394,7 @@ impl RecordingWriter {
         &mut self,
         key: ChannelKey,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         schema: &SchemaDescriptor,
         emitter: Option<&str>,
     ) -> Result<u16, WriteError> {
@@ -407,7 +407,7 @@ impl RecordingWriter {
         let mut meta = BTreeMap::new();
         meta.insert("producer_id".into(), producer_id.to_string());
         meta.insert("lane_id".into(), format!("{:016x}", producer.lane_id));
-        meta.insert("producer".into(), producer.name.clone());
+        meta.insert("producer".into(), producer.name.to_owned());
         meta.insert("pid".into(), producer.pid.to_string());
         meta.insert("schema_version".into(), schema.version().to_string());
         meta.insert(
@@ -431,13 +431,18 @@ impl RecordingWriter {
     pub fn write(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         schema: &Arc<SchemaDescriptor>,
         emitter: Option<&str>,
-        meta: &FrameMeta,
+        header: &RecordHeader,
         payload: &[u8],
     ) -> Result<(), WriteError> {
-        let key = (producer.lane_id, meta.schema_key, meta.emitter, meta.level);
+        let key = (
+            producer.lane_id,
+            header.schema_key,
+            header.emitter_id,
+            header.level.as_u8(),
+        );
         let channel_id = match self.last {
             Some((k, id)) if k == key => id,
             _ => {
@@ -446,7 +451,7 @@ impl RecordingWriter {
                 id
             }
         };
-        self.write_message(channel_id, meta.seq, meta.t_nanos, payload)
+        self.write_message(channel_id, header.seq, header.t_nanos, payload)
     }
 
     fn write_message(
@@ -484,7 +489,7 @@ impl RecordingWriter {
     pub fn write_loss(
         &mut self,
         producer_id: u64,
-        producer: &ProducerInfo,
+        producer: Producer<'_>,
         lost: u64,
         t_nanos: u64,
     ) -> Result<(), WriteError> {
@@ -497,7 +502,7 @@ impl RecordingWriter {
                 let mut meta = BTreeMap::new();
                 meta.insert("producer_id".into(), producer_id.to_string());
                 meta.insert("lane_id".into(), format!("{:016x}", producer.lane_id));
-                meta.insert("producer".into(), producer.name.clone());
+                meta.insert("producer".into(), producer.name.to_owned());
                 meta.insert("pid".into(), producer.pid.to_string());
                 let id = self
                     .with_mcap(|m| m.add_channel(schema_id, desc.id(), MESSAGE_ENCODING, &meta))?;

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use snapbus_bus::control::StartFrom;
-use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::Level;
+use snapbus_bus::lane::{LaneConfig, StartAt};
+use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 use snapbus_schemas::{Bytes, Snapshot};
@@ -60,7 +61,7 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
             globs: Vec::new(),
             // Lanes of earlier runs are not read; this run's lane appears later and is read
             // from its first record.
-            start: StartFrom::Latest,
+            start: StartAt::Latest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
@@ -114,13 +115,18 @@ pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     let publisher = snapbus_benches::connected_publisher(dir, &args.rendezvous, lane)
         .map_err(|e| anyhow!(e))?;
     let key = publisher.register_schema(Blob::descriptor())?;
-    let version = Blob::VERSION as u16;
+    let meta = EmitMeta {
+        schema_key: key,
+        schema_version: Blob::VERSION as u16,
+        level: Level::INFO,
+        emitter: 0,
+    };
     let prefix = (args.size as u64).to_le_bytes();
     let report = run_producer(
         args,
         &prefix,
         |payload| {
-            publisher.emit_raw(key, version, 2, 0, payload)?;
+            publisher.emit_raw(meta, payload)?;
             Ok(())
         },
         || Ok(()),

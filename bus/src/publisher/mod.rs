@@ -14,25 +14,27 @@
 //! names and filter hook), and every later call goes there. Closing or dropping the parent's
 //! publisher in the child never closes the parent's lane.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot};
+use snapbus_schemas::EncodeError;
 use thiserror::Error;
 
 use crate::catalog::{CatalogError, CatalogWriter};
 use crate::control::{Conn, FromBroker, PROTOCOL_VERSION, ProducerInfo, ToBroker};
 use crate::doorbell::DoorbellPage;
 use crate::lane::{
-    ClaimError, LaneConfig, LaneOpenError, RecordMeta, SharedLaneWriter, ShmLane,
-    now_realtime_nanos,
+    ClaimError, LaneConfig, LaneOpenError, SharedLaneWriter, ShmLane, now_realtime_nanos,
 };
 use crate::mem::ShmMem;
 use crate::runtime::BusDir;
+
+mod emit;
+
+pub use emit::EmitMeta;
 
 /// How often a producer without a broker looks for one.
 pub const RETRY: Duration = Duration::from_millis(200);
@@ -172,21 +174,6 @@ pub struct Publisher {
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A thread's cached copy of a publisher's wake state.
-struct WakeCache {
-    publisher: u64,
-    generation: u64,
-    page: Option<Arc<DoorbellPage>>,
-    mask: u64,
-}
-
-thread_local! {
-    /// (publisher id, descriptor address, key), most recently used first.
-    static KEY_CACHE: RefCell<Vec<(u64, usize, u16)>> = const { RefCell::new(Vec::new()) };
-    /// This thread's copy of the wake state, checked against `wake_gen` on every emit.
-    static WAKE_CACHE: RefCell<Option<WakeCache>> = const { RefCell::new(None) };
-}
 
 impl Publisher {
     /// Creates this process's lane and catalog and starts looking for the broker of `dir`.
@@ -418,208 +405,6 @@ impl Publisher {
         id
     }
 
-    /// The schema key of `desc` in this lane, registering it in the catalog the first time.
-    fn schema_key(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
-        let ptr = desc as *const SchemaDescriptor as usize;
-        let id = self.inner.id;
-        let cached = KEY_CACHE.with(|c| {
-            let c = c.borrow();
-            c.iter()
-                .find(|&&(p, d, _)| p == id && d == ptr)
-                .map(|&(_, _, k)| k)
-        });
-        if let Some(k) = cached {
-            return Ok(k);
-        }
-        let key = self.register(desc)?;
-        KEY_CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            c.insert(0, (id, ptr, key));
-            c.truncate(32);
-        });
-        Ok(key)
-    }
-
-    fn register(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
-        let ptr = desc as *const SchemaDescriptor as usize;
-        let mut keys = self
-            .inner
-            .keys
-            .lock()
-            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
-        if let Some(&k) = keys.by_ptr.get(&ptr) {
-            return Ok(k);
-        }
-        let key = Self::key_of(&mut keys, desc)?;
-        keys.by_ptr.insert(ptr, key);
-        Ok(key)
-    }
-
-    /// The key of `desc` (by id, version and fingerprint), registering it the first time.
-    fn key_of(keys: &mut Keys, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
-        let fp = (desc.id().to_owned(), desc.version(), desc.fingerprint());
-        let key = match keys.by_fingerprint.get(&fp) {
-            Some(&k) => k,
-            None => {
-                // Key 0 is never used, so a zeroed frame header names no schema.
-                let k = u16::try_from(keys.by_fingerprint.len() + 1)
-                    .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
-                if u16::try_from(desc.version()).is_err() {
-                    return Err(EmitError::NoKey(desc.id().to_owned()));
-                }
-                keys.catalog.add_schema(k, desc)?;
-                keys.by_fingerprint.insert(fp, k);
-                k
-            }
-        };
-        Ok(key)
-    }
-
-    /// Registers a schema known only at run time (a replayed recording's), returning the key to
-    /// pass to [`emit_raw`](Self::emit_raw).
-    pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
-        let p = self.here().ok_or_else(no_own_lane)?;
-        let mut keys = p
-            .inner
-            .keys
-            .lock()
-            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
-        Self::key_of(&mut keys, desc)
-    }
-
-    /// Emits an already-encoded payload of the schema registered as `key` (version
-    /// `version`). The payload is not checked against the schema: it must be a payload some
-    /// producer wrote with that schema (replay copies them from a CRC-checked recording).
-    pub fn emit_raw(
-        &self,
-        key: u16,
-        version: u16,
-        level: u8,
-        emitter: u16,
-        payload: &[u8],
-    ) -> Result<u64, EmitError> {
-        if !self.is_own() {
-            return match self.forked() {
-                Some(p) => p.emit_raw(key, version, level, emitter, payload),
-                None => Err(self.count_no_lane()),
-            };
-        }
-        let meta = RecordMeta {
-            schema_key: key,
-            schema_version: version,
-            level,
-            emitter,
-        };
-        let mut claim = self.claim(payload.len(), meta)?;
-        claim.payload_mut().copy_from_slice(payload);
-        let seq = claim.seq();
-        claim.commit();
-        self.ring();
-        Ok(seq)
-    }
-
-    /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.
-    /// Never waits for a consumer; failures are counted and returned.
-    #[inline]
-    pub fn emit<T: Snapshot>(&self, level: u8, emitter: u16, value: &T) -> Result<u64, EmitError> {
-        if !self.is_own() {
-            return self.emit_forked(level, emitter, value);
-        }
-        let key = match self.schema_key(T::descriptor()) {
-            Ok(k) => k,
-            Err(e) => {
-                self.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        let meta = RecordMeta {
-            schema_key: key,
-            schema_version: T::VERSION as u16,
-            level,
-            emitter,
-        };
-        let mut claim = self.claim(value.encoded_len(), meta)?;
-        if let Err(e) = value.encode_into(claim.payload_mut()) {
-            // Dropping the claim turns it into an aborted frame.
-            self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(e.into());
-        }
-        let seq = claim.seq();
-        claim.commit();
-        self.ring();
-        Ok(seq)
-    }
-
-    /// [`emit`](Self::emit) in a forked child: through the child's own publisher (out of line,
-    /// so the parent's emit stays small; a child pays a call and a `OnceLock` load more).
-    #[cold]
-    #[inline(never)]
-    fn emit_forked<T: Snapshot>(
-        &self,
-        level: u8,
-        emitter: u16,
-        value: &T,
-    ) -> Result<u64, EmitError> {
-        match self.forked() {
-            Some(p) => p.emit(level, emitter, value),
-            None => Err(self.count_no_lane()),
-        }
-    }
-
-    #[cold]
-    fn count_no_lane(&self) -> EmitError {
-        self.inner.no_lane_drops.fetch_add(1, Ordering::Relaxed);
-        no_own_lane()
-    }
-
-    /// Claims room in the lane, counting a claim refused because the lane is closed (the lane
-    /// counts the other refusals itself).
-    #[inline]
-    fn claim(
-        &self,
-        payload_len: usize,
-        meta: RecordMeta,
-    ) -> Result<crate::lane::Claim<'_, ShmMem>, ClaimError> {
-        let claim = self.inner.writer.claim(payload_len, meta);
-        if let Err(ClaimError::Closed) = claim {
-            self.inner.closed_drops.fetch_add(1, Ordering::Relaxed);
-        }
-        claim
-    }
-
-    /// Rings the doorbells of sleeping subscribers (a thread-local cached page and mask).
-    #[inline]
-    fn ring(&self) {
-        let generation = self.inner.wake_gen.load(Ordering::Acquire);
-        let id = self.inner.id;
-        WAKE_CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            let fresh = c
-                .as_ref()
-                .is_some_and(|w| w.publisher == id && w.generation == generation);
-            if !fresh {
-                let (page, mask) = match self.inner.wake.lock() {
-                    Ok(w) => (w.page.clone(), w.mask),
-                    Err(_) => (None, 0),
-                };
-                *c = Some(WakeCache {
-                    publisher: id,
-                    generation,
-                    page,
-                    mask,
-                });
-            }
-            if let Some(WakeCache {
-                page: Some(page),
-                mask,
-                ..
-            }) = &*c
-            {
-                page.ring_mask(*mask);
-            }
-        });
-    }
-
     fn set_wake(inner: &Inner, page: Option<Arc<DoorbellPage>>, mask: Option<u64>) {
         if let Ok(mut w) = inner.wake.lock() {
             if let Some(p) = page {
@@ -631,10 +416,6 @@ impl Publisher {
             inner.wake_gen.fetch_add(1, Ordering::Release);
         }
     }
-}
-
-fn no_own_lane() -> EmitError {
-    EmitError::NoLane("this forked process could not create a lane of its own")
 }
 
 impl Publisher {

@@ -1,7 +1,8 @@
 //! Severity levels and level filters (the shape of tracing-core's `Level` / `LevelFilter`).
 //!
 //! A level is stored as one byte in every frame header: `TRACE = 0`, `DEBUG = 1`, `INFO = 2`,
-//! `WARN = 3`, `ERROR = 4`; a larger number is more severe.
+//! `WARN = 3`, `ERROR = 4`; a larger number is more severe. Producers (`snapbus::Level`, the
+//! same type) and consumers share it, so no side handles a bare byte.
 
 use std::fmt;
 use std::str::FromStr;
@@ -34,6 +35,12 @@ impl Level {
     /// The level stored as `b`, if it is one (`0..=4`).
     pub const fn from_u8(b: u8) -> Option<Level> {
         if b <= 4 { Some(Level(b)) } else { None }
+    }
+
+    /// The level a frame header's byte names, for readers of lanes (which are untrusted): a
+    /// byte above `ERROR` (never written by a snapbus producer) reads as `ERROR`.
+    pub const fn from_wire(b: u8) -> Level {
+        Level(if b > 4 { 4 } else { b })
     }
 
     fn name(self) -> &'static str {

@@ -1,6 +1,6 @@
 //! Levels and level filters.
 
-use snapbus::{Level, LevelFilter};
+use snapbus_bus::{Level, LevelFilter};
 
 const ALL: [Level; 5] = [
     Level::TRACE,

@@ -1,0 +1,342 @@
+//! The emit path: three ways in (`emit` for a typed [`Snapshot`], `emit_value` for a schema
+//! known only at run time, `emit_raw` for an encoded payload) and one claim, fill, commit and
+//! ring sequence ([`Publisher::write_record`]). Schema keys and the wake state are cached per
+//! thread, so an emit takes no lock but the claim's.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value, ValueEncoder};
+
+use super::{EmitError, Keys, Publisher};
+use crate::doorbell::DoorbellPage;
+use crate::lane::{ClaimError, RecordMeta};
+use crate::level::Level;
+use crate::mem::ShmMem;
+
+/// What a record says about itself besides its payload, as a producer hands it to
+/// [`Publisher::emit_raw`]: which registered schema and version, how severe, which emitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EmitMeta {
+    /// The schema's key in this lane ([`Publisher::register_schema`]).
+    pub schema_key: u16,
+    /// The payload's schema version.
+    pub schema_version: u16,
+    /// Its severity.
+    pub level: Level,
+    /// Which emitter (telemetry handle) wrote it ([`Publisher::emitter`]; 0 for none).
+    pub emitter: u16,
+}
+
+impl EmitMeta {
+    /// The lane's frame metadata (the level as its wire byte).
+    fn record(self) -> RecordMeta {
+        RecordMeta {
+            schema_key: self.schema_key,
+            schema_version: self.schema_version,
+            level: self.level.as_u8(),
+            emitter: self.emitter,
+        }
+    }
+}
+
+/// A thread's cached copy of a publisher's wake state.
+struct WakeCache {
+    publisher: u64,
+    generation: u64,
+    page: Option<Arc<DoorbellPage>>,
+    mask: u64,
+}
+
+thread_local! {
+    /// (publisher id, descriptor address, key), most recently used first.
+    static KEY_CACHE: RefCell<Vec<(u64, usize, u16)>> = const { RefCell::new(Vec::new()) };
+    /// (publisher id, descriptor fingerprint, key) of run-time schemas
+    /// ([`Publisher::emit_value`]), most recently used first.
+    static DYN_KEY_CACHE: RefCell<Vec<(u64, u64, u16)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's copy of the wake state, checked against `wake_gen` on every emit.
+    static WAKE_CACHE: RefCell<Option<WakeCache>> = const { RefCell::new(None) };
+}
+
+impl Publisher {
+    /// The schema key of `desc` in this lane, registering it in the catalog the first time.
+    fn schema_key(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
+        let ptr = desc as *const SchemaDescriptor as usize;
+        let id = self.inner.id;
+        let cached = KEY_CACHE.with(|c| {
+            let c = c.borrow();
+            c.iter()
+                .find(|&&(p, d, _)| p == id && d == ptr)
+                .map(|&(_, _, k)| k)
+        });
+        if let Some(k) = cached {
+            return Ok(k);
+        }
+        let key = self.register(desc)?;
+        KEY_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.insert(0, (id, ptr, key));
+            c.truncate(32);
+        });
+        Ok(key)
+    }
+
+    fn register(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
+        let ptr = desc as *const SchemaDescriptor as usize;
+        let mut keys = self
+            .inner
+            .keys
+            .lock()
+            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        if let Some(&k) = keys.by_ptr.get(&ptr) {
+            return Ok(k);
+        }
+        let key = Self::key_of(&mut keys, desc)?;
+        keys.by_ptr.insert(ptr, key);
+        Ok(key)
+    }
+
+    /// The key of `desc` (by id, version and fingerprint), registering it the first time.
+    fn key_of(keys: &mut Keys, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
+        let fp = (desc.id().to_owned(), desc.version(), desc.fingerprint());
+        let key = match keys.by_fingerprint.get(&fp) {
+            Some(&k) => k,
+            None => {
+                // Key 0 is never used, so a zeroed frame header names no schema.
+                let k = u16::try_from(keys.by_fingerprint.len() + 1)
+                    .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+                if u16::try_from(desc.version()).is_err() {
+                    return Err(EmitError::NoKey(desc.id().to_owned()));
+                }
+                keys.catalog.add_schema(k, desc)?;
+                keys.by_fingerprint.insert(fp, k);
+                k
+            }
+        };
+        Ok(key)
+    }
+
+    /// Registers a schema known only at run time (a replayed recording's), returning the key to
+    /// put in the [`EmitMeta`] of [`emit_raw`](Self::emit_raw).
+    pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
+        let p = self.here().ok_or_else(no_own_lane)?;
+        let mut keys = p
+            .inner
+            .keys
+            .lock()
+            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        Self::key_of(&mut keys, desc)
+    }
+
+    /// Emits an already-encoded payload of the schema registered as `meta.schema_key`. The
+    /// payload is not checked against the schema: it must be a payload some producer wrote
+    /// with that schema (replay copies them from a CRC-checked recording).
+    pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
+        if !self.is_own() {
+            return match self.forked() {
+                Some(p) => p.emit_raw(meta, payload),
+                None => Err(self.count_no_lane()),
+            };
+        }
+        self.write_record(meta.record(), payload.len(), |buf| {
+            buf.copy_from_slice(payload);
+            Ok(())
+        })
+    }
+
+    /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.
+    /// Never waits for a consumer; failures are counted and returned.
+    #[inline]
+    pub fn emit<T: Snapshot>(
+        &self,
+        level: Level,
+        emitter: u16,
+        value: &T,
+    ) -> Result<u64, EmitError> {
+        if !self.is_own() {
+            return self.emit_forked(level, emitter, value);
+        }
+        let key = match self.schema_key(T::descriptor()) {
+            Ok(k) => k,
+            Err(e) => {
+                self.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let meta = RecordMeta {
+            schema_key: key,
+            schema_version: T::VERSION as u16,
+            level: level.as_u8(),
+            emitter,
+        };
+        self.write_record(meta, value.encoded_len(), |buf| {
+            value.encode_into(buf).map(|_| ())
+        })
+    }
+
+    /// Encodes a dynamic `value` of the schema `desc` (known only at run time: language
+    /// bindings, replay) straight into the lane with the codec's own writer: its exact length
+    /// first, then in place in the claimed frame, with no intermediate buffer. The schema is
+    /// registered on first use. Same guarantees and counters as [`emit`](Self::emit): never
+    /// waits, fork-safe, and a value that does not match `desc` is an
+    /// [`EmitError::Encode`], counted in `encode_errors`, with nothing written to the lane.
+    pub fn emit_value(
+        &self,
+        level: Level,
+        emitter: u16,
+        desc: &SchemaDescriptor,
+        value: &Value<'_>,
+    ) -> Result<u64, EmitError> {
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        let encoder = match ValueEncoder::new(desc.root(), value) {
+            Ok(e) => e,
+            Err(e) => {
+                p.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let key = match p.dynamic_key(desc) {
+            Ok(k) => k,
+            Err(e) => {
+                p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let meta = RecordMeta {
+            schema_key: key,
+            // `key_of` refuses versions above `u16::MAX`.
+            schema_version: desc.version() as u16,
+            level: level.as_u8(),
+            emitter,
+        };
+        p.write_record(meta, encoder.encoded_len(), |buf| {
+            encoder.encode_into(buf).map(|_| ())
+        })
+    }
+
+    /// The key of a run-time schema in this (own) publisher's lane: a thread-local cache by
+    /// fingerprint, else [`Self::key_of`] under the lock.
+    fn dynamic_key(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
+        let (id, fp) = (self.inner.id, desc.fingerprint());
+        let cached = DYN_KEY_CACHE.with(|c| {
+            c.borrow()
+                .iter()
+                .find(|&&(p, f, _)| p == id && f == fp)
+                .map(|&(_, _, k)| k)
+        });
+        if let Some(k) = cached {
+            return Ok(k);
+        }
+        let mut keys = self
+            .inner
+            .keys
+            .lock()
+            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        let key = Self::key_of(&mut keys, desc)?;
+        DYN_KEY_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.insert(0, (id, fp, key));
+            c.truncate(32);
+        });
+        Ok(key)
+    }
+
+    /// Claims `payload_len` bytes, lets `fill` write the payload in place, and commits (then
+    /// rings the doorbells). A `fill` that fails leaves an aborted frame (the claim is
+    /// dropped) and is counted in `encode_errors`.
+    #[inline]
+    fn write_record(
+        &self,
+        meta: RecordMeta,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+    ) -> Result<u64, EmitError> {
+        let mut claim = self.claim(payload_len, meta)?;
+        if let Err(e) = fill(claim.payload_mut()) {
+            // Dropping the claim turns it into an aborted frame.
+            self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(e.into());
+        }
+        let seq = claim.seq();
+        claim.commit();
+        self.ring();
+        Ok(seq)
+    }
+
+    /// [`emit`](Self::emit) in a forked child: through the child's own publisher (out of line,
+    /// so the parent's emit stays small; a child pays a call and a `OnceLock` load more).
+    #[cold]
+    #[inline(never)]
+    fn emit_forked<T: Snapshot>(
+        &self,
+        level: Level,
+        emitter: u16,
+        value: &T,
+    ) -> Result<u64, EmitError> {
+        match self.forked() {
+            Some(p) => p.emit(level, emitter, value),
+            None => Err(self.count_no_lane()),
+        }
+    }
+
+    #[cold]
+    fn count_no_lane(&self) -> EmitError {
+        self.inner.no_lane_drops.fetch_add(1, Ordering::Relaxed);
+        no_own_lane()
+    }
+
+    /// Claims room in the lane, counting a claim refused because the lane is closed (the lane
+    /// counts the other refusals itself).
+    #[inline]
+    fn claim(
+        &self,
+        payload_len: usize,
+        meta: RecordMeta,
+    ) -> Result<crate::lane::Claim<'_, ShmMem>, ClaimError> {
+        let claim = self.inner.writer.claim(payload_len, meta);
+        if let Err(ClaimError::Closed) = claim {
+            self.inner.closed_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        claim
+    }
+
+    /// Rings the doorbells of sleeping subscribers (a thread-local cached page and mask).
+    #[inline]
+    pub(super) fn ring(&self) {
+        let generation = self.inner.wake_gen.load(Ordering::Acquire);
+        let id = self.inner.id;
+        WAKE_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            let fresh = c
+                .as_ref()
+                .is_some_and(|w| w.publisher == id && w.generation == generation);
+            if !fresh {
+                let (page, mask) = match self.inner.wake.lock() {
+                    Ok(w) => (w.page.clone(), w.mask),
+                    Err(_) => (None, 0),
+                };
+                *c = Some(WakeCache {
+                    publisher: id,
+                    generation,
+                    page,
+                    mask,
+                });
+            }
+            if let Some(WakeCache {
+                page: Some(page),
+                mask,
+                ..
+            }) = &*c
+            {
+                page.ring_mask(*mask);
+            }
+        });
+    }
+}
+
+fn no_own_lane() -> EmitError {
+    EmitError::NoLane("this forked process could not create a lane of its own")
+}
