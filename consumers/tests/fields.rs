@@ -8,17 +8,7 @@ use snapbus_consumers::fields::{
 };
 use snapbus_schemas::{Snapshot, Tensor, Wire};
 
-#[derive(Wire, Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    Train,
-    Eval,
-}
-
-#[derive(Wire, Debug, Clone, PartialEq)]
-struct Info {
-    loss: f64,
-    note: String,
-}
+use crate::aggregator::{Info, Mode};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "fields.step", version = 1)]
