@@ -7,8 +7,6 @@ use snapbus_bus::runtime::BusDir;
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_schemas::SchemaDescriptor;
 
-#[cfg(doc)]
-use super::Aggregator;
 use super::options::{AggregatorOptions, Window};
 use super::summary::{self, EXPERIMENT, Emitted, SUMMARY_SUFFIX};
 use crate::{Consumer, Flow, HookError, RunError, RunOptions};
@@ -60,7 +58,7 @@ impl Resume {
 }
 
 /// Reads the summaries still in the rings that producers named `name` emitted (an earlier run
-/// of this worker), for [`Aggregator::resume_from`].
+/// of this worker), for [`Aggregator::resume_from`](super::Aggregator::resume_from).
 pub fn previous_summaries(
     dir: &BusDir,
     name: &str,
