@@ -1,7 +1,9 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
 //! [`run`] it. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
 //! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
-//! [`replay`] (republishing a recording into a bus), [`aggregator`] (per-window and
+//! [`replay`] (republishing a recording into a bus), [`fields`] (dotted field paths and
+//! allocation-free extraction of numeric leaves, shared by everything that flattens a
+//! schema), [`aggregator`] (per-window and
 //! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots) and
 //! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas).
 //!
@@ -55,6 +57,7 @@
 //! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
 
 pub mod aggregator;
+pub mod fields;
 pub mod plotter;
 pub mod recorder;
 pub mod recording;

@@ -21,15 +21,15 @@ use snapbus_schemas::{SchemaDescriptor, Snapshot, Tensor, Value, Wire, decode};
 use crate::runtime::Bus;
 
 #[derive(Wire, Debug, Clone, Copy, PartialEq)]
-enum Mode {
+pub(crate) enum Mode {
     Train,
     Eval,
 }
 
 #[derive(Wire, Debug, Clone, PartialEq)]
-struct Info {
-    loss: f64,
-    note: String,
+pub(crate) struct Info {
+    pub(crate) loss: f64,
+    pub(crate) note: String,
 }
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]

@@ -1,6 +1,7 @@
 //! Integration tests of the consumer runtime (one test binary, a module per area).
 
 mod aggregator;
+mod fields;
 mod plotter;
 mod recording;
 mod runtime;

@@ -7,8 +7,8 @@ use snapbus_schemas::{
     DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, decode, encode_value,
 };
 
-use super::plan::{KeyType, KeyValue};
 use super::stats::{QUANTILES, Stat};
+use crate::fields::{KeyType, KeyValue};
 
 /// The suffix of summary schema ids: `demo.step` is summarized as `demo.step.summary`.
 pub const SUMMARY_SUFFIX: &str = ".summary";

@@ -27,9 +27,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use snapbus_schemas::{DType, SchemaDescriptor, TypeDesc, Value, decode};
+use snapbus_schemas::{DType, SchemaDescriptor, Value, decode};
 
-use crate::aggregator::plan::{Extracted, Plan};
+use crate::fields::{Extracted, Plan, tensor_paths};
 use crate::{Consumer, Flow, HookError, Producer, Record};
 pub use http::{STREAM_EVERY, Server, serve};
 use store::{Frame, Image, Series};
@@ -69,7 +69,7 @@ pub struct Plotter {
 
 /// What the records of one schema from one producer feed.
 struct Feeds {
-    plan: Option<Plan>,
+    plan: Plan,
     /// Series id per leaf of the plan.
     series: Vec<usize>,
     /// (dotted path, image id) per tensor field.
@@ -103,9 +103,8 @@ impl Plotter {
         if self.schemas.contains_key(&key) {
             return Ok(());
         }
-        let plan = Plan::compile(r.schema.root(), &[], None, &[]).ok();
-        let mut tensors = Vec::new();
-        tensor_paths(r.schema.root(), "", &mut tensors);
+        let plan = Plan::numeric(r.schema.root());
+        let tensors = tensor_paths(r.schema.root());
         let mut store = lock(&self.store)?;
         let new_series = |store: &mut Store, field: &str| {
             store.series.push(Series {
@@ -119,9 +118,10 @@ impl Plotter {
             store.series.len() - 1
         };
         let series = plan
-            .as_ref()
-            .map(|p| p.leaves.iter().map(|l| new_series(&mut store, l)).collect())
-            .unwrap_or_default();
+            .leaves()
+            .iter()
+            .map(|l| new_series(&mut store, l))
+            .collect();
         let images = tensors
             .into_iter()
             .map(|path| {
@@ -158,24 +158,6 @@ fn lock(store: &Mutex<Store>) -> Result<MutexGuard<'_, Store>, HookError> {
     store
         .lock()
         .map_err(|_| "the plotter's store was poisoned by a panic".into())
-}
-
-/// Dotted paths of the tensor fields reachable through structs.
-fn tensor_paths(desc: &TypeDesc, path: &str, out: &mut Vec<String>) {
-    match desc {
-        TypeDesc::Tensor { .. } => out.push(path.to_owned()),
-        TypeDesc::Struct { fields } => {
-            for f in fields {
-                let p = if path.is_empty() {
-                    f.name.clone()
-                } else {
-                    format!("{path}.{}", f.name)
-                };
-                tensor_paths(&f.ty, &p, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// A tensor as an image, or `None` if it is not 2-D or 3-D.
@@ -266,10 +248,7 @@ impl Consumer for Plotter {
             return Ok(Flow::Continue);
         };
         let t = r.header.t_nanos as f64 / 1e9;
-        let extracted = match &feeds.plan {
-            Some(plan) => plan.extract(r.payload, &mut self.scratch).is_ok(),
-            None => false,
-        };
+        let extracted = feeds.plan.extract(r.payload, &mut self.scratch).is_ok();
         // The monotonic clock is read only for records that carry images.
         let now = (!feeds.images.is_empty()).then(Instant::now);
         let frame_due = now.is_some_and(|now| {
@@ -335,7 +314,7 @@ impl Consumer for Plotter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snapbus_schemas::Tensor;
+    use snapbus_schemas::{Tensor, TypeDesc};
 
     #[test]
     fn frames_are_scaled_subsampled_and_shaped() {

@@ -1,7 +1,9 @@
 //! Flattening payloads into table columns (CSV and Parquet).
 //!
 //! A table's columns come from the schema's descriptor, not from the values, so every row of a
-//! schema has the same columns:
+//! schema has the same columns. Their names are the dotted paths of
+//! [`snapbus_consumers::fields`] (the walk of [`FieldNode::tree`]); this module chooses what
+//! each holds and formats it:
 //!
 //! | descriptor | columns |
 //! |---|---|
@@ -24,7 +26,8 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value, VariantKind};
+use snapbus_consumers::fields::{FieldNode, Parts, TENSOR_SHAPE, join};
+use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value};
 
 /// What a column holds (and so its Parquet type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,8 +190,37 @@ impl Builder {
         self.columns.len() - 1
     }
 
-    fn node(&mut self, desc: &TypeDesc, path: &str) -> Node {
-        let kind = match desc {
+    /// The columns of `n` (a node of the descriptor's field tree, which names them), in tree
+    /// order.
+    fn node(&mut self, n: &FieldNode<'_>) -> Node {
+        match &n.parts {
+            Parts::Struct(parts) | Parts::Tuple(parts) => self.fields(parts),
+            Parts::Option(some) => Node::Option(Box::new(self.node(some))),
+            Parts::Enum(variants) => {
+                let tag = self.column(&n.path, Kind::Text);
+                let variants = variants.iter().map(|parts| self.fields(parts)).collect();
+                Node::Enum { tag, variants }
+            }
+            Parts::Leaf => match n.desc {
+                TypeDesc::Tensor { .. } => {
+                    let data = self.column(&n.path, Kind::Floats);
+                    let shape = self.column(&join(&n.path, TENSOR_SHAPE), Kind::Shape);
+                    Node::Tensor { data, shape }
+                }
+                d => Node::Leaf(self.column(&n.path, Kind::of_leaf(d))),
+            },
+        }
+    }
+
+    fn fields(&mut self, parts: &[FieldNode<'_>]) -> Node {
+        Node::Fields(parts.iter().map(|p| self.node(p)).collect())
+    }
+}
+
+impl Kind {
+    /// The kind of a leaf of the field tree (not a tensor: it has two columns).
+    fn of_leaf(desc: &TypeDesc) -> Kind {
+        match desc {
             TypeDesc::Bool => Kind::Bool,
             TypeDesc::U8 => Kind::U8,
             TypeDesc::U16 => Kind::U16,
@@ -205,66 +237,10 @@ impl Builder {
             TypeDesc::Seq { elem } | TypeDesc::Array { elem, .. } if elem.as_dtype().is_some() => {
                 Kind::Floats
             }
-            TypeDesc::Seq { .. } | TypeDesc::Array { .. } | TypeDesc::Map { .. } => Kind::Json,
-            TypeDesc::Tensor { .. } => {
-                let data = self.column(path, Kind::Floats);
-                let shape = self.column(&join(path, "shape"), Kind::Shape);
-                return Node::Tensor { data, shape };
-            }
-            TypeDesc::Option { some } => return Node::Option(Box::new(self.node(some, path))),
-            TypeDesc::Struct { fields } => {
-                return Node::Fields(
-                    fields
-                        .iter()
-                        .map(|f| self.node(&f.ty, &join(path, &f.name)))
-                        .collect(),
-                );
-            }
-            TypeDesc::Tuple { elems } => return self.elems(elems, path),
-            TypeDesc::Enum { variants } => {
-                let tag = self.column(path, Kind::Text);
-                let variants = variants
-                    .iter()
-                    .map(|v| {
-                        let at = join(path, &v.name);
-                        match &v.kind {
-                            VariantKind::Unit => Node::Fields(Vec::new()),
-                            // A newtype variant: its value at `enum.Variant`.
-                            VariantKind::Tuple { elems } if elems.len() == 1 => {
-                                Node::Fields(vec![self.node(&elems[0], &at)])
-                            }
-                            VariantKind::Tuple { elems } => self.elems(elems, &at),
-                            VariantKind::Struct { fields } => Node::Fields(
-                                fields
-                                    .iter()
-                                    .map(|f| self.node(&f.ty, &join(&at, &f.name)))
-                                    .collect(),
-                            ),
-                        }
-                    })
-                    .collect();
-                return Node::Enum { tag, variants };
-            }
-        };
-        Node::Leaf(self.column(path, kind))
-    }
-
-    fn elems(&mut self, elems: &[TypeDesc], path: &str) -> Node {
-        Node::Fields(
-            elems
-                .iter()
-                .enumerate()
-                .map(|(i, e)| self.node(e, &join(path, &i.to_string())))
-                .collect(),
-        )
-    }
-}
-
-fn join(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
+            // Other sequences, arrays and maps (structs, tuples, options, enums and tensors are
+            // not leaves).
+            _ => Kind::Json,
+        }
     }
 }
 
@@ -278,7 +254,7 @@ impl Plan {
         for (name, kind) in FIXED {
             b.column(name, kind);
         }
-        let root = b.node(schema.root(), "");
+        let root = b.node(&FieldNode::tree(schema.root()));
         Plan {
             columns: b.columns,
             root,

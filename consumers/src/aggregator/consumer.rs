@@ -1,0 +1,201 @@
+//! The aggregator as a [`Consumer`]: each record extracted, grouped and added to its window.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use snapbus_schemas::SchemaDescriptor;
+
+use super::group::{Group, same_key};
+use super::options::AggregatorOptions;
+use super::resume::Resume;
+use super::sink::SummarySink;
+use super::state::{Aggregator, ProducerState, SchemaState};
+use super::summary::Acc;
+use crate::fields::{Plan, decode_group};
+use crate::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
+
+impl<S: SummarySink> Consumer for Aggregator<S> {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.out.stats.records += 1;
+        let lane_id = r.producer.lane_id;
+        let si = self.schema_index(r.schema, lane_id);
+        let producer_lost = match self.last_producer {
+            Some((lane, lost)) if lane == lane_id => lost,
+            _ => {
+                let lost = self.producer(r.producer).lost;
+                self.last_producer = Some((lane_id, lost));
+                lost
+            }
+        };
+        let SchemaState {
+            desc,
+            plan,
+            groups,
+            index,
+            last,
+            malformed,
+            csv,
+        } = &mut self.schemas[si];
+        let Some((plan, layout)) = plan else {
+            self.out.stats.skipped += 1;
+            return Ok(Flow::Continue);
+        };
+        if plan.extract(r.payload, &mut self.scratch).is_err() {
+            self.out.stats.skipped += 1;
+            *malformed += 1;
+            if *malformed == 1 {
+                warn_malformed(desc, r);
+            }
+            return Ok(Flow::Continue);
+        }
+        let gi = match *last {
+            Some(i)
+                if groups[i].lane_id == lane_id
+                    && same_key(&groups[i].key, &self.scratch.group) =>
+            {
+                i
+            }
+            _ => NewGroup {
+                opts: &self.out.opts,
+                resume: &self.resume,
+                producers: &self.producers,
+                desc,
+                plan,
+                lane_id,
+            }
+            .find_or_add(&mut self.key, &self.scratch.group, groups, index)?,
+        };
+        *last = Some(gi);
+        let g = &mut groups[gi];
+        if !g.mine {
+            self.out.stats.other_workers += 1;
+            return Ok(Flow::Continue);
+        }
+        self.out.stats.summarized += 1;
+        let window_key = if plan.has_window_field() {
+            self.scratch.window
+        } else {
+            None
+        };
+        if let Some(f) = g.add(
+            self.out.opts.window,
+            window_key,
+            (r.header.t_nanos, r.header.seq),
+            &self.scratch.values,
+            plan.binary_leaves(),
+            producer_lost,
+        ) {
+            self.out.finished(csv, layout, g, &f)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_lag(
+        &mut self,
+        _producer_id: u64,
+        producer: Producer<'_>,
+        lost: u64,
+    ) -> Result<Flow, HookError> {
+        self.out.stats.lost += lost;
+        self.producer(producer).lost += lost;
+        self.last_producer = None;
+        Ok(Flow::Continue)
+    }
+
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(p) = change {
+            self.end_producer(p.lane_id)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        self.close_stale()?;
+        for s in &mut self.schemas {
+            if let Some(w) = s.csv.as_mut() {
+                w.flush()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Says (once per schema: the caller counts) that a payload does not match its descriptor.
+fn warn_malformed(desc: &SchemaDescriptor, r: &Record<'_>) {
+    eprintln!(
+        "snapbus aggregator: a payload of {} v{} from {} (pid {}) does not match its \
+         descriptor; such records are skipped",
+        desc.id(),
+        desc.version(),
+        r.producer.name,
+        r.producer.pid
+    );
+}
+
+/// What a record's group is made from when it is not the last record's group.
+struct NewGroup<'a> {
+    opts: &'a AggregatorOptions,
+    resume: &'a Resume,
+    producers: &'a HashMap<u64, ProducerState>,
+    desc: &'a SchemaDescriptor,
+    plan: &'a Plan,
+    lane_id: u64,
+}
+
+impl NewGroup<'_> {
+    /// The index in `groups` of the group with values `group` ([`Extracted::group`]), made if
+    /// new. `key` is scratch space (the group's key in `index`: lane, then `group`).
+    ///
+    /// [`Extracted::group`]: crate::fields::Extracted::group
+    fn find_or_add(
+        &self,
+        key: &mut Vec<u8>,
+        group: &[u8],
+        groups: &mut Vec<Group>,
+        index: &mut HashMap<Vec<u8>, usize>,
+    ) -> Result<usize, HookError> {
+        let (opts, desc, lane_id) = (self.opts, self.desc, self.lane_id);
+        key.clear();
+        key.extend_from_slice(&lane_id.to_le_bytes());
+        key.extend_from_slice(group);
+        if let Some(i) = index.get(key.as_slice()) {
+            return Ok(*i);
+        }
+        let values =
+            decode_group(group, opts.group_by.len()).ok_or("a group key that does not decode")?;
+        let mine = opts.workers <= 1 || {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            h.update(desc.id().as_bytes());
+            h.update(key);
+            h.digest() % u64::from(opts.workers) == u64::from(opts.worker)
+        };
+        let mut resume_key = lane_id.to_le_bytes().to_vec();
+        values.iter().for_each(|v| v.encode_into(&mut resume_key));
+        let resume = self
+            .resume
+            .groups
+            .get(&(desc.id().to_owned(), desc.version(), resume_key))
+            .copied();
+        let source = self
+            .producers
+            .get(&lane_id)
+            .map(|p| Arc::clone(&p.source))
+            .ok_or("producer state missing")?;
+        groups.push(Group {
+            lane_id,
+            key: group.to_vec(),
+            source,
+            values,
+            mine,
+            open: None,
+            experiment: Acc::new(self.plan.binary_leaves()),
+            windows: 0,
+            next_index: 0,
+            lost_mark: 0,
+            resume,
+            experiment_emitted: false,
+        });
+        index.insert(key.clone(), groups.len() - 1);
+        Ok(groups.len() - 1)
+    }
+}

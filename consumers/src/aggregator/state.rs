@@ -1,0 +1,337 @@
+//! The aggregator's state: schemas with their plans and groups, producers, and what happens
+//! when a schema is first met, a producer ends or a time window goes stale.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use snapbus_schemas::SchemaDescriptor;
+
+use super::emit::{AggregatorStats, Emitter, Kind};
+use super::group::Group;
+use super::matches::{OptionMatches, glob_matches};
+use super::options::{AggregatorOptions, Window};
+use super::resume::Resume;
+#[cfg(doc)]
+use super::resume::previous_summaries;
+use super::sink::SummarySink;
+use super::summary::{Layout, SUMMARY_SUFFIX, Source};
+use crate::fields::{Extracted, Plan, PlanError};
+use crate::{HookError, Producer};
+
+/// The aggregator consumer. Feed it with [`crate::run`]; it emits into `S`.
+pub struct Aggregator<S: SummarySink> {
+    pub(super) out: Emitter<S>,
+    pub(super) schemas: Vec<SchemaState>,
+    /// A schema `Arc`'s address → (its state's index, its lane, the `Arc` itself, kept so that
+    /// the address is not reused while it is a key here).
+    pub(super) by_ptr: HashMap<usize, (usize, u64, Arc<SchemaDescriptor>)>,
+    pub(super) last_schema: Option<(usize, usize)>,
+    pub(super) producers: HashMap<u64, ProducerState>,
+    /// The lane of the last record and its producer's loss count (saves a lookup per record).
+    pub(super) last_producer: Option<(u64, u64)>,
+    pub(super) resume: Resume,
+    pub(super) scratch: Extracted,
+    pub(super) key: Vec<u8>,
+    /// What the options named that the schemas summarized so far lack (see
+    /// [`Aggregator::unmatched_options`]).
+    pub(super) matches: OptionMatches,
+}
+
+pub(super) struct ProducerState {
+    pub(super) source: Arc<Source>,
+    pub(super) lost: u64,
+}
+
+pub(super) struct SchemaState {
+    pub(super) desc: Arc<SchemaDescriptor>,
+    /// `None`: not summarized (the reason was printed once).
+    pub(super) plan: Option<(Plan, Layout)>,
+    pub(super) groups: Vec<Group>,
+    pub(super) index: HashMap<Vec<u8>, usize>,
+    pub(super) last: Option<usize>,
+    pub(super) malformed: u64,
+    pub(super) csv: Option<csv::Writer<File>>,
+}
+
+impl<S: SummarySink> Aggregator<S> {
+    /// A new aggregator emitting into `sink`.
+    pub fn new(opts: AggregatorOptions, sink: S) -> Aggregator<S> {
+        Aggregator {
+            out: Emitter {
+                window_name: opts.window.to_string(),
+                opts,
+                sink,
+                buf: Vec::new(),
+                stats: AggregatorStats::default(),
+            },
+            schemas: Vec::new(),
+            by_ptr: HashMap::new(),
+            last_schema: None,
+            producers: HashMap::new(),
+            last_producer: None,
+            resume: Resume::default(),
+            scratch: Extracted::default(),
+            key: Vec::new(),
+            matches: OptionMatches::default(),
+        }
+    }
+
+    /// The options naming fields that no schema summarized so far has: each `--field` glob
+    /// that matched no field of any of them, and `--episode-field` (with `--window episode`) if
+    /// none has it. Empty while no schema was summarized. The aggregator warns about each
+    /// schema as it meets it; `--until-end` turns what is left at the end into an error.
+    pub fn unmatched_options(&self) -> Vec<String> {
+        self.matches.unmatched(&self.out.opts)
+    }
+
+    /// Don't emit again what an earlier run emitted (see [`previous_summaries`]).
+    pub fn resume_from(&mut self, resume: Resume) {
+        self.resume = resume;
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> AggregatorStats {
+        self.out.stats
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.out.sink
+    }
+
+    /// Windows open now (not emitted: they are incomplete).
+    pub fn open_windows(&self) -> usize {
+        self.schemas
+            .iter()
+            .flat_map(|s| &s.groups)
+            .filter(|g| g.open.is_some())
+            .count()
+    }
+
+    pub(super) fn schema_index(&mut self, schema: &Arc<SchemaDescriptor>, lane_id: u64) -> usize {
+        let ptr = Arc::as_ptr(schema) as usize;
+        if let Some((p, i)) = self.last_schema {
+            if p == ptr {
+                return i;
+            }
+        }
+        let i = match self.by_ptr.get(&ptr) {
+            Some((i, _, _)) => *i,
+            None => {
+                let i = match self
+                    .schemas
+                    .iter()
+                    .position(|s| s.desc.fingerprint() == schema.fingerprint())
+                {
+                    Some(i) => i,
+                    None => {
+                        let state = self.compile(schema);
+                        self.schemas.push(state);
+                        self.schemas.len() - 1
+                    }
+                };
+                self.by_ptr.insert(ptr, (i, lane_id, Arc::clone(schema)));
+                i
+            }
+        };
+        self.last_schema = Some((ptr, i));
+        i
+    }
+
+    fn compile(&mut self, schema: &Arc<SchemaDescriptor>) -> SchemaState {
+        let mut state = SchemaState {
+            desc: Arc::clone(schema),
+            plan: None,
+            groups: Vec::new(),
+            index: HashMap::new(),
+            last: None,
+            malformed: 0,
+            csv: None,
+        };
+        if schema.id().ends_with(SUMMARY_SUFFIX) && !self.out.opts.summaries_wanted() {
+            return state;
+        }
+        let window_field = self.out.opts.window_field();
+        let plan = match Plan::compile(
+            schema.root(),
+            &self.out.opts.group_by,
+            window_field,
+            &self.out.opts.fields,
+        ) {
+            Ok(p) => p,
+            Err(e @ PlanError::GroupField(_)) => {
+                eprintln!(
+                    "snapbus aggregator: not summarizing {} v{}: it has {e}",
+                    schema.id(),
+                    schema.version()
+                );
+                return state;
+            }
+        };
+        let group = &plan.keys()[..self.out.opts.group_by.len()];
+        let layout = match Layout::new(schema, group, plan.leaves()) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!(
+                    "snapbus aggregator: not summarizing {} v{}: {e}",
+                    schema.id(),
+                    schema.version()
+                );
+                return state;
+            }
+        };
+        self.note_summarized(schema, &plan, &layout);
+        state.plan = Some((plan, layout));
+        state
+    }
+
+    /// Warns about what the options name that `schema` lacks, takes note of what matched and
+    /// says how the schema is summarized.
+    fn note_summarized(&mut self, schema: &SchemaDescriptor, plan: &Plan, layout: &Layout) {
+        let how = match (self.out.opts.window, plan.has_window_field()) {
+            (Window::Episode, false) => {
+                eprintln!(
+                    "snapbus aggregator: warning: {} v{} has no integer field {:?} \
+                     (--episode-field): summarized per experiment only",
+                    schema.id(),
+                    schema.version(),
+                    self.out.opts.episode_field
+                );
+                format!(
+                    "per experiment only (it has no integer field {:?})",
+                    self.out.opts.episode_field
+                )
+            }
+            (w, _) => format!("per {w}"),
+        };
+        // Which --field globs name a field of this schema (each compiled alone).
+        let m = &mut self.matches;
+        m.fields.resize(self.out.opts.fields.len(), false);
+        for (g, hit) in self.out.opts.fields.iter().zip(&mut m.fields) {
+            if glob_matches(&self.out.opts, schema, g) {
+                *hit = true;
+            } else {
+                eprintln!(
+                    "snapbus aggregator: warning: --field '{}' matches no numeric field of {} v{}",
+                    g.as_str(),
+                    schema.id(),
+                    schema.version()
+                );
+            }
+        }
+        m.episode_field |= plan.has_window_field();
+        m.summarized
+            .push(format!("{} v{}", schema.id(), schema.version()));
+        eprintln!(
+            "snapbus aggregator: summarizing {} v{} {how} as {}: {} field(s){}",
+            schema.id(),
+            schema.version(),
+            layout.desc.id(),
+            plan.leaves().len(),
+            if plan.leaves().is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", plan.leaves().join(", "))
+            }
+        );
+    }
+
+    pub(super) fn producer(&mut self, info: Producer<'_>) -> &mut ProducerState {
+        self.producers
+            .entry(info.lane_id)
+            .or_insert_with(|| ProducerState {
+                source: Arc::new(Source {
+                    name: info.name.to_owned(),
+                    pid: info.pid,
+                    lane_id: info.lane_id,
+                }),
+                lost: 0,
+            })
+    }
+
+    /// Closes every window of the producer with lane `lane_id` and emits its experiment
+    /// summaries.
+    pub(super) fn end_producer(&mut self, lane_id: u64) -> Result<(), HookError> {
+        let lost = self.producers.get(&lane_id).map_or(0, |p| p.lost);
+        for s in &mut self.schemas {
+            let SchemaState {
+                plan,
+                groups,
+                csv,
+                index,
+                last,
+                ..
+            } = s;
+            let Some((_, layout)) = plan else { continue };
+            for g in groups
+                .iter_mut()
+                .filter(|g| g.source.lane_id == lane_id && g.mine)
+            {
+                if let Some(f) = g.close(lost) {
+                    self.out.finished(csv, layout, g, &f)?;
+                }
+                let before = g.experiment_emitted || g.resume.is_some_and(|r| r.experiment);
+                if !before && g.experiment.count > 0 {
+                    g.experiment_emitted = true;
+                    self.out.emit(
+                        csv,
+                        layout,
+                        g,
+                        Kind::Experiment,
+                        g.windows,
+                        lost,
+                        &g.experiment,
+                    )?;
+                }
+            }
+            // Forget the ended producer's groups.
+            groups.retain(|g| g.lane_id != lane_id);
+            *index = groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.key.clone(), i))
+                .collect();
+            *last = None;
+        }
+        self.producers.remove(&lane_id);
+        self.last_producer = None;
+        // Forget its schemas' addresses (the subscriber drops them with the lane).
+        self.by_ptr.retain(|_, (_, lane, _)| *lane != lane_id);
+        self.last_schema = None;
+        Ok(())
+    }
+
+    /// Closes time windows that ended more than a second ago by the wall clock.
+    pub(super) fn close_stale(&mut self) -> Result<(), HookError> {
+        let Window::Secs(period) = self.out.opts.window else {
+            return Ok(());
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let period = period.as_nanos() as u64;
+        for s in &mut self.schemas {
+            let SchemaState {
+                plan, groups, csv, ..
+            } = s;
+            let Some((_, layout)) = plan else { continue };
+            for g in groups.iter_mut() {
+                let stale = g.open.as_ref().is_some_and(|o| {
+                    (o.key + 1)
+                        .saturating_mul(period)
+                        .saturating_add(1_000_000_000)
+                        <= now
+                });
+                if stale {
+                    let lost = self.producers.get(&g.source.lane_id).map_or(0, |p| p.lost);
+                    if let Some(f) = g.close(lost) {
+                        self.out.finished(csv, layout, g, &f)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,421 @@
+//! The compiled plan: a descriptor turned once into a short list of operations.
+
+use snapbus_bus::subscriber::Glob;
+use snapbus_schemas::{DType, TypeDesc, VariantKind};
+
+#[cfg(doc)]
+use super::key::decode_group;
+use super::key::{KeyType, KeyValue, encode_str};
+use super::read::{Cursor, Malformed, Scalar, fixed_size, reduce, skip_value, tensor_bytes};
+use super::tree::{FieldNode, Parts, REDUCTIONS, join};
+
+/// Fixed-size numeric arrays up to this length are extracted element by element
+/// (`position.0`, `position.1`, …); longer ones, sequences and tensors by their mean, minimum
+/// and maximum per record ([`REDUCTIONS`]).
+pub const MAX_ELEMENTWISE: u64 = 16;
+
+/// One operation of a plan; the cursor moves over the payload as the operations run.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Skip this many bytes.
+    Skip(usize),
+    /// Skip one value of this (variable-size) type.
+    SkipDyn(Box<TypeDesc>),
+    /// A numeric scalar (or a bool, as 0/1) summarized as leaf `leaf`.
+    Num { scalar: Scalar, leaf: usize },
+    /// An optional numeric scalar (a tag, then the value if some), summarized as leaf `leaf`
+    /// when present.
+    OptNum { scalar: Scalar, leaf: usize },
+    /// `count` numeric elements (`None`: a `u64` count first) summarized per record by their
+    /// mean, minimum and maximum as leaves `leaf`, `leaf + 1`, `leaf + 2`.
+    Packed {
+        dtype: DType,
+        count: Option<u64>,
+        leaf: usize,
+    },
+    /// A tensor (rank, dims, count, elements) summarized like [`Op::Packed`].
+    Tensor { dtype: DType, leaf: usize },
+    /// A scalar key (a group-by field or the window field) copied into key slot `slot`.
+    Key { scalar: Scalar, slot: usize },
+    /// A string key.
+    KeyStr { slot: usize },
+    /// An enum: its variant's name is key slot `slot` (if any), its payload is skipped.
+    Enum {
+        slot: Option<usize>,
+        variants: Vec<(String, Option<Box<TypeDesc>>)>,
+    },
+}
+
+/// A schema's descriptor compiled into extraction operations (see the [module docs](super)).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    ops: Vec<Op>,
+    /// Summarized leaves, by dotted name (`reward`, `position.0`, `observation.mean`).
+    leaves: Vec<String>,
+    /// Key slots: the group-by fields in the order given, then the window field if any.
+    keys: Vec<(String, KeyType)>,
+    /// Whether the last key slot is the window field.
+    has_window_field: bool,
+    /// Per leaf: a bool.
+    binary: Vec<bool>,
+}
+
+/// Why a plan cannot be compiled as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A group-by field is missing or not a scalar, string or enum (outside options and
+    /// sequences).
+    #[error(
+        "no group-by field {0:?} (a number, bool, string or enum outside options and sequences)"
+    )]
+    GroupField(String),
+}
+
+/// What one record yields (the vectors are reused from record to record).
+#[derive(Debug, Default)]
+pub struct Extracted {
+    /// One value per leaf; NaN where absent (a none option, an empty sequence) or NaN.
+    pub values: Vec<f64>,
+    /// The group-by values as bytes, in payload order: per field its slot number, then its
+    /// [`KeyValue::encode_into`] encoding ([`decode_group`] reads it back).
+    pub group: Vec<u8>,
+    /// The window field's value.
+    pub window: Option<u64>,
+}
+
+struct Compiler<'a> {
+    ops: Vec<Op>,
+    leaves: Vec<String>,
+    binary: Vec<bool>,
+    group_by: &'a [String],
+    window_field: Option<&'a str>,
+    fields: &'a [Glob],
+    keys: Vec<Option<(String, KeyType)>>,
+}
+
+impl Plan {
+    /// Compiles `root` (a schema's root type). `group_by` and `window_field` are dotted paths;
+    /// `fields` selects the summarized fields by dotted path (empty: every numeric field).
+    /// Group-by and window fields are not summarized. A missing window field is not an error
+    /// (the schema is then summarized per experiment only; see `has_window_field`).
+    pub fn compile(
+        root: &TypeDesc,
+        group_by: &[String],
+        window_field: Option<&str>,
+        fields: &[Glob],
+    ) -> Result<Plan, PlanError> {
+        let n_keys = group_by.len() + usize::from(window_field.is_some());
+        let mut c = Compiler {
+            ops: Vec::new(),
+            leaves: Vec::new(),
+            binary: Vec::new(),
+            group_by,
+            window_field,
+            fields,
+            keys: vec![None; n_keys],
+        };
+        c.node(&FieldNode::tree(root));
+        let mut keys = Vec::with_capacity(n_keys);
+        for (i, k) in c.keys.into_iter().enumerate() {
+            match k {
+                Some(k) => keys.push(k),
+                None if i < group_by.len() => {
+                    return Err(PlanError::GroupField(group_by[i].clone()));
+                }
+                None => {}
+            }
+        }
+        let has_window_field = window_field.is_some() && keys.len() == n_keys;
+        let mut plan = Plan {
+            ops: merge_skips(c.ops),
+            leaves: c.leaves,
+            keys,
+            has_window_field,
+            binary: c.binary,
+        };
+        if window_field.is_some() && !has_window_field {
+            // Keys must be dense: the window field was not found, so no op writes it.
+            plan.keys.truncate(group_by.len());
+        }
+        Ok(plan)
+    }
+
+    /// Runs the plan over `payload`, filling `out` (its vectors are reused).
+    pub fn extract(&self, payload: &[u8], out: &mut Extracted) -> Result<(), Malformed> {
+        if out.values.len() == self.leaves.len() {
+            out.values.fill(f64::NAN);
+        } else {
+            out.values.clear();
+            out.values.resize(self.leaves.len(), f64::NAN);
+        }
+        out.group.clear();
+        out.window = None;
+        let window_slot = self.window_slot();
+        let mut cur = Cursor {
+            buf: payload,
+            pos: 0,
+        };
+        for op in &self.ops {
+            match op {
+                Op::Skip(n) => cur.skip(*n)?,
+                Op::SkipDyn(d) => skip_value(d, &mut cur, 0)?,
+                Op::Num { scalar, leaf } => out.values[*leaf] = cur.scalar(*scalar)?,
+                Op::OptNum { scalar, leaf } => match cur.u8()? {
+                    0 => {}
+                    1 => out.values[*leaf] = cur.scalar(*scalar)?,
+                    _ => return Err(Malformed),
+                },
+                Op::Packed { dtype, count, leaf } => {
+                    let n = match count {
+                        Some(n) => *n,
+                        None => cur.u64()?,
+                    };
+                    let bytes = cur.take_elems(n, dtype.size_bytes())?;
+                    reduce(*dtype, bytes, &mut out.values[*leaf..*leaf + 3]);
+                }
+                Op::Tensor { dtype, leaf } => {
+                    let bytes = tensor_bytes(*dtype, &mut cur)?;
+                    reduce(*dtype, bytes, &mut out.values[*leaf..*leaf + 3]);
+                }
+                Op::Key { scalar, slot } => {
+                    let start = cur.pos;
+                    cur.skip(scalar.size())?;
+                    let key = KeyValue::read(*scalar, &payload[start..cur.pos]);
+                    if Some(*slot) == window_slot {
+                        out.window = match key {
+                            KeyValue::U64(v) => Some(v),
+                            KeyValue::I64(v) => Some(v as u64),
+                            _ => None,
+                        };
+                    } else {
+                        out.group.push(*slot as u8);
+                        key.encode_into(&mut out.group);
+                    }
+                }
+                Op::KeyStr { slot } => {
+                    let n = cur.u64()?;
+                    let bytes = cur.take_elems(n, 1)?;
+                    std::str::from_utf8(bytes).map_err(|_| Malformed)?;
+                    push_str_key(&mut out.group, *slot, bytes);
+                }
+                Op::Enum { slot, variants } => {
+                    let idx = cur.u32()? as usize;
+                    let (name, payload_desc) = variants.get(idx).ok_or(Malformed)?;
+                    if let Some(slot) = slot {
+                        push_str_key(&mut out.group, *slot, name.as_bytes());
+                    }
+                    if let Some(d) = payload_desc {
+                        skip_value(d, &mut cur, 0)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// A plan of every numeric leaf of `root` (no group-by or window field): what the plotter
+    /// plots and the aggregator summarizes without options.
+    pub fn numeric(root: &TypeDesc) -> Plan {
+        Plan::compile(root, &[], None, &[]).unwrap_or_else(|_| Plan {
+            ops: Vec::new(),
+            leaves: Vec::new(),
+            keys: Vec::new(),
+            has_window_field: false,
+            binary: Vec::new(),
+        })
+    }
+
+    /// The numeric leaves, by dotted name (`reward`, `position.0`, `observation.mean`), in
+    /// payload order: [`Extracted::values`] has one value per leaf.
+    pub fn leaves(&self) -> &[String] {
+        &self.leaves
+    }
+
+    /// The key slots: the group-by fields (dotted path, type) in the order given, then the
+    /// window field if the schema has it.
+    pub fn keys(&self) -> &[(String, KeyType)] {
+        &self.keys
+    }
+
+    /// Whether the schema has the window field (an integer outside options and sequences);
+    /// it is then the last of [`Plan::keys`].
+    pub fn has_window_field(&self) -> bool {
+        self.has_window_field
+    }
+
+    /// The key slot of the window field, if the schema has it.
+    fn window_slot(&self) -> Option<usize> {
+        self.has_window_field.then(|| self.keys.len() - 1)
+    }
+
+    /// Per leaf: whether it is a bool (0 or 1).
+    pub fn binary_leaves(&self) -> &[bool] {
+        &self.binary
+    }
+}
+
+/// Appends a string key as [`KeyValue::Str`] would encode it, after its slot.
+fn push_str_key(out: &mut Vec<u8>, slot: usize, bytes: &[u8]) {
+    out.push(slot as u8);
+    encode_str(bytes, out);
+}
+
+impl Compiler<'_> {
+    /// Emits the operations for one value at `path` (keys are taken from struct and tuple
+    /// paths only, never from inside options, sequences or enums).
+    fn node(&mut self, n: &FieldNode<'_>) {
+        let (desc, path) = (n.desc, n.path.as_str());
+        if !path.is_empty() {
+            if let Some(slot) = self.key_slot(path) {
+                self.key(desc, path, slot);
+                return;
+            }
+        }
+        let selected = self.selected(path);
+        match (&n.parts, desc) {
+            (Parts::Struct(parts) | Parts::Tuple(parts), _) => {
+                parts.iter().for_each(|p| self.node(p));
+            }
+            (_, d) if Scalar::of(d).is_some() && selected => {
+                let scalar = Scalar::of(d).unwrap_or(Scalar::Bool);
+                let leaf = self.leaf(path.to_owned());
+                self.binary[leaf] = scalar == Scalar::Bool;
+                self.ops.push(Op::Num { scalar, leaf });
+            }
+            (_, TypeDesc::Array { len, elem }) if selected && elem.as_dtype().is_some() => {
+                let dtype = elem.as_dtype().unwrap_or(DType::U8);
+                if *len <= MAX_ELEMENTWISE {
+                    for i in 0..*len {
+                        let leaf = self.leaf(join(path, &i.to_string()));
+                        self.ops.push(Op::Num {
+                            scalar: Scalar::Num(dtype),
+                            leaf,
+                        });
+                    }
+                } else {
+                    let leaf = self.reduced_leaves(path);
+                    self.ops.push(Op::Packed {
+                        dtype,
+                        count: Some(*len),
+                        leaf,
+                    });
+                }
+            }
+            (_, TypeDesc::Seq { elem }) if selected && elem.as_dtype().is_some() => {
+                let dtype = elem.as_dtype().unwrap_or(DType::U8);
+                let leaf = self.reduced_leaves(path);
+                self.ops.push(Op::Packed {
+                    dtype,
+                    count: None,
+                    leaf,
+                });
+            }
+            (_, TypeDesc::Tensor { dtype }) if selected => {
+                let leaf = self.reduced_leaves(path);
+                self.ops.push(Op::Tensor {
+                    dtype: *dtype,
+                    leaf,
+                });
+            }
+            (_, TypeDesc::Option { some }) if Scalar::of(some).is_some() && selected => {
+                let scalar = Scalar::of(some).unwrap_or(Scalar::Bool);
+                let leaf = self.leaf(path.to_owned());
+                self.binary[leaf] = scalar == Scalar::Bool;
+                self.ops.push(Op::OptNum { scalar, leaf });
+            }
+            (_, TypeDesc::Enum { variants }) => {
+                self.ops.push(enum_op(variants, None));
+            }
+            (_, d) => self.skip(d),
+        }
+    }
+
+    fn key_slot(&self, path: &str) -> Option<usize> {
+        if let Some(i) = self.group_by.iter().position(|g| g == path) {
+            return Some(i);
+        }
+        (self.window_field == Some(path)).then_some(self.group_by.len())
+    }
+
+    fn key(&mut self, desc: &TypeDesc, path: &str, slot: usize) {
+        let (op, ty) = match desc {
+            TypeDesc::String => (Op::KeyStr { slot }, KeyType::Str),
+            TypeDesc::Enum { variants } => (enum_op(variants, Some(slot)), KeyType::Str),
+            d => match Scalar::of(d) {
+                Some(scalar) => (Op::Key { scalar, slot }, KeyType::of_scalar(scalar)),
+                None => (Op::Skip(0), KeyType::Bool),
+            },
+        };
+        let window = slot == self.group_by.len();
+        let usable =
+            !matches!(op, Op::Skip(_)) && (!window || matches!(ty, KeyType::U64 | KeyType::I64));
+        if !usable {
+            // Not usable as a key (a window field must be an integer: an episode number): the
+            // slot stays empty — an error for a group-by field, "no window field" for the
+            // window field.
+            self.skip(desc);
+            return;
+        }
+        self.ops.push(op);
+        self.keys[slot] = Some((path.to_owned(), ty));
+    }
+
+    fn selected(&self, path: &str) -> bool {
+        self.fields.is_empty() || self.fields.iter().any(|g| g.matches(path))
+    }
+
+    fn leaf(&mut self, name: String) -> usize {
+        self.leaves.push(name);
+        self.binary.push(false);
+        self.leaves.len() - 1
+    }
+
+    fn reduced_leaves(&mut self, path: &str) -> usize {
+        let first = self.leaves.len();
+        for stat in REDUCTIONS {
+            self.leaf(join(path, stat));
+        }
+        first
+    }
+
+    fn skip(&mut self, desc: &TypeDesc) {
+        match fixed_size(desc) {
+            Some(n) => self.ops.push(Op::Skip(n)),
+            None => self.ops.push(Op::SkipDyn(Box::new(desc.clone()))),
+        }
+    }
+}
+
+fn enum_op(variants: &[snapbus_schemas::Variant], slot: Option<usize>) -> Op {
+    let variants = variants
+        .iter()
+        .map(|v| {
+            let payload = match &v.kind {
+                VariantKind::Unit => None,
+                VariantKind::Tuple { elems } => Some(Box::new(TypeDesc::Tuple {
+                    elems: elems.clone(),
+                })),
+                VariantKind::Struct { fields } => Some(Box::new(TypeDesc::Struct {
+                    fields: fields.clone(),
+                })),
+            };
+            (v.name.clone(), payload)
+        })
+        .collect();
+    Op::Enum { slot, variants }
+}
+
+/// Adjacent fixed skips become one.
+fn merge_skips(ops: Vec<Op>) -> Vec<Op> {
+    let mut out: Vec<Op> = Vec::with_capacity(ops.len());
+    for op in ops {
+        if let (Op::Skip(n), Some(Op::Skip(m))) = (&op, out.last_mut()) {
+            *m += n;
+            continue;
+        }
+        out.push(op);
+    }
+    out
+}
