@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use snapbus::schemas::{Snapshot, Wire};
+use snapbus::schemas::{Snapshot, ToValue, Wire};
 use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, StartFrom, ToBroker};
@@ -42,6 +42,9 @@ impl Wire for Liar {
     ) -> Result<Self, snapbus::schemas::DecodeError> {
         u32::decode(r).map(Liar)
     }
+}
+
+impl ToValue for Liar {
     fn to_value(&self) -> snapbus::schemas::Value<'_> {
         self.0.to_value()
     }

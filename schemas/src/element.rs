@@ -1,0 +1,141 @@
+//! Numeric elements and the views of them: the [`Element`] trait (the scalar types a
+//! [`Tensor`](crate::Tensor) or a packed sequence holds), and the borrowed little-endian views
+//! [`Packed`] and [`TensorView`] that dynamic values carry.
+
+use std::borrow::Cow;
+
+use crate::cursor::WireReader;
+use crate::desc::DType;
+use crate::wire::Wire;
+
+/// Scalar numeric element types: the element types of [`Tensor`](crate::Tensor) and of packed
+/// sequences. Sealed.
+pub trait Element: Wire + bytemuck::Pod + sealed::Sealed {
+    /// The element's dtype.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! element {
+    ($($t:ty => $dtype:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+        }
+    )*};
+}
+
+element! {
+    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+    f32 => F32, f64 => F64,
+}
+
+/// A packed numeric array: `count` elements of `dtype` as little-endian bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// The elements as little-endian bytes (`len = count × dtype size`).
+    pub bytes: Cow<'a, [u8]>,
+}
+
+impl<'a> Packed<'a> {
+    /// A view of `items` (borrowed on little-endian machines).
+    pub fn from_slice<T: Element>(items: &'a [T]) -> Packed<'a> {
+        let bytes = if cfg!(target_endian = "little") {
+            Cow::Borrowed(bytemuck::cast_slice(items))
+        } else {
+            let mut out = Vec::with_capacity(size_of_val(items));
+            for x in items {
+                out.extend_from_slice(&x.encode_to_vec().unwrap_or_default());
+            }
+            Cow::Owned(out)
+        };
+        Packed {
+            dtype: T::DTYPE,
+            bytes,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / self.dtype.size_bytes()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Copies the elements out as `T`; `None` if `T` is not the dtype.
+    pub fn to_vec<T: Element>(&self) -> Option<Vec<T>> {
+        (T::DTYPE == self.dtype).then(|| le_to_vec(&self.bytes))
+    }
+
+    /// Element `i` widened to `f64` (for plotting and statistics).
+    pub fn get_f64(&self, i: usize) -> Option<f64> {
+        get_f64(self.dtype, &self.bytes, i)
+    }
+}
+
+fn le_to_vec<T: Element>(bytes: &[u8]) -> Vec<T> {
+    let mut r = WireReader::new(bytes);
+    T::decode_vec(&mut r, bytes.len() / size_of::<T>()).unwrap_or_default()
+}
+
+fn get_f64(dtype: DType, bytes: &[u8], i: usize) -> Option<f64> {
+    let size = dtype.size_bytes();
+    let start = i.checked_mul(size)?;
+    let chunk = bytes.get(start..start.checked_add(size)?)?;
+    let mut b8 = [0u8; 8];
+    b8[..size].copy_from_slice(chunk);
+    Some(match dtype {
+        DType::U8 => f64::from(chunk[0]),
+        DType::I8 => f64::from(chunk[0] as i8),
+        DType::U16 => f64::from(u16::from_le_bytes([b8[0], b8[1]])),
+        DType::I16 => f64::from(i16::from_le_bytes([b8[0], b8[1]])),
+        DType::U32 => f64::from(u32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
+        DType::I32 => f64::from(i32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
+        DType::F32 => f64::from(f32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
+        DType::U64 => u64::from_le_bytes(b8) as f64,
+        DType::I64 => i64::from_le_bytes(b8) as f64,
+        DType::F64 => f64::from_le_bytes(b8),
+    })
+}
+
+/// A tensor viewed in a payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorView<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions, outermost first.
+    pub shape: Vec<u64>,
+    /// The elements as little-endian bytes, row-major.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl TensorView<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len() / self.dtype.size_bytes()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Copies the elements out as `T`; `None` if `T` is not the dtype.
+    pub fn to_vec<T: Element>(&self) -> Option<Vec<T>> {
+        (T::DTYPE == self.dtype).then(|| le_to_vec(&self.data))
+    }
+
+    /// Element `i` (row-major) widened to `f64`.
+    pub fn get_f64(&self, i: usize) -> Option<f64> {
+        get_f64(self.dtype, &self.data, i)
+    }
+}
