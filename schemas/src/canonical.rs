@@ -4,7 +4,9 @@
 //! counts and lengths are bounded before anything is allocated.
 
 use crate::cursor::WireReader;
-use crate::desc::{DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind};
+use crate::desc::{
+    DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
+};
 use crate::error::{DecodeError, DecodeErrorKind, DescriptorError};
 
 /// Magic prefix of a descriptor's canonical bytes (`"SBD"` + layout version 1).

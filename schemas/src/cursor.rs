@@ -6,9 +6,10 @@ use crate::error::{DecodeError, DecodeErrorKind};
 
 /// Writes a value into a caller-provided byte slice, never allocating and never panicking.
 ///
-/// Writing past the end sets an overflow flag instead of panicking; [`Wire::encode_into`]
-/// checks the length first, so that only happens with a hand-written impl whose
-/// `encoded_len` is wrong, and is then reported as [`EncodeError::LengthMismatch`].
+/// Writing past the end sets an overflow flag instead of panicking;
+/// [`Wire::encode_into`](crate::Wire::encode_into) checks the length first, so that only
+/// happens with a hand-written impl whose `encoded_len` is wrong, and is then reported as
+/// [`EncodeError::LengthMismatch`](crate::EncodeError::LengthMismatch).
 #[derive(Debug)]
 pub struct WireWriter<'a> {
     buf: &'a mut [u8],

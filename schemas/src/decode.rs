@@ -269,9 +269,7 @@ fn decode_enum<'a>(
     };
     let value = match &variant.kind {
         VariantKind::Unit => Value::Unit,
-        VariantKind::Tuple { elems } => {
-            decode_tuple(elems, Some(&variant.name), r, depth, budget)?
-        }
+        VariantKind::Tuple { elems } => decode_tuple(elems, Some(&variant.name), r, depth, budget)?,
         VariantKind::Struct { fields } => {
             decode_fields(fields, r, depth, budget).map_err(|e| e.in_field(&variant.name))?
         }

@@ -6,7 +6,8 @@ use crate::error::EncodeError;
 use crate::tensor::element_count;
 use crate::value::Value;
 
-/// Encodes a dynamic value as type `desc`, appending to `out` (the inverse of [`decode`]).
+/// Encodes a dynamic value as type `desc`, appending to `out` (the inverse of
+/// [`decode`](crate::decode)).
 ///
 /// Used where values are built without Rust types (language bindings, transformations). The
 /// value must match the descriptor exactly: same scalar widths, same field names in order,

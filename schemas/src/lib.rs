@@ -156,6 +156,9 @@
 
 extern crate self as snapbus_schemas;
 
+// The modules form a DAG, bottom first: error; cursor, desc; canonical, wire; schema, element;
+// tensor; value; decode, encode, snapshot; json, builtin (ARCHITECTURE.md lists each edge).
+// Modules import from the module that defines an item, never through the crate root.
 pub mod builtin;
 mod canonical;
 mod cursor;

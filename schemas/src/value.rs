@@ -7,7 +7,7 @@ use std::hash::BuildHasher;
 
 use crate::element::{Element, Packed, TensorView};
 use crate::tensor::{Bytes, Tensor};
-use crate::wire::Wire;
+use crate::wire::{Wire, for_each_tuple};
 
 /// A decoded value, borrowing strings, byte buffers and numeric arrays from the payload where
 /// it can (zero copy on little-endian machines).
@@ -44,7 +44,7 @@ pub enum Value<'a> {
     F64(f64),
     /// A string.
     Str(Cow<'a, str>),
-    /// A byte buffer ([`TypeDesc::Bytes`]).
+    /// A byte buffer ([`TypeDesc::Bytes`](crate::TypeDesc::Bytes)).
     Bytes(Cow<'a, [u8]>),
     /// An option.
     Option(Option<Box<Value<'a>>>),
@@ -301,14 +301,7 @@ macro_rules! tuple_to_value {
     };
 }
 
-tuple_to_value!(A 0);
-tuple_to_value!(A 0, B 1);
-tuple_to_value!(A 0, B 1, C 2);
-tuple_to_value!(A 0, B 1, C 2, D 3);
-tuple_to_value!(A 0, B 1, C 2, D 3, E 4);
-tuple_to_value!(A 0, B 1, C 2, D 3, E 4, F 5);
-tuple_to_value!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
-tuple_to_value!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+for_each_tuple!(tuple_to_value);
 
 impl ToValue for () {
     fn to_value(&self) -> Value<'_> {

@@ -385,14 +385,23 @@ macro_rules! tuple {
     };
 }
 
-tuple!(A 0);
-tuple!(A 0, B 1);
-tuple!(A 0, B 1, C 2);
-tuple!(A 0, B 1, C 2, D 3);
-tuple!(A 0, B 1, C 2, D 3, E 4);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+/// Invokes the macro `$m` once per supported tuple arity (1 to 8), with the element type
+/// names and field indexes: `$m!(A 0, B 1)`. The one list of arities every tuple impl uses.
+macro_rules! for_each_tuple {
+    ($m:ident) => {
+        $m!(A 0);
+        $m!(A 0, B 1);
+        $m!(A 0, B 1, C 2);
+        $m!(A 0, B 1, C 2, D 3);
+        $m!(A 0, B 1, C 2, D 3, E 4);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+    };
+}
+pub(crate) use for_each_tuple;
+
+for_each_tuple!(tuple);
 
 impl Wire for () {
     const MIN_ENCODED_LEN: usize = 0;
