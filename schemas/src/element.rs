@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use crate::cursor::WireReader;
 use crate::desc::DType;
-use crate::wire::Wire;
+use crate::wire::{Wire, for_each_element};
 
 /// Scalar numeric element types: the element types of [`Tensor`](crate::Tensor) and of packed
 /// sequences. Sealed.
@@ -28,11 +28,7 @@ macro_rules! element {
     )*};
 }
 
-element! {
-    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
-    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
-    f32 => F32, f64 => F64,
-}
+for_each_element!(element);
 
 /// A packed numeric array: `count` elements of `dtype` as little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@ use std::hash::BuildHasher;
 
 use crate::element::{Element, Packed, TensorView};
 use crate::tensor::{Bytes, Tensor};
-use crate::wire::{Wire, for_each_tuple};
+use crate::wire::{Wire, for_each_element, for_each_tuple};
 
 /// A decoded value, borrowing strings, byte buffers and numeric arrays from the payload where
 /// it can (zero copy on little-endian machines).
@@ -238,11 +238,7 @@ macro_rules! element_to_value {
     )*};
 }
 
-element_to_value! {
-    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
-    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
-    f32 => F32, f64 => F64,
-}
+for_each_element!(element_to_value);
 
 impl ToValue for String {
     fn to_value(&self) -> Value<'_> {

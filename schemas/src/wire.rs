@@ -113,8 +113,22 @@ pub trait Wire: Sized {
     }
 }
 
+/// Invokes the macro `$m` once with every numeric element type and its name (the variant name
+/// in [`DType`](crate::DType), [`TypeDesc`] and [`Value`](crate::Value) alike):
+/// `$m!(u8 => U8, …, f64 => F64)`. The one list of element types every impl uses.
+macro_rules! for_each_element {
+    ($m:ident) => {
+        $m! {
+            u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+            i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+            f32 => F32, f64 => F64,
+        }
+    };
+}
+pub(crate) use for_each_element;
+
 macro_rules! numeric {
-    ($($t:ty => $desc:ident);* $(;)?) => {$(
+    ($($t:ty => $desc:ident),* $(,)?) => {$(
         impl Wire for $t {
             const MIN_ENCODED_LEN: usize = size_of::<$t>();
             fn type_desc() -> TypeDesc {
@@ -181,18 +195,7 @@ macro_rules! numeric {
     )*};
 }
 
-numeric! {
-    u8 => U8;
-    u16 => U16;
-    u32 => U32;
-    u64 => U64;
-    i8 => I8;
-    i16 => I16;
-    i32 => I32;
-    i64 => I64;
-    f32 => F32;
-    f64 => F64;
-}
+for_each_element!(numeric);
 
 macro_rules! wide_int {
     ($($t:ty => $desc:ident);* $(;)?) => {$(
