@@ -87,20 +87,48 @@ fn get_f64(dtype: DType, bytes: &[u8], i: usize) -> Option<f64> {
     let size = dtype.size_bytes();
     let start = i.checked_mul(size)?;
     let chunk = bytes.get(start..start.checked_add(size)?)?;
-    let mut b8 = [0u8; 8];
-    b8[..size].copy_from_slice(chunk);
-    Some(match dtype {
-        DType::U8 => f64::from(chunk[0]),
-        DType::I8 => f64::from(chunk[0] as i8),
-        DType::U16 => f64::from(u16::from_le_bytes([b8[0], b8[1]])),
-        DType::I16 => f64::from(i16::from_le_bytes([b8[0], b8[1]])),
-        DType::U32 => f64::from(u32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
-        DType::I32 => f64::from(i32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
-        DType::F32 => f64::from(f32::from_le_bytes([b8[0], b8[1], b8[2], b8[3]])),
-        DType::U64 => u64::from_le_bytes(b8) as f64,
-        DType::I64 => i64::from_le_bytes(b8) as f64,
-        DType::F64 => f64::from_le_bytes(b8),
+    Some(match Scalar::read(dtype, chunk) {
+        Scalar::Unsigned(v) => v as f64,
+        Scalar::Signed(v) => v as f64,
+        Scalar::F32(v) => f64::from(v),
+        Scalar::F64(v) => v,
     })
+}
+
+/// One element of a packed array, read from its little-endian bytes and widened without loss
+/// (what [`Packed::get_f64`] and the JSON rendering of packed arrays share).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scalar {
+    /// `u8` … `u64`.
+    Unsigned(u64),
+    /// `i8` … `i64`.
+    Signed(i64),
+    /// `f32`, kept narrow (its shortest decimal differs from the widened `f64`'s).
+    F32(f32),
+    /// `f64`.
+    F64(f64),
+}
+
+impl Scalar {
+    /// Reads one element of `dtype` from `chunk`, which holds exactly `dtype.size_bytes()`
+    /// bytes (shorter input reads as zero-padded).
+    pub(crate) fn read(dtype: DType, chunk: &[u8]) -> Scalar {
+        let mut b = [0u8; 8];
+        let n = chunk.len().min(8);
+        b[..n].copy_from_slice(&chunk[..n]);
+        match dtype {
+            DType::U8 => Scalar::Unsigned(u64::from(b[0])),
+            DType::I8 => Scalar::Signed(i64::from(b[0] as i8)),
+            DType::U16 => Scalar::Unsigned(u64::from(u16::from_le_bytes([b[0], b[1]]))),
+            DType::I16 => Scalar::Signed(i64::from(i16::from_le_bytes([b[0], b[1]]))),
+            DType::U32 => Scalar::Unsigned(u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+            DType::I32 => Scalar::Signed(i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+            DType::F32 => Scalar::F32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            DType::U64 => Scalar::Unsigned(u64::from_le_bytes(b)),
+            DType::I64 => Scalar::Signed(i64::from_le_bytes(b)),
+            DType::F64 => Scalar::F64(f64::from_le_bytes(b)),
+        }
+    }
 }
 
 /// A tensor viewed in a payload.

@@ -19,6 +19,7 @@
 use serde_json::{Map, Value as Json, json};
 
 use crate::desc::{DType, Field, TypeDesc, VariantKind};
+use crate::element::Scalar;
 use crate::schema::SchemaDescriptor;
 use crate::value::Value;
 
@@ -44,23 +45,14 @@ fn f32_json(v: f32) -> Json {
 }
 
 fn packed_json(dtype: DType, bytes: &[u8]) -> Json {
-    let size = dtype.size_bytes();
-    let items = bytes.chunks_exact(size).map(|c| {
-        let mut b = [0u8; 8];
-        b[..size].copy_from_slice(c);
-        match dtype {
-            DType::U8 => Json::from(c[0]),
-            DType::I8 => Json::from(c[0] as i8),
-            DType::U16 => Json::from(u16::from_le_bytes([b[0], b[1]])),
-            DType::I16 => Json::from(i16::from_le_bytes([b[0], b[1]])),
-            DType::U32 => Json::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::I32 => Json::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::F32 => f32_json(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::U64 => Json::from(u64::from_le_bytes(b)),
-            DType::I64 => Json::from(i64::from_le_bytes(b)),
-            DType::F64 => float(f64::from_le_bytes(b)),
-        }
-    });
+    let items = bytes
+        .chunks_exact(dtype.size_bytes())
+        .map(|c| match Scalar::read(dtype, c) {
+            Scalar::Unsigned(v) => Json::from(v),
+            Scalar::Signed(v) => Json::from(v),
+            Scalar::F32(v) => f32_json(v),
+            Scalar::F64(v) => float(v),
+        });
     Json::Array(items.collect())
 }
 
