@@ -31,8 +31,7 @@ use crate::value::Value;
 /// ```
 pub fn decode<'a>(desc: &'a TypeDesc, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
     let mut r = WireReader::new(bytes);
-    let mut budget = Budget::for_payload(desc, bytes.len());
-    let v = decode_at(desc, &mut r, 0, &mut budget)?;
+    let v = Decoder::new(desc, &mut r).value(desc, 0)?;
     r.finish()?;
     Ok(v)
 }
@@ -42,8 +41,7 @@ pub fn decode_from<'a>(
     desc: &'a TypeDesc,
     r: &mut WireReader<'a>,
 ) -> Result<Value<'a>, DecodeError> {
-    let mut budget = Budget::for_payload(desc, r.remaining());
-    decode_at(desc, r, 0, &mut budget)
+    Decoder::new(desc, r).value(desc, 0)
 }
 
 /// Bounds the number of values one decode may build. A value that consumes input bytes is
@@ -77,229 +75,222 @@ impl Budget {
     }
 }
 
-fn decode_fields<'a>(
-    fields: &'a [Field],
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let mut out = Vec::with_capacity(fields.len());
-    for f in fields {
-        let v = decode_at(&f.ty, r, depth + 1, budget).map_err(|e| e.in_field(&f.name))?;
-        out.push((Cow::Borrowed(f.name.as_str()), v));
-    }
-    Ok(Value::Struct(out))
+/// One dynamic decode in progress: the reader and the value budget every nested value draws on.
+struct Decoder<'a, 'r> {
+    r: &'r mut WireReader<'a>,
+    budget: Budget,
 }
 
-fn decode_elems<'a>(
-    elem: &'a TypeDesc,
-    n: usize,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    if let Some(dtype) = elem.as_dtype() {
-        let bytes = r.take(n.saturating_mul(dtype.size_bytes()))?;
-        return Ok(Value::Packed(Packed {
-            dtype,
-            bytes: Cow::Borrowed(bytes),
-        }));
+impl<'a, 'r> Decoder<'a, 'r> {
+    fn new(desc: &TypeDesc, r: &'r mut WireReader<'a>) -> Decoder<'a, 'r> {
+        let budget = Budget::for_payload(desc, r.remaining());
+        Decoder { r, budget }
     }
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        out.push(decode_at(elem, r, depth + 1, budget).map_err(|e| e.in_field(&i.to_string()))?);
+
+    /// Decodes one value of type `desc` at nesting `depth`: scalars here, composite types in the
+    /// helpers below (each recursing back here for its children).
+    fn value(&mut self, desc: &'a TypeDesc, depth: usize) -> Result<Value<'a>, DecodeError> {
+        self.budget.spend(self.r)?;
+        if depth >= MAX_DESC_DEPTH {
+            return Err(DecodeError::new(
+                self.r.offset(),
+                DecodeErrorKind::TooDeep {
+                    max: MAX_DESC_DEPTH,
+                },
+            ));
+        }
+        macro_rules! num {
+            ($t:ty, $v:ident) => {
+                Value::$v(<$t>::from_le_bytes(self.r.take_array()?))
+            };
+        }
+        Ok(match desc {
+            TypeDesc::Bool => {
+                let at = self.r.offset();
+                match self.r.read_u8()? {
+                    0 => Value::Bool(false),
+                    1 => Value::Bool(true),
+                    byte => {
+                        return Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }));
+                    }
+                }
+            }
+            TypeDesc::U8 => num!(u8, U8),
+            TypeDesc::U16 => num!(u16, U16),
+            TypeDesc::U32 => num!(u32, U32),
+            TypeDesc::U64 => num!(u64, U64),
+            TypeDesc::U128 => num!(u128, U128),
+            TypeDesc::I8 => num!(i8, I8),
+            TypeDesc::I16 => num!(i16, I16),
+            TypeDesc::I32 => num!(i32, I32),
+            TypeDesc::I64 => num!(i64, I64),
+            TypeDesc::I128 => num!(i128, I128),
+            TypeDesc::F32 => num!(f32, F32),
+            TypeDesc::F64 => num!(f64, F64),
+            TypeDesc::String => {
+                let n = self.r.read_len(1)?;
+                let at = self.r.offset();
+                let bytes = self.r.take(n)?;
+                let s = std::str::from_utf8(bytes)
+                    .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))?;
+                Value::Str(Cow::Borrowed(s))
+            }
+            TypeDesc::Bytes => {
+                let n = self.r.read_len(1)?;
+                Value::Bytes(Cow::Borrowed(self.r.take(n)?))
+            }
+            TypeDesc::Option { some } => self.option(some, depth)?,
+            TypeDesc::Seq { elem } => {
+                let n = read_count(self.r, elem.min_encoded_len())?;
+                self.elems(elem, n, depth)?
+            }
+            TypeDesc::Array { len, elem } => self.array(*len, elem, depth)?,
+            TypeDesc::Tuple { elems } => self.tuple(elems, None, depth)?,
+            TypeDesc::Struct { fields } => self.fields(fields, depth)?,
+            TypeDesc::Enum { variants } => self.enum_variant(variants, depth)?,
+            TypeDesc::Map { key, value } => self.map(key, value, depth)?,
+            TypeDesc::Tensor { dtype } => decode_tensor(*dtype, self.r)?,
+        })
     }
-    Ok(Value::Seq(out))
+
+    fn fields(&mut self, fields: &'a [Field], depth: usize) -> Result<Value<'a>, DecodeError> {
+        let mut out = Vec::with_capacity(fields.len());
+        for f in fields {
+            let v = self
+                .value(&f.ty, depth + 1)
+                .map_err(|e| e.in_field(&f.name))?;
+            out.push((Cow::Borrowed(f.name.as_str()), v));
+        }
+        Ok(Value::Struct(out))
+    }
+
+    fn elems(
+        &mut self,
+        elem: &'a TypeDesc,
+        n: usize,
+        depth: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        if let Some(dtype) = elem.as_dtype() {
+            let bytes = self.r.take(n.saturating_mul(dtype.size_bytes()))?;
+            return Ok(Value::Packed(Packed {
+                dtype,
+                bytes: Cow::Borrowed(bytes),
+            }));
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            out.push(
+                self.value(elem, depth + 1)
+                    .map_err(|e| e.in_field(&i.to_string()))?,
+            );
+        }
+        Ok(Value::Seq(out))
+    }
+
+    fn option(&mut self, some: &'a TypeDesc, depth: usize) -> Result<Value<'a>, DecodeError> {
+        let at = self.r.offset();
+        match self.r.read_u8()? {
+            0 => Ok(Value::Option(None)),
+            1 => Ok(Value::Option(Some(Box::new(self.value(some, depth + 1)?)))),
+            tag => Err(DecodeError::new(
+                at,
+                DecodeErrorKind::InvalidOptionTag { tag },
+            )),
+        }
+    }
+
+    /// A fixed array: its `len` elements must fit in what remains before any is built.
+    fn array(
+        &mut self,
+        len: u64,
+        elem: &'a TypeDesc,
+        depth: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let at = self.r.offset();
+        let need = len.saturating_mul(elem.min_encoded_len().max(1));
+        if need > self.r.remaining() as u64 {
+            return Err(DecodeError::new(
+                at,
+                DecodeErrorKind::LengthTooLarge {
+                    len,
+                    remaining: self.r.remaining(),
+                },
+            ));
+        }
+        self.elems(elem, len as usize, depth)
+    }
+
+    /// The elements of a tuple (or of a tuple variant, whose name then prefixes error paths).
+    fn tuple(
+        &mut self,
+        elems: &'a [TypeDesc],
+        variant: Option<&str>,
+        depth: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let mut out = Vec::with_capacity(elems.len());
+        for (i, e) in elems.iter().enumerate() {
+            out.push(self.value(e, depth + 1).map_err(|err| match variant {
+                None => err.in_field(&i.to_string()),
+                Some(name) => err.in_field(&format!("{name}.{i}")),
+            })?);
+        }
+        Ok(Value::Seq(out))
+    }
+
+    fn enum_variant(
+        &mut self,
+        variants: &'a [Variant],
+        depth: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let at = self.r.offset();
+        let index = self.r.read_u32()?;
+        let Some(variant) = variants.get(index as usize) else {
+            return Err(DecodeError::new(
+                at,
+                DecodeErrorKind::InvalidVariant {
+                    index,
+                    count: variants.len(),
+                },
+            ));
+        };
+        let value = match &variant.kind {
+            VariantKind::Unit => Value::Unit,
+            VariantKind::Tuple { elems } => self.tuple(elems, Some(&variant.name), depth)?,
+            VariantKind::Struct { fields } => self
+                .fields(fields, depth)
+                .map_err(|e| e.in_field(&variant.name))?,
+        };
+        Ok(Value::Variant {
+            index,
+            name: Cow::Borrowed(variant.name.as_str()),
+            value: Box::new(value),
+        })
+    }
+
+    fn map(
+        &mut self,
+        key: &'a TypeDesc,
+        value: &'a TypeDesc,
+        depth: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let n = read_count(
+            self.r,
+            key.min_encoded_len()
+                .saturating_add(value.min_encoded_len()),
+        )?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = self.value(key, depth + 1)?;
+            let v = self.value(value, depth + 1)?;
+            out.push((k, v));
+        }
+        Ok(Value::Map(out))
+    }
 }
 
 /// Reads a count of items of type `elem`, bounded by the remaining input.
 fn read_count(r: &mut WireReader<'_>, elem_min: u64) -> Result<usize, DecodeError> {
     r.read_len(usize::try_from(elem_min).unwrap_or(usize::MAX))
-}
-
-/// Decodes one value of type `desc` at nesting `depth`: scalars here, composite types in the
-/// helpers below (each recursing back here for its children).
-fn decode_at<'a>(
-    desc: &'a TypeDesc,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    budget.spend(r)?;
-    if depth >= MAX_DESC_DEPTH {
-        return Err(DecodeError::new(
-            r.offset(),
-            DecodeErrorKind::TooDeep {
-                max: MAX_DESC_DEPTH,
-            },
-        ));
-    }
-    macro_rules! num {
-        ($t:ty, $v:ident) => {
-            Value::$v(<$t>::from_le_bytes(r.take_array()?))
-        };
-    }
-    Ok(match desc {
-        TypeDesc::Bool => {
-            let at = r.offset();
-            match r.read_u8()? {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                byte => return Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte })),
-            }
-        }
-        TypeDesc::U8 => num!(u8, U8),
-        TypeDesc::U16 => num!(u16, U16),
-        TypeDesc::U32 => num!(u32, U32),
-        TypeDesc::U64 => num!(u64, U64),
-        TypeDesc::U128 => num!(u128, U128),
-        TypeDesc::I8 => num!(i8, I8),
-        TypeDesc::I16 => num!(i16, I16),
-        TypeDesc::I32 => num!(i32, I32),
-        TypeDesc::I64 => num!(i64, I64),
-        TypeDesc::I128 => num!(i128, I128),
-        TypeDesc::F32 => num!(f32, F32),
-        TypeDesc::F64 => num!(f64, F64),
-        TypeDesc::String => {
-            let n = r.read_len(1)?;
-            let at = r.offset();
-            let bytes = r.take(n)?;
-            let s = std::str::from_utf8(bytes)
-                .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))?;
-            Value::Str(Cow::Borrowed(s))
-        }
-        TypeDesc::Bytes => {
-            let n = r.read_len(1)?;
-            Value::Bytes(Cow::Borrowed(r.take(n)?))
-        }
-        TypeDesc::Option { some } => decode_option(some, r, depth, budget)?,
-        TypeDesc::Seq { elem } => {
-            let n = read_count(r, elem.min_encoded_len())?;
-            decode_elems(elem, n, r, depth, budget)?
-        }
-        TypeDesc::Array { len, elem } => decode_array(*len, elem, r, depth, budget)?,
-        TypeDesc::Tuple { elems } => decode_tuple(elems, None, r, depth, budget)?,
-        TypeDesc::Struct { fields } => decode_fields(fields, r, depth, budget)?,
-        TypeDesc::Enum { variants } => decode_enum(variants, r, depth, budget)?,
-        TypeDesc::Map { key, value } => decode_map(key, value, r, depth, budget)?,
-        TypeDesc::Tensor { dtype } => decode_tensor(*dtype, r)?,
-    })
-}
-
-fn decode_option<'a>(
-    some: &'a TypeDesc,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let at = r.offset();
-    match r.read_u8()? {
-        0 => Ok(Value::Option(None)),
-        1 => Ok(Value::Option(Some(Box::new(decode_at(
-            some,
-            r,
-            depth + 1,
-            budget,
-        )?)))),
-        tag => Err(DecodeError::new(
-            at,
-            DecodeErrorKind::InvalidOptionTag { tag },
-        )),
-    }
-}
-
-/// A fixed array: its `len` elements must fit in what remains before any is built.
-fn decode_array<'a>(
-    len: u64,
-    elem: &'a TypeDesc,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let at = r.offset();
-    let need = len.saturating_mul(elem.min_encoded_len().max(1));
-    if need > r.remaining() as u64 {
-        return Err(DecodeError::new(
-            at,
-            DecodeErrorKind::LengthTooLarge {
-                len,
-                remaining: r.remaining(),
-            },
-        ));
-    }
-    decode_elems(elem, len as usize, r, depth, budget)
-}
-
-/// The elements of a tuple (or of a tuple variant, whose name then prefixes error paths).
-fn decode_tuple<'a>(
-    elems: &'a [TypeDesc],
-    variant: Option<&str>,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let mut out = Vec::with_capacity(elems.len());
-    for (i, e) in elems.iter().enumerate() {
-        out.push(
-            decode_at(e, r, depth + 1, budget).map_err(|err| match variant {
-                None => err.in_field(&i.to_string()),
-                Some(name) => err.in_field(&format!("{name}.{i}")),
-            })?,
-        );
-    }
-    Ok(Value::Seq(out))
-}
-
-fn decode_enum<'a>(
-    variants: &'a [Variant],
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let at = r.offset();
-    let index = r.read_u32()?;
-    let Some(variant) = variants.get(index as usize) else {
-        return Err(DecodeError::new(
-            at,
-            DecodeErrorKind::InvalidVariant {
-                index,
-                count: variants.len(),
-            },
-        ));
-    };
-    let value = match &variant.kind {
-        VariantKind::Unit => Value::Unit,
-        VariantKind::Tuple { elems } => decode_tuple(elems, Some(&variant.name), r, depth, budget)?,
-        VariantKind::Struct { fields } => {
-            decode_fields(fields, r, depth, budget).map_err(|e| e.in_field(&variant.name))?
-        }
-    };
-    Ok(Value::Variant {
-        index,
-        name: Cow::Borrowed(variant.name.as_str()),
-        value: Box::new(value),
-    })
-}
-
-fn decode_map<'a>(
-    key: &'a TypeDesc,
-    value: &'a TypeDesc,
-    r: &mut WireReader<'a>,
-    depth: usize,
-    budget: &mut Budget,
-) -> Result<Value<'a>, DecodeError> {
-    let n = read_count(
-        r,
-        key.min_encoded_len()
-            .saturating_add(value.min_encoded_len()),
-    )?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let k = decode_at(key, r, depth + 1, budget)?;
-        let v = decode_at(value, r, depth + 1, budget)?;
-        out.push((k, v));
-    }
-    Ok(Value::Map(out))
 }
 
 /// A tensor: shape, then an element count that must equal the shape's product.
