@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use snapbus::schemas::{Field, SchemaDescriptor, Snapshot, TypeDesc, Value, Wire};
+use snapbus::schemas::{Field, SchemaDescriptor, Snapshot, ToValue, TypeDesc, Value, Wire};
 use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
 use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
@@ -43,6 +43,9 @@ impl Wire for Liar {
     ) -> Result<Self, snapbus::schemas::DecodeError> {
         u32::decode(r).map(Liar)
     }
+}
+
+impl ToValue for Liar {
     fn to_value(&self) -> snapbus::schemas::Value<'_> {
         self.0.to_value()
     }

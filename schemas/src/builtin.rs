@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::{SchemaDescriptor, Snapshot, Wire};
+use snapbus_schemas_derive::{Snapshot, Wire};
+
+use crate::schema::SchemaDescriptor;
+use crate::snapshot::Snapshot as _;
 
 /// One measured duration: a `time_it` block or a timed span without identity.
 #[derive(Snapshot, Debug, Clone, PartialEq)]

@@ -7,11 +7,11 @@
 //! match is refused before a byte is written, and a payload goes straight into its destination
 //! (a lane's claimed frame) without an intermediate buffer.
 
+use crate::cursor::WireWriter;
 use crate::desc::{Field, TypeDesc, VariantKind};
 use crate::error::EncodeError;
 use crate::tensor::element_count;
 use crate::value::Value;
-use crate::wire::WireWriter;
 
 /// Where an encoding walk puts its bytes: a counter (measuring) or a [`WireWriter`].
 trait Sink {

@@ -1,4 +1,5 @@
-//! JSON rendering of [`Value`]s and JSON Schemas of descriptors.
+//! JSON rendering of [`Value`]s ([`Value::to_json`]) and JSON Schemas of descriptors
+//! ([`SchemaDescriptor::to_json_schema`]).
 //!
 //! The mapping (what `snapbus echo` prints):
 //!
@@ -17,7 +18,9 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::desc::{DType, TypeDesc, VariantKind};
+use crate::desc::{DType, Field, TypeDesc, VariantKind};
+use crate::element::Scalar;
+use crate::schema::SchemaDescriptor;
 use crate::value::Value;
 
 fn float(v: f64) -> Json {
@@ -42,23 +45,14 @@ fn f32_json(v: f32) -> Json {
 }
 
 fn packed_json(dtype: DType, bytes: &[u8]) -> Json {
-    let size = dtype.size_bytes();
-    let items = bytes.chunks_exact(size).map(|c| {
-        let mut b = [0u8; 8];
-        b[..size].copy_from_slice(c);
-        match dtype {
-            DType::U8 => Json::from(c[0]),
-            DType::I8 => Json::from(c[0] as i8),
-            DType::U16 => Json::from(u16::from_le_bytes([b[0], b[1]])),
-            DType::I16 => Json::from(i16::from_le_bytes([b[0], b[1]])),
-            DType::U32 => Json::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::I32 => Json::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::F32 => f32_json(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            DType::U64 => Json::from(u64::from_le_bytes(b)),
-            DType::I64 => Json::from(i64::from_le_bytes(b)),
-            DType::F64 => float(f64::from_le_bytes(b)),
-        }
-    });
+    let items = bytes
+        .chunks_exact(dtype.size_bytes())
+        .map(|c| match Scalar::read(dtype, c) {
+            Scalar::Unsigned(v) => Json::from(v),
+            Scalar::Signed(v) => Json::from(v),
+            Scalar::F32(v) => f32_json(v),
+            Scalar::F64(v) => float(v),
+        });
     Json::Array(items.collect())
 }
 
@@ -141,7 +135,7 @@ fn number_schema(int: bool) -> Json {
     }
 }
 
-fn fields_schema(fields: &[crate::desc::Field]) -> Json {
+fn fields_schema(fields: &[Field]) -> Json {
     let props: Map<String, Json> = fields
         .iter()
         .map(|f| (f.name.clone(), json_schema(&f.ty)))
@@ -151,7 +145,7 @@ fn fields_schema(fields: &[crate::desc::Field]) -> Json {
 }
 
 /// The JSON Schema of the JSON form of values of `desc`.
-pub(crate) fn json_schema(desc: &TypeDesc) -> Json {
+fn json_schema(desc: &TypeDesc) -> Json {
     match desc {
         TypeDesc::Bool => json!({"type": "boolean"}),
         TypeDesc::U128 | TypeDesc::I128 => {
@@ -210,5 +204,25 @@ pub(crate) fn json_schema(desc: &TypeDesc) -> Json {
             "required": ["dtype", "shape", "data"],
         }),
         scalar => number_schema(!matches!(scalar, TypeDesc::F32 | TypeDesc::F64)),
+    }
+}
+
+impl SchemaDescriptor {
+    /// A JSON Schema (draft 2020-12) describing the JSON form of this schema's values (the
+    /// form [`Value::to_json`](crate::Value::to_json) produces), for tools such as Foxglove.
+    pub fn to_json_schema(&self) -> serde_json::Value {
+        let mut schema = json_schema(self.root());
+        if let Some(obj) = schema.as_object_mut() {
+            obj.insert(
+                "$schema".into(),
+                "https://json-schema.org/draft/2020-12/schema".into(),
+            );
+            obj.insert("title".into(), self.id().to_owned().into());
+            obj.insert(
+                "description".into(),
+                format!("snapbus schema {} version {}", self.id(), self.version()).into(),
+            );
+        }
+        schema
     }
 }

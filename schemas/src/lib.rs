@@ -156,35 +156,48 @@
 
 extern crate self as snapbus_schemas;
 
+// The modules form a DAG, bottom first: error; cursor, desc; canonical, wire; schema, element;
+// tensor; value; decode, encode, snapshot; json, builtin (ARCHITECTURE.md lists each edge).
+// Modules import from the module that defines an item, never through the crate root.
 pub mod builtin;
+mod canonical;
+mod cursor;
+mod decode;
 mod desc;
+mod element;
 mod encode;
 mod error;
 pub mod json;
+mod schema;
 mod snapshot;
 mod tensor;
 mod value;
 mod wire;
 
+pub use canonical::DESCRIPTOR_MAGIC;
+pub use cursor::{WireReader, WireWriter};
+pub use decode::{decode, decode_from};
 pub use desc::{
-    DESCRIPTOR_MAGIC, DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, SchemaDescriptor,
-    TypeDesc, Variant, VariantKind, validate_schema_id,
+    DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
 };
+pub use element::{Element, Packed, TensorView};
 pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
 pub use error::{DecodeError, DecodeErrorKind, DescriptorError, EncodeError, IncompatibleSchema};
+pub use schema::{SchemaDescriptor, validate_schema_id};
 pub use snapbus_schemas_derive::{Snapshot, Wire};
 pub use snapshot::{
     RegisterError, Registered, SchemaRegistry, Snapshot, check_compatible, decode_versioned,
     first_difference,
 };
 pub use tensor::{Bytes, MAX_TENSOR_RANK, ShapeError, Tensor};
-pub use value::{Packed, TensorView, Value, decode, decode_from};
-pub use wire::{Element, Wire, WireReader, WireWriter};
+pub use value::{ToValue, Value};
+pub use wire::Wire;
 
 /// Items used by the derive macros' generated code. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    use crate::{SchemaDescriptor, Snapshot};
+    use crate::schema::SchemaDescriptor;
+    use crate::snapshot::Snapshot;
 
     /// The descriptor of `T`, built without panicking: the derive has already checked the id,
     /// version and `since` ordering at compile time; the rest (depth, width) is re-checked by

@@ -3,9 +3,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::desc::{Field, SchemaDescriptor, TypeDesc};
+use crate::cursor::WireReader;
+use crate::desc::{Field, TypeDesc};
 use crate::error::{DecodeError, DecodeErrorKind, DescriptorError, IncompatibleSchema};
-use crate::wire::{Wire, WireReader};
+use crate::schema::SchemaDescriptor;
+use crate::value::ToValue;
+use crate::wire::Wire;
 
 /// A schema-versioned event type: what a producer emits.
 ///
@@ -13,7 +16,7 @@ use crate::wire::{Wire, WireReader};
 /// named fields. Fields appended in a later version carry `#[snapshot(since = N)]` and,
 /// optionally, `default = expr` (otherwise `Default::default()`), used when reading payloads of
 /// older versions. Nested types derive [`Wire`].
-pub trait Snapshot: Wire {
+pub trait Snapshot: Wire + ToValue {
     /// The stable schema id (`"monty.env_interface.step"`).
     const SCHEMA_ID: &'static str;
     /// The schema version this type writes.
@@ -50,13 +53,8 @@ pub fn decode_versioned<T: Snapshot>(bytes: &[u8], writer_version: u32) -> Resul
     }
     let mut r = WireReader::new(bytes);
     let value = T::decode_fields_of(&mut r, writer_version)?;
-    if writer_version <= T::VERSION && r.remaining() != 0 {
-        return Err(DecodeError::new(
-            r.offset(),
-            DecodeErrorKind::TrailingBytes {
-                count: r.remaining(),
-            },
-        ));
+    if writer_version <= T::VERSION {
+        r.finish()?;
     }
     Ok(value)
 }

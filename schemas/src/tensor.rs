@@ -1,11 +1,10 @@
 //! [`Tensor`]: n-dimensional numeric arrays, and [`Bytes`]: opaque byte buffers.
 
-use std::borrow::Cow;
-
+use crate::cursor::{WireReader, WireWriter};
 use crate::desc::TypeDesc;
+use crate::element::Element;
 use crate::error::{DecodeError, DecodeErrorKind};
-use crate::value::{TensorView, Value};
-use crate::wire::{Element, Wire, WireReader, WireWriter};
+use crate::wire::Wire;
 
 /// Maximum rank of a tensor (numpy's limit).
 pub const MAX_TENSOR_RANK: usize = 64;
@@ -132,17 +131,6 @@ impl<T: Element> Wire for Tensor<T> {
         }
         Ok(Tensor { shape, data })
     }
-
-    fn to_value(&self) -> Value<'_> {
-        Value::Tensor(TensorView {
-            dtype: T::DTYPE,
-            shape: self.shape.clone(),
-            data: match T::slice_to_value(&self.data) {
-                Value::Packed(p) => p.bytes,
-                _ => Cow::Borrowed(&[]),
-            },
-        })
-    }
 }
 
 /// Reads a tensor's rank and dimensions, refusing ranks above [`MAX_TENSOR_RANK`].
@@ -194,8 +182,5 @@ impl Wire for Bytes {
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         let n = r.read_len(1)?;
         Ok(Bytes(r.take(n)?.to_vec()))
-    }
-    fn to_value(&self) -> Value<'_> {
-        Value::Bytes(Cow::Borrowed(&self.0))
     }
 }

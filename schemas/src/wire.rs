@@ -1,157 +1,14 @@
-//! The typed codec: the [`Wire`] trait, its byte cursor types, and impls for std types.
+//! The typed codec: the [`Wire`] trait and its impls for std types.
+//!
+//! A `Wire` type knows its descriptor and its bytes, nothing more: the dynamic view of a value
+//! ([`ToValue`](crate::ToValue)) is built on top of it, in `value`.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash};
 
-use crate::desc::{DType, TypeDesc};
+use crate::cursor::{WireReader, WireWriter};
+use crate::desc::TypeDesc;
 use crate::error::{DecodeError, DecodeErrorKind, EncodeError};
-use crate::value::{Packed, Value};
-
-/// Writes a value into a caller-provided byte slice, never allocating and never panicking.
-///
-/// Writing past the end sets an overflow flag instead of panicking; [`Wire::encode_into`]
-/// checks the length first, so that only happens with a hand-written impl whose
-/// `encoded_len` is wrong, and is then reported as [`EncodeError::LengthMismatch`].
-#[derive(Debug)]
-pub struct WireWriter<'a> {
-    buf: &'a mut [u8],
-    pos: usize,
-    overflow: bool,
-}
-
-impl<'a> WireWriter<'a> {
-    /// A writer at the start of `buf`.
-    pub fn new(buf: &'a mut [u8]) -> WireWriter<'a> {
-        WireWriter {
-            buf,
-            pos: 0,
-            overflow: false,
-        }
-    }
-
-    /// Appends raw bytes.
-    #[inline]
-    pub fn put(&mut self, bytes: &[u8]) {
-        let end = self.pos.saturating_add(bytes.len());
-        match self.buf.get_mut(self.pos..end) {
-            Some(dst) => {
-                dst.copy_from_slice(bytes);
-                self.pos = end;
-            }
-            None => self.overflow = true,
-        }
-    }
-
-    /// Appends a `u64` length prefix.
-    #[inline]
-    pub fn put_len(&mut self, len: usize) {
-        self.put(&(len as u64).to_le_bytes());
-    }
-
-    /// Bytes written so far.
-    pub fn position(&self) -> usize {
-        self.pos
-    }
-
-    /// Whether a write did not fit.
-    pub fn overflowed(&self) -> bool {
-        self.overflow
-    }
-}
-
-/// Reads values from untrusted bytes: every read is bounds-checked and every failure is a
-/// [`DecodeError`] carrying the offset.
-#[derive(Debug, Clone)]
-pub struct WireReader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> WireReader<'a> {
-    /// A reader at the start of `buf`.
-    pub fn new(buf: &'a [u8]) -> WireReader<'a> {
-        WireReader { buf, pos: 0 }
-    }
-
-    /// Current byte offset.
-    pub fn offset(&self) -> usize {
-        self.pos
-    }
-
-    /// Bytes not yet read.
-    pub fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    /// Takes the next `n` bytes.
-    #[inline]
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        match end {
-            Some(end) => {
-                let out = &self.buf[self.pos..end];
-                self.pos = end;
-                Ok(out)
-            }
-            None => Err(DecodeError::new(
-                self.pos,
-                DecodeErrorKind::UnexpectedEnd {
-                    needed: n,
-                    remaining: self.remaining(),
-                },
-            )),
-        }
-    }
-
-    /// Takes the next `N` bytes as an array.
-    #[inline]
-    pub fn take_array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
-        let bytes = self.take(N)?;
-        let mut out = [0u8; N];
-        out.copy_from_slice(bytes);
-        Ok(out)
-    }
-
-    /// Reads one byte.
-    #[inline]
-    pub fn read_u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take_array::<1>()?[0])
-    }
-
-    /// Reads a little-endian `u32`.
-    #[inline]
-    pub fn read_u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.take_array()?))
-    }
-
-    /// Reads a little-endian `u64`.
-    #[inline]
-    pub fn read_u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.take_array()?))
-    }
-
-    /// Reads a `u64` length or count prefix and checks it against the remaining input: `len`
-    /// items of at least `min_item_len` bytes each (zero-sized items count as one byte) must
-    /// fit. So a hostile prefix can never make the decoder allocate or loop more than the input
-    /// justifies.
-    #[inline]
-    pub fn read_len(&mut self, min_item_len: usize) -> Result<usize, DecodeError> {
-        let at = self.pos;
-        let len = self.read_u64()?;
-        let need = len.checked_mul(min_item_len.max(1) as u64);
-        match need {
-            Some(need) if need <= self.remaining() as u64 => Ok(len as usize),
-            _ => Err(DecodeError::new(
-                at,
-                DecodeErrorKind::LengthTooLarge {
-                    len,
-                    remaining: self.remaining(),
-                },
-            )),
-        }
-    }
-}
 
 /// A type with a wire encoding and a type descriptor.
 ///
@@ -177,10 +34,6 @@ pub trait Wire: Sized {
 
     /// Reads a value.
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError>;
-
-    /// The value as a dynamic [`Value`], borrowing where it can. Equal to what
-    /// [`decode`](crate::decode) returns for the encoded bytes.
-    fn to_value(&self) -> Value<'_>;
 
     /// Encodes into `buf` without allocating; returns the number of bytes written.
     fn encode_into(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
@@ -213,14 +66,7 @@ pub trait Wire: Sized {
     fn decode_exact(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = WireReader::new(bytes);
         let v = Self::decode(&mut r)?;
-        if r.remaining() != 0 {
-            return Err(DecodeError::new(
-                r.offset(),
-                DecodeErrorKind::TrailingBytes {
-                    count: r.remaining(),
-                },
-            ));
-        }
+        r.finish()?;
         Ok(v)
     }
 
@@ -265,27 +111,24 @@ pub trait Wire: Sized {
             )
         })
     }
-
-    /// A slice as a dynamic value (numeric types give a zero-copy [`Value::Packed`]).
-    #[doc(hidden)]
-    fn slice_to_value(items: &[Self]) -> Value<'_> {
-        Value::Seq(items.iter().map(Wire::to_value).collect())
-    }
 }
 
-/// Scalar numeric element types: the element types of [`Tensor`](crate::Tensor) and of packed
-/// sequences. Sealed.
-pub trait Element: Wire + bytemuck::Pod + sealed::Sealed {
-    /// The element's dtype.
-    const DTYPE: DType;
+/// Invokes the macro `$m` once with every numeric element type and its name (the variant name
+/// in [`DType`](crate::DType), [`TypeDesc`] and [`Value`](crate::Value) alike):
+/// `$m!(u8 => U8, …, f64 => F64)`. The one list of element types every impl uses.
+macro_rules! for_each_element {
+    ($m:ident) => {
+        $m! {
+            u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+            i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+            f32 => F32, f64 => F64,
+        }
+    };
 }
-
-mod sealed {
-    pub trait Sealed {}
-}
+pub(crate) use for_each_element;
 
 macro_rules! numeric {
-    ($($t:ty => $desc:ident, $dtype:ident, $variant:ident);* $(;)?) => {$(
+    ($($t:ty => $desc:ident),* $(,)?) => {$(
         impl Wire for $t {
             const MIN_ENCODED_LEN: usize = size_of::<$t>();
             fn type_desc() -> TypeDesc {
@@ -302,9 +145,6 @@ macro_rules! numeric {
             #[inline]
             fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
                 Ok(<$t>::from_le_bytes(r.take_array()?))
-            }
-            fn to_value(&self) -> Value<'_> {
-                Value::$variant(*self)
             }
             #[inline]
             fn slice_encoded_len(items: &[Self]) -> usize {
@@ -351,29 +191,11 @@ macro_rules! numeric {
                 }
                 Ok(out)
             }
-            fn slice_to_value(items: &[Self]) -> Value<'_> {
-                Value::Packed(Packed::from_slice(items))
-            }
-        }
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const DTYPE: DType = DType::$dtype;
         }
     )*};
 }
 
-numeric! {
-    u8 => U8, U8, U8;
-    u16 => U16, U16, U16;
-    u32 => U32, U32, U32;
-    u64 => U64, U64, U64;
-    i8 => I8, I8, I8;
-    i16 => I16, I16, I16;
-    i32 => I32, I32, I32;
-    i64 => I64, I64, I64;
-    f32 => F32, F32, F32;
-    f64 => F64, F64, F64;
-}
+for_each_element!(numeric);
 
 macro_rules! wide_int {
     ($($t:ty => $desc:ident);* $(;)?) => {$(
@@ -390,9 +212,6 @@ macro_rules! wide_int {
             }
             fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
                 Ok(<$t>::from_le_bytes(r.take_array()?))
-            }
-            fn to_value(&self) -> Value<'_> {
-                Value::$desc(*self)
             }
         }
     )*};
@@ -422,9 +241,6 @@ impl Wire for bool {
             byte => Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte })),
         }
     }
-    fn to_value(&self) -> Value<'_> {
-        Value::Bool(*self)
-    }
 }
 
 impl Wire for String {
@@ -446,9 +262,6 @@ impl Wire for String {
         std::str::from_utf8(bytes)
             .map(str::to_owned)
             .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))
-    }
-    fn to_value(&self) -> Value<'_> {
-        Value::Str(Cow::Borrowed(self))
     }
 }
 
@@ -482,9 +295,6 @@ impl<T: Wire> Wire for Option<T> {
             )),
         }
     }
-    fn to_value(&self) -> Value<'_> {
-        Value::Option(self.as_ref().map(|v| Box::new(v.to_value())))
-    }
 }
 
 impl<T: Wire> Wire for Box<T> {
@@ -500,9 +310,6 @@ impl<T: Wire> Wire for Box<T> {
     }
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         T::decode(r).map(Box::new)
-    }
-    fn to_value(&self) -> Value<'_> {
-        (**self).to_value()
     }
 }
 
@@ -526,9 +333,6 @@ impl<T: Wire> Wire for Vec<T> {
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         let n = r.read_len(T::MIN_ENCODED_LEN)?;
         T::decode_vec(r, n)
-    }
-    fn to_value(&self) -> Value<'_> {
-        T::slice_to_value(self)
     }
 }
 
@@ -562,9 +366,6 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
         }
         T::decode_array::<N>(r)
     }
-    fn to_value(&self) -> Value<'_> {
-        T::slice_to_value(self)
-    }
 }
 
 macro_rules! tuple {
@@ -583,21 +384,27 @@ macro_rules! tuple {
             fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
                 Ok(($($name::decode(r)?,)+))
             }
-            fn to_value(&self) -> Value<'_> {
-                Value::Seq(vec![$(self.$idx.to_value()),+])
-            }
         }
     };
 }
 
-tuple!(A 0);
-tuple!(A 0, B 1);
-tuple!(A 0, B 1, C 2);
-tuple!(A 0, B 1, C 2, D 3);
-tuple!(A 0, B 1, C 2, D 3, E 4);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
-tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+/// Invokes the macro `$m` once per supported tuple arity (1 to 8), with the element type
+/// names and field indexes: `$m!(A 0, B 1)`. The one list of arities every tuple impl uses.
+macro_rules! for_each_tuple {
+    ($m:ident) => {
+        $m!(A 0);
+        $m!(A 0, B 1);
+        $m!(A 0, B 1, C 2);
+        $m!(A 0, B 1, C 2, D 3);
+        $m!(A 0, B 1, C 2, D 3, E 4);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+        $m!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+    };
+}
+pub(crate) use for_each_tuple;
+
+for_each_tuple!(tuple);
 
 impl Wire for () {
     const MIN_ENCODED_LEN: usize = 0;
@@ -611,29 +418,32 @@ impl Wire for () {
     fn decode(_: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         Ok(())
     }
-    fn to_value(&self) -> Value<'_> {
-        Value::Seq(Vec::new())
-    }
 }
 
-fn map_encoded_len<'a, K: Wire + 'a, V: Wire + 'a>(
-    entries: impl Iterator<Item = (&'a K, &'a V)>,
-) -> usize {
-    8 + entries
-        .map(|(k, v)| k.encoded_len() + v.encoded_len())
-        .sum::<usize>()
-}
-
-fn map_encode<'a, K: Wire + 'a, V: Wire + 'a>(
-    len: usize,
-    entries: impl Iterator<Item = (&'a K, &'a V)>,
-    w: &mut WireWriter<'_>,
-) {
-    w.put_len(len);
-    for (k, v) in entries {
-        k.encode(w);
-        v.encode(w);
-    }
+/// The items every map impl shares: `u64` entry count, then key, value, key, value…
+macro_rules! map_layout {
+    () => {
+        const MIN_ENCODED_LEN: usize = 8;
+        fn type_desc() -> TypeDesc {
+            TypeDesc::Map {
+                key: Box::new(K::type_desc()),
+                value: Box::new(V::type_desc()),
+            }
+        }
+        fn encoded_len(&self) -> usize {
+            8 + self
+                .iter()
+                .map(|(k, v)| k.encoded_len() + v.encoded_len())
+                .sum::<usize>()
+        }
+        fn encode(&self, w: &mut WireWriter<'_>) {
+            w.put_len(self.len());
+            for (k, v) in self {
+                k.encode(w);
+                v.encode(w);
+            }
+        }
+    };
 }
 
 /// Decodes a map's entries; `insert` returns `false` for a key already present, which is an
@@ -656,56 +466,20 @@ fn map_decode<K: Wire, V: Wire, M>(
     Ok(map)
 }
 
-fn map_to_value<'a, K: Wire + 'a, V: Wire + 'a>(
-    entries: impl Iterator<Item = (&'a K, &'a V)>,
-) -> Value<'a> {
-    Value::Map(entries.map(|(k, v)| (k.to_value(), v.to_value())).collect())
-}
-
 impl<K: Wire + Ord, V: Wire> Wire for BTreeMap<K, V> {
-    const MIN_ENCODED_LEN: usize = 8;
-    fn type_desc() -> TypeDesc {
-        TypeDesc::Map {
-            key: Box::new(K::type_desc()),
-            value: Box::new(V::type_desc()),
-        }
-    }
-    fn encoded_len(&self) -> usize {
-        map_encoded_len(self.iter())
-    }
-    fn encode(&self, w: &mut WireWriter<'_>) {
-        map_encode(self.len(), self.iter(), w);
-    }
+    map_layout!();
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         map_decode(r, |_| BTreeMap::new(), |m, k, v| m.insert(k, v).is_none())
-    }
-    fn to_value(&self) -> Value<'_> {
-        map_to_value(self.iter())
     }
 }
 
 impl<K: Wire + Eq + Hash, V: Wire, S: BuildHasher + Default> Wire for HashMap<K, V, S> {
-    const MIN_ENCODED_LEN: usize = 8;
-    fn type_desc() -> TypeDesc {
-        TypeDesc::Map {
-            key: Box::new(K::type_desc()),
-            value: Box::new(V::type_desc()),
-        }
-    }
-    fn encoded_len(&self) -> usize {
-        map_encoded_len(self.iter())
-    }
-    fn encode(&self, w: &mut WireWriter<'_>) {
-        map_encode(self.len(), self.iter(), w);
-    }
+    map_layout!();
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError> {
         map_decode(
             r,
             |n| HashMap::with_capacity_and_hasher(n, S::default()),
             |m, k, v| m.insert(k, v).is_none(),
         )
-    }
-    fn to_value(&self) -> Value<'_> {
-        map_to_value(self.iter())
     }
 }

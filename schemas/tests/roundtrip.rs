@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use snapbus_schemas::{
-    DecodeErrorKind, EncodeError, Snapshot, Wire, decode, decode_versioned, encode_value,
+    DecodeErrorKind, EncodeError, Snapshot, ToValue, Wire, decode, decode_versioned, encode_value,
 };
 
 use crate::fixtures::{Everything, everything, sample};

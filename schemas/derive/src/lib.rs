@@ -13,8 +13,8 @@ use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Error, Expr, Fields, Ident, LitInt, LitStr, Path, Type};
 
-/// Derives `Wire` and `Snapshot`: a schema id, a version, a type descriptor, the wire codec and
-/// versioned decoding for a struct with named fields.
+/// Derives `Wire`, `ToValue` and `Snapshot`: a schema id, a version, a type descriptor, the
+/// wire codec, the dynamic view and versioned decoding for a struct with named fields.
 #[proc_macro_derive(Snapshot, attributes(snapshot))]
 pub fn derive_snapshot(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as DeriveInput);
@@ -23,7 +23,8 @@ pub fn derive_snapshot(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Derives `Wire` (descriptor + codec) for a struct or enum used inside snapshots.
+/// Derives `Wire` (descriptor + codec) and `ToValue` (dynamic view) for a struct or enum used
+/// inside snapshots.
 #[proc_macro_derive(Wire, attributes(snapshot))]
 pub fn derive_wire(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as DeriveInput);
@@ -236,9 +237,11 @@ fn named_struct_wire(krate: &Path, name: &Ident, fields: &[NamedField<'_>]) -> T
                     #(#idents: <#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#names))?,)*
                 })
             }
+        }
+        impl #krate::ToValue for #name {
             fn to_value(&self) -> #krate::Value<'_> {
                 #krate::Value::Struct(::std::vec![#(
-                    (::std::borrow::Cow::Borrowed(#names), #krate::Wire::to_value(&self.#idents))
+                    (::std::borrow::Cow::Borrowed(#names), #krate::ToValue::to_value(&self.#idents))
                 ),*])
             }
         }
@@ -274,109 +277,130 @@ fn tuple_struct_wire(krate: &Path, name: &Ident, tys: &[&Type], unit: bool) -> T
                 let _ = &r;
                 ::std::result::Result::Ok(#construct)
             }
+        }
+        impl #krate::ToValue for #name {
             fn to_value(&self) -> #krate::Value<'_> {
-                #krate::Value::Seq(::std::vec![#(#krate::Wire::to_value(&self.#idx)),*])
+                #krate::Value::Seq(::std::vec![#(#krate::ToValue::to_value(&self.#idx)),*])
             }
         }
     }
+}
+
+/// The match arms one enum variant contributes to each generated item.
+struct VariantArms {
+    desc: TokenStream2,
+    len: TokenStream2,
+    encode: TokenStream2,
+    decode: TokenStream2,
+    value: TokenStream2,
+}
+
+fn variant_arms(krate: &Path, index: u32, v: &syn::Variant) -> syn::Result<VariantArms> {
+    let vident = &v.ident;
+    let vname = field_name(vident);
+    for f in &v.fields {
+        if f.attrs.iter().any(|a| a.path().is_ident("snapshot")) {
+            return Err(Error::new(
+                f.span(),
+                "field attributes do not apply to enum variants",
+            ));
+        }
+    }
+    let variant_value = |payload: TokenStream2| {
+        quote! {
+            #krate::Value::Variant {
+                index: #index,
+                name: ::std::borrow::Cow::Borrowed(#vname),
+                value: ::std::boxed::Box::new(#payload),
+            }
+        }
+    };
+    Ok(match &v.fields {
+        Fields::Unit => {
+            let value = variant_value(quote! { #krate::Value::Unit });
+            VariantArms {
+                desc: quote! { #krate::Variant::unit(#vname) },
+                len: quote! { Self::#vident => 0 },
+                encode: quote! { Self::#vident => w.put(&#index.to_le_bytes()) },
+                decode: quote! { #index => ::std::result::Result::Ok(Self::#vident) },
+                value: quote! { Self::#vident => #value },
+            }
+        }
+        Fields::Unnamed(u) => {
+            let tys: Vec<&Type> = u.unnamed.iter().map(|f| &f.ty).collect();
+            let binds: Vec<Ident> = (0..tys.len()).map(|j| format_ident!("f{}", j)).collect();
+            let paths: Vec<String> = (0..tys.len()).map(|j| format!("{vname}.{j}")).collect();
+            let value = variant_value(quote! {
+                #krate::Value::Seq(::std::vec![#(#krate::ToValue::to_value(#binds)),*])
+            });
+            VariantArms {
+                desc: quote! {
+                    #krate::Variant::tuple(#vname, ::std::vec![#(<#tys as #krate::Wire>::type_desc()),*])
+                },
+                len: quote! { Self::#vident(#(#binds),*) => 0 #(+ #krate::Wire::encoded_len(#binds))* },
+                encode: quote! {
+                    Self::#vident(#(#binds),*) => {
+                        w.put(&#index.to_le_bytes());
+                        #(#krate::Wire::encode(#binds, w);)*
+                    }
+                },
+                decode: quote! {
+                    #index => ::std::result::Result::Ok(Self::#vident(
+                        #(<#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#paths))?),*
+                    ))
+                },
+                value: quote! { Self::#vident(#(#binds),*) => #value },
+            }
+        }
+        Fields::Named(n) => {
+            let idents: Vec<&Ident> = n.named.iter().filter_map(|f| f.ident.as_ref()).collect();
+            let names: Vec<String> = idents.iter().map(|i| field_name(i)).collect();
+            let paths: Vec<String> = names.iter().map(|f| format!("{vname}.{f}")).collect();
+            let tys: Vec<&Type> = n.named.iter().map(|f| &f.ty).collect();
+            let value = variant_value(quote! {
+                #krate::Value::Struct(::std::vec![#(
+                    (::std::borrow::Cow::Borrowed(#names), #krate::ToValue::to_value(#idents))
+                ),*])
+            });
+            VariantArms {
+                desc: quote! {
+                    #krate::Variant::structure(#vname, ::std::vec![#(
+                        #krate::Field::new(#names, <#tys as #krate::Wire>::type_desc())
+                    ),*])
+                },
+                len: quote! { Self::#vident { #(#idents),* } => 0 #(+ #krate::Wire::encoded_len(#idents))* },
+                encode: quote! {
+                    Self::#vident { #(#idents),* } => {
+                        w.put(&#index.to_le_bytes());
+                        #(#krate::Wire::encode(#idents, w);)*
+                    }
+                },
+                decode: quote! {
+                    #index => ::std::result::Result::Ok(Self::#vident {
+                        #(#idents: <#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#paths))?,)*
+                    })
+                },
+                value: quote! { Self::#vident { #(#idents),* } => #value },
+            }
+        }
+    })
 }
 
 fn enum_wire(krate: &Path, name: &Ident, e: &syn::DataEnum) -> syn::Result<TokenStream2> {
     if e.variants.len() > u32::MAX as usize {
         return Err(Error::new(name.span(), "too many variants"));
     }
-    let mut descs = Vec::new();
-    let mut lens = Vec::new();
-    let mut encodes = Vec::new();
-    let mut decodes = Vec::new();
-    let mut values = Vec::new();
-    for (i, v) in e.variants.iter().enumerate() {
-        let index = i as u32;
-        let vident = &v.ident;
-        let vname = field_name(vident);
-        for f in &v.fields {
-            if f.attrs.iter().any(|a| a.path().is_ident("snapshot")) {
-                return Err(Error::new(
-                    f.span(),
-                    "field attributes do not apply to enum variants",
-                ));
-            }
-        }
-        match &v.fields {
-            Fields::Unit => {
-                descs.push(quote! { #krate::Variant::unit(#vname) });
-                lens.push(quote! { Self::#vident => 0 });
-                encodes.push(quote! { Self::#vident => w.put(&#index.to_le_bytes()) });
-                decodes.push(quote! { #index => ::std::result::Result::Ok(Self::#vident) });
-                values.push(quote! {
-                    Self::#vident => #krate::Value::Variant {
-                        index: #index,
-                        name: ::std::borrow::Cow::Borrowed(#vname),
-                        value: ::std::boxed::Box::new(#krate::Value::Unit),
-                    }
-                });
-            }
-            Fields::Unnamed(u) => {
-                let tys: Vec<&Type> = u.unnamed.iter().map(|f| &f.ty).collect();
-                let binds: Vec<Ident> = (0..tys.len()).map(|j| format_ident!("f{}", j)).collect();
-                let paths: Vec<String> = (0..tys.len()).map(|j| format!("{vname}.{j}")).collect();
-                descs.push(quote! {
-                    #krate::Variant::tuple(#vname, ::std::vec![#(<#tys as #krate::Wire>::type_desc()),*])
-                });
-                lens.push(quote! { Self::#vident(#(#binds),*) => 0 #(+ #krate::Wire::encoded_len(#binds))* });
-                encodes.push(quote! {
-                    Self::#vident(#(#binds),*) => {
-                        w.put(&#index.to_le_bytes());
-                        #(#krate::Wire::encode(#binds, w);)*
-                    }
-                });
-                decodes.push(quote! {
-                    #index => ::std::result::Result::Ok(Self::#vident(
-                        #(<#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#paths))?),*
-                    ))
-                });
-                values.push(quote! {
-                    Self::#vident(#(#binds),*) => #krate::Value::Variant {
-                        index: #index,
-                        name: ::std::borrow::Cow::Borrowed(#vname),
-                        value: ::std::boxed::Box::new(#krate::Value::Seq(::std::vec![#(#krate::Wire::to_value(#binds)),*])),
-                    }
-                });
-            }
-            Fields::Named(n) => {
-                let idents: Vec<&Ident> = n.named.iter().filter_map(|f| f.ident.as_ref()).collect();
-                let names: Vec<String> = idents.iter().map(|i| field_name(i)).collect();
-                let paths: Vec<String> = names.iter().map(|f| format!("{vname}.{f}")).collect();
-                let tys: Vec<&Type> = n.named.iter().map(|f| &f.ty).collect();
-                descs.push(quote! {
-                    #krate::Variant::structure(#vname, ::std::vec![#(
-                        #krate::Field::new(#names, <#tys as #krate::Wire>::type_desc())
-                    ),*])
-                });
-                lens.push(quote! { Self::#vident { #(#idents),* } => 0 #(+ #krate::Wire::encoded_len(#idents))* });
-                encodes.push(quote! {
-                    Self::#vident { #(#idents),* } => {
-                        w.put(&#index.to_le_bytes());
-                        #(#krate::Wire::encode(#idents, w);)*
-                    }
-                });
-                decodes.push(quote! {
-                    #index => ::std::result::Result::Ok(Self::#vident {
-                        #(#idents: <#tys as #krate::Wire>::decode(r).map_err(|e| e.in_field(#paths))?,)*
-                    })
-                });
-                values.push(quote! {
-                    Self::#vident { #(#idents),* } => #krate::Value::Variant {
-                        index: #index,
-                        name: ::std::borrow::Cow::Borrowed(#vname),
-                        value: ::std::boxed::Box::new(#krate::Value::Struct(::std::vec![#(
-                            (::std::borrow::Cow::Borrowed(#names), #krate::Wire::to_value(#idents))
-                        ),*])),
-                    }
-                });
-            }
-        }
-    }
+    let arms = e
+        .variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| variant_arms(krate, i as u32, v))
+        .collect::<syn::Result<Vec<_>>>()?;
+    let descs = arms.iter().map(|a| &a.desc);
+    let lens = arms.iter().map(|a| &a.len);
+    let encodes = arms.iter().map(|a| &a.encode);
+    let decodes = arms.iter().map(|a| &a.decode);
+    let values = arms.iter().map(|a| &a.value);
     let count = e.variants.len();
     let body_len = if count == 0 {
         quote! { match *self {} }
@@ -416,6 +440,8 @@ fn enum_wire(krate: &Path, name: &Ident, e: &syn::DataEnum) -> syn::Result<Token
                     )),
                 }
             }
+        }
+        impl #krate::ToValue for #name {
             fn to_value(&self) -> #krate::Value<'_> {
                 #body_value
             }

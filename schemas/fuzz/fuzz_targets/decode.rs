@@ -42,7 +42,7 @@ use libfuzzer_sys::fuzz_target;
 use snapbus_schemas::builtin::{DurationSample, ResourceSample, SpanEnd, SpanEvent, SpanStart};
 use snapbus_schemas::{
     DESCRIPTOR_MAGIC, DType, DecodeErrorKind, Field, SchemaDescriptor, SchemaRegistry, Snapshot,
-    Tensor, TypeDesc, Value, Variant, Wire, check_compatible, decode, decode_from,
+    Tensor, ToValue, TypeDesc, Value, Variant, Wire, check_compatible, decode, decode_from,
     decode_versioned, encode_value,
 };
 
