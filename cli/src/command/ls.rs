@@ -104,7 +104,6 @@ fn json(s: &BusState) -> anyhow::Result<serde_json::Value> {
 }
 
 pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
-    use Align::{Left, Right};
     let dir = bus_dir(&args.bus)?;
     let s = state(&dir)?;
     let mut out = std::io::stdout().lock();
@@ -128,6 +127,22 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         }
     )?;
     writeln!(out, "\nPRODUCERS")?;
+    producers(&s).write(&mut out)?;
+    writeln!(out, "\nCONSUMERS")?;
+    let (t, refused) = consumers(&s);
+    t.write(&mut out)?;
+    for r in refused {
+        writeln!(out, "  ! {r}")?;
+    }
+    writeln!(out, "\nSCHEMAS")?;
+    schemas(&s).write(&mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The PRODUCERS table.
+fn producers(s: &BusState) -> Table {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Right),
         ("NAME", Left),
@@ -157,8 +172,12 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             tags,
         ]);
     }
-    t.write(&mut out)?;
-    writeln!(out, "\nCONSUMERS")?;
+    t
+}
+
+/// The CONSUMERS table, and the lanes they refuse.
+fn consumers(s: &BusState) -> (Table, Vec<String>) {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Right),
         ("KIND", Left),
@@ -199,11 +218,12 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
                 .map(|r| format!("consumer {} refuses {r}", c.id)),
         );
     }
-    t.write(&mut out)?;
-    for r in refused {
-        writeln!(out, "  ! {r}")?;
-    }
-    writeln!(out, "\nSCHEMAS")?;
+    (t, refused)
+}
+
+/// The SCHEMAS table.
+fn schemas(s: &BusState) -> Table {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Left),
         ("VER", Right),
@@ -231,9 +251,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             ),
         ]);
     }
-    t.write(&mut out)?;
-    out.flush()?;
-    Ok(())
+    t
 }
 
 #[cfg(test)]
