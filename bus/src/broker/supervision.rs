@@ -45,6 +45,7 @@ mod process;
 mod state;
 
 pub(super) use detach::Detaching;
+pub use process::SUPERVISED_ENV;
 pub(super) use process::has_exited;
 use process::{exit_end, proc_start_time, spawn_consumer};
 pub use state::report_exit;
@@ -54,9 +55,6 @@ pub(super) use state::state_path;
 pub const DEFAULT_KEEP_ENDED: usize = 16;
 /// The environment variable that overrides [`DEFAULT_KEEP_ENDED`].
 pub const KEEP_ENDED_ENV: &str = "SNAPBUS_KEEP_ENDED";
-/// Set in a supervised consumer's environment: the broker's socket, where
-/// [`report_exit`] says the exit code.
-pub const SUPERVISED_ENV: &str = "SNAPBUS_SUPERVISED_BY";
 
 /// A consumer process the broker started (`snapbus attach`) and watches.
 pub(super) struct Supervised {

@@ -8,9 +8,12 @@ use std::process::{Child, Command, Stdio};
 
 use rustix::event::{PollFd, PollFlags};
 
-use super::SUPERVISED_ENV;
 use crate::control::End;
 use crate::runtime::BusDir;
+
+/// Set in a supervised consumer's environment: the broker's socket, where
+/// [`report_exit`](crate::broker::report_exit) says the exit code.
+pub const SUPERVISED_ENV: &str = "SNAPBUS_SUPERVISED_BY";
 
 /// Starts `exe args` in `cwd`, its output appended to `log`, in its own process group (a Ctrl-C
 /// meant for the broker's terminal is not its), with `SNAPBUS_RESTART` set to how many times

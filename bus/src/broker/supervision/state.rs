@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::process::{pidfd, proc_start_time};
-use super::{SUPERVISED_ENV, Supervised};
+use super::Supervised;
+use super::process::{SUPERVISED_ENV, pidfd, proc_start_time};
 use crate::broker::Broker;
 use crate::control::{Conn, ConsumerState, End, Ending, PROTOCOL_VERSION, ToBroker};
 use crate::runtime::BusDir;
