@@ -60,7 +60,7 @@ impl Broker {
                 .collect(),
             supervised: sup.is_some(),
             status,
-            log: sup.map(|s| s.log.display().to_string()),
+            log: sup.map(|s| s.kept.log.display().to_string()),
         }
     }
 

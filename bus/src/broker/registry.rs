@@ -330,8 +330,8 @@ impl Broker {
             return;
         };
         let last = self.consumer_state(&c);
-        if let Some(s) = self.supervised.iter_mut().find(|s| s.id == c.id) {
-            s.last = Some(last);
+        if let Some(s) = self.supervised.iter_mut().find(|s| s.kept.id == c.id) {
+            s.kept.last = Some(last);
             self.dirty = true;
         }
         eprintln!(

@@ -31,6 +31,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
+use serde::{Deserialize, Serialize};
 
 use super::{ATTACH_TIMEOUT, Broker, DETACH_GRACE, MAX_RESTARTS};
 use crate::control::{
@@ -58,6 +59,27 @@ pub const KEEP_ENDED_ENV: &str = "SNAPBUS_KEEP_ENDED";
 
 /// A consumer process the broker started (`snapbus attach`) and watches.
 pub(super) struct Supervised {
+    /// What the state file keeps of it.
+    pub(super) kept: Kept,
+    /// When a failed consumer is due to be started again.
+    respawn_at: Option<Instant>,
+    /// A detach or the shutdown asked it to stop: never restarted.
+    stopping: bool,
+    /// The process, if this broker started it (`None`: re-adopted from an earlier broker).
+    child: Option<Child>,
+    pidfd: Option<OwnedFd>,
+    /// The `attach` request waiting for the first start to subscribe, and its deadline.
+    attach: Option<(Conn, Instant)>,
+    /// The exit code the process said it is exiting with.
+    said_exit: Option<i32>,
+    /// Its first start failed: the entry goes.
+    forget: bool,
+}
+
+/// What the state file keeps of a supervised consumer (the rest of [`Supervised`] lives and
+/// dies with one broker).
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct Kept {
     /// Its consumer id (allocated at `attach`, kept across restarts).
     pub(super) id: u64,
     kind: String,
@@ -67,43 +89,44 @@ pub(super) struct Supervised {
     /// Restart it when it fails, up to [`MAX_RESTARTS`] times.
     restart: bool,
     restarts: u32,
-    /// When a failed consumer is due to be started again.
-    respawn_at: Option<Instant>,
-    /// A detach or the shutdown asked it to stop: never restarted.
-    stopping: bool,
-    /// The process, if this broker started it (`None`: re-adopted from an earlier broker).
-    child: Option<Child>,
     pub(super) pid: u32,
     /// The process's start time (clock ticks after boot), against pid reuse.
     start_time: u64,
-    pidfd: Option<OwnedFd>,
     pub(super) log: PathBuf,
-    /// The `attach` request waiting for the first start to subscribe, and its deadline.
-    attach: Option<(Conn, Instant)>,
     /// This run of the process has subscribed.
     subscribed: bool,
-    /// The exit code the process said it is exiting with.
-    said_exit: Option<i32>,
     /// How it ended, once it has (with what happens next).
     pub(super) status: Option<Ending>,
     /// When it ended for good (CLOCK_REALTIME ns; orders the ended entries).
     ended_nanos: Option<u64>,
     /// Its counters when its connection closed.
     pub(super) last: Option<ConsumerState>,
-    /// Its first start failed: the entry goes.
-    forget: bool,
 }
 
 impl Supervised {
+    /// An entry for `kept`, with no process yet (`child`, `pidfd`) and nothing pending.
+    fn new(kept: Kept) -> Supervised {
+        Supervised {
+            kept,
+            respawn_at: None,
+            stopping: false,
+            child: None,
+            pidfd: None,
+            attach: None,
+            said_exit: None,
+            forget: false,
+        }
+    }
+
     /// Running (or starting): not ended, not waiting to be restarted.
     pub(super) fn running(&self) -> bool {
-        self.status.is_none()
+        self.kept.status.is_none()
     }
 
     /// How it runs (for the `ls` status of a running supervised consumer).
     pub(super) fn run(&self) -> Run {
         Run {
-            restarts: self.restarts,
+            restarts: self.kept.restarts,
             readopted: self.child.is_none(),
         }
     }
@@ -116,7 +139,7 @@ impl Supervised {
             // Without a pidfd only a child of ours is signalled by pid (a child's pid cannot be
             // reused before we reap it).
             None if self.child.is_some() => {
-                if let Some(p) = rustix::process::Pid::from_raw(self.pid as i32) {
+                if let Some(p) = rustix::process::Pid::from_raw(self.kept.pid as i32) {
                     let _ = rustix::process::kill_process(p, sig);
                 }
             }
@@ -141,13 +164,16 @@ impl Supervised {
 
     /// How its last run ended (a consumer waiting for its restart has ended).
     fn how_it_ended(&self) -> End {
-        self.status.as_ref().map_or(End::Ended, |e| e.how.clone())
+        self.kept
+            .status
+            .as_ref()
+            .map_or(End::Ended, |e| e.how.clone())
     }
 
     /// Ended for good now: `how`, then `next`.
     fn end(&mut self, how: End, next: AfterEnd) {
-        self.status = Some(Ending { how, next });
-        self.ended_nanos = Some(now_realtime_nanos());
+        self.kept.status = Some(Ending { how, next });
+        self.kept.ended_nanos = Some(now_realtime_nanos());
     }
 }
 
@@ -181,19 +207,25 @@ impl Broker {
 
     /// The running supervised consumer with this id.
     pub(super) fn supervised_by_id(&self, id: u64) -> Option<&Supervised> {
-        self.supervised.iter().find(|s| s.id == id && s.running())
+        self.supervised
+            .iter()
+            .find(|s| s.kept.id == id && s.running())
     }
 
     /// The id a joining consumer gets: its supervised entry's if the broker started (or
     /// re-adopted) it, else the id it had if no one else holds it, else a new one.
     pub(super) fn id_for(&mut self, pid: u32, previous: Option<u64>) -> u64 {
-        if let Some(s) = self.supervised.iter().find(|s| s.pid == pid && s.running()) {
-            return s.id;
+        if let Some(s) = self
+            .supervised
+            .iter()
+            .find(|s| s.kept.pid == pid && s.running())
+        {
+            return s.kept.id;
         }
         if let Some(id) = previous {
             let taken = self.consumers.values().any(|c| c.id == id)
                 || self.producers.values().any(|p| p.id == id)
-                || self.supervised.iter().any(|s| s.id == id);
+                || self.supervised.iter().any(|s| s.kept.id == id);
             if !taken {
                 if id >= self.next_id {
                     self.next_id = id + 1;
@@ -210,16 +242,16 @@ impl Broker {
         if let Some(s) = self
             .supervised
             .iter_mut()
-            .find(|s| s.id == id && s.pid == pid && s.running())
+            .find(|s| s.kept.id == id && s.kept.pid == pid && s.running())
         {
-            s.subscribed = true;
+            s.kept.subscribed = true;
             self.dirty = true;
             if let Some((conn, _)) = s.attach.take() {
                 let _ = conn.send(
                     &FromBroker::Attached {
                         consumer_id: id,
                         pid,
-                        log: s.log.display().to_string(),
+                        log: s.kept.log.display().to_string(),
                     },
                     &[],
                 );
@@ -232,7 +264,7 @@ impl Broker {
         if let Some(s) = self
             .supervised
             .iter_mut()
-            .find(|s| Some(s.pid) == peer && s.running())
+            .find(|s| Some(s.kept.pid) == peer && s.running())
         {
             s.said_exit = Some(exit_code);
         }
@@ -269,7 +301,7 @@ impl Broker {
             exe.display(),
             args.join(" ")
         );
-        self.supervised.push(Supervised {
+        let mut s = Supervised::new(Kept {
             id,
             kind,
             exe,
@@ -277,21 +309,18 @@ impl Broker {
             cwd,
             restart,
             restarts: 0,
-            respawn_at: None,
-            stopping: false,
-            child: Some(child),
             pid,
             start_time: proc_start_time(pid).unwrap_or(0),
-            pidfd,
             log,
-            attach: Some((conn, Instant::now() + ATTACH_TIMEOUT)),
             subscribed: false,
-            said_exit: None,
             status: None,
             ended_nanos: None,
             last: None,
-            forget: false,
         });
+        s.child = Some(child);
+        s.pidfd = pidfd;
+        s.attach = Some((conn, Instant::now() + ATTACH_TIMEOUT));
+        self.supervised.push(s);
     }
 
     /// One run of supervised consumer `s` ended: restart it, or record how it ended.
@@ -303,21 +332,21 @@ impl Broker {
         s.said_exit = None;
         if let Some((conn, _)) = s.attach.take() {
             // The first start failed: the `attach` fails, and nothing is left behind.
-            let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+            let log = std::fs::read_to_string(&s.kept.log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             let _ = conn.send(
                 &FromBroker::Error {
                     message: format!(
                         "the {} {how} before it subscribed; its output:\n{}",
-                        s.kind,
+                        s.kept.kind,
                         tail.join("\n")
                     ),
                 },
                 &[],
             );
-            let _ = std::fs::remove_file(&s.log);
-            s.status = Some(Ending {
+            let _ = std::fs::remove_file(&s.kept.log);
+            s.kept.status = Some(Ending {
                 how: End::FailedToStart,
                 next: AfterEnd::Nothing,
             });
@@ -325,21 +354,21 @@ impl Broker {
             return;
         }
         let failed = code != Some(0);
-        let next = if !failed || !s.restart || s.stopping {
+        let next = if !failed || !s.kept.restart || s.stopping {
             AfterEnd::Nothing
         } else if code == Some(EXIT_NO_RESTART) {
             AfterEnd::Unfixable
-        } else if !s.subscribed {
+        } else if !s.kept.subscribed {
             AfterEnd::BeforeSubscribed
-        } else if s.restarts >= MAX_RESTARTS {
+        } else if s.kept.restarts >= MAX_RESTARTS {
             AfterEnd::RestartsExhausted(MAX_RESTARTS)
         } else {
-            let backoff = Duration::from_secs(1 << s.restarts);
+            let backoff = Duration::from_secs(1 << s.kept.restarts);
             s.respawn_at = Some(now + backoff);
-            s.status = Some(Ending {
+            s.kept.status = Some(Ending {
                 how,
                 next: AfterEnd::Restart {
-                    restart: s.restarts + 1,
+                    restart: s.kept.restarts + 1,
                     of: MAX_RESTARTS,
                     in_secs: backoff.as_secs(),
                 },
@@ -366,10 +395,10 @@ impl Broker {
             if let Some((how, code)) = s.reap() {
                 eprintln!(
                     "snapbus broker: {} {} (pid {}) {how}; log {}",
-                    s.kind,
-                    s.id,
-                    s.pid,
-                    s.log.display()
+                    s.kept.kind,
+                    s.kept.id,
+                    s.kept.pid,
+                    s.kept.log.display()
                 );
                 self.ended(s, how, code, now);
             } else if s.attach.as_ref().is_some_and(|(_, t)| now > *t) {
@@ -408,23 +437,30 @@ impl Broker {
     /// Starts a failed consumer again, whose restart is due.
     fn respawn(&mut self, s: &mut Supervised) {
         s.respawn_at = None;
-        s.restarts += 1;
+        s.kept.restarts += 1;
         self.dirty = true;
-        match spawn_consumer(&s.exe, &s.args, &s.cwd, &s.log, s.restarts, &self.dir) {
+        match spawn_consumer(
+            &s.kept.exe,
+            &s.kept.args,
+            &s.kept.cwd,
+            &s.kept.log,
+            s.kept.restarts,
+            &self.dir,
+        ) {
             Ok((child, pidfd)) => {
                 eprintln!(
                     "snapbus broker: restarted {} {} (pid {}, restart {})",
-                    s.kind,
-                    s.id,
+                    s.kept.kind,
+                    s.kept.id,
                     child.id(),
-                    s.restarts
+                    s.kept.restarts
                 );
-                s.pid = child.id();
-                s.start_time = proc_start_time(s.pid).unwrap_or(0);
+                s.kept.pid = child.id();
+                s.kept.start_time = proc_start_time(s.kept.pid).unwrap_or(0);
                 s.child = Some(child);
                 s.pidfd = pidfd;
-                s.subscribed = false;
-                s.status = None;
+                s.kept.subscribed = false;
+                s.kept.status = None;
             }
             Err(e) => s.end(End::RestartFailed(e), AfterEnd::Nothing),
         }
@@ -436,7 +472,7 @@ impl Broker {
             .supervised
             .iter()
             .filter(|s| s.respawn_at.is_none())
-            .filter_map(|s| Some((s.ended_nanos?, s.id)))
+            .filter_map(|s| Some((s.kept.ended_nanos?, s.kept.id)))
             .collect();
         if ended.len() <= self.keep_ended {
             return;
@@ -447,9 +483,9 @@ impl Broker {
             .map(|&(_, id)| id)
             .collect();
         self.supervised.retain(|s| {
-            let keep = !drop.contains(&s.id);
+            let keep = !drop.contains(&s.kept.id);
             if !keep {
-                let _ = std::fs::remove_file(&s.log);
+                let _ = std::fs::remove_file(&s.kept.log);
             }
             keep
         });
@@ -462,17 +498,17 @@ impl Broker {
         self.supervised
             .iter()
             .filter(|s| s.attach.is_none())
-            .filter(|s| !self.consumers.values().any(|c| c.id == s.id))
+            .filter(|s| !self.consumers.values().any(|c| c.id == s.kept.id))
             .map(|s| {
-                let status = match &s.status {
+                let status = match &s.kept.status {
                     Some(ending) => ConsumerStatus::Ended(ending.clone()),
                     None => ConsumerStatus::NotConnected(s.run()),
                 };
-                let mut st = s.last.clone().unwrap_or_else(|| ConsumerState {
-                    id: s.id,
+                let mut st = s.kept.last.clone().unwrap_or_else(|| ConsumerState {
+                    id: s.kept.id,
                     info: ConsumerInfo {
-                        pid: s.pid,
-                        kind: s.kind.clone(),
+                        pid: s.kept.pid,
+                        kind: s.kept.kind.clone(),
                         subscriptions: Vec::new(),
                     },
                     delivered: 0,
@@ -486,9 +522,9 @@ impl Broker {
                     status: status.clone(),
                     log: None,
                 });
-                st.id = s.id;
+                st.id = s.kept.id;
                 st.supervised = true;
-                st.log = Some(s.log.display().to_string());
+                st.log = Some(s.kept.log.display().to_string());
                 st.status = status;
                 st
             })
@@ -504,7 +540,7 @@ impl Broker {
                 if s.running() {
                     eprintln!(
                         "snapbus broker: leaving {} {} (pid {}) running",
-                        s.kind, s.id, s.pid
+                        s.kept.kind, s.kept.id, s.kept.pid
                     );
                 }
             }
@@ -544,7 +580,10 @@ impl Broker {
             } else {
                 how
             };
-            eprintln!("snapbus broker: {} {} (pid {}) {how}", s.kind, s.id, s.pid);
+            eprintln!(
+                "snapbus broker: {} {} (pid {}) {how}",
+                s.kept.kind, s.kept.id, s.kept.pid
+            );
             s.end(how, AfterEnd::ByDown);
             s.pidfd = None;
             s.child = None;
@@ -563,8 +602,8 @@ fn attach_timed_out(s: &mut Supervised) {
             &FromBroker::Error {
                 message: format!(
                     "the {} did not subscribe within {ATTACH_TIMEOUT:?}; killed it (its log: {})",
-                    s.kind,
-                    s.log.display()
+                    s.kept.kind,
+                    s.kept.log.display()
                 ),
             },
             &[],

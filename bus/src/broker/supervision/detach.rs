@@ -32,19 +32,23 @@ impl Broker {
         let refuse = |conn: &Conn, message: String| {
             let _ = conn.send(&FromBroker::Error { message }, &[]);
         };
-        if let Some(s) = self.supervised.iter_mut().find(|s| s.id == consumer_id) {
+        if let Some(s) = self
+            .supervised
+            .iter_mut()
+            .find(|s| s.kept.id == consumer_id)
+        {
             // Waiting to be restarted: it is simply not restarted.
             if s.respawn_at.is_some() {
                 s.respawn_at = None;
                 s.stopping = true;
                 s.end(s.how_it_ended(), AfterEnd::NotRestarted);
-                let status = s.status.as_ref().map(ToString::to_string);
+                let status = s.kept.status.as_ref().map(ToString::to_string);
                 let status = status.unwrap_or_default();
                 self.dirty = true;
                 let _ = conn.send(&FromBroker::Detached { status }, &[]);
                 return;
             }
-            if let Some(status) = &s.status {
+            if let Some(status) = &s.kept.status {
                 return refuse(
                     &conn,
                     format!("consumer {consumer_id} has already ended ({status})"),
@@ -60,7 +64,7 @@ impl Broker {
             s.signal(Signal::TERM);
             eprintln!(
                 "snapbus broker: detaching {} {consumer_id} (pid {})",
-                s.kind, s.pid
+                s.kept.kind, s.kept.pid
             );
             self.detaching.push(Detaching {
                 target: Target::Supervised(consumer_id),
@@ -114,8 +118,8 @@ impl Broker {
                 Target::Supervised(id) => self
                     .supervised
                     .iter()
-                    .find(|s| s.id == id)
-                    .and_then(|s| s.status.as_ref().map(ToString::to_string)),
+                    .find(|s| s.kept.id == id)
+                    .and_then(|s| s.kept.status.as_ref().map(ToString::to_string)),
                 Target::Unsupervised => d
                     .pidfd
                     .as_ref()
@@ -135,7 +139,7 @@ impl Broker {
             if now > d.deadline && !d.killed {
                 match d.target {
                     Target::Supervised(id) => {
-                        if let Some(s) = self.supervised.iter().find(|s| s.id == id) {
+                        if let Some(s) = self.supervised.iter().find(|s| s.kept.id == id) {
                             s.signal(Signal::KILL);
                         }
                     }

@@ -9,15 +9,16 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::Supervised;
 use super::process::{SUPERVISED_ENV, pidfd, proc_start_time};
+use super::{Kept, Supervised};
 use crate::broker::Broker;
-use crate::control::{Conn, ConsumerState, End, Ending, PROTOCOL_VERSION, ToBroker};
+use crate::control::{Conn, End, PROTOCOL_VERSION, ToBroker};
 use crate::runtime::BusDir;
 
 /// Format version of the state file.
 const STATE_FORMAT: u32 = 3;
 
+/// The state file's content.
 #[derive(Serialize, Deserialize)]
 struct SavedState {
     format: u32,
@@ -28,23 +29,12 @@ struct SavedState {
     supervised: Vec<SavedSupervised>,
 }
 
+/// A supervised consumer in the state file.
 #[derive(Serialize, Deserialize)]
 struct SavedSupervised {
-    id: u64,
-    kind: String,
-    exe: PathBuf,
-    args: Vec<String>,
-    cwd: String,
-    restart: bool,
-    restarts: u32,
+    kept: Kept,
+    /// It was waiting for a restart (the next broker restarts it at once).
     respawn: bool,
-    pid: u32,
-    start_time: u64,
-    log: PathBuf,
-    subscribed: bool,
-    status: Option<Ending>,
-    ended_nanos: Option<u64>,
-    last: Option<ConsumerState>,
 }
 
 /// The state file of the bus in `dir`.
@@ -126,47 +116,29 @@ impl Broker {
         self.filter = saved.filter;
         let now = Instant::now();
         for v in saved.supervised {
-            let mut s = Supervised {
-                id: v.id,
-                kind: v.kind,
-                exe: v.exe,
-                args: v.args,
-                cwd: v.cwd,
-                restart: v.restart,
-                restarts: v.restarts,
-                respawn_at: None,
-                stopping: false,
-                child: None,
-                pid: v.pid,
-                start_time: v.start_time,
-                pidfd: None,
-                log: v.log,
-                attach: None,
-                subscribed: v.subscribed,
-                said_exit: None,
-                status: v.status,
-                ended_nanos: v.ended_nanos,
-                last: v.last,
-                forget: false,
-            };
+            let mut s = Supervised::new(v.kept);
             if v.respawn {
                 s.respawn_at = Some(now);
             } else if s.running() {
                 // The pidfd first, then the start time: if it matches, the pidfd is of the
                 // process we started (a pid reused later is never signalled through it).
-                s.pidfd = pidfd(s.pid).filter(|_| proc_start_time(s.pid) == Some(s.start_time));
+                s.pidfd = pidfd(s.kept.pid)
+                    .filter(|_| proc_start_time(s.kept.pid) == Some(s.kept.start_time));
                 if s.pidfd.is_some() {
                     eprintln!(
                         "snapbus broker: re-adopted {} {} (pid {})",
-                        s.kind, s.id, s.pid
+                        s.kept.kind, s.kept.id, s.kept.pid
                     );
                 } else {
-                    let code = exit_note(&self.dir, s.pid, s.start_time);
+                    let code = exit_note(&self.dir, s.kept.pid, s.kept.start_time);
                     let how = match code {
                         Some(code) => End::ExitedUnwatched(code),
                         None => End::EndedUnwatched,
                     };
-                    eprintln!("snapbus broker: {} {} (pid {}) {how}", s.kind, s.id, s.pid);
+                    eprintln!(
+                        "snapbus broker: {} {} (pid {}) {how}",
+                        s.kept.kind, s.kept.id, s.kept.pid
+                    );
                     self.ended(&mut s, how, code, now);
                 }
             }
@@ -194,21 +166,8 @@ impl Broker {
                 .supervised
                 .iter()
                 .map(|s| SavedSupervised {
-                    id: s.id,
-                    kind: s.kind.clone(),
-                    exe: s.exe.clone(),
-                    args: s.args.clone(),
-                    cwd: s.cwd.clone(),
-                    restart: s.restart,
-                    restarts: s.restarts,
+                    kept: s.kept.clone(),
                     respawn: s.respawn_at.is_some(),
-                    pid: s.pid,
-                    start_time: s.start_time,
-                    log: s.log.clone(),
-                    subscribed: s.subscribed,
-                    status: s.status.clone(),
-                    ended_nanos: s.ended_nanos,
-                    last: s.last.clone(),
                 })
                 .collect(),
         };
