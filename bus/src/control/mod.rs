@@ -7,9 +7,11 @@
 
 mod msg;
 mod socket;
+mod status;
 
 pub use msg::{
     BusState, ConsumerInfo, ConsumerState, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
     ProducerInfo, ProducerState, RefusedLane, SchemaState, ToBroker,
 };
 pub use socket::{Conn, ControlError, Listener};
+pub use status::{AfterEnd, ConsumerStatus, End, Ending, ProducerStatus, Run};

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::status::{ConsumerStatus, ProducerStatus};
+
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
 pub const PROTOCOL_VERSION: u32 = 3;
 
@@ -254,8 +256,9 @@ pub struct ProducerState {
     pub id: u64,
     /// What it said about itself.
     pub info: ProducerInfo,
-    /// `live`, `dead` (process gone) or `disconnected` (alive, connection closed).
-    pub status: String,
+    /// Live, dead (process gone), disconnected (alive, connection closed) or closed (it
+    /// closed its lane).
+    pub status: ProducerStatus,
     /// Records committed to its lane.
     pub frames: u64,
     /// Records per second over the last few seconds.
@@ -295,10 +298,10 @@ pub struct ConsumerState {
     pub refused: Vec<String>,
     /// Started by `snapbus attach` and supervised by the broker.
     pub supervised: bool,
-    /// `running`, `stale (no report for N s)` (it stopped reporting: stopped, hung or stuck
-    /// in its own code), or how a supervised consumer ended (`exited 0`, `killed by signal
-    /// 9`).
-    pub status: String,
+    /// Running, stale (it stopped reporting: stopped, hung or stuck in its own code), or how
+    /// a supervised consumer ended (`exited 0`, `killed by signal 9`); its `Display` is the
+    /// text `ls` shows.
+    pub status: ConsumerStatus,
     /// A supervised consumer's output.
     pub log: Option<String>,
 }

@@ -26,7 +26,7 @@ pub(crate) fn stop(dir: &BusDir, keep_consumers: bool) -> anyhow::Result<String>
         .map(|s| {
             s.consumers
                 .iter()
-                .filter(|c| c.supervised && c.status.starts_with("running"))
+                .filter(|c| c.supervised && c.status.is_running())
                 .count()
         })
         .unwrap_or(0);

@@ -10,6 +10,7 @@
 use std::io::Write;
 
 use anyhow::Context;
+use snapbus_bus::control::BusState;
 
 use crate::bus::{bus_dir, state};
 use crate::cli::LsArgs;
@@ -85,13 +86,29 @@ impl Table {
     }
 }
 
+/// The state as `ls --json` prints it: statuses as the text `ls` shows (`live`, `running
+/// (restarted 1x)`, `exited 1; restart 2 of 5 in 2s`), not as the enums they travel as.
+fn json(s: &BusState) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(s).context("rendering the state as JSON")?;
+    if let Some(rows) = v["producers"].as_array_mut() {
+        for (row, p) in rows.iter_mut().zip(&s.producers) {
+            row["status"] = p.status.to_string().into();
+        }
+    }
+    if let Some(rows) = v["consumers"].as_array_mut() {
+        for (row, c) in rows.iter_mut().zip(&s.consumers) {
+            row["status"] = c.status.to_string().into();
+        }
+    }
+    Ok(v)
+}
+
 pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
-    use Align::{Left, Right};
     let dir = bus_dir(&args.bus)?;
     let s = state(&dir)?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        let line = serde_json::to_string(&s).context("rendering the state as JSON")?;
+        let line = serde_json::to_string(&json(&s)?).context("rendering the state as JSON")?;
         writeln!(out, "{line}")?;
         return Ok(());
     }
@@ -110,6 +127,22 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         }
     )?;
     writeln!(out, "\nPRODUCERS")?;
+    producers(&s).write(&mut out)?;
+    writeln!(out, "\nCONSUMERS")?;
+    let (t, refused) = consumers(&s);
+    t.write(&mut out)?;
+    for r in refused {
+        writeln!(out, "  ! {r}")?;
+    }
+    writeln!(out, "\nSCHEMAS")?;
+    schemas(&s).write(&mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The PRODUCERS table.
+fn producers(s: &BusState) -> Table {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Right),
         ("NAME", Left),
@@ -131,7 +164,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             p.id.to_string(),
             p.info.name.clone(),
             p.info.pid.to_string(),
-            p.status.clone(),
+            p.status.to_string(),
             p.frames.to_string(),
             format!("{:.1}", p.rate_hz),
             p.dropped.to_string(),
@@ -139,8 +172,12 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             tags,
         ]);
     }
-    t.write(&mut out)?;
-    writeln!(out, "\nCONSUMERS")?;
+    t
+}
+
+/// The CONSUMERS table, and the lanes they refuse.
+fn consumers(s: &BusState) -> (Table, Vec<String>) {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Right),
         ("KIND", Left),
@@ -162,7 +199,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
         let status = if c.supervised || c.log.is_some() {
             format!("{} (attached)", c.status)
         } else {
-            c.status.clone()
+            c.status.to_string()
         };
         t.row(vec![
             c.id.to_string(),
@@ -181,11 +218,12 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
                 .map(|r| format!("consumer {} refuses {r}", c.id)),
         );
     }
-    t.write(&mut out)?;
-    for r in refused {
-        writeln!(out, "  ! {r}")?;
-    }
-    writeln!(out, "\nSCHEMAS")?;
+    (t, refused)
+}
+
+/// The SCHEMAS table.
+fn schemas(s: &BusState) -> Table {
+    use Align::{Left, Right};
     let mut t = Table::new(&[
         ("ID", Left),
         ("VER", Right),
@@ -213,9 +251,7 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
             ),
         ]);
     }
-    t.write(&mut out)?;
-    out.flush()?;
-    Ok(())
+    t
 }
 
 #[cfg(test)]
