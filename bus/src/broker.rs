@@ -7,7 +7,9 @@
 //! reading the lanes they have; a new broker re-adopts both when they reconnect, with the ids
 //! they had, and takes over the consumers the old one supervised (from the state file
 //! `broker.state`; see `broker/supervision.rs`). `snapbus down` stops supervised consumers
-//! first, unless asked to keep them; it never deletes logs.
+//! first, unless asked to keep them, and leaves the logs: `broker.log` always, a consumer's
+//! log until it is one of more than [`DEFAULT_KEEP_ENDED`] ended consumers (the oldest go, with
+//! their logs), or when its `attach` failed before it subscribed (nothing is left of it).
 //!
 //! One thread, one `poll` loop; every socket is non-blocking, and a peer whose socket is full
 //! (it stopped reading) is dropped rather than waited for.
@@ -182,9 +184,10 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         broker.turn(&listener);
     }
     eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
-    if !broker.keep_consumers {
-        // A plain `down` ends the bus filter; a crash or `down --keep-consumers` does not.
-        broker.filter.clear();
+    if !broker.keep_consumers && !broker.filter.is_empty() {
+        // A plain `down` ends the bus filter (the producers go back to their own now, not at
+        // the next `up`); a crash or `down --keep-consumers` does not.
+        broker.set_filter(String::new());
     }
     broker.stop_supervised(broker.keep_consumers);
     // Remove the socket and lock; lanes are memfds and go with their last holder. The logs

@@ -823,6 +823,11 @@ fn damaged_frames_are_skipped_fast_and_counted_as_damage() {
         (&Value::from(10), &Value::from(0), &Value::from(10)),
         "{seen}"
     );
+    let text = bus.run(&["ls"]).stdout;
+    assert!(
+        text.contains("10 (10 spots)"),
+        "the text ls shows the damage: {text}"
+    );
     // A corrupt header: the lane is refused, and said so.
     set_word_at(&lane, 0, 0x0bad_0bad_0bad_0bad);
     let late = bus.spawn("late echo", &["echo", "--from", "oldest"]);

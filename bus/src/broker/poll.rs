@@ -195,7 +195,7 @@ impl Broker {
     }
 
     /// The bus filter: kept (and saved) for producers to come, sent to those connected.
-    fn set_filter(&mut self, directives: String) {
+    pub(super) fn set_filter(&mut self, directives: String) {
         self.filter = directives.clone();
         self.dirty = true;
         for p in self.producers.values() {

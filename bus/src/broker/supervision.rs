@@ -49,6 +49,7 @@ pub(super) use detach::Detaching;
 pub use process::SUPERVISED_ENV;
 pub(super) use process::has_exited;
 use process::{exit_end, proc_start_time, spawn_consumer};
+use state::exit_note;
 pub use state::report_exit;
 pub(super) use state::state_path;
 
@@ -392,7 +393,13 @@ impl Broker {
             if !s.running() {
                 continue;
             }
-            if let Some((how, code)) = s.reap() {
+            if let Some((mut how, mut code)) = s.reap() {
+                if matches!(how, End::Unsaid) {
+                    // It may have left its code in a note while no broker was listening.
+                    if let Some(c) = exit_note(&self.dir, s.kept.pid, s.kept.start_time) {
+                        (how, code) = (End::Exited(c), Some(c));
+                    }
+                }
                 eprintln!(
                     "snapbus broker: {} {} (pid {}) {how}; log {}",
                     s.kept.kind,

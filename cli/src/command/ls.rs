@@ -1,7 +1,8 @@
 //! `snapbus ls`: producers, consumers and schemas on a bus, with rates, lag and losses.
 //!
 //! Loss is split in two: LOST (overwritten before it was read, or left unfinished by a dead
-//! producer) and DAMAGED (garbage in the ring where records were). A consumer's LOST and LAG
+//! producer) and DAMAGED (records lost to garbage in the ring; with the number of garbage spots
+//! skipped, which is also shown when they hid no record). A consumer's LOST and LAG
 //! come from its last reported cursors and the rings as they are now, so a consumer that
 //! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
 //! shown `stale`. FILTER is the level filter in force in a producer: the bus filter while one
@@ -208,7 +209,11 @@ fn consumers(s: &BusState) -> (Table, Vec<String>) {
             status,
             c.delivered.to_string(),
             c.lost.to_string(),
-            c.damaged.to_string(),
+            if c.garbage > 0 {
+                format!("{} ({} spots)", c.damaged, c.garbage)
+            } else {
+                c.damaged.to_string()
+            },
             c.lag_bytes.to_string(),
             subs,
         ]);

@@ -83,7 +83,7 @@ pub fn report_exit(exit_code: i32) {
 
 /// The exit code process `pid` (started at `start_time`) left in `exit-<pid>` when no broker
 /// was there to tell; the file is removed.
-fn exit_note(dir: &BusDir, pid: u32, start_time: u64) -> Option<i32> {
+pub(in crate::broker) fn exit_note(dir: &BusDir, pid: u32, start_time: u64) -> Option<i32> {
     let path = dir.path().join(format!("exit-{pid}"));
     let text = std::fs::read_to_string(&path).ok()?;
     let _ = std::fs::remove_file(&path);
@@ -144,10 +144,18 @@ impl Broker {
             }
             self.supervised.push(s);
         }
-        // Notes of processes that are not ours (any more).
+        // Notes of processes that are not ours (any more). A re-adopted consumer may write
+        // its note before this broker's socket is up: those stay, for when it is reaped.
+        let ours: Vec<String> = self
+            .supervised
+            .iter()
+            .filter(|s| s.running())
+            .map(|s| format!("exit-{}", s.kept.pid))
+            .collect();
         if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
             for e in entries.filter_map(Result::ok) {
-                if e.file_name().to_string_lossy().starts_with("exit-") {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("exit-") && !ours.contains(&name) {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
