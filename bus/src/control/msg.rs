@@ -1,5 +1,8 @@
-//! Control messages (postcard-encoded; every enum is append-only so that a newer client gets a
-//! clear "unknown message" error from an older broker instead of a misparse).
+//! Control messages, postcard-encoded, one per packet. Every first message of a connection
+//! carries [`PROTOCOL_VERSION`]: a broker answers another version with an `Error` naming both
+//! versions. A packet that does not decode (garbage, or a message this broker does not know)
+//! closes that connection, nothing else; postcard is not self-describing, so any change to a
+//! message bumps the version.
 
 use serde::{Deserialize, Serialize};
 

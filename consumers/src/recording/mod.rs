@@ -43,8 +43,10 @@
 //! The writer finishes a chunk and flushes it to the file at least every second (and when a
 //! chunk reaches [`WriterOptions::chunk_bytes`]), so after a `kill -9` the file holds every
 //! chunk completed before the kill. [`RecordingReader`] reads such a file up to its last
-//! complete record and then reports [`ReadError`] with kind [`ReadErrorKind::Truncated`],
-//! naming the byte offset where the cut record starts.
+//! complete record and then reports a [`ReadError`] naming the byte offset where the reading
+//! stopped: kind [`ReadErrorKind::Unfinished`] when the file ends between records (the usual
+//! case after a kill: chunks are written whole), [`ReadErrorKind::Truncated`] when it ends
+//! inside one (a file cut short, or a kill in the middle of writing a chunk).
 //!
 //! # Damaged files
 //!
