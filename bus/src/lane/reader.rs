@@ -166,6 +166,24 @@ enum Step<R> {
     Closed,
 }
 
+/// What a stage of [`Cursor::step`] decided.
+enum Flow<T, R> {
+    /// Go on to the next stage with this.
+    On(T),
+    /// Start over at the cursor (it moved, or must be looked at again).
+    Again,
+    /// End the call with this.
+    Stop(Step<R>),
+}
+
+/// A sane frame header at the cursor, as [`Cursor::read_header`] read it.
+struct Header {
+    meta: FrameMeta,
+    kind: FrameKind,
+    /// The frame's length in the ring.
+    aligned: u64,
+}
+
 /// A cursor over one lane. Private to its consumer: attaching, detaching, stalling or dying
 /// costs the producer nothing.
 pub struct LaneReader<M: LaneMem> {
@@ -375,131 +393,32 @@ impl Cursor {
         }
     }
 
-    /// The core loop: advance to the next deliverable record, validating as we go.
+    /// The core loop: advance to the next deliverable record, validating as we go. Each pass
+    /// runs the stages in order — [`Cursor::locate`] (a committed frame at the cursor),
+    /// [`Cursor::read_header`] (its header, if sane), the visit, [`Cursor::overwritten`] (the
+    /// validation after it) and [`Cursor::account`] (sequence numbers and loss) — and any stage
+    /// may end the pass (`Flow::Again`: look again from the cursor) or the call.
     fn step<M: LaneMem, R>(
         &mut self,
         lane: &Lane<M>,
         mut visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,
     ) -> Step<R> {
         let g = lane.geo;
-        let cap = g.capacity;
         // Bounded work per call: every iteration advances the cursor or returns, but cap the
         // number anyway so a hostile segment can never spin a reader forever.
         for _ in 0..1_000_000 {
-            // Behind the last tail seen there is more to read: no need to load it again (a
-            // stale tail is safe: every read is validated against a fresh load below).
-            let mut fresh = self.pos >= self.known_tail;
-            if fresh {
-                // Peek at the frame first: if it is committed, there is data without loading
-                // `claim_tail` (a line the writer stores with every record, so each load a
-                // reader makes slows the next store of the writer).
-                let phys = self.pos & (cap - 1);
-                let committed = phys + FRAME_HEADER_LEN as u64 <= cap
-                    && lane
-                        .word(g.frame_word(self.pos, fw::COMMIT))
-                        .load(Ordering::Acquire)
-                        == g.tag(self.pos);
-                if committed {
-                    // The frame's header at least is claimed: a lower bound of the tail.
-                    self.known_tail = self.pos + FRAME_HEADER_LEN as u64;
-                    fresh = false;
-                } else {
-                    self.known_tail = tail_of(lane);
-                }
-            }
-            let tail = self.known_tail;
-            if self.pos >= tail {
-                let state = lane.word(word!(state)).load(Ordering::Acquire);
-                if state == LaneState::Closed as u64
-                    && self.pos >= lane.word(word!(final_tail)).load(Ordering::Relaxed)
-                {
-                    return Step::Closed;
-                }
-                return Step::Empty;
-            }
-            if tail - self.pos > cap {
-                self.resync(lane, tail);
-                if tail - self.pos > cap {
-                    // No safe boundary (a garbage tail or anchors): give up on this lap.
-                    self.pos = tail;
-                }
-                continue;
-            }
-            let phys = self.pos & (cap - 1);
-            if phys + FRAME_HEADER_LEN as u64 > cap {
-                // Implicit padding: too little room for a header before the physical end.
-                self.pos = self.pos.saturating_add(cap - phys);
-                continue;
-            }
-            let tag = g.tag(self.pos);
-            let commit = lane
-                .word(g.frame_word(self.pos, fw::COMMIT))
-                .load(Ordering::Acquire);
-            if commit != tag {
-                if commit == tag ^ BUSY || self.pos < tail {
-                    // Claimed, not committed (or overwritten: re-check the lap first).
-                    let now = tail_of(lane);
-                    if now < self.pos {
-                        // The tail went back behind the cursor, which only garbage in the
-                        // header does: nothing is claimed here as far as the lane says.
-                        self.known_tail = now;
-                        return Step::Empty;
-                    }
-                    if now - self.pos > cap {
-                        self.resync(lane, now);
-                        continue;
-                    }
-                    match self.maybe_skip_hole(lane, commit == tag ^ BUSY, tail) {
-                        true => continue,
-                        false => return Step::Pending,
-                    }
-                }
-                return Step::Empty;
-            }
-            let w = |i| lane.word(g.frame_word(self.pos, i)).load(Ordering::Relaxed);
-            let len_meta = w(fw::LEN_META);
-            let schema = w(fw::SCHEMA);
-            let seq = w(fw::SEQ);
-            let t_nanos = w(fw::T_NANOS);
-            let frame_len = u64::from(len_meta as u32);
-            let aligned = align_frame(frame_len);
-            let kind = FrameKind::from_u8((len_meta >> 32) as u8);
-            let sane = frame_len >= FRAME_HEADER_LEN as u64
-                && aligned <= g.max_frame
-                && phys + aligned <= cap
-                && kind.is_some();
-            if !sane {
-                if !fresh {
-                    // Found through the peek: if it lies beyond the tail, it is a coincidence
-                    // in memory nobody has claimed, not garbage: nothing to read yet.
-                    self.known_tail = tail_of(lane);
-                    if self.pos >= self.known_tail {
-                        return Step::Empty;
-                    }
-                }
-                fence(Ordering::Acquire);
-                if lane.word(word!(claim_tail)).load(Ordering::Relaxed)
-                    > self.pos.saturating_add(cap)
-                {
-                    self.resync(lane, tail_of(lane));
-                } else {
-                    self.stats.garbage += 1;
-                    self.damage_pending = true;
-                    self.skip_garbage(lane, tail);
-                }
-                continue;
-            }
-            let meta = FrameMeta {
-                pos: self.pos,
-                seq,
-                t_nanos,
-                schema_key: schema as u16,
-                schema_version: (schema >> 16) as u16,
-                level: (len_meta >> 40) as u8,
-                emitter: (len_meta >> 48) as u16,
-                payload_len: (frame_len as usize) - FRAME_HEADER_LEN,
+            let (tail, fresh) = match self.locate(lane) {
+                Flow::On(found) => found,
+                Flow::Again => continue,
+                Flow::Stop(step) => return step,
             };
-            let is_data = kind == Some(FrameKind::Data);
+            let header = match self.read_header(lane, tail, fresh) {
+                Flow::On(header) => header,
+                Flow::Again => continue,
+                Flow::Stop(step) => return step,
+            };
+            let meta = header.meta;
+            let is_data = header.kind == FrameKind::Data;
             let wanted = is_data
                 && self.accepts(meta.schema_key)
                 && self.not_before_nanos.is_none_or(|t| meta.t_nanos >= t);
@@ -511,81 +430,257 @@ impl Cursor {
                 };
                 visit(&meta, &view)
             });
-            fence(Ordering::Acquire);
-            // Validate against the write limit first: the same proof as `claim_tail` (it is
-            // raised before any byte past it is written), on a line the writer changes once
-            // per granule instead of once per record. Only within two granules of being lapped
-            // does the exact `claim_tail` decide, so no intact record is discarded.
-            let lap = self.pos.saturating_add(cap);
-            if lane.word(word!(write_limit)).load(Ordering::Relaxed) > lap
-                && lane.word(word!(claim_tail)).load(Ordering::Relaxed) > lap
-            {
-                // Overwritten: discard. While we read it, if the tail loaded before was fresh;
-                // with a stale one the lap may have come before, which only the resync counts.
-                if wanted && fresh {
-                    self.stats.torn += 1;
-                }
-                self.resync(lane, tail_of(lane));
+            // Overwritten while we read it: discarded, and torn if the tail loaded before was
+            // fresh; with a stale one the lap may have come before, which only the resync
+            // counts.
+            if self.overwritten(lane, wanted && fresh) {
                 continue;
             }
-            self.pos = self.pos.saturating_add(aligned);
+            self.pos = self.pos.saturating_add(header.aligned);
             self.stalled_since = None;
-            match kind {
-                Some(FrameKind::Data | FrameKind::Aborted) => {
-                    let lost = match self.next_seq {
-                        // Every frame takes at least a header's worth of bytes, so a gap
-                        // larger than the bytes before this frame can hold is garbage, not
-                        // loss: it would make the loss count a lie.
-                        Some((next, base))
-                            if seq >= next
-                                && seq - next
-                                    <= meta.pos.saturating_sub(base) / FRAME_HEADER_LEN as u64 =>
-                        {
-                            seq - next
-                        }
-                        Some(_) => {
-                            // Sequence numbers only grow within a lane: this is garbage.
-                            self.stats.garbage += 1;
-                            self.damage_pending = true;
-                            continue;
-                        }
-                        None => 0,
-                    };
-                    if std::mem::take(&mut self.damage_pending) {
-                        self.stats.damaged += lost;
-                    } else {
-                        self.stats.lost += lost;
-                    }
-                    if is_data && !wanted {
-                        self.stats.filtered += 1;
-                    }
-                    match (result, lost) {
-                        (Some(r), 0) => {
-                            self.next_seq = Some((seq + 1, meta.pos));
-                            return Step::Deliver(meta, r);
-                        }
-                        (Some(_), _) => {
-                            // Report the loss first and read this record again on the next
-                            // call (as a copy or in place, whichever that call asks for): the
-                            // cursor stays on it and it is the next expected, so the re-read
-                            // reports no loss, and an overwrite in between is counted like
-                            // any other.
-                            self.pos = meta.pos;
-                            self.next_seq = Some((seq, meta.pos));
-                            return Step::Lagged(lost);
-                        }
-                        (None, lost) => {
-                            self.next_seq = Some((seq + 1, meta.pos));
-                            if lost > 0 {
-                                return Step::Lagged(lost);
-                            }
-                        }
-                    }
-                }
-                Some(FrameKind::Pad | FrameKind::EndOfStream) | None => {}
+            if let Some(step) = self.account(&header, is_data && !wanted, result) {
+                return step;
             }
         }
         Step::Pending
+    }
+
+    /// Stage 1 of [`Cursor::step`]: finds the tail (`fresh`: loaded now, not known from
+    /// before), stops at the end of what is claimed, resyncs after a lap, passes implicit
+    /// padding, and hands on `(tail, fresh)` once the frame at the cursor is committed.
+    #[inline(always)]
+    fn locate<M: LaneMem, R>(&mut self, lane: &Lane<M>) -> Flow<(u64, bool), R> {
+        let g = lane.geo;
+        let cap = g.capacity;
+        // Behind the last tail seen there is more to read: no need to load it again (a stale
+        // tail is safe: every read is validated against a fresh load below).
+        let mut fresh = self.pos >= self.known_tail;
+        if fresh {
+            // Peek at the frame first: if it is committed, there is data without loading
+            // `claim_tail` (a line the writer stores with every record, so each load a reader
+            // makes slows the next store of the writer).
+            let phys = self.pos & (cap - 1);
+            let committed = phys + FRAME_HEADER_LEN as u64 <= cap
+                && lane
+                    .word(g.frame_word(self.pos, fw::COMMIT))
+                    .load(Ordering::Acquire)
+                    == g.tag(self.pos);
+            if committed {
+                // The frame's header at least is claimed: a lower bound of the tail.
+                self.known_tail = self.pos + FRAME_HEADER_LEN as u64;
+                fresh = false;
+            } else {
+                self.known_tail = tail_of(lane);
+            }
+        }
+        let tail = self.known_tail;
+        if self.pos >= tail {
+            let state = lane.word(word!(state)).load(Ordering::Acquire);
+            if state == LaneState::Closed as u64
+                && self.pos >= lane.word(word!(final_tail)).load(Ordering::Relaxed)
+            {
+                return Flow::Stop(Step::Closed);
+            }
+            return Flow::Stop(Step::Empty);
+        }
+        if tail - self.pos > cap {
+            self.resync(lane, tail);
+            if tail - self.pos > cap {
+                // No safe boundary (a garbage tail or anchors): give up on this lap.
+                self.pos = tail;
+            }
+            return Flow::Again;
+        }
+        let phys = self.pos & (cap - 1);
+        if phys + FRAME_HEADER_LEN as u64 > cap {
+            // Implicit padding: too little room for a header before the physical end.
+            self.pos = self.pos.saturating_add(cap - phys);
+            return Flow::Again;
+        }
+        let tag = g.tag(self.pos);
+        let commit = lane
+            .word(g.frame_word(self.pos, fw::COMMIT))
+            .load(Ordering::Acquire);
+        if commit != tag {
+            return self.uncommitted(lane, commit == tag ^ BUSY, tail);
+        }
+        Flow::On((tail, fresh))
+    }
+
+    /// The frame at the cursor is not committed (`busy`: its commit word is BUSY): re-check
+    /// the lap, then wait for it or skip it as a hole ([`Cursor::maybe_skip_hole`]).
+    fn uncommitted<M: LaneMem, R>(
+        &mut self,
+        lane: &Lane<M>,
+        busy: bool,
+        tail: u64,
+    ) -> Flow<(u64, bool), R> {
+        if busy || self.pos < tail {
+            // Claimed, not committed (or overwritten: re-check the lap first).
+            let now = tail_of(lane);
+            if now < self.pos {
+                // The tail went back behind the cursor, which only garbage in the header
+                // does: nothing is claimed here as far as the lane says.
+                self.known_tail = now;
+                return Flow::Stop(Step::Empty);
+            }
+            if now - self.pos > lane.geo.capacity {
+                self.resync(lane, now);
+                return Flow::Again;
+            }
+            return match self.maybe_skip_hole(lane, busy, tail) {
+                true => Flow::Again,
+                false => Flow::Stop(Step::Pending),
+            };
+        }
+        Flow::Stop(Step::Empty)
+    }
+
+    /// Stage 2 of [`Cursor::step`]: the header of the committed frame at the cursor, if it
+    /// is sane. An insane one found through the peek beyond the tail is nothing to read yet;
+    /// otherwise it is garbage, counted and skipped (or, if the writer lapped the cursor
+    /// meanwhile, a lap).
+    #[inline(always)]
+    fn read_header<M: LaneMem, R>(
+        &mut self,
+        lane: &Lane<M>,
+        tail: u64,
+        fresh: bool,
+    ) -> Flow<Header, R> {
+        let g = lane.geo;
+        let cap = g.capacity;
+        let phys = self.pos & (cap - 1);
+        let w = |i| lane.word(g.frame_word(self.pos, i)).load(Ordering::Relaxed);
+        let len_meta = w(fw::LEN_META);
+        let schema = w(fw::SCHEMA);
+        let seq = w(fw::SEQ);
+        let t_nanos = w(fw::T_NANOS);
+        let frame_len = u64::from(len_meta as u32);
+        let aligned = align_frame(frame_len);
+        let sane_kind = FrameKind::from_u8((len_meta >> 32) as u8).filter(|_| {
+            frame_len >= FRAME_HEADER_LEN as u64 && aligned <= g.max_frame && phys + aligned <= cap
+        });
+        let Some(kind) = sane_kind else {
+            if !fresh {
+                // Found through the peek: if it lies beyond the tail, it is a coincidence in
+                // memory nobody has claimed, not garbage: nothing to read yet.
+                self.known_tail = tail_of(lane);
+                if self.pos >= self.known_tail {
+                    return Flow::Stop(Step::Empty);
+                }
+            }
+            fence(Ordering::Acquire);
+            if lane.word(word!(claim_tail)).load(Ordering::Relaxed) > self.pos.saturating_add(cap) {
+                self.resync(lane, tail_of(lane));
+            } else {
+                self.stats.garbage += 1;
+                self.damage_pending = true;
+                self.skip_garbage(lane, tail);
+            }
+            return Flow::Again;
+        };
+        let meta = FrameMeta {
+            pos: self.pos,
+            seq,
+            t_nanos,
+            schema_key: schema as u16,
+            schema_version: (schema >> 16) as u16,
+            level: (len_meta >> 40) as u8,
+            emitter: (len_meta >> 48) as u16,
+            payload_len: (frame_len as usize) - FRAME_HEADER_LEN,
+        };
+        Flow::On(Header {
+            meta,
+            kind,
+            aligned,
+        })
+    }
+
+    /// Stage 3 of [`Cursor::step`], after the visit: whether the frame at the cursor may have
+    /// been overwritten while it was read. If so the cursor resyncs (and the frame counts as
+    /// torn if `count_torn`).
+    #[inline(always)]
+    fn overwritten<M: LaneMem>(&mut self, lane: &Lane<M>, count_torn: bool) -> bool {
+        fence(Ordering::Acquire);
+        // Validate against the write limit first: the same proof as `claim_tail` (it is
+        // raised before any byte past it is written), on a line the writer changes once per
+        // granule instead of once per record. Only within two granules of being lapped does
+        // the exact `claim_tail` decide, so no intact record is discarded.
+        let lap = self.pos.saturating_add(lane.geo.capacity);
+        if lane.word(word!(write_limit)).load(Ordering::Relaxed) > lap
+            && lane.word(word!(claim_tail)).load(Ordering::Relaxed) > lap
+        {
+            if count_torn {
+                self.stats.torn += 1;
+            }
+            self.resync(lane, tail_of(lane));
+            return true;
+        }
+        false
+    }
+
+    /// Stage 4 of [`Cursor::step`]: the cursor has passed a sound frame; count what its
+    /// sequence number says was lost (or damaged), and return what the call reports, if
+    /// anything (`filtered`: a record the filter skipped; `result`: the visit's, for a record
+    /// to deliver).
+    #[inline(always)]
+    fn account<R>(
+        &mut self,
+        header: &Header,
+        filtered: bool,
+        result: Option<R>,
+    ) -> Option<Step<R>> {
+        let meta = header.meta;
+        let seq = meta.seq;
+        match header.kind {
+            FrameKind::Data | FrameKind::Aborted => {}
+            FrameKind::Pad | FrameKind::EndOfStream => return None,
+        }
+        let lost = match self.next_seq {
+            // Every frame takes at least a header's worth of bytes, so a gap larger than the
+            // bytes before this frame can hold is garbage, not loss: it would make the loss
+            // count a lie.
+            Some((next, base))
+                if seq >= next
+                    && seq - next <= meta.pos.saturating_sub(base) / FRAME_HEADER_LEN as u64 =>
+            {
+                seq - next
+            }
+            Some(_) => {
+                // Sequence numbers only grow within a lane: this is garbage.
+                self.stats.garbage += 1;
+                self.damage_pending = true;
+                return None;
+            }
+            None => 0,
+        };
+        if std::mem::take(&mut self.damage_pending) {
+            self.stats.damaged += lost;
+        } else {
+            self.stats.lost += lost;
+        }
+        if filtered {
+            self.stats.filtered += 1;
+        }
+        match (result, lost) {
+            (Some(r), 0) => {
+                self.next_seq = Some((seq + 1, meta.pos));
+                Some(Step::Deliver(meta, r))
+            }
+            (Some(_), _) => {
+                // Report the loss first and read this record again on the next call (as a
+                // copy or in place, whichever that call asks for): the cursor stays on it and
+                // it is the next expected, so the re-read reports no loss, and an overwrite in
+                // between is counted like any other.
+                self.pos = meta.pos;
+                self.next_seq = Some((seq, meta.pos));
+                Some(Step::Lagged(lost))
+            }
+            (None, lost) => {
+                self.next_seq = Some((seq + 1, meta.pos));
+                (lost > 0).then_some(Step::Lagged(lost))
+            }
+        }
     }
 
     /// After a lap: jump to the oldest frame boundary that is safe to read.

@@ -14,6 +14,13 @@
 //!
 //! Dropping a claim without committing turns it into an ABORTED frame (its sequence number is
 //! consumed, so readers do not count it as lost). Producers never wait for readers.
+//!
+//! Both writers run the same claim sequence, [`claim_frame`] (steps 1 and 2, with the crash
+//! points `after_intent` and `after_busy`), and the same commit ([`Claim::commit`]). They
+//! differ only in the [`ClaimGate`] it passes through while it reserves room: the single
+//! [`LaneWriter`] holds its state by `&mut` (no lock, no lap guard: its claims never overlap),
+//! the [`SharedLaneWriter`] under its claim lock, with the lap guard and in-flight slots. So
+//! the crash-point tests, which drive a `LaneWriter`, kill the sequence every `Publisher` runs.
 
 use std::sync::Arc;
 
@@ -65,7 +72,7 @@ pub enum WriteError {
     Encode(#[from] EncodeError),
 }
 
-/// Claim arithmetic shared by both writers.
+/// Where a claim goes: the arithmetic of step 1, made on the writer's local state.
 #[derive(Debug, Clone, Copy)]
 struct Reservation {
     pad_at: u64,
@@ -128,6 +135,105 @@ impl Local {
         self.tail = r.end;
         self.seq += 1;
     }
+
+    /// Closes the lane once: an end-of-stream frame after the last claim, `final_tail`, state
+    /// CLOSED; later claims fail.
+    fn close<M: LaneMem>(&mut self, lane: &Lane<M>) {
+        if !self.closed {
+            self.closed = true;
+            let t = now_realtime_nanos().max(self.last_t);
+            lane.close_at(self.tail, self.seq, t);
+        }
+    }
+}
+
+/// How a claim passes through its writer's local state while it reserves room: the one
+/// difference between the two writers' claims. The gate is held (by `&mut`, or the claim
+/// lock) from the reservation until the tail intent is published, then dropped.
+trait ClaimGate<'w, M: LaneMem> {
+    /// The writer's local state.
+    fn local(&mut self) -> &mut Local;
+
+    /// Admits reservation `r` (which `local` made): checks the lap guard, accepts it into the
+    /// local state and registers it in flight; returns how the claim is retired (`None`: by
+    /// the single writer, which counts the commit at commit time).
+    fn admit(
+        &mut self,
+        lane: &Lane<M>,
+        r: &Reservation,
+    ) -> Result<Option<Inflight<'w>>, ClaimError>;
+}
+
+/// The single writer's gate: its state, by `&mut`. Its claims cannot overlap (a claim borrows
+/// the writer), so there is no lap guard and nothing in flight to register.
+impl<'w, M: LaneMem> ClaimGate<'w, M> for &'w mut Local {
+    #[inline(always)]
+    fn local(&mut self) -> &mut Local {
+        self
+    }
+
+    #[inline(always)]
+    fn admit(
+        &mut self,
+        _lane: &Lane<M>,
+        r: &Reservation,
+    ) -> Result<Option<Inflight<'w>>, ClaimError> {
+        self.accept(r);
+        Ok(None)
+    }
+}
+
+/// The claim sequence, protocol steps 1 and 2, for a `payload_len`-byte record: the one both
+/// writers run. The clock is read before `open` (which may take a lock); the intent is
+/// published before the gate is dropped, so `claim_tail` only ever grows; the pad, header and
+/// BUSY word are written after it.
+#[inline(always)]
+fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
+    lane: &'w Lane<M>,
+    open: impl FnOnce() -> G,
+    payload_len: usize,
+    meta: RecordMeta,
+) -> Result<Claim<'w, M>, ClaimError> {
+    let now = now_realtime_nanos();
+    let mut gate = open();
+    let local = gate.local();
+    if local.closed {
+        return Err(ClaimError::Closed);
+    }
+    let r = match local.reserve(&lane.geo, payload_len, now) {
+        Ok(r) => r,
+        Err(e) => {
+            lane.word(word!(dropped_oversize))
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    let inflight = gate.admit(lane, &r)?;
+    lane.publish_intent(r.end);
+    drop(gate);
+    if r.pad_len > 0 {
+        lane.write_pad(r.pad_at, r.pad_len);
+    }
+    testpoint::hit("after_intent");
+    lane.begin_frame(
+        r.start,
+        (FRAME_HEADER_LEN + payload_len) as u64,
+        FrameKind::Data,
+        meta,
+        r.seq,
+        r.t_nanos,
+    );
+    testpoint::hit("after_busy");
+    Ok(Claim {
+        lane,
+        start: r.start,
+        end: r.end,
+        seq: r.seq,
+        payload_len,
+        meta,
+        inflight,
+        done: false,
+    })
 }
 
 impl<M: LaneMem> Lane<M> {
@@ -206,25 +312,6 @@ impl<M: LaneMem> Lane<M> {
         }
     }
 
-    /// Step 1 and 2 of the protocol for a reservation.
-    #[inline]
-    fn start_claim(&self, r: &Reservation, payload_len: usize, meta: RecordMeta) {
-        self.publish_intent(r.end);
-        if r.pad_len > 0 {
-            self.write_pad(r.pad_at, r.pad_len);
-        }
-        testpoint::hit("after_intent");
-        self.begin_frame(
-            r.start,
-            (FRAME_HEADER_LEN + payload_len) as u64,
-            FrameKind::Data,
-            meta,
-            r.seq,
-            r.t_nanos,
-        );
-        testpoint::hit("after_busy");
-    }
-
     fn abort_frame(&self, start: u64, end: u64, payload_len: usize, meta: RecordMeta) {
         let g = &self.geo;
         self.word(g.frame_word(start, fw::LEN_META)).store(
@@ -279,7 +366,6 @@ pub struct Claim<'w, M: LaneMem> {
     seq: u64,
     payload_len: usize,
     meta: RecordMeta,
-    /// For the shared writer: the in-flight set to leave on commit or abort.
     /// How the claim is retired (shared writers only).
     inflight: Option<Inflight<'w>>,
     done: bool,
@@ -372,6 +458,16 @@ impl Claim<'_, crate::mem::ShmMem> {
         // - the mapping is writable: only the creator holds a writer (`Lane::writer` checks).
         unsafe { std::slice::from_raw_parts_mut(self.lane.mem.base().add(off), self.payload_len) }
     }
+
+    /// Encodes `value` into the payload and commits; returns the record's sequence number. If
+    /// encoding fails the claim is dropped, which aborts it.
+    #[inline]
+    fn commit_encoded<T: Wire>(mut self, value: &T) -> Result<u64, EncodeError> {
+        value.encode_into(self.payload_mut())?;
+        let seq = self.seq;
+        self.commit();
+        Ok(seq)
+    }
 }
 
 /// The single writer of a lane: no locks, no atomic read-modify-writes on the hot path.
@@ -419,42 +515,13 @@ impl<M: LaneMem> LaneWriter<M> {
         payload_len: usize,
         meta: RecordMeta,
     ) -> Result<Claim<'_, M>, ClaimError> {
-        if self.local.closed {
-            return Err(ClaimError::Closed);
-        }
-        let r = match self
-            .local
-            .reserve(&self.lane.geo, payload_len, now_realtime_nanos())
-        {
-            Ok(r) => r,
-            Err(e) => {
-                self.lane
-                    .word(word!(dropped_oversize))
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        self.local.accept(&r);
-        self.lane.start_claim(&r, payload_len, meta);
-        Ok(Claim {
-            lane: &self.lane,
-            start: r.start,
-            end: r.end,
-            seq: r.seq,
-            payload_len,
-            meta,
-            inflight: None,
-            done: false,
-        })
+        let local = &mut self.local;
+        claim_frame(&self.lane, move || local, payload_len, meta)
     }
 
     /// Closes the lane: an end-of-stream frame, `final_tail`, state CLOSED. Later claims fail.
     pub fn close(&mut self) {
-        if !self.local.closed {
-            self.local.closed = true;
-            let t = now_realtime_nanos().max(self.local.last_t);
-            self.lane.close_at(self.local.tail, self.local.seq, t);
-        }
+        self.local.close(&self.lane);
     }
 }
 
@@ -463,10 +530,9 @@ impl LaneWriter<crate::mem::ShmMem> {
     /// Encodes `value` straight into the ring and commits it; returns its sequence number.
     #[inline]
     pub fn write<T: Wire>(&mut self, meta: RecordMeta, value: &T) -> Result<u64, WriteError> {
-        let mut claim = self.claim(value.encoded_len(), meta)?;
-        value.encode_into(claim.payload_mut())?;
-        let seq = claim.seq();
-        claim.commit();
+        let seq = self
+            .claim(value.encoded_len(), meta)?
+            .commit_encoded(value)?;
         self.ring();
         Ok(seq)
     }
@@ -566,108 +632,98 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     /// 9.4 → 15.5 M/s.
     #[inline]
     pub fn claim(&self, payload_len: usize, meta: RecordMeta) -> Result<Claim<'_, M>, ClaimError> {
-        let geo = self.lane.geo;
-        let now = now_realtime_nanos();
-        let (r, inflight) = {
-            let mut st = self.state.lock();
-            if st.local.closed {
-                return Err(ClaimError::Closed);
-            }
-            let r = match st.local.reserve(&geo, payload_len, now) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.lane
-                        .word(word!(dropped_oversize))
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Err(e);
-                }
-            };
-            // Claims are handed out in position order, so the first unretired one has the
-            // smallest start of all in flight. (One load per slot: a second load could see it
-            // retired meanwhile.)
-            let mut oldest_start = None;
-            while st.oldest < st.local.seq {
-                let seq = st.oldest;
-                let mut start = self.slot(seq).load(Ordering::Acquire);
-                if !st.overflow.is_empty() {
-                    // An overflow claim's slot belongs to another claim: its list entry says.
-                    // (Once retired, its slot holds RETIRED: the slot's owner, the claim
-                    // `INFLIGHT_SLOTS` earlier, was passed before the slot could be reused.)
-                    if let Some(&(_, s)) = st.overflow.iter().find(|&&(s, _)| s == seq) {
-                        start = s;
-                    }
-                }
-                if start != RETIRED {
-                    oldest_start = Some(start);
-                    break;
-                }
-                st.oldest += 1;
-            }
-            if oldest_start.is_some_and(|o| r.end > o.saturating_add(geo.capacity)) {
-                self.lane
-                    .word(word!(dropped_wrap))
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(ClaimError::Lapped);
-            }
-            st.local.accept(&r);
-            // Counted now, under the lock: a load and a store (see the type's docs).
-            let committed = self.lane.word(word!(frames_committed));
-            committed.store(committed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            // The slot is free once the scan has passed its previous owner.
-            let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
-                let slot = self.slot(r.seq);
-                slot.store(r.start, Ordering::Relaxed);
-                Inflight::Slot(slot, &self.state)
-            } else {
-                st.overflow.push((r.seq, r.start));
-                Inflight::Overflow(&self.state)
-            };
-            // Publish the intent under the lock so `claim_tail` only ever grows.
-            self.lane.publish_intent(r.end);
-            (r, inflight)
-        };
-        if r.pad_len > 0 {
-            self.lane.write_pad(r.pad_at, r.pad_len);
-        }
-        self.lane.begin_frame(
-            r.start,
-            (FRAME_HEADER_LEN + payload_len) as u64,
-            FrameKind::Data,
-            meta,
-            r.seq,
-            r.t_nanos,
-        );
-        Ok(Claim {
-            lane: &self.lane,
-            start: r.start,
-            end: r.end,
-            seq: r.seq,
+        claim_frame(
+            &self.lane,
+            || Held {
+                st: self.state.lock(),
+                writer: self,
+            },
             payload_len,
             meta,
-            inflight: Some(inflight),
-            done: false,
-        })
+        )
     }
 
     /// Closes the lane (see [`LaneWriter::close`]).
     pub fn close(&self) {
-        let mut st = self.state.lock();
-        if !st.local.closed {
-            st.local.closed = true;
-            let t = now_realtime_nanos().max(st.local.last_t);
-            self.lane.close_at(st.local.tail, st.local.seq, t);
+        self.state.lock().local.close(&self.lane);
+    }
+}
+
+/// A shared writer's gate: its state under the claim lock (`st`, the guard), with the lap
+/// guard and the in-flight slots.
+struct Held<'w, M: LaneMem, G> {
+    st: G,
+    writer: &'w SharedLaneWriter<M>,
+}
+
+impl<'w, M, G> ClaimGate<'w, M> for Held<'w, M, G>
+where
+    M: LaneMem,
+    G: std::ops::DerefMut<Target = SharedLocal>,
+{
+    #[inline(always)]
+    fn local(&mut self) -> &mut Local {
+        &mut self.st.local
+    }
+
+    #[inline(always)]
+    fn admit(
+        &mut self,
+        lane: &Lane<M>,
+        r: &Reservation,
+    ) -> Result<Option<Inflight<'w>>, ClaimError> {
+        let w = self.writer;
+        let st = &mut *self.st;
+        // Claims are handed out in position order, so the first unretired one has the
+        // smallest start of all in flight. (One load per slot: a second load could see it
+        // retired meanwhile.)
+        let mut oldest_start = None;
+        while st.oldest < st.local.seq {
+            let seq = st.oldest;
+            let mut start = w.slot(seq).load(Ordering::Acquire);
+            if !st.overflow.is_empty() {
+                // An overflow claim's slot belongs to another claim: its list entry says.
+                // (Once retired, its slot holds RETIRED: the slot's owner, the claim
+                // `INFLIGHT_SLOTS` earlier, was passed before the slot could be reused.)
+                if let Some(&(_, s)) = st.overflow.iter().find(|&&(s, _)| s == seq) {
+                    start = s;
+                }
+            }
+            if start != RETIRED {
+                oldest_start = Some(start);
+                break;
+            }
+            st.oldest += 1;
         }
+        if oldest_start.is_some_and(|o| r.end > o.saturating_add(lane.geo.capacity)) {
+            lane.word(word!(dropped_wrap))
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ClaimError::Lapped);
+        }
+        st.local.accept(r);
+        // Counted now, under the lock: a load and a store (see the writer's docs).
+        let committed = lane.word(word!(frames_committed));
+        committed.store(committed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // The slot is free once the scan has passed its previous owner.
+        let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
+            let slot = w.slot(r.seq);
+            slot.store(r.start, Ordering::Relaxed);
+            Inflight::Slot(slot, &w.state)
+        } else {
+            st.overflow.push((r.seq, r.start));
+            Inflight::Overflow(&w.state)
+        };
+        Ok(Some(inflight))
     }
 }
 
 #[cfg(not(loom))]
 impl SharedLaneWriter<crate::mem::ShmMem> {
     /// Encodes `value` straight into the ring and commits it; returns its sequence number.
+    #[inline]
     pub fn write<T: Wire>(&self, meta: RecordMeta, value: &T) -> Result<u64, WriteError> {
-        let mut claim = self.claim(value.encoded_len(), meta)?;
-        value.encode_into(claim.payload_mut())?;
-        let seq = claim.seq();
-        claim.commit();
-        Ok(seq)
+        Ok(self
+            .claim(value.encoded_len(), meta)?
+            .commit_encoded(value)?)
     }
 }
