@@ -82,6 +82,20 @@ pub(super) struct Reservation {
     t_nanos: u64,
 }
 
+/// Where an `aligned`-byte frame goes after `tail`: `(pad, start)`, with `pad` the bytes to
+/// the physical end of the ring when it does not fit before it (frames never cross it), and
+/// `start = tail + pad`.
+#[inline(always)]
+fn place(geo: &Geometry, tail: u64, aligned: u64) -> (u64, u64) {
+    let off = tail & (geo.capacity - 1);
+    let pad = if off + aligned > geo.capacity {
+        geo.capacity - off
+    } else {
+        0
+    };
+    (pad, tail + pad)
+}
+
 /// Process-local writer state (never in shared memory).
 #[derive(Debug, Default)]
 pub(super) struct Local {
@@ -109,13 +123,7 @@ impl Local {
             });
         }
         let t = self.tail;
-        let off = t & (geo.capacity - 1);
-        let pad_len = if off + aligned > geo.capacity {
-            geo.capacity - off
-        } else {
-            0
-        };
-        let start = t + pad_len;
+        let (pad_len, start) = place(geo, t, aligned);
         let end = start + aligned;
         let t_nanos = now.max(self.last_t);
         self.last_t = t_nanos;
@@ -279,6 +287,15 @@ impl<M: LaneMem> Lane<M> {
     /// Stores the anchors of the block boundaries in `(start, end]`, then the commit tag.
     #[inline]
     fn finish_frame(&self, start: u64, end: u64) {
+        self.store_anchors(start, end);
+        let g = &self.geo;
+        self.word(g.frame_word(start, fw::COMMIT))
+            .store(g.tag(start), Ordering::Release);
+    }
+
+    /// Stores `end` as the anchor of every block boundary in `(start, end]`.
+    #[inline]
+    fn store_anchors(&self, start: u64, end: u64) {
         let g = &self.geo;
         let shift = g.block_shift;
         // First block boundary strictly after `start`.
@@ -287,8 +304,6 @@ impl<M: LaneMem> Lane<M> {
             self.word(g.anchor_word(b)).store(end, Ordering::Release);
             b += 1;
         }
-        self.word(g.frame_word(start, fw::COMMIT))
-            .store(g.tag(start), Ordering::Release);
     }
 
     /// Fills `[at, at + len)` (up to the physical end of the ring) with a PAD frame. A gap too
@@ -298,16 +313,10 @@ impl<M: LaneMem> Lane<M> {
         if len >= FRAME_HEADER_LEN as u64 {
             self.begin_frame(at, len, FrameKind::Pad, RecordMeta::default(), 0, 0);
         }
-        let g = &self.geo;
         if len >= FRAME_HEADER_LEN as u64 {
             self.finish_frame(at, at + len);
         } else {
-            let mut b = (at >> g.block_shift) + 1;
-            while b << g.block_shift <= at + len {
-                self.word(g.anchor_word(b))
-                    .store(at + len, Ordering::Release);
-                b += 1;
-            }
+            self.store_anchors(at, at + len);
         }
     }
 
@@ -330,13 +339,7 @@ impl<M: LaneMem> Lane<M> {
         // An EOS frame (header only) marks the end for readers; then final_tail and the state.
         let g = &self.geo;
         let aligned = FRAME_HEADER_LEN as u64;
-        let off = tail & (g.capacity - 1);
-        let pad = if off + aligned > g.capacity {
-            g.capacity - off
-        } else {
-            0
-        };
-        let start = tail + pad;
+        let (pad, start) = place(g, tail, aligned);
         let end = start + aligned;
         self.publish_intent(end);
         if pad > 0 {
