@@ -220,6 +220,10 @@ impl Cursor {
     /// [`Cursor::read_header`] (its header, if sane), the visit, [`Cursor::overwritten`] (the
     /// validation after it) and [`Cursor::account`] (sequence numbers and loss) — and any stage
     /// may end the pass (`Flow::Again`: look again from the cursor) or the call.
+    ///
+    /// Inlined into `poll` and `read_in_place`, as it was as one function: out of line, every
+    /// record would pay a call and return its `Step` through memory.
+    #[inline(always)]
     pub(super) fn step<M: LaneMem, R>(
         &mut self,
         lane: &Lane<M>,
