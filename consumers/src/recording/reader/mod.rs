@@ -18,7 +18,6 @@ use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
 use snapbus_schemas::SchemaDescriptor;
 
 use super::RECORDING_METADATA;
-use records::used;
 pub use types::{ChannelInfo, Damage, Held, Item, Message, ReadError, ReadErrorKind};
 
 /// The MCAP magic (`\x89MCAP0\r\n`); byte 5 is the major version.
@@ -79,6 +78,18 @@ fn linear_options() -> LinearReaderOptions {
         .with_validate_data_section_crc(false)
         .with_validate_summary_section_crc(true)
         .with_record_length_limit(RECORD_LIMIT)
+}
+
+/// Whether the reader uses records of this opcode. The others (attachments, indexes,
+/// statistics, data end, summary offsets, unknown opcodes) are skipped without being parsed:
+/// nothing needs them, and `mcap::parse_record` panics on some damaged ones (an attachment
+/// shorter than its header: a slice index out of range).
+fn used(opcode: u8) -> bool {
+    use mcap::records::op;
+    matches!(
+        opcode,
+        op::HEADER | op::FOOTER | op::SCHEMA | op::CHANNEL | op::MESSAGE | op::CHUNK | op::METADATA
+    )
 }
 
 /// Whether a record of this opcode may appear in a snapbus recording's data section, outside

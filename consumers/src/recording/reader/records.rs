@@ -8,22 +8,11 @@ use mcap::records::Record;
 use snapbus_bus::Level;
 use snapbus_schemas::{SchemaDescriptor, Snapshot, decode_versioned};
 
-use super::{ChannelInfo, Item, MAGIC, Message, ReadError, ReadErrorKind, RecordingReader};
+use super::types::{ChannelInfo, Item, Message, ReadError, ReadErrorKind};
+use super::{MAGIC, RecordingReader, used};
 use crate::recording::{
     FORMAT_VERSION, LossRecord, MESSAGE_ENCODING, RECORDING_METADATA, SCHEMA_ENCODING,
 };
-
-/// Whether the reader uses records of this opcode. The others (attachments, indexes,
-/// statistics, data end, summary offsets, unknown opcodes) are skipped without being parsed:
-/// nothing needs them, and `mcap::parse_record` panics on some damaged ones (an attachment
-/// shorter than its header: a slice index out of range).
-pub(super) fn used(opcode: u8) -> bool {
-    use mcap::records::op;
-    matches!(
-        opcode,
-        op::HEADER | op::FOOTER | op::SCHEMA | op::CHANNEL | op::MESSAGE | op::CHUNK | op::METADATA
-    )
-}
 
 impl<R: Read> RecordingReader<R> {
     pub(super) fn check_magic(&mut self) -> Result<(), ReadError> {
