@@ -1,0 +1,192 @@
+//! Damage: skipping a damaged chunk and describing it from its header and message indexes,
+//! and (with a seekable source) resynchronising at the next intact chunk after broken framing.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use mcap::sans_io::LinearReader;
+
+use super::{
+    Damage, Held, Item, READ_PIECE, RECORD_LIMIT, RecordingReader, SeekFn, linear_options,
+};
+
+/// Bytes of a chunk record before its records: opcode, length, start and end time,
+/// uncompressed size, CRC, compression (empty), records length.
+const CHUNK_HEAD: usize = 1 + 8 + 8 + 8 + 8 + 4 + 4 + 8;
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Reads until `buf` is full or the source ends; returns the bytes read.
+fn read_full<R: Read>(src: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl<R: Read> RecordingReader<R> {
+    /// Queues the damage being described, and the messages of undeclared channels.
+    pub(super) fn end_damage(&mut self) {
+        if let Some(d) = self.damage.take() {
+            self.pending.push_back(Item::Damaged(d));
+        }
+        if self.done {
+            if let Some((offset, n)) = self.orphans.take() {
+                self.pending.push_back(Item::Damaged(Damage {
+                    offset,
+                    len: 0,
+                    error: format!(
+                        "{n} records from this offset on belong to channels declared in a \
+                         damaged part of the file: they cannot be decoded"
+                    ),
+                    held: None,
+                }));
+            }
+        }
+    }
+
+    /// A chunk failed: skip it, and describe it from its header and the message indexes
+    /// that follow it.
+    pub(super) fn skip_chunk(
+        &mut self,
+        at: u64,
+        len: u64,
+        error: String,
+        header: Option<(u64, u64)>,
+    ) {
+        // Items of a damaged chunk are not delivered.
+        self.pending.clear();
+        self.end_damage();
+        self.damaged = true;
+        self.damage = Some(Damage {
+            offset: at,
+            len,
+            error,
+            held: header.map(|(first_nanos, last_nanos)| Held {
+                first_nanos,
+                last_nanos,
+                ..Held::default()
+            }),
+        });
+    }
+
+    /// Damage at `at` that breaks the framing: with a seekable source, go on at the next intact
+    /// chunk and report the bytes in between; `false` if there is none (or no seeking).
+    pub(super) fn resync(&mut self, at: u64, why: &str) -> bool {
+        if !self.format_checked || self.data_ended {
+            return false;
+        }
+        let Some(seek) = self.seek else { return false };
+        let Some(next) = self.find_chunk(seek, at + 1) else {
+            return false;
+        };
+        if seek(&mut self.src, std::io::SeekFrom::Start(next)).is_err() {
+            return false;
+        }
+        self.pending.clear();
+        self.end_damage();
+        self.damaged = true;
+        self.damage = Some(Damage {
+            offset: at,
+            len: next - at,
+            error: format!("{why}; reading goes on with the next intact chunk"),
+            held: None,
+        });
+        self.lin = LinearReader::new_with_options(linear_options().with_skip_start_magic(true));
+        self.offset = next;
+        self.fed = next;
+        self.wanted = 0;
+        self.crc = None;
+        true
+    }
+
+    /// The offset of the first intact chunk at or after `from`.
+    fn find_chunk(&mut self, seek: SeekFn<R>, from: u64) -> Option<u64> {
+        let end = seek(&mut self.src, std::io::SeekFrom::End(0)).ok()?;
+        let mut buf = vec![0u8; READ_PIECE + CHUNK_HEAD];
+        let mut pos = from;
+        while pos + CHUNK_HEAD as u64 <= end {
+            seek(&mut self.src, std::io::SeekFrom::Start(pos)).ok()?;
+            let n = read_full(&mut self.src, &mut buf).ok()?;
+            if n < CHUNK_HEAD {
+                return None;
+            }
+            for i in 0..=n - CHUNK_HEAD {
+                if buf[i] != mcap::records::op::CHUNK {
+                    continue;
+                }
+                let h = &buf[i..i + CHUNK_HEAD];
+                let (len, size, crc, clen, rlen) = (
+                    u64_at(h, 1),
+                    u64_at(h, 25),
+                    u32_at(h, 33),
+                    u32_at(h, 37),
+                    u64_at(h, 41),
+                );
+                let at = pos + i as u64;
+                let plausible = clen == 0
+                    && crc != 0
+                    && rlen == size
+                    && rlen <= RECORD_LIMIT as u64
+                    && len == (CHUNK_HEAD as u64 - 9) + rlen
+                    && u64_at(h, 9) <= u64_at(h, 17)
+                    && at + 9 + len <= end;
+                if plausible && self.chunk_crc_matches(seek, at + CHUNK_HEAD as u64, rlen, crc) {
+                    return Some(at);
+                }
+            }
+            pos += (n - CHUNK_HEAD + 1) as u64;
+        }
+        None
+    }
+
+    fn chunk_crc_matches(&mut self, seek: SeekFn<R>, from: u64, len: u64, crc: u32) -> bool {
+        if seek(&mut self.src, std::io::SeekFrom::Start(from)).is_err() {
+            return false;
+        }
+        let mut h = crc32fast::Hasher::new();
+        let mut piece = vec![0u8; READ_PIECE.min(usize::try_from(len).unwrap_or(READ_PIECE))];
+        let mut left = len;
+        while left > 0 {
+            let k = usize::try_from(left).unwrap_or(usize::MAX).min(piece.len());
+            match read_full(&mut self.src, &mut piece[..k]) {
+                Ok(n) if n == k => h.update(&piece[..k]),
+                _ => return false,
+            }
+            left -= k as u64;
+        }
+        h.finalize() == crc
+    }
+
+    /// A message index record after a damaged chunk: what the chunk held.
+    pub(super) fn take_index(&mut self, body: &[u8]) {
+        let Some(held) = self.damage.as_mut().and_then(|d| d.held.as_mut()) else {
+            return;
+        };
+        let (Some(id), Some(len)) = (body.get(..2), body.get(2..6)) else {
+            return;
+        };
+        let id = u16::from_le_bytes([id[0], id[1]]);
+        let n = u64::from(u32::from_le_bytes([len[0], len[1], len[2], len[3]])) / 16;
+        let channel = match self.channels.get(&id) {
+            Some(Ok(c)) => Some(Arc::clone(c)),
+            _ => None,
+        };
+        *held.records.get_or_insert(0) += n;
+        held.channels.push((id, channel, n));
+    }
+}
