@@ -24,13 +24,16 @@ mod mcap_json;
 mod parquet_dir;
 mod tables;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use snapbus_consumers::recording::{ChannelInfo, Item, LossRecord, Message, RecordingReader};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::recording::{
+    CUT_METADATA, ChannelInfo, Item, LossRecord, Message, ReadError, RecordingReader,
+};
 use snapbus_schemas::{DecodeError, Snapshot, Value, Wire, decode};
 
 use crate::cli::{ExportArgs, ExportFormat};
@@ -69,7 +72,9 @@ fn loss_value(record: &LossRecord) -> anyhow::Result<Value<'static>> {
     Ok(value.into_owned())
 }
 
-/// Runs `snapbus export`.
+/// Runs `snapbus export`: checks the request and opens the recording, prepares the output,
+/// streams the records into the sink ([`Tally::read`]), then reports and checks the end
+/// ([`Tally::finish`]).
 pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     if args.format == ExportFormat::Parquet && !cfg!(feature = "parquet") {
         // Before anything is opened or created.
@@ -87,151 +92,229 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         }
         first => first,
     };
-    let dir_output = matches!(args.format, ExportFormat::Csv | ExportFormat::Parquet);
-    let output_existed = args.output.exists();
-    prepare_output(&args.file, &args.output, dir_output, args.force)?;
-    let mut sink: Box<dyn Sink> = match args.format {
+    let output = Output {
+        dir: matches!(args.format, ExportFormat::Csv | ExportFormat::Parquet),
+        existed: args.output.exists(),
+    };
+    prepare_output(&args.file, &args.output, output.dir, args.force)?;
+    let mut sink = create_sink(args)?;
+    let mut tally = Tally::new(&globs);
+    tally.read(first.into_iter().chain(reader), sink.as_mut(), &args.file)?;
+    let files = sink.finish()?;
+    tally.finish(args, output, &files)
+}
+
+/// The sink of `args.format`, writing to `args.output`.
+fn create_sink(args: &ExportArgs) -> anyhow::Result<Box<dyn Sink>> {
+    Ok(match args.format {
         ExportFormat::Jsonl => Box::new(jsonl::Jsonl::create(&args.output)?),
         ExportFormat::Csv => Box::new(tables::Tables::new(&args.output, tables::csv_format())),
         ExportFormat::Parquet => parquet_sink(&args.output)?,
         ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(&args.output)?),
-    };
+    })
+}
 
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    // Every schema in the recording, and which globs matched one.
-    let mut present: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    let mut glob_matched = vec![false; globs.len()];
-    let mut exported = 0u64;
-    let mut losses = 0u64;
-    let mut bad = Undecodable::default();
-    let mut damage = None;
-    let mut skipped = 0u64;
-    let mut cut = None;
-    for item in first.into_iter().chain(reader) {
-        let item = match item {
-            Ok(item) => item,
-            Err(e) => {
-                damage = Some(e);
-                break;
-            }
-        };
-        match item {
-            Item::Message(m) => {
-                let id = m.channel.schema.id();
-                if !present.contains(id) {
-                    present.insert(id.to_owned());
-                }
-                let mut wanted = globs.is_empty();
-                for (g, matched) in globs.iter().zip(&mut glob_matched) {
-                    if g.matches(id) {
-                        (wanted, *matched) = (true, true);
-                    }
-                }
-                if !wanted {
-                    continue;
-                }
-                let written = match decode(m.channel.schema.root(), &m.data) {
-                    Ok(value) => {
-                        sink.message(&m, &value)?;
-                        true
-                    }
-                    Err(e) => {
-                        let written = sink.undecodable(&m, &e)?;
-                        bad.note(&m, &e);
-                        written
-                    }
-                };
-                if written {
-                    exported += 1;
-                    match counts.get_mut(id) {
-                        Some(n) => *n += 1,
-                        None => {
-                            counts.insert(id.to_owned(), 1);
-                        }
-                    }
-                }
-            }
-            Item::Loss {
-                channel,
-                t_nanos,
-                record,
-            } => {
-                sink.loss(&channel, t_nanos, &record)?;
-                losses += 1;
-            }
-            Item::Metadata { name, fields } => {
-                if name == snapbus_consumers::recording::CUT_METADATA {
-                    cut = Some(fields.clone());
-                }
-                sink.metadata(&name, &fields)?;
-            }
-            Item::Damaged(d) => {
-                eprintln!("snapbus export: {}: {d}", args.file.display());
-                skipped += 1;
-            }
+/// The kind of output, and whether it was there before the export.
+#[derive(Clone, Copy)]
+struct Output {
+    /// A directory of files (csv, parquet) rather than one file.
+    dir: bool,
+    /// Whether the output path existed before the export.
+    existed: bool,
+}
+
+/// What the export read and wrote.
+struct Tally<'a> {
+    /// The `--schema` globs (none: every schema).
+    globs: &'a [Glob],
+    /// Records written, per schema.
+    counts: BTreeMap<String, u64>,
+    /// Every schema in the recording.
+    present: BTreeSet<String>,
+    /// Which `--schema` globs matched a schema of the recording.
+    glob_matched: Vec<bool>,
+    exported: u64,
+    losses: u64,
+    bad: Undecodable,
+    /// Where reading stopped, if it did before the end.
+    damage: Option<ReadError>,
+    /// Damaged parts skipped.
+    skipped: u64,
+    /// The `snapbus.cut` record, if the writer failed.
+    cut: Option<BTreeMap<String, String>>,
+}
+
+impl<'a> Tally<'a> {
+    fn new(globs: &'a [Glob]) -> Self {
+        Tally {
+            globs,
+            counts: BTreeMap::new(),
+            present: BTreeSet::new(),
+            glob_matched: vec![false; globs.len()],
+            exported: 0,
+            losses: 0,
+            bad: Undecodable::default(),
+            damage: None,
+            skipped: 0,
+            cut: None,
         }
     }
-    let files = sink.finish()?;
-    let unmatched: Vec<&str> = globs
-        .iter()
-        .zip(&glob_matched)
-        .filter(|(_, m)| !**m)
-        .map(|(g, _)| g.as_str())
-        .collect();
-    if !globs.is_empty() && unmatched.len() == globs.len() && damage.is_none() {
-        // Nothing matched: the (empty) output is not left behind to be mistaken for data.
-        remove_output(&args.output, dir_output, output_existed, &files);
-        let ids: Vec<String> = present.into_iter().collect();
-        bail!(
-            "{}; nothing was exported",
-            crate::bus::no_schema_matches(&unmatched, &ids, "the recording")
-        );
-    }
-    let line = summary(&args.output, dir_output, exported, &counts, losses, &files);
-    eprintln!("{line}");
-    if !unmatched.is_empty() {
-        let ids: Vec<String> = present.into_iter().collect();
-        eprintln!(
-            "snapbus export: warning: {}",
-            crate::bus::no_schema_matches(&unmatched, &ids, "the recording")
-        );
-    }
-    if let Some(e) = damage {
-        return Err(anyhow::Error::new(e)).with_context(|| {
-            format!(
-                "{} is damaged; the {exported} records before the damage were exported",
-                args.file.display()
-            )
-        });
-    }
-    if skipped > 0 {
-        bail!(
-            "{} is damaged: {skipped} damaged part{} skipped (see above); every other record \
-             was exported",
-            args.file.display(),
-            if skipped == 1 { " was" } else { "s were" }
-        );
-    }
-    if let Some(c) = cut {
-        bail!(
-            "{} is incomplete: {}",
-            args.file.display(),
-            crate::command::inspect::cut_line(&c)
-        );
-    }
-    if let Some(first) = bad.first {
-        bail!(
-            "{} record{} could not be decoded ({}); the first: {first}",
-            bad.count,
-            if bad.count == 1 { "" } else { "s" },
-            if matches!(args.format, ExportFormat::Jsonl) {
-                "they are in the output with a \"decode_error\" payload"
-            } else {
-                "they are not in the output"
+
+    /// Writes every item to `sink` until the end or the first read error (kept in `damage`).
+    fn read(
+        &mut self,
+        items: impl Iterator<Item = Result<Item, ReadError>>,
+        sink: &mut dyn Sink,
+        file: &Path,
+    ) -> anyhow::Result<()> {
+        for item in items {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    self.damage = Some(e);
+                    break;
+                }
+            };
+            match item {
+                Item::Message(m) => self.message(&m, sink)?,
+                Item::Loss {
+                    channel,
+                    t_nanos,
+                    record,
+                } => {
+                    sink.loss(&channel, t_nanos, &record)?;
+                    self.losses += 1;
+                }
+                Item::Metadata { name, fields } => {
+                    if name == CUT_METADATA {
+                        self.cut = Some(fields.clone());
+                    }
+                    sink.metadata(&name, &fields)?;
+                }
+                Item::Damaged(d) => {
+                    eprintln!("snapbus export: {}: {d}", file.display());
+                    self.skipped += 1;
+                }
             }
-        );
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Writes a record to `sink` if its schema is wanted (decoded, or as the sink writes
+    /// undecodable ones).
+    fn message(&mut self, m: &Message, sink: &mut dyn Sink) -> anyhow::Result<()> {
+        let id = m.channel.schema.id();
+        if !self.present.contains(id) {
+            self.present.insert(id.to_owned());
+        }
+        let mut wanted = self.globs.is_empty();
+        for (g, matched) in self.globs.iter().zip(&mut self.glob_matched) {
+            if g.matches(id) {
+                (wanted, *matched) = (true, true);
+            }
+        }
+        if !wanted {
+            return Ok(());
+        }
+        let written = match decode(m.channel.schema.root(), &m.data) {
+            Ok(value) => {
+                sink.message(m, &value)?;
+                true
+            }
+            Err(e) => {
+                let written = sink.undecodable(m, &e)?;
+                self.bad.note(m, &e);
+                written
+            }
+        };
+        if written {
+            self.exported += 1;
+            match self.counts.get_mut(id) {
+                Some(n) => *n += 1,
+                None => {
+                    self.counts.insert(id.to_owned(), 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the export, after the sink finished writing `files`: fails (removing the
+    /// output) if no `--schema` glob matched, prints the summary and a warning for globs that
+    /// matched nothing, then fails for damage, skipped parts, a cut, or undecodable records.
+    fn finish(self, args: &ExportArgs, output: Output, files: &[PathBuf]) -> anyhow::Result<()> {
+        let unmatched: Vec<&str> = self
+            .globs
+            .iter()
+            .zip(&self.glob_matched)
+            .filter(|(_, m)| !**m)
+            .map(|(g, _)| g.as_str())
+            .collect();
+        let no_match = (!unmatched.is_empty()).then(|| {
+            let ids: Vec<String> = self.present.iter().cloned().collect();
+            crate::bus::no_schema_matches(&unmatched, &ids, "the recording")
+        });
+        if let Some(no_match) = &no_match
+            && unmatched.len() == self.globs.len()
+            && self.damage.is_none()
+        {
+            // Nothing matched: the (empty) output is not left behind to be mistaken for data.
+            remove_output(&args.output, output.dir, output.existed, files);
+            bail!("{no_match}; nothing was exported");
+        }
+        let line = summary(
+            &args.output,
+            output.dir,
+            self.exported,
+            &self.counts,
+            self.losses,
+            files,
+        );
+        eprintln!("{line}");
+        if let Some(no_match) = &no_match {
+            eprintln!("snapbus export: warning: {no_match}");
+        }
+        self.damage_error(args)
+    }
+
+    /// The error for what could not be exported: where reading stopped, else the skipped
+    /// parts, else the cut, else the undecodable records; `Ok` if everything was exported.
+    fn damage_error(self, args: &ExportArgs) -> anyhow::Result<()> {
+        let file = args.file.display();
+        if let Some(e) = self.damage {
+            let exported = self.exported;
+            return Err(anyhow::Error::new(e)).with_context(|| {
+                format!("{file} is damaged; the {exported} records before the damage were exported")
+            });
+        }
+        if self.skipped > 0 {
+            bail!(
+                "{file} is damaged: {} damaged {} skipped (see above); every other record was \
+                 exported",
+                self.skipped,
+                crate::command::inspect::parts_were(self.skipped)
+            );
+        }
+        if let Some(c) = self.cut {
+            bail!(
+                "{file} is incomplete: {}",
+                crate::command::inspect::cut_line(&c)
+            );
+        }
+        if let Some(first) = self.bad.first {
+            bail!(
+                "{} record{} could not be decoded ({}); the first: {first}",
+                self.bad.count,
+                if self.bad.count == 1 { "" } else { "s" },
+                if matches!(args.format, ExportFormat::Jsonl) {
+                    "they are in the output with a \"decode_error\" payload"
+                } else {
+                    "they are not in the output"
+                }
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Records whose payload did not decode.

@@ -8,20 +8,27 @@
 //! and why), the loss records (gaps while recording) and what a failed write could not write
 //! (`snapbus.cut`). It says "none" only when it knows: every producer's history starts at its
 //! lane's first record (or nothing before it was overwritten), no gap, and the file is whole.
+//!
+//! The file is read once into [`Contents`]; the report is then written as text (one function
+//! per section) or as one JSON object, and the damage, if any, becomes the error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, Write};
+use std::path::Path;
 
 use anyhow::Context;
 use serde_json::json;
 use snapbus_consumers::recording::{
-    CUT_METADATA, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA, RECORDING_METADATA,
+    CUT_METADATA, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA, RECORDING_METADATA, ReadError,
     ReadErrorKind, RecordingReader,
 };
 
 use crate::bus::utc;
 use crate::cli::InspectArgs;
+
+/// The fields of a metadata record.
+type Fields = BTreeMap<String, String>;
 
 #[derive(Default)]
 struct SchemaStats {
@@ -41,6 +48,15 @@ fn lane_key(lane_id: Option<u64>, id: u64) -> String {
     }
 }
 
+/// The lane key of a producer or history metadata record.
+fn fields_lane_key(f: &Fields) -> String {
+    let id = f.get("id").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let lane = f
+        .get("lane_id")
+        .and_then(|v| u64::from_str_radix(v, 16).ok());
+    lane_key(lane, id)
+}
+
 /// Loss records of one producer.
 #[derive(Default)]
 struct Gaps {
@@ -50,24 +66,53 @@ struct Gaps {
     id: u64,
 }
 
-pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
-    let file =
-        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
-    let mut recording = BTreeMap::new();
-    // By lane key.
-    let mut producers: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let mut histories: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let mut schemas: BTreeMap<(String, u32), SchemaStats> = BTreeMap::new();
-    let mut losses: BTreeMap<String, Gaps> = BTreeMap::new();
-    let mut cut: Option<BTreeMap<String, String>> = None;
-    let mut skipped: Vec<Damage> = Vec::new();
-    let mut damage = None;
-    for item in reader.by_ref() {
+/// What a read through the file found.
+#[derive(Default)]
+struct Contents {
+    /// The file's size in bytes.
+    size_bytes: u64,
+    /// Whether the reader got through the footer.
+    complete: bool,
+    recording: Fields,
+    /// By lane key.
+    producers: BTreeMap<String, Fields>,
+    /// By lane key.
+    histories: BTreeMap<String, Fields>,
+    schemas: BTreeMap<(String, u32), SchemaStats>,
+    /// By lane key.
+    losses: BTreeMap<String, Gaps>,
+    cut: Option<Fields>,
+    skipped: Vec<Damage>,
+    /// Where reading stopped, if it did before the end.
+    damage: Option<ReadError>,
+}
+
+impl Contents {
+    /// Reads the file through, skipping damaged chunks.
+    fn read(path: &Path) -> anyhow::Result<Self> {
+        let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut contents = Contents {
+            size_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
+            ..Contents::default()
+        };
+        let mut reader =
+            RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
+        for item in reader.by_ref() {
+            match item {
+                Ok(item) => contents.add(item),
+                Err(e) => contents.damage = Some(e),
+            }
+        }
+        contents.complete = reader.complete();
+        Ok(contents)
+    }
+
+    /// Counts one item of the file.
+    fn add(&mut self, item: Item) {
         match item {
-            Ok(Item::Message(m)) => {
-                let s = schemas
+            Item::Message(m) => {
+                let s = self
+                    .schemas
                     .entry((m.channel.schema.id().to_owned(), m.channel.schema.version()))
                     .or_default();
                 if s.records == 0 || m.t_nanos < s.first_nanos {
@@ -78,10 +123,11 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
                 s.bytes += m.data.len() as u64;
                 s.producers.insert(m.channel.producer_id);
             }
-            Ok(Item::Loss {
+            Item::Loss {
                 channel, record, ..
-            }) => {
-                let g = losses
+            } => {
+                let g = self
+                    .losses
                     .entry(lane_key(channel.lane_id, record.producer_id))
                     .or_default();
                 g.lost += record.lost;
@@ -89,215 +135,299 @@ pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
                 g.name.clone_from(&channel.producer);
                 g.id = record.producer_id;
             }
-            Ok(Item::Metadata { name, fields }) => {
-                let lane = |f: &BTreeMap<String, String>| {
-                    let id = f.get("id").and_then(|v| v.parse().ok()).unwrap_or(0);
-                    let lane = f
-                        .get("lane_id")
-                        .and_then(|v| u64::from_str_radix(v, 16).ok());
-                    lane_key(lane, id)
-                };
+            Item::Metadata { name, fields } => {
                 if name == RECORDING_METADATA {
-                    recording = fields;
+                    self.recording = fields;
                 } else if name == PRODUCER_METADATA {
-                    producers.insert(lane(&fields), fields);
+                    self.producers.insert(fields_lane_key(&fields), fields);
                 } else if name == HISTORY_METADATA {
-                    histories.insert(lane(&fields), fields);
+                    self.histories.insert(fields_lane_key(&fields), fields);
                 } else if name == CUT_METADATA {
-                    cut = Some(fields);
+                    self.cut = Some(fields);
                 }
             }
-            Ok(Item::Damaged(d)) => skipped.push(d),
-            Err(e) => damage = Some(e),
+            Item::Damaged(d) => self.skipped.push(d),
         }
     }
-    let complete = reader.complete();
-    let records: u64 = schemas.values().map(|s| s.records).sum();
-    let first = schemas.values().map(|s| s.first_nanos).min();
-    let last = schemas.values().map(|s| s.last_nanos).max();
-    let whole = complete && damage.is_none() && skipped.is_empty() && cut.is_none();
-    let history_lines = history_lines(&producers, &histories);
-    let history_known = !histories.is_empty() && histories.len() >= producers.len();
-    let history_complete = history_known && history_lines.iter().all(|(_, from_start)| *from_start);
-    let verdict = if !whole {
-        "not known: the file is cut or damaged (see DAMAGE): records that were not written or \
-         cannot be read are missing"
-            .to_owned()
-    } else if records == 0 {
-        "unknown: the file holds no records".to_owned()
-    } else if !history_known {
-        "not known: the file does not say where each producer's history starts (written by an \
-         older snapbus)"
-            .to_owned()
-    } else if !losses.is_empty() || !history_complete {
-        "some: see above".to_owned()
-    } else if histories
-        .values()
-        .any(|h| h.get("start").is_some_and(|s| s == "continued"))
-    {
-        "none in this part: every record since the previous part of the recording is in the file"
-            .to_owned()
-    } else {
-        "none: every record the producers wrote is in the file".to_owned()
-    };
+
+    /// Records of every schema.
+    fn records(&self) -> u64 {
+        self.schemas.values().map(|s| s.records).sum()
+    }
+
+    /// The first and last record times.
+    fn time_range(&self) -> (Option<u64>, Option<u64>) {
+        (
+            self.schemas.values().map(|s| s.first_nanos).min(),
+            self.schemas.values().map(|s| s.last_nanos).max(),
+        )
+    }
+
+    /// Whether the file is read through its footer with nothing damaged, skipped or cut.
+    fn whole(&self) -> bool {
+        self.complete && self.damage.is_none() && self.skipped.is_empty() && self.cut.is_none()
+    }
+
+    /// The last line of LOSSES: whether records are missing, given the history lines.
+    fn loss_verdict(&self, history_lines: &[(String, bool)]) -> String {
+        let history_known =
+            !self.histories.is_empty() && self.histories.len() >= self.producers.len();
+        let history_complete =
+            history_known && history_lines.iter().all(|(_, from_start)| *from_start);
+        if !self.whole() {
+            "not known: the file is cut or damaged (see DAMAGE): records that were not written \
+             or cannot be read are missing"
+                .to_owned()
+        } else if self.records() == 0 {
+            "unknown: the file holds no records".to_owned()
+        } else if !history_known {
+            "not known: the file does not say where each producer's history starts (written by \
+             an older snapbus)"
+                .to_owned()
+        } else if !self.losses.is_empty() || !history_complete {
+            "some: see above".to_owned()
+        } else if self
+            .histories
+            .values()
+            .any(|h| h.get("start").is_some_and(|s| s == "continued"))
+        {
+            "none in this part: every record since the previous part of the recording is in the \
+             file"
+                .to_owned()
+        } else {
+            "none: every record the producers wrote is in the file".to_owned()
+        }
+    }
+}
+
+pub(crate) fn run(args: &InspectArgs) -> anyhow::Result<()> {
+    let contents = Contents::read(&args.file)?;
+    let history_lines = history_lines(&contents.producers, &contents.histories);
+    let verdict = contents.loss_verdict(&history_lines);
     let mut out = std::io::stdout().lock();
     if args.json {
-        let v = json!({
-            "file": args.file.display().to_string(),
-            "bytes": size,
-            "complete": complete,
-            "recording": recording,
-            "records": records,
-            "first_nanos": first,
-            "last_nanos": last,
-            "producers": producers.values().collect::<Vec<_>>(),
-            "histories": histories.values().collect::<Vec<_>>(),
-            "schemas": schemas.iter().map(|((id, version), s)| json!({
-                "id": id, "version": version, "records": s.records, "bytes": s.bytes,
-                "first_nanos": s.first_nanos, "last_nanos": s.last_nanos,
-                "producers": s.producers,
-            })).collect::<Vec<_>>(),
-            "losses": losses.iter().map(|(lane, g)| json!({
-                "producer_id": g.id, "lane_id": lane, "lost": g.lost, "gaps": g.gaps,
-            })).collect::<Vec<_>>(),
-            "loss_verdict": verdict,
-            "cut": cut,
-            "skipped": skipped.iter().map(|d| json!({
-                "offset": d.offset, "bytes": d.len, "error": d.error,
-                "records": d.held.as_ref().and_then(|h| h.records),
-                "first_nanos": d.held.as_ref().map(|h| h.first_nanos),
-                "last_nanos": d.held.as_ref().map(|h| h.last_nanos),
-            })).collect::<Vec<_>>(),
-            "damage": damage.as_ref().map(|e| json!({"offset": e.offset, "error": e.kind.to_string()})),
-        });
-        writeln!(out, "{v}")?;
+        write_json(&mut out, &args.file, &contents, &verdict)?;
     } else {
-        let get = |k: &str| recording.get(k).map_or("?", String::as_str);
-        writeln!(out, "file       {} ({size} bytes)", args.file.display())?;
-        writeln!(
-            out,
-            "recording  {} of bus '{}', format {}, snapbus {}",
-            get("source"),
-            get("bus"),
-            get("format_version"),
-            get("snapbus_version")
-        )?;
-        match (first, last) {
-            (Some(a), Some(b)) => writeln!(
-                out,
-                "time       {} → {} ({:.3} s)",
-                utc(a),
-                utc(b),
-                (b - a) as f64 / 1e9
-            )?,
-            _ => writeln!(out, "time       (no records)")?,
-        }
-        writeln!(out, "records    {records}")?;
-        writeln!(out, "\nPRODUCERS")?;
-        for p in producers.values() {
-            let f = |k: &str| p.get(k).map_or("", String::as_str);
-            let tags = [f("session_tag"), f("perf_tag")]
-                .into_iter()
-                .filter(|t| !t.is_empty())
-                .collect::<Vec<_>>()
-                .join(",");
-            writeln!(
-                out,
-                "{:>4}  {:<20} pid {:<8} lane {:<16} {}",
-                f("id"),
-                f("name"),
-                f("pid"),
-                f("lane_id"),
-                tags
-            )?;
-        }
-        writeln!(out, "\nSCHEMAS")?;
-        writeln!(
-            out,
-            "{:<32} {:>4} {:>10} {:>12} {:>10}  PRODUCERS",
-            "ID", "VER", "RECORDS", "BYTES", "SECONDS"
-        )?;
-        for ((id, version), s) in &schemas {
-            let ids: Vec<String> = s.producers.iter().map(u64::to_string).collect();
-            writeln!(
-                out,
-                "{id:<32} {version:>4} {:>10} {:>12} {:>10.3}  {}",
-                s.records,
-                s.bytes,
-                (s.last_nanos - s.first_nanos) as f64 / 1e9,
-                ids.join(",")
-            )?;
-        }
-        writeln!(out, "\nLOSSES")?;
-        for (line, _) in &history_lines {
-            writeln!(out, "{line}")?;
-        }
-        for g in losses.values() {
-            writeln!(
-                out,
-                "producer {} '{}': {} records overwritten before they could be recorded ({} \
-                 gap{})",
-                g.id,
-                g.name,
-                g.lost,
-                g.gaps,
-                if g.gaps == 1 { "" } else { "s" }
-            )?;
-        }
-        if let Some(c) = &cut {
-            writeln!(out, "{}", cut_line(c))?;
-        }
-        writeln!(out, "{verdict}")?;
-        writeln!(out, "\nDAMAGE")?;
-        for d in &skipped {
-            writeln!(out, "skipped: {d}")?;
-        }
-        if let Some(c) = &cut {
-            writeln!(
-                out,
-                "cut: the writer failed ({}) and ended the file early",
-                c.get("error").map_or("?", String::as_str)
-            )?;
-        }
-        match (&damage, complete) {
-            (None, true) if skipped.is_empty() && cut.is_none() => {
-                writeln!(out, "none: read through the footer, every CRC checked")?
-            }
-            (None, true) => writeln!(out, "everything else was read, through the footer")?,
-            (None, false) => writeln!(out, "the file has no footer")?,
-            (Some(e), _) => {
-                let what = if matches!(
-                    e.kind,
-                    ReadErrorKind::Truncated { .. } | ReadErrorKind::Unfinished
-                ) {
-                    "cut"
-                } else {
-                    "damaged"
-                };
-                writeln!(
-                    out,
-                    "{what} at byte {} of {size}: {}\neverything before it ({records} records) was read",
-                    e.offset, e.kind
-                )?;
-            }
-        }
+        write_summary(&mut out, &args.file, &contents)?;
+        write_producers(&mut out, &contents)?;
+        write_schemas(&mut out, &contents)?;
+        write_losses(&mut out, &contents, &history_lines, &verdict)?;
+        write_damage(&mut out, &contents)?;
     }
     out.flush()?;
-    if let Some(e) = damage {
-        return Err(anyhow::anyhow!("{}: {e}", args.file.display()));
+    damage_error(&args.file, contents)
+}
+
+/// The whole report as one JSON object on one line.
+fn write_json(
+    out: &mut impl Write,
+    path: &Path,
+    c: &Contents,
+    verdict: &str,
+) -> anyhow::Result<()> {
+    let (first, last) = c.time_range();
+    let v = json!({
+        "file": path.display().to_string(),
+        "bytes": c.size_bytes,
+        "complete": c.complete,
+        "recording": c.recording,
+        "records": c.records(),
+        "first_nanos": first,
+        "last_nanos": last,
+        "producers": c.producers.values().collect::<Vec<_>>(),
+        "histories": c.histories.values().collect::<Vec<_>>(),
+        "schemas": c.schemas.iter().map(|((id, version), s)| json!({
+            "id": id, "version": version, "records": s.records, "bytes": s.bytes,
+            "first_nanos": s.first_nanos, "last_nanos": s.last_nanos,
+            "producers": s.producers,
+        })).collect::<Vec<_>>(),
+        "losses": c.losses.iter().map(|(lane, g)| json!({
+            "producer_id": g.id, "lane_id": lane, "lost": g.lost, "gaps": g.gaps,
+        })).collect::<Vec<_>>(),
+        "loss_verdict": verdict,
+        "cut": c.cut,
+        "skipped": c.skipped.iter().map(|d| json!({
+            "offset": d.offset, "bytes": d.len, "error": d.error,
+            "records": d.held.as_ref().and_then(|h| h.records),
+            "first_nanos": d.held.as_ref().map(|h| h.first_nanos),
+            "last_nanos": d.held.as_ref().map(|h| h.last_nanos),
+        })).collect::<Vec<_>>(),
+        "damage": c.damage.as_ref().map(|e| json!({"offset": e.offset, "error": e.kind.to_string()})),
+    });
+    writeln!(out, "{v}")?;
+    Ok(())
+}
+
+/// The head of the text report: file, origin, time range, record count.
+fn write_summary(out: &mut impl Write, path: &Path, c: &Contents) -> anyhow::Result<()> {
+    let get = |k: &str| c.recording.get(k).map_or("?", String::as_str);
+    writeln!(
+        out,
+        "file       {} ({} bytes)",
+        path.display(),
+        c.size_bytes
+    )?;
+    writeln!(
+        out,
+        "recording  {} of bus '{}', format {}, snapbus {}",
+        get("source"),
+        get("bus"),
+        get("format_version"),
+        get("snapbus_version")
+    )?;
+    match c.time_range() {
+        (Some(a), Some(b)) => writeln!(
+            out,
+            "time       {} → {} ({:.3} s)",
+            utc(a),
+            utc(b),
+            (b - a) as f64 / 1e9
+        )?,
+        _ => writeln!(out, "time       (no records)")?,
     }
-    if let Some(d) = skipped.first() {
-        anyhow::bail!(
-            "{}: {} damaged part{} skipped (the first {d}); everything else was read",
-            args.file.display(),
-            skipped.len(),
-            if skipped.len() == 1 { " was" } else { "s were" }
-        );
-    }
-    if let Some(c) = cut {
-        anyhow::bail!("{}: {}", args.file.display(), cut_line(&c));
+    writeln!(out, "records    {}", c.records())?;
+    Ok(())
+}
+
+/// PRODUCERS: a line per producer metadata record.
+fn write_producers(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
+    writeln!(out, "\nPRODUCERS")?;
+    for p in c.producers.values() {
+        let f = |k: &str| p.get(k).map_or("", String::as_str);
+        let tags = [f("session_tag"), f("perf_tag")]
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
+        writeln!(
+            out,
+            "{:>4}  {:<20} pid {:<8} lane {:<16} {}",
+            f("id"),
+            f("name"),
+            f("pid"),
+            f("lane_id"),
+            tags
+        )?;
     }
     Ok(())
+}
+
+/// SCHEMAS: the table of schemas with counts, sizes and time spans.
+fn write_schemas(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
+    writeln!(out, "\nSCHEMAS")?;
+    writeln!(
+        out,
+        "{:<32} {:>4} {:>10} {:>12} {:>10}  PRODUCERS",
+        "ID", "VER", "RECORDS", "BYTES", "SECONDS"
+    )?;
+    for ((id, version), s) in &c.schemas {
+        let ids: Vec<String> = s.producers.iter().map(u64::to_string).collect();
+        writeln!(
+            out,
+            "{id:<32} {version:>4} {:>10} {:>12} {:>10.3}  {}",
+            s.records,
+            s.bytes,
+            (s.last_nanos - s.first_nanos) as f64 / 1e9,
+            ids.join(",")
+        )?;
+    }
+    Ok(())
+}
+
+/// LOSSES: where each producer's history starts, the gaps, what a failed write lost, and the
+/// verdict.
+fn write_losses(
+    out: &mut impl Write,
+    c: &Contents,
+    history_lines: &[(String, bool)],
+    verdict: &str,
+) -> anyhow::Result<()> {
+    writeln!(out, "\nLOSSES")?;
+    for (line, _) in history_lines {
+        writeln!(out, "{line}")?;
+    }
+    for g in c.losses.values() {
+        writeln!(
+            out,
+            "producer {} '{}': {} records overwritten before they could be recorded ({} gap{})",
+            g.id,
+            g.name,
+            g.lost,
+            g.gaps,
+            if g.gaps == 1 { "" } else { "s" }
+        )?;
+    }
+    if let Some(cut) = &c.cut {
+        writeln!(out, "{}", cut_line(cut))?;
+    }
+    writeln!(out, "{verdict}")?;
+    Ok(())
+}
+
+/// DAMAGE: the skipped parts, the cut, and where reading stopped (or that it did not).
+fn write_damage(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
+    writeln!(out, "\nDAMAGE")?;
+    for d in &c.skipped {
+        writeln!(out, "skipped: {d}")?;
+    }
+    if let Some(cut) = &c.cut {
+        writeln!(
+            out,
+            "cut: the writer failed ({}) and ended the file early",
+            cut.get("error").map_or("?", String::as_str)
+        )?;
+    }
+    match (&c.damage, c.complete) {
+        (None, true) if c.skipped.is_empty() && c.cut.is_none() => {
+            writeln!(out, "none: read through the footer, every CRC checked")?
+        }
+        (None, true) => writeln!(out, "everything else was read, through the footer")?,
+        (None, false) => writeln!(out, "the file has no footer")?,
+        (Some(e), _) => {
+            let what = if matches!(
+                e.kind,
+                ReadErrorKind::Truncated { .. } | ReadErrorKind::Unfinished
+            ) {
+                "cut"
+            } else {
+                "damaged"
+            };
+            writeln!(
+                out,
+                "{what} at byte {} of {}: {}\neverything before it ({} records) was read",
+                e.offset,
+                c.size_bytes,
+                e.kind,
+                c.records()
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The error the command ends with: where reading stopped, else the skipped parts, else the
+/// cut; `Ok` for a whole file.
+fn damage_error(path: &Path, c: Contents) -> anyhow::Result<()> {
+    if let Some(e) = c.damage {
+        return Err(anyhow::anyhow!("{}: {e}", path.display()));
+    }
+    if let Some(d) = c.skipped.first() {
+        anyhow::bail!(
+            "{}: {} damaged {} skipped (the first {d}); everything else was read",
+            path.display(),
+            c.skipped.len(),
+            parts_were(c.skipped.len() as u64)
+        );
+    }
+    if let Some(cut) = c.cut {
+        anyhow::bail!("{}: {}", path.display(), cut_line(&cut));
+    }
+    Ok(())
+}
+
+/// "part was" or "parts were", for `n` damaged parts skipped (inspect's and export's errors).
+pub(crate) fn parts_were(n: u64) -> &'static str {
+    if n == 1 { "part was" } else { "parts were" }
 }
 
 /// What a `snapbus.cut` record says.
