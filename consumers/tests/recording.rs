@@ -1249,3 +1249,38 @@ fn losses_before_the_first_record_of_a_latest_recorder_are_loss_records() {
         .sum();
     assert_eq!(lost, 5, "the loss is in the file");
 }
+
+/// Fuzzer finding (CI, `recording_reader`): when a search for the next intact chunk found
+/// none, reading went on from where the search had left the source, and parts past the end of
+/// the file were reported as damaged. Every skipped part the reader reports lies within the
+/// file, with or without resynchronising.
+#[test]
+fn damage_is_reported_within_the_file() {
+    let data: &[u8] = include_bytes!("data/damage-past-the-end.mcap");
+    let len = data.len() as u64;
+    for resync in [false, true] {
+        let cursor = std::io::Cursor::new(data);
+        let reader = if resync {
+            RecordingReader::new(cursor).with_resync()
+        } else {
+            RecordingReader::new(cursor)
+        };
+        for item in reader {
+            match item {
+                Ok(Item::Damaged(d)) => {
+                    assert!(
+                        d.offset + d.len <= len,
+                        "damage {}+{} beyond {len}",
+                        d.offset,
+                        d.len
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(e.offset <= len);
+                    break;
+                }
+            }
+        }
+    }
+}

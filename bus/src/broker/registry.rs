@@ -98,23 +98,36 @@ impl Broker {
         };
         // A producer that reconnects keeps its entry (a dropped connection) or the id it
         // says it had (a broker restart).
-        if conn.send(&welcome, &[self.page.fd()]).is_err() {
-            return;
-        }
+        let (conn, status, gone_at) = if conn.send(&welcome, &[self.page.fd()]).is_ok() {
+            (Some(conn), ProducerStatus::Live, None)
+        } else {
+            // Gone before it could be welcomed (a short-lived process, e.g. a forked worker
+            // that emitted and exited): its lane still holds what it wrote, so it is kept and
+            // handed to consumers like any other.
+            let state = if lane.lane.stats().state == Some(LaneState::Closed) {
+                ProducerStatus::Closed
+            } else if pidfd.as_ref().is_none_or(has_exited) {
+                lane.lane.mark_dead();
+                ProducerStatus::Dead
+            } else {
+                ProducerStatus::Disconnected
+            };
+            (None, state, Some(Instant::now()))
+        };
         let entry = Producer {
             id,
             info,
-            conn: Some(conn),
+            conn,
             lane,
             catalog_fd,
             catalog,
             pidfd,
-            status: ProducerStatus::Live,
-            gone_at: None,
+            status,
+            gone_at,
             filters: None,
         };
         eprintln!(
-            "snapbus broker: producer {id} '{}' (pid {}) joined",
+            "snapbus broker: producer {id} '{}' (pid {}) joined ({status})",
             entry.info.name, entry.info.pid
         );
         match existing {

@@ -92,6 +92,13 @@ impl<R: Read> RecordingReader<R> {
         }
         let Some(seek) = self.seek else { return false };
         let Some(next) = self.find_chunk(seek, at + 1) else {
+            // The search moved the source: put it back where reading stopped, so the caller
+            // reports the damage at `at` and reads nothing from elsewhere. (Fuzzer finding:
+            // without this, reading went on from where the search left off, and parts past
+            // the end of the file were reported as damaged.)
+            if seek(&mut self.src, std::io::SeekFrom::Start(self.fed)).is_err() {
+                self.done = true;
+            }
             return false;
         };
         if seek(&mut self.src, std::io::SeekFrom::Start(next)).is_err() {
