@@ -87,19 +87,7 @@ impl Segment {
 
     /// Maps an existing segment read-only, after checking its seals and size.
     pub fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
-        let seals =
-            rustix::fs::fcntl_get_seals(&fd).map_err(|e| io_err("fcntl(F_GET_SEALS)")(e.into()))?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err(SegmentError::NotSealed { seals });
-        }
-        let file = File::from(fd);
-        let len = file.metadata().map_err(io_err("fstat"))?.len();
-        if len == 0 || len % page_size() as u64 != 0 || usize::try_from(len).is_err() {
-            return Err(SegmentError::BadSize {
-                len,
-                why: "must be a non-zero multiple of the page size",
-            });
-        }
+        let file = checked(fd)?;
         let map = MmapOptions::new()
             .map_raw_read_only(&file)
             .map_err(io_err("mmap"))?;
@@ -112,19 +100,7 @@ impl Segment {
     /// Maps an existing segment read-write (for doorbell pages, which producers and consumers
     /// both write), after checking its seals and size.
     pub fn open_rw(fd: OwnedFd) -> Result<Segment, SegmentError> {
-        let seals =
-            rustix::fs::fcntl_get_seals(&fd).map_err(|e| io_err("fcntl(F_GET_SEALS)")(e.into()))?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-            return Err(SegmentError::NotSealed { seals });
-        }
-        let file = File::from(fd);
-        let len = file.metadata().map_err(io_err("fstat"))?.len();
-        if len == 0 || len % page_size() as u64 != 0 || usize::try_from(len).is_err() {
-            return Err(SegmentError::BadSize {
-                len,
-                why: "must be a non-zero multiple of the page size",
-            });
-        }
+        let file = checked(fd)?;
         let map = MmapOptions::new().map_raw(&file).map_err(io_err("mmap"))?;
         Ok(Segment {
             mem: ShmMem::new(map, true),
@@ -159,4 +135,23 @@ impl Segment {
 /// The system page size.
 pub fn page_size() -> usize {
     rustix::param::page_size()
+}
+
+/// A segment another process made, as a file, once it is sealed against resizing (no SIGBUS
+/// from a shrink) and a non-zero multiple of the page size.
+fn checked(fd: OwnedFd) -> Result<File, SegmentError> {
+    let seals =
+        rustix::fs::fcntl_get_seals(&fd).map_err(|e| io_err("fcntl(F_GET_SEALS)")(e.into()))?;
+    if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+        return Err(SegmentError::NotSealed { seals });
+    }
+    let file = File::from(fd);
+    let len = file.metadata().map_err(io_err("fstat"))?.len();
+    if len == 0 || len % page_size() as u64 != 0 || usize::try_from(len).is_err() {
+        return Err(SegmentError::BadSize {
+            len,
+            why: "must be a non-zero multiple of the page size",
+        });
+    }
+    Ok(file)
 }
