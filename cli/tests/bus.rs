@@ -82,6 +82,16 @@ impl TestBus {
         assert!(out.status.success(), "demo: {}", out.stderr);
     }
 
+    /// Kills this bus's broker with SIGKILL and waits until it is gone.
+    pub(crate) fn kill9_broker(&self) {
+        let pid = self.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
+        let pid = rustix::process::Pid::from_raw(pid).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill broker");
+        wait_until("the broker is gone", WATCHDOG, || {
+            !self.run(&["ls"]).status.success()
+        });
+    }
+
     pub(crate) fn ls(&self) -> Value {
         let out = self.run(&["ls", "--json"]);
         assert!(out.status.success(), "ls: {}", out.stderr);
@@ -393,12 +403,7 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
     let echo = bus.spawn("echo", &["echo"]);
     echo.expect_stderr("subscribed");
     echo.json_lines(3);
-    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
-    let broker = rustix::process::Pid::from_raw(broker).expect("pid");
-    rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
-    wait_until("the broker is gone", WATCHDOG, || {
-        !bus.run(&["ls"]).status.success()
-    });
+    bus.kill9_broker();
     let out = bus.run(&["up"]);
     assert!(out.status.success(), "{}", out.stderr);
     // The demo kept running and rejoins the new broker with its lane (and its count).
@@ -941,12 +946,7 @@ fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
     let text = bus.run(&["ls"]).stdout;
     assert!(text.contains("bus filter 'info'"), "{text}");
     // The bus filter outlives a broker crash: the next broker has it and tells the producers.
-    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
-    let broker = rustix::process::Pid::from_raw(broker).expect("pid");
-    rustix::process::kill_process(broker, rustix::process::Signal::KILL).expect("kill broker");
-    wait_until("the broker is gone", WATCHDOG, || {
-        !bus.run(&["ls"]).status.success()
-    });
+    bus.kill9_broker();
     let out = bus.run(&["up"]);
     assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(

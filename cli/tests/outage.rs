@@ -15,16 +15,6 @@ const EPISODES: u64 = 60;
 const STEPS: u64 = 1000;
 const RATE_HZ: &str = "10000";
 
-/// Kills the broker of `bus` with SIGKILL and waits until it is gone.
-fn kill9_broker(bus: &TestBus) {
-    let pid = bus.ls()["broker_pid"].as_u64().expect("broker pid") as i32;
-    let pid = rustix::process::Pid::from_raw(pid).expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill the broker");
-    wait_until("the broker is gone", WATCHDOG, || {
-        !bus.run(&["ls"]).status.success()
-    });
-}
-
 /// The ids of the consumers `ls` shows as running, by pid.
 fn consumers(bus: &TestBus) -> BTreeMap<u64, Value> {
     bus.ls()["consumers"]
@@ -140,7 +130,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
                 p["status"] == "live" && frames > 2_000 * (round + 1)
             })
         });
-        kill9_broker(&bus);
+        bus.kill9_broker();
         // The demo keeps emitting into its lane while no broker is up.
         let demo_lane = std::time::Instant::now();
         wait_until("some time passes without a broker", WATCHDOG, || {
@@ -268,7 +258,7 @@ fn a_broker_killed_mid_run_loses_no_record() {
     echo.expect_stderr("subscribed");
     let mut lines = echo.json_lines(50);
 
-    kill9_broker(&bus);
+    bus.kill9_broker();
     // No broker: the demo keeps writing its lane, and the echo, which mapped it, keeps reading
     // (1,500 more records is 1.5 s of the demo without a broker).
     lines.extend(echo.json_lines(1500));

@@ -657,6 +657,33 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     );
 }
 
+/// Runs `script` as `sh -c script sh MNT SNAPBUS [KEPT]` in a mount namespace of its own
+/// (gone when it ends), for tests of a full disk: the script mounts a small tmpfs on MNT
+/// (exit 111 if it cannot: that needs root, which CI has) and runs SNAPBUS on `bus`.
+fn in_small_tmpfs(
+    bus: &TestBus,
+    script: &str,
+    mnt: &std::path::Path,
+    kept: Option<&std::path::Path>,
+) -> crate::util::Output {
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ])
+    .arg(mnt)
+    .arg(env!("CARGO_BIN_EXE_snapbus"))
+    .args(kept)
+    .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
+    .env("SNAPBUS_BUS", &bus.name);
+    crate::util::run_cmd(&mut cmd)
+}
+
 /// Issue #15 item 5: a file that cannot even hold its header (the disk is full before it
 /// starts: e.g. a recorder restarted into a full disk) is not left behind empty; the OS error
 /// is named and the exit code is EXIT_NO_RESTART.
@@ -672,22 +699,7 @@ head -c 1048576 /dev/zero >"$1/fill" 2>/dev/null
 "$2" snapshot -o "$1/s.mcap"; rc=$?
 [ -e "$1/s.mcap" ] && exit 112
 exit $rc"#;
-    let out = crate::util::run_cmd(
-        std::process::Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
-            .arg(&mnt)
-            .arg(env!("CARGO_BIN_EXE_snapbus"))
-            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
-            .env("SNAPBUS_BUS", &bus.name),
-    );
+    let out = in_small_tmpfs(&bus, script, &mnt, None);
     assert_ne!(
         out.status.code(),
         Some(111),
@@ -728,23 +740,7 @@ fn a_snapshot_into_a_full_disk_names_enospc_exits_no_restart_and_says_what_is_mi
 "$2" snapshot -o "$1/s.mcap"; rc=$?
 cp "$1/s.mcap" "$3"
 exit $rc"#;
-    let out = crate::util::run_cmd(
-        std::process::Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
-            .arg(&mnt)
-            .arg(env!("CARGO_BIN_EXE_snapbus"))
-            .arg(&kept)
-            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
-            .env("SNAPBUS_BUS", &bus.name),
-    );
+    let out = in_small_tmpfs(&bus, script, &mnt, Some(&kept));
     assert_ne!(
         out.status.code(),
         Some(111),
@@ -837,23 +833,7 @@ fn a_recorder_on_a_full_disk_stops_with_enospc_and_exit_no_restart() {
 "$2" record -o "$1/r.mcap"; rc=$?
 cp "$1/r.mcap" "$3"
 exit $rc"#;
-    let out = crate::util::run_cmd(
-        std::process::Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
-            .arg(&mnt)
-            .arg(env!("CARGO_BIN_EXE_snapbus"))
-            .arg(&kept)
-            .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
-            .env("SNAPBUS_BUS", &bus.name),
-    );
+    let out = in_small_tmpfs(&bus, script, &mnt, Some(&kept));
     assert_ne!(
         out.status.code(),
         Some(111),

@@ -60,14 +60,6 @@ fn attach(bus: &TestBus, args: &[&str]) -> (u64, u64) {
     (id, pid)
 }
 
-fn kill_broker(bus: &TestBus) {
-    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid");
-    kill9(broker);
-    wait_until("the broker is gone", WATCHDOG, || {
-        !bus.run(&["ls"]).status.success()
-    });
-}
-
 fn bus_dir(bus: &TestBus) -> PathBuf {
     runtime_root().join(&bus.name)
 }
@@ -118,7 +110,7 @@ fn a_restarted_broker_keeps_ids_readopts_supervision_and_detach_stops_the_right_
 
     // Twice: the second broker's state file must be as good as the first's.
     for _ in 0..2 {
-        kill_broker(&bus);
+        bus.kill9_broker();
         let out = bus.run(&["up"]);
         assert!(out.status.success(), "{}", out.stderr);
         // Everyone rejoins with the id they had; the attached ones are supervised again.
@@ -250,7 +242,7 @@ fn consumers_that_end_while_no_broker_runs_are_judged_by_the_next_one() {
     let (killed, killed_pid) = attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]);
     let (stopped, stopped_pid) = attach(&bus, &["attach", "aggregator", "--schema", "x.*"]);
     let mut reaper = Reaper(vec![killed_pid, stopped_pid]);
-    kill_broker(&bus);
+    bus.kill9_broker();
     // With no broker: one is killed (a failure), the other stopped cleanly (exit 0).
     kill9(killed_pid);
     let p = rustix::process::Pid::from_raw(stopped_pid as i32).expect("pid");
