@@ -1,0 +1,107 @@
+"""snapbus: schema-versioned telemetry snapshots through shared memory.
+
+A running experiment emits dataclass snapshots at sub-microsecond cost and never blocks;
+consumers in other processes subscribe, attach and detach at any time, and are told exactly
+how many records they lost.
+
+    import logging, snapbus
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    @dataclass
+    class Step:
+        schema_id: ClassVar[str] = "lab.step"
+        schema_version: ClassVar[int] = 1
+        episode: int
+        loss: float
+
+    telemetry = snapbus.get_telemetry(__name__)
+    telemetry.snapshot(logging.INFO, Step(episode=1, loss=0.5))
+
+    with snapbus.subscribe("lab.*") as sub:      # in another process
+        for event in sub:
+            print(event.producer.name, event.payload)
+"""
+
+from __future__ import annotations
+
+from ._snapbus import __version__
+
+# The emit side (telemetry.py, schema.py, handler.py).
+from .handler import SnapbusHandler
+from .schema import (
+    Tensor,
+    TelemetryEvent,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    schema_of,
+    u8,
+    u16,
+    u32,
+    u64,
+)
+from .telemetry import (
+    DEBUG,
+    ERROR,
+    INFO,
+    TRACE,
+    WARN,
+    Telemetry,
+    getTelemetry,
+    get_telemetry,
+    init,
+    is_connected,
+    sample_resources,
+    shutdown,
+    stats,
+    wait_for_bus,
+)
+
+# The read side (subscription.py, consumer.py, recording.py; asyncio in snapbus.aio).
+from .consumer import STOP, Consumer, run
+from .recording import Recording, open_recording
+from .subscription import Event, Subscription, subscribe
+
+__all__ = [
+    "DEBUG",
+    "ERROR",
+    "INFO",
+    "STOP",
+    "TRACE",
+    "WARN",
+    "Consumer",
+    "Event",
+    "Recording",
+    "SnapbusHandler",
+    "Subscription",
+    "TelemetryEvent",
+    "Telemetry",
+    "Tensor",
+    "__version__",
+    "f32",
+    "f64",
+    "getTelemetry",
+    "get_telemetry",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "init",
+    "is_connected",
+    "open_recording",
+    "run",
+    "sample_resources",
+    "schema_of",
+    "shutdown",
+    "stats",
+    "subscribe",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "wait_for_bus",
+]

@@ -1,0 +1,3 @@
+"""PLACEHOLDER (skeleton): the Consumer base class and run()."""
+
+STOP = Consumer = run = None

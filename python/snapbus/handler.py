@@ -1,0 +1,5 @@
+"""PLACEHOLDER (skeleton): SnapbusHandler, a logging.Handler emitting records as snapshots."""
+
+
+class SnapbusHandler:
+    pass

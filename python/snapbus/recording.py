@@ -1,0 +1,3 @@
+"""PLACEHOLDER (skeleton): reading MCAP recordings and snapshots."""
+
+Recording = open_recording = None

@@ -1,0 +1,3 @@
+"""PLACEHOLDER (skeleton): subscriptions and events."""
+
+Event = Subscription = subscribe = None
