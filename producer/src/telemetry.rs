@@ -646,6 +646,11 @@ pub fn is_connected() -> bool {
 /// first step, e.g. the demo). Returns whether connected.
 pub fn wait_for_bus(timeout: Duration) -> bool {
     start_watcher(global());
+    if let Some(p) = PUBLISHER.get() {
+        // In a forked child, the inherited publisher is the parent's: start the child's own
+        // lane and connection now (its first snapshot would), or it never connects.
+        p.prepare_here();
+    }
     let t0 = Instant::now();
     while !is_connected() {
         if t0.elapsed() >= timeout {

@@ -253,6 +253,14 @@ impl Publisher {
         p.write_record(meta, len, fill)
     }
 
+    /// Makes sure this process has its own lane: a no-op in the process that started the
+    /// publisher; in a `fork()`ed child, creates the child's own lane and broker connection
+    /// now, as its first emit would (so that a child can wait for its connection before
+    /// emitting). Returns whether this process has its lane.
+    pub fn prepare_here(&self) -> bool {
+        self.here().is_some()
+    }
+
     /// The key of a run-time schema in this (own) publisher's lane: a thread-local cache by
     /// fingerprint, else [`Self::key_of`] under the lock.
     fn dynamic_key(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
