@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import ClassVar, Dict, Optional
+from typing import ClassVar, Optional
 
 from .schema import i64, u32, u64
 from .telemetry import Telemetry, get_telemetry
@@ -32,10 +32,10 @@ class LogRecord:
     created: float
     pathname: str
     lineno: i64
-    funcName: str  # noqa: N815 - the logging attribute's name
-    thread: Optional[u64]
-    process: Optional[u32]
-    exc_text: Optional[str]
+    funcName: str
+    thread: Optional[u64]  # noqa: UP045 - evaluated at run time (3.8)
+    process: Optional[u32]  # noqa: UP045
+    exc_text: Optional[str]  # noqa: UP045
 
 
 def _is_event(obj: object) -> bool:
@@ -54,7 +54,7 @@ class SnapbusHandler(logging.Handler):
 
     def __init__(self, level: int = logging.NOTSET) -> None:
         super().__init__(level)
-        self._handles: Dict[str, Telemetry] = {}
+        self._handles: dict[str, Telemetry] = {}
 
     def _telemetry(self, name: str) -> Telemetry:
         t = self._handles.get(name)

@@ -39,7 +39,6 @@ from typing import (
     Dict,
     Generic,
     List,
-    Optional,
     Tuple,
     TypeVar,
 )
@@ -50,8 +49,8 @@ else:  # pragma: no cover - 3.8
     from typing_extensions import Annotated, Literal, get_args, get_origin, get_type_hints
 
 __all__ = [
-    "Tensor",
     "TelemetryEvent",
+    "Tensor",
     "f32",
     "f64",
     "i8",
@@ -164,7 +163,7 @@ def _is_ndarray(tp: Any) -> bool:
 
 class _Walker:
     def __init__(self) -> None:
-        self.stack: List[type] = []
+        self.stack: list[type] = []
 
     def struct(self, cls: type, path: str) -> Plan:
         if cls in self.stack:
@@ -176,11 +175,9 @@ class _Walker:
         try:
             hints = get_type_hints(cls, include_extras=True)
         except Exception as e:  # NameError for an unresolvable forward reference, ...
-            raise TypeError(
-                f"{cls.__qualname__}: cannot resolve its annotations ({e})"
-            ) from e
+            raise TypeError(f"{cls.__qualname__}: cannot resolve its annotations ({e})") from e
         fields = []
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             sub = f"{path}.{f.name}" if path else f.name
             since = f.metadata.get("since", 1) if f.metadata else 1
             if not isinstance(since, int) or isinstance(since, bool) or since < 1:
@@ -189,7 +186,7 @@ class _Walker:
         self.stack.pop()
         return ("struct", fields)
 
-    def node(self, tp: Any, path: str) -> Plan:  # noqa: C901 - one branch per mapping row
+    def node(self, tp: Any, path: str) -> Plan:
         if isinstance(tp, str):
             raise TypeError(f"field `{path}`: unresolved annotation {tp!r}")
         origin = get_origin(tp)
@@ -237,9 +234,7 @@ class _Walker:
                 "Enum or separate fields)"
             )
         if tp is Any or tp is object:
-            raise TypeError(
-                f"field `{path}`: {tp!r} has no schema (annotate the concrete type)"
-            )
+            raise TypeError(f"field `{path}`: {tp!r} has no schema (annotate the concrete type)")
         if _is_ndarray(tp) or tp is Tensor:
             raise TypeError(
                 f"field `{path}`: a bare numpy array has no dtype; annotate "
@@ -281,7 +276,7 @@ def _strip(tp: Any) -> Any:
     return get_args(tp)[0] if get_origin(tp) is Annotated else tp
 
 
-def _scalar_marker(m: Any) -> Optional[_Scalar]:
+def _scalar_marker(m: Any) -> _Scalar | None:
     if isinstance(m, _Scalar):
         return m
     if get_origin(m) is Annotated:  # Annotated[int, snapbus.u32]: the alias as metadata
@@ -296,7 +291,7 @@ def _is_union_type(tp: Any) -> bool:
     return ut is not None and isinstance(tp, ut)
 
 
-def plan_of(cls: type) -> Tuple[str, int, Plan]:
+def plan_of(cls: type) -> tuple[str, int, Plan]:
     """The (schema id, version, root plan) of an event class; ``TypeError`` if it is not one.
 
     Called by the native module once per class (its result is compiled and cached there).
@@ -309,15 +304,13 @@ def plan_of(cls: type) -> Tuple[str, int, Plan]:
     sid = getattr(cls, "schema_id", None)
     ver = getattr(cls, "schema_version", None)
     if not isinstance(sid, str):
-        raise TypeError(
-            f"{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. \"lab.step\")"
-        )
+        raise TypeError(f'{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. "lab.step")')
     if not isinstance(ver, int) or isinstance(ver, bool):
         raise TypeError(f"{cls.__qualname__} has no `schema_version: ClassVar[int]` (e.g. 1)")
     return sid, ver, _Walker().struct(cls, "")
 
 
-def schema_of(cls: type) -> Dict[str, Any]:
+def schema_of(cls: type) -> dict[str, Any]:
     """The descriptor of an event class as snapbus publishes it: ``{"id", "version", "root",
     "fingerprint"}`` (``root`` in the JSON form of ``snapbus schemas --json``). Raises
     ``TypeError`` naming the field for a class that cannot be a schema."""
@@ -326,6 +319,6 @@ def schema_of(cls: type) -> Dict[str, Any]:
     from . import _snapbus
 
     text, fingerprint = _snapbus._schema_json(cls)
-    out: Dict[str, Any] = json.loads(text)
+    out: dict[str, Any] = json.loads(text)
     out["fingerprint"] = f"{fingerprint:016x}"
     return out

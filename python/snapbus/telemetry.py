@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from . import _snapbus
 from ._snapbus import ResourceSampler, Span, Telemetry
@@ -88,11 +88,11 @@ def _settle() -> None:
 
 
 def init(
-    bus: Optional[str] = None,
-    name: Optional[str] = None,
-    session_tag: Optional[str] = None,
-    perf_tag: Optional[str] = None,
-    lane_bytes: Optional[int] = None,
+    bus: str | None = None,
+    name: str | None = None,
+    session_tag: str | None = None,
+    perf_tag: str | None = None,
+    lane_bytes: int | None = None,
 ) -> None:
     """Sets process-wide settings: the bus (default ``$SNAPBUS_BUS``, else ``default``), the
     producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
@@ -125,7 +125,7 @@ def get_telemetry(name: str) -> Telemetry:
 getTelemetry = get_telemetry
 
 
-def stats() -> Dict[str, Any]:
+def stats() -> dict[str, Any]:
     """This process's counters: ``written``, ``not_written`` and its reasons (``no_bus``,
     ``lane_full``, ``oversize``, ``encode_errors``, ``data_errors``, ``catalog_errors``,
     ``closed``, ``no_lane``), ``has_lane`` and ``connected``."""

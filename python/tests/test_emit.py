@@ -68,9 +68,11 @@ DEFS = textwrap.dedent(
 
     def make(k):
         return AllRows(
-            b=k % 2 == 0, i=-(10 ** 12) - k, small=200 + k, annotated=-300 - k, big=2 ** 64 - 1 - k,
+            b=k % 2 == 0, i=-(10 ** 12) - k, small=200 + k, annotated=-300 - k,
+            big=2 ** 64 - 1 - k,
             f=0.1 * k, half=0.5 + k, s="héllo %d" % k, raw=bytes([0, 255, k]), mode=Mode.Eval,
-            lit="right", some=k, none=None, ints=[1, 2, k], floats_np=np.arange(3, dtype=np.float64) + k,
+            lit="right", some=k, none=None, ints=[1, 2, k],
+            floats_np=np.arange(3, dtype=np.float64) + k,
             floats_arr=array.array("d", [1.5, k]), var_tuple=(7, k), pair=(k, "p", 2.5),
             by_name={"a": 1, "b": k}, nested=Inner(x=-k, label="in"),
             nested_list=[Inner(1, "a"), Inner(2, "b")],
@@ -89,7 +91,7 @@ def defs_module() -> types.ModuleType:
     if mod is None:
         mod = types.ModuleType("emit_defs")
         sys.modules["emit_defs"] = mod
-        exec(compile(DEFS, "emit_defs", "exec", dont_inherit=True), mod.__dict__)  # noqa: S102
+        exec(compile(DEFS, "emit_defs", "exec", dont_inherit=True), mod.__dict__)
     return mod
 
 
@@ -105,7 +107,7 @@ def expected(k: int) -> dict:
         "big": 2**64 - 1 - k,
         "f": 0.1 * k,
         "half": 0.5 + k,
-        "s": "héllo %d" % k,
+        "s": f"héllo {k}",
         "raw": [0, 255, k],
         "mode": "Eval",
         "lit": "right",
@@ -319,7 +321,8 @@ def test_init_sets_the_name_and_is_refused_after_first_use(bus, tmp_path) -> Non
         assert p.popen.stdout is not None
         assert p.popen.stdout.readline().strip() == "ready", p.popen.stderr
     names = {
-        p["info"]["name"] for p in bus.ls()["producers"]  # type: ignore[index,union-attr]
+        p["info"]["name"]
+        for p in bus.ls()["producers"]  # type: ignore[index,union-attr]
     }
     assert {"exp-42", "my_experiment.py"} <= names, names
     assert not any(n.startswith("python") for n in names), names
@@ -376,7 +379,10 @@ def test_numpy_is_optional_at_import() -> None:
         "print(snapbus.schema_of(E)['fingerprint'])\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=str(REPO / "python"),
     )
     assert out.returncode == 0, out.stderr

@@ -8,7 +8,7 @@ import io
 import logging
 import textwrap
 from dataclasses import dataclass
-from typing import ClassVar, List
+from typing import ClassVar
 
 import pytest
 from conftest import echo_oldest, run_producer
@@ -72,15 +72,16 @@ class Broken:
 class Recording(snapbus.SnapbusHandler):
     def __init__(self) -> None:
         super().__init__()
-        self.errors: List[logging.LogRecord] = []
+        self.errors: list[logging.LogRecord] = []
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
+    def handleError(self, record: logging.LogRecord) -> None:
         self.errors.append(record)
         super().handleError(record)
 
 
-def test_errors_go_to_handle_error_and_are_never_raised(monkeypatch: pytest.MonkeyPatch,
-                                                       ) -> None:
+def test_errors_go_to_handle_error_and_are_never_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     log = logging.getLogger("test.handler.contract")
     log.propagate = False
     handler = Recording()

@@ -1,6 +1,9 @@
 """Dataclasses as schemas: the mapping, parity with Rust derives (golden fingerprints from
 `snapbus schemas --json`), refusals naming the field, evolution, re-definitions."""
 
+# The dataclasses here are read by get_type_hints at run time, also on 3.8: typing.Dict etc.
+# ruff: noqa: UP006, UP037, UP045
+
 from __future__ import annotations
 
 import enum
@@ -25,7 +28,10 @@ else:
 
 def rust_schemas() -> Dict[str, Dict[str, Any]]:
     out = subprocess.run(
-        [str(snapbus_bin()), "schemas", "--json"], capture_output=True, text=True, timeout=60,
+        [str(snapbus_bin()), "schemas", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=True,
     )
     return {d["id"]: d for d in map(json.loads, out.stdout.splitlines())}
@@ -75,6 +81,7 @@ def test_a_dataclass_and_its_rust_derive_have_the_same_descriptor() -> None:
 class Inner:
     a: bool
 
+
 @dataclass
 class Rows:
     schema_id: ClassVar[str] = "test.table"
@@ -82,8 +89,16 @@ class Rows:
     not_a_field: ClassVar[int] = 3
     b: bool
     i: int
-    sized: Tuple[snapbus.u8, snapbus.u16, snapbus.u32, snapbus.u64, snapbus.i8, snapbus.i16,
-                 snapbus.i32, snapbus.i64]
+    sized: Tuple[
+        snapbus.u8,
+        snapbus.u16,
+        snapbus.u32,
+        snapbus.u64,
+        snapbus.i8,
+        snapbus.i16,
+        snapbus.i32,
+        snapbus.i64,
+    ]
     f: float
     f4: snapbus.f32
     s: str
@@ -100,7 +115,6 @@ class Rows:
     t3: "np.ndarray[Any, np.dtype[np.uint16]]"
 
 
-
 def test_the_mapping_table() -> None:
     root = snapbus.schema_of(Rows)["root"]
     types_ = {f["name"]: f["type"] for f in root["fields"]}
@@ -108,23 +122,33 @@ def test_the_mapping_table() -> None:
     assert types_["b"] == {"type": "bool"}
     assert types_["i"] == {"type": "i64"}
     assert [e["type"] for e in types_["sized"]["elems"]] == [
-        "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
     ]
     assert types_["f"] == {"type": "f64"} and types_["f4"] == {"type": "f32"}
     assert types_["s"] == {"type": "string"} and types_["raw"] == {"type": "bytes"}
     assert types_["mode"]["variants"] == [
-        {"name": "Train", "kind": "unit"}, {"name": "Eval", "kind": "unit"}
+        {"name": "Train", "kind": "unit"},
+        {"name": "Eval", "kind": "unit"},
     ]
     assert [v["name"] for v in types_["lit"]["variants"]] == ["a", "b"]
     assert types_["opt"] == {"type": "option", "some": {"type": "i64"}}
     assert types_["seq"] == {"type": "seq", "elem": {"type": "string"}}
     assert types_["var"] == {"type": "seq", "elem": {"type": "f64"}}
     assert types_["m"] == {
-        "type": "map", "key": {"type": "string"},
+        "type": "map",
+        "key": {"type": "string"},
         "value": {"type": "seq", "elem": {"type": "i64"}},
     }
     assert types_["inner"] == {
-        "type": "struct", "fields": [{"name": "a", "type": {"type": "bool"}, "since": 1}]
+        "type": "struct",
+        "fields": [{"name": "a", "type": {"type": "bool"}, "since": 1}],
     }
     assert types_["t1"] == {"type": "tensor", "dtype": "f32"}
     assert types_["t2"] == {"type": "tensor", "dtype": "i64"}
@@ -163,8 +187,9 @@ def refused(annotation: Any, extra: Optional[Dict[str, Any]] = None) -> str:
         (complex, "field `bad`: annotation <class 'complex'> has no snapbus mapping"),
     ],
 )
-def test_unsupported_annotations_are_refused_naming_the_field(annotation: Any,
-                                                              message: str) -> None:
+def test_unsupported_annotations_are_refused_naming_the_field(
+    annotation: Any, message: str
+) -> None:
     assert message in refused(annotation)
 
 
@@ -267,7 +292,7 @@ def test_an_incompatible_redefinition_under_the_same_version_is_refused() -> Non
             "    schema_version: ClassVar[int] = 1\n"
             f"    x: {annotation}\n"
         )
-        exec(compile(code, "cell", "exec", dont_inherit=True), ns)  # noqa: S102
+        exec(compile(code, "cell", "exec", dont_inherit=True), ns)
         return ns["Cell"]  # type: ignore[no-any-return]
 
     first, same, changed = define("int"), define("int"), define("str")
@@ -275,8 +300,11 @@ def test_an_incompatible_redefinition_under_the_same_version_is_refused() -> Non
     assert snapbus.schema_of(same)["fingerprint"] == fp  # a re-run cell: same layout, fine
     t = snapbus.get_telemetry("test.notebook")
     t.snapshot(snapbus.INFO, same(1))
-    with pytest.raises(TypeError, match=r"schema \"test.notebook\" version 1 was already "
-                       r"registered in this process by .*Cell with a different layout"):
+    with pytest.raises(
+        TypeError,
+        match=r"schema \"test.notebook\" version 1 was already "
+        r"registered in this process by .*Cell with a different layout",
+    ):
         t.snapshot(snapbus.INFO, changed("x"))
 
 
@@ -311,6 +339,10 @@ def test_levels_are_logging_levels() -> None:
     import logging
 
     assert (snapbus.TRACE, snapbus.DEBUG, snapbus.INFO, snapbus.WARN, snapbus.ERROR) == (
-        5, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+        5,
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+        logging.ERROR,
     )
     assert snapbus.getTelemetry is snapbus.get_telemetry

@@ -6,15 +6,15 @@
 //! (`SNAPBUS_STRICT=1`); bus conditions are only ever counted.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use snapbus::schemas::builtin::DurationSample;
 use snapbus::Level;
+use snapbus::schemas::builtin::DurationSample;
 
 mod plan;
 
@@ -165,11 +165,7 @@ impl Span {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        let start = self
-            .starts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop();
+        let start = self.starts.lock().unwrap_or_else(|p| p.into_inner()).pop();
         if let Some(start) = start {
             self.emit(start.elapsed());
         }
@@ -284,7 +280,10 @@ fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("has_lane", s.has_lane)?;
     d.set_item("connected", s.lane.connected)?;
     d.set_item("written", s.written())?;
-    d.set_item("not_written", s.not_written() + DATA_ERRORS.load(Ordering::Relaxed))?;
+    d.set_item(
+        "not_written",
+        s.not_written() + DATA_ERRORS.load(Ordering::Relaxed),
+    )?;
     d.set_item("no_bus", s.no_bus)?;
     d.set_item("oversize", s.lane.oversize)?;
     d.set_item("lane_full", s.lane.lapped)?;
@@ -306,7 +305,7 @@ fn is_connected() -> bool {
 #[pyfunction]
 #[pyo3(signature = (timeout=5.0))]
 fn wait_for_bus(py: Python<'_>, timeout: f64) -> PyResult<bool> {
-    if !(timeout >= 0.0) || !timeout.is_finite() {
+    if !timeout.is_finite() || timeout < 0.0 {
         return Err(PyValueError::new_err(format!(
             "timeout must be a finite number of seconds >= 0, not {timeout}"
         )));
@@ -334,7 +333,7 @@ fn shutdown(py: Python<'_>) {
 /// Emits a resource sample (`snapbus.resources`) every `period` seconds until stopped.
 #[pyfunction]
 fn sample_resources(period: f64) -> PyResult<ResourceSampler> {
-    if !(period > 0.0) || !period.is_finite() {
+    if !period.is_finite() || period <= 0.0 {
         return Err(PyValueError::new_err(format!(
             "period must be a positive number of seconds, not {period}"
         )));

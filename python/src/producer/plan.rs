@@ -164,11 +164,8 @@ pub(crate) fn measure<'py>(
             let mut n = 0;
             for (name, sub) in fields {
                 let v = obj.getattr(name.bind(py)).map_err(|_| {
-                    DataError::ty(format!(
-                        "missing attribute (got a {})",
-                        type_name(obj)
-                    ))
-                    .within(&name.to_string())
+                    DataError::ty(format!("missing attribute (got a {})", type_name(obj)))
+                        .within(&name.to_string())
                 })?;
                 n += measure(sub, &v, ops).map_err(|e| e.within(&name.to_string()))?;
             }
@@ -219,8 +216,9 @@ pub(crate) fn measure<'py>(
                 ops.push(Op::Bytes(b.clone()));
                 8 + len
             } else {
-                let buf = buffer(obj, DType::U8)
-                    .map_err(|_| DataError::ty(format!("expected bytes, got {}", type_name(obj))))?;
+                let buf = buffer(obj, DType::U8).map_err(|_| {
+                    DataError::ty(format!("expected bytes, got {}", type_name(obj)))
+                })?;
                 let len = buf.len_bytes();
                 ops.push(le_u64(len as u64));
                 ops.push(Op::Buf(buf, DType::U8));
@@ -312,7 +310,10 @@ fn float(obj: &Bound<'_, PyAny>) -> Result<f64, DataError> {
 
 fn int_op(kind: Int, obj: &Bound<'_, PyAny>) -> Result<Op<'static>, DataError> {
     if obj.is_instance_of::<pyo3::types::PyFloat>() || obj.is_instance_of::<PyString>() {
-        return Err(DataError::ty(format!("expected int, got {}", type_name(obj))));
+        return Err(DataError::ty(format!(
+            "expected int, got {}",
+            type_name(obj)
+        )));
     }
     let range = |name: &str| {
         DataError::value(format!(
@@ -406,6 +407,12 @@ fn check_dtype(raw: PyUntypedBuffer, dtype: DType) -> Result<PyUntypedBuffer, Da
     fn ok<T: Element>(b: &PyUntypedBuffer) -> bool {
         std::mem::size_of::<T>() == b.item_size() && T::is_compatible_format(b.format())
     }
+    if raw.buf_ptr().align_offset(dtype.size_bytes()) != 0 {
+        return Err(DataError::value(format!(
+            "the array's memory is not aligned for {dtype} (a view at an odd offset); pass a \
+             copy (np.ascontiguousarray)"
+        )));
+    }
     let fits = match dtype {
         DType::U8 => ok::<u8>(&raw),
         DType::U16 => ok::<u16>(&raw),
@@ -466,13 +473,13 @@ pub(crate) fn write(py: Python<'_>, ops: &[Op<'_>], buf: &mut [u8]) -> Result<()
             Op::Le(bytes, n) => dst.copy_from_slice(&bytes[..usize::from(*n)]),
             Op::Str(s) => dst.copy_from_slice(s.to_str().map_err(|_| mismatch(pos))?.as_bytes()),
             Op::Bytes(b) => dst.copy_from_slice(b.as_bytes()),
-            Op::Buf(b, dtype) => copy_buffer(py, b, *dtype, dst).map_err(|e| {
-                EncodeError::TypeMismatch {
+            Op::Buf(b, dtype) => {
+                copy_buffer(py, b, *dtype, dst).map_err(|e| EncodeError::TypeMismatch {
                     path: String::new(),
                     expected: format!("an array of {dtype}"),
                     found: e.to_string(),
-                }
-            })?,
+                })?
+            }
         }
         pos += n;
     }
@@ -485,22 +492,14 @@ pub(crate) fn write(py: Python<'_>, ops: &[Op<'_>], buf: &mut [u8]) -> Result<()
 
 /// Copies a buffer (any strides, C order) into `dst` once; a destination not aligned for the
 /// element type goes through an aligned copy first (tensors after odd-length strings).
-fn copy_buffer(
-    py: Python<'_>,
-    b: &PyUntypedBuffer,
-    dtype: DType,
-    dst: &mut [u8],
-) -> PyResult<()> {
+fn copy_buffer(py: Python<'_>, b: &PyUntypedBuffer, dtype: DType, dst: &mut [u8]) -> PyResult<()> {
     fn typed<T: Element + bytemuck::Pod>(
         py: Python<'_>,
         b: &PyUntypedBuffer,
         dst: &mut [u8],
     ) -> PyResult<()> {
-        let typed: &PyBuffer<T> = match b.as_typed::<T>() {
-            Ok(t) => t,
-            // A misaligned source (rare: a view at an odd offset): its bytes as u8 elements.
-            Err(e) => return Err(e),
-        };
+        // Pass 1 checked format, size and alignment.
+        let typed: &PyBuffer<T> = b.as_typed::<T>()?;
         match bytemuck::try_cast_slice_mut::<u8, T>(dst) {
             Ok(d) => typed.copy_to_slice(py, d),
             Err(_) => {
@@ -574,7 +573,10 @@ fn compile_node(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<(Node, Type
         }
         "option" => {
             let (n, d) = compile_node(py, &t.get_item(1)?)?;
-            (Node::Option(Box::new(n)), TypeDesc::Option { some: Box::new(d) })
+            (
+                Node::Option(Box::new(n)),
+                TypeDesc::Option { some: Box::new(d) },
+            )
         }
         "seq" => {
             let (n, d) = compile_node(py, &t.get_item(1)?)?;
@@ -626,7 +628,9 @@ fn compile_node(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<(Node, Type
 /// Every class compiled in this process (holding the class, so its address stays unique).
 static PLANS: Mutex<Vec<(Py<PyType>, Arc<Compiled>)>> = Mutex::new(Vec::new());
 /// (schema id, version) → fingerprint and class, for the "changed under the same version" check.
-static LAYOUTS: Mutex<Option<HashMap<(String, u32), (u64, String)>>> = Mutex::new(None);
+/// (fingerprint, class name) by (schema id, version).
+type Layouts = HashMap<(String, u32), (u64, String)>;
+static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
 thread_local! {
     /// (class address, plan), most recently used first: the lock-free first level.
@@ -640,7 +644,9 @@ pub(crate) fn plan_for(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
     let key = cls.as_ptr() as usize;
     let hit = LOCAL.with(|l| {
         let l = l.borrow();
-        l.iter().find(|(k, _)| *k == key).map(|(_, p)| Arc::clone(p))
+        l.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, p)| Arc::clone(p))
     });
     if let Some(p) = hit {
         return Ok(p);
