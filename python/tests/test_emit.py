@@ -387,3 +387,57 @@ def test_numpy_is_optional_at_import() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip()) == 16
+
+
+def test_wait_for_bus_is_interrupted_by_ctrl_c(bus) -> None:
+    code = (
+        "import snapbus, time, sys\n"
+        "print('waiting', flush=True)\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    snapbus.wait_for_bus(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after %.2f s' % (time.monotonic() - t0), flush=True)\n"
+        "    sys.exit(0)\n"
+        "sys.exit(3)\n"
+    )
+    p = bus.spawn_py(code, env={"SNAPBUS_BUS": "no-such-bus-either"})
+    assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "waiting"
+    import signal
+    import time
+
+    time.sleep(0.3)  # let it block inside wait_for_bus (no condition to await from outside)
+    p.signal(signal.SIGINT)
+    out = p.wait(10)
+    assert out.returncode == 0, out.stderr
+    took = float(out.stdout.split()[2])
+    assert took < 5, out.stdout
+
+
+def test_sample_resources_emits_resource_samples(bus) -> None:
+    code = textwrap.dedent(
+        """
+        import time
+        with snapbus.sample_resources(0.05):
+            time.sleep(0.5)
+        snapbus.shutdown()
+        """
+    )
+    run_producer(bus, code)
+    ev = echo_oldest(bus, 2, "snapbus.resource")
+    assert ev[0]["target"] == "snapbus.resources" and ev[0]["payload"]["rss_bytes"] > 0
+
+
+def test_the_default_name_of_a_module_run_with_dash_m(bus, tmp_path) -> None:
+    pkg = tmp_path / "labpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import snapbus, time\nassert snapbus.wait_for_bus(30)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    p = bus.spawn_py(["-m", "labpkg.train"], env=env)
+    assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "ready"
+    names = [q["info"]["name"] for q in bus.ls()["producers"]]  # type: ignore[index,union-attr]
+    assert names == ["labpkg.train"], names

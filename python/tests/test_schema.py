@@ -346,3 +346,31 @@ def test_levels_are_logging_levels() -> None:
         logging.ERROR,
     )
     assert snapbus.getTelemetry is snapbus.get_telemetry
+
+
+def test_versions_of_one_schema_must_evolve_by_appending() -> None:
+    @dataclass
+    class V1:
+        schema_id: ClassVar[str] = "test.evo2"
+        schema_version: ClassVar[int] = 1
+        a: int
+
+    @dataclass
+    class V2:
+        schema_id: ClassVar[str] = "test.evo2"
+        schema_version: ClassVar[int] = 2
+        a: int
+        b: str = field(default="", metadata={"since": 2})
+
+    @dataclass
+    class V3Retyped:
+        schema_id: ClassVar[str] = "test.evo2"
+        schema_version: ClassVar[int] = 3
+        a: float
+        b: str = field(default="", metadata={"since": 2})
+
+    snapbus.schema_of(V1)
+    snapbus.schema_of(V2)  # appended with `since`: fine
+    with pytest.raises(TypeError, match=r"V3Retyped: schema \"test.evo2\" version 3 does not "
+                       r"evolve from version 1"):
+        snapbus.schema_of(V3Retyped)

@@ -14,7 +14,9 @@ use pyo3::buffer::{Element, PyBuffer, PyUntypedBuffer};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
-use snapbus::schemas::{DType, EncodeError, Field, SchemaDescriptor, TypeDesc, Variant};
+use snapbus::schemas::{
+    DType, EncodeError, Field, SchemaDescriptor, TypeDesc, Variant, check_compatible,
+};
 
 /// A compiled event class: its descriptor and its encode plan.
 pub(crate) struct Compiled {
@@ -628,8 +630,9 @@ fn compile_node(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<(Node, Type
 /// Every class compiled in this process (holding the class, so its address stays unique).
 static PLANS: Mutex<Vec<(Py<PyType>, Arc<Compiled>)>> = Mutex::new(Vec::new());
 /// (schema id, version) → fingerprint and class, for the "changed under the same version" check.
-/// (fingerprint, class name) by (schema id, version).
-type Layouts = HashMap<(String, u32), (u64, String)>;
+/// The descriptors (and the classes that made them) registered in this process, by schema id.
+type Layouts = HashMap<String, Vec<(SchemaDescriptor, String)>>;
+/// For the "changed under the same version" and evolution checks.
 static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
 thread_local! {
@@ -692,27 +695,54 @@ fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
     let (node, desc) = compile_node(py, &root)?;
     let desc = SchemaDescriptor::new(id.clone(), version, desc)
         .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
-    let mut layouts = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
-    let layouts = layouts.get_or_insert_with(HashMap::new);
-    match layouts.get(&(id.clone(), version)) {
-        Some((fp, other)) if *fp != desc.fingerprint() => {
-            return Err(PyTypeError::new_err(format!(
-                "{class}: schema {id:?} version {version} was already registered in this \
-                 process by {other} with a different layout (fingerprint {fp:016x}, now \
-                 {:016x}); changing a schema's fields needs a new schema_version (append \
-                 fields with defaults and field(metadata={{\"since\": N}})) or a new schema_id",
-                desc.fingerprint()
-            )));
-        }
-        Some(_) => {}
-        None => {
-            layouts.insert((id, version), (desc.fingerprint(), class.clone()));
-        }
-    }
+    check_layout(&desc, &class)?;
     Ok(Compiled {
         desc,
         root: node,
         class,
         class_id: cls.as_ptr() as usize,
     })
+}
+
+/// Refuses a descriptor that this process registered before under the same id with a layout
+/// the evolution rules do not allow: a different layout under the same version (a notebook
+/// cell re-defining a class), or versions that are not "fields appended, with `since`".
+fn check_layout(desc: &SchemaDescriptor, class: &str) -> PyResult<()> {
+    let mut layouts = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+    let known = layouts
+        .get_or_insert_with(HashMap::new)
+        .entry(desc.id().to_owned())
+        .or_default();
+    let (id, version) = (desc.id(), desc.version());
+    for (other, other_class) in known.iter() {
+        if other.version() == version && other.fingerprint() != desc.fingerprint() {
+            return Err(PyTypeError::new_err(format!(
+                "{class}: schema {id:?} version {version} was already registered in this \
+                 process by {other_class} with a different layout (fingerprint {:016x}, now \
+                 {:016x}); changing a schema's fields needs a new schema_version (append \
+                 fields with defaults and field(metadata={{\"since\": N}})) or a new schema_id",
+                other.fingerprint(),
+                desc.fingerprint()
+            )));
+        }
+        if other.version() != version {
+            let (old, new) = if other.version() < version {
+                (other, desc)
+            } else {
+                (desc, other)
+            };
+            if let Err(e) = check_compatible(new, old) {
+                return Err(PyTypeError::new_err(format!(
+                    "{class}: schema {id:?} version {version} does not evolve from version {} \
+                     ({other_class}) by the rules (fields only appended, each with \
+                     field(metadata={{\"since\": N}})): {e}",
+                    other.version()
+                )));
+            }
+        }
+    }
+    if !known.iter().any(|(d, _)| d.fingerprint() == desc.fingerprint()) {
+        known.push((desc.clone(), class.to_owned()));
+    }
+    Ok(())
 }
