@@ -187,10 +187,9 @@ class _Walker:
         return ("struct", fields)
 
     def node(self, tp: Any, path: str) -> Plan:
-        if isinstance(tp, str):
-            raise TypeError(f"field `{path}`: unresolved annotation {tp!r}")
-        origin = get_origin(tp)
-        args = get_args(tp)
+        if isinstance(tp, (str, typing.ForwardRef)):
+            raise TypeError(f"field `{path}`: cannot resolve the annotation {tp!r}")
+        origin, args = _origin_args(tp)
         if origin is Annotated:
             base, meta = args[0], args[1:]
             for m in meta:
@@ -244,7 +243,7 @@ class _Walker:
             return ("tensor", _dtype_of(args[0], path))
         if origin is not None and _is_ndarray(origin):
             dtype_arg = args[-1] if args else None
-            inner = get_args(dtype_arg) if dtype_arg is not None else ()
+            inner = _origin_args(dtype_arg)[1] if dtype_arg is not None else ()
             if not inner or inner[0] is Any or isinstance(inner[0], TypeVar):
                 raise TypeError(
                     f"field `{path}`: a numpy array annotation needs a dtype, e.g. "
@@ -270,6 +269,18 @@ class _Walker:
         if tp in (list, tuple, dict):
             raise TypeError(f"field `{path}`: bare {tp.__name__} needs element types")
         raise TypeError(f"field `{path}`: annotation {tp!r} has no snapbus mapping")
+
+
+def _origin_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`get_origin`/`get_args`, also for numpy's own generic alias (numpy < 1.25 on 3.8,
+    where `NDArray[np.float32]` is not a `typing` alias)."""
+    origin = get_origin(tp)
+    if origin is None and not isinstance(tp, type):
+        alias_origin = getattr(tp, "__origin__", None)
+        alias_args = getattr(tp, "__args__", None)
+        if alias_origin is not None and isinstance(alias_args, tuple):
+            return alias_origin, alias_args
+    return origin, get_args(tp)
 
 
 def _strip(tp: Any) -> Any:

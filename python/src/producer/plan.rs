@@ -741,7 +741,10 @@ fn check_layout(desc: &SchemaDescriptor, class: &str) -> PyResult<()> {
             }
         }
     }
-    if !known.iter().any(|(d, _)| d.fingerprint() == desc.fingerprint()) {
+    if !known
+        .iter()
+        .any(|(d, _)| d.fingerprint() == desc.fingerprint())
+    {
         known.push((desc.clone(), class.to_owned()));
     }
     Ok(())
