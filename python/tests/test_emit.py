@@ -441,3 +441,38 @@ def test_the_default_name_of_a_module_run_with_dash_m(bus, tmp_path) -> None:
     assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "ready"
     names = [q["info"]["name"] for q in bus.ls()["producers"]]  # type: ignore[index,union-attr]
     assert names == ["labpkg.train"], names
+
+
+def test_numpy_scalars_and_threads(bus) -> None:
+    code = textwrap.dedent(
+        """
+        import logging, threading, time
+        import numpy as np
+        from dataclasses import dataclass
+        from typing import ClassVar
+        @dataclass
+        class S:
+            schema_id: ClassVar[str] = "test.scalars"
+            schema_version: ClassVar[int] = 1
+            i: snapbus.u16
+            f: float
+            h: snapbus.f32
+            b: bool
+        t = snapbus.get_telemetry("lab.np")
+        t.snapshot(logging.INFO, S(np.uint8(7), np.float32(0.5), np.float64(1.5), np.bool_(True)))
+        # One decorated function timed from two threads at once: one sample per call.
+        @t.span(logging.INFO, "threaded")
+        def slow(d):
+            time.sleep(d)
+        short = threading.Thread(target=slow, args=(0.1,))
+        long = threading.Thread(target=slow, args=(0.4,))
+        short.start(); time.sleep(0.03); long.start()  # the first one in ends first
+        short.join(); long.join()
+        snapbus.shutdown()
+        """
+    )
+    run_producer(bus, code)
+    ev = echo_oldest(bus, 1, "test.scalars")[0]
+    assert ev["payload"] == {"i": 7, "f": 0.5, "h": 1.5, "b": True}
+    spans = sorted(e["payload"]["duration_nanos"] for e in echo_oldest(bus, 2, "snapbus.duration"))
+    assert 100_000_000 <= spans[0] < 400_000_000 <= spans[1], spans

@@ -148,8 +148,9 @@ pub(crate) struct Span {
     inner: snapbus::Telemetry,
     level: Level,
     label: String,
-    /// Start times of the enclosing `with` blocks (a span may be re-entered).
-    starts: Mutex<Vec<Instant>>,
+    /// Start times of the open `with` blocks, by thread (a span may be re-entered, and a
+    /// decorated function called from several threads at once).
+    starts: Mutex<Vec<(std::thread::ThreadId, Instant)>>,
 }
 
 #[pymethods]
@@ -159,13 +160,18 @@ impl Span {
             .starts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(Instant::now());
+            .push((std::thread::current().id(), Instant::now()));
         slf
     }
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        let start = self.starts.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let me = std::thread::current().id();
+        let start = {
+            let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+            let last = starts.iter().rposition(|(t, _)| *t == me);
+            last.map(|i| starts.remove(i).1)
+        };
         if let Some(start) = start {
             self.emit(start.elapsed());
         }
