@@ -190,15 +190,22 @@ NON_STRICT = DEFS + textwrap.dedent(
         bad = make(0); bad.image = np.zeros(2)     # another field: one more warning
         t.snapshot(logging.INFO, bad)
         t.snapshot(logging.INFO, make(5))          # good data still goes through
-    print(json.dumps({"warnings": [str(w.message) for w in caught], "stats": snapbus.stats()}))
+    print(json.dumps({"warnings": [str(w.message) for w in caught], "stats": snapbus.stats(),
+                      "lines": [w.lineno for w in caught]}))
     snapbus.shutdown()
     """
 )
 
 
 def test_non_strict_mode_counts_and_warns_once_per_field(bus) -> None:
-    out = run_producer(bus, "import json\n" + NON_STRICT, env={"SNAPBUS_STRICT": "0"})
+    code = "import json\n" + NON_STRICT
+    out = run_producer(bus, code, env={"SNAPBUS_STRICT": "0"})
     got = json.loads(out.stdout)
+    # The warnings point at the caller's line (run_producer puts two lines before the code).
+    calls = [
+        2 + 1 + i for i, t in enumerate(code.splitlines()) if "snapshot(logging.INFO, bad)" in t
+    ]
+    assert got["lines"] == [calls[0], calls[1]], (got["lines"], calls)
     warned = got["warnings"]
     assert len(warned) == 2, warned
     assert "AllRows not emitted: field `small`: 999 is out of range for u8" in warned[0]

@@ -137,7 +137,7 @@ fn data_error(py: Python<'_>, plan: &Compiled, e: &plan::DataError) -> PyResult<
         );
         let msg = std::ffi::CString::new(msg.replace('\0', " "))
             .unwrap_or_else(|_| c"snapbus: a snapshot was not emitted".to_owned());
-        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &msg, 2)?;
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &msg, 1)?;
     }
     Ok(())
 }
