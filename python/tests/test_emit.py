@@ -202,9 +202,8 @@ def test_non_strict_mode_counts_and_warns_once_per_field(bus) -> None:
     out = run_producer(bus, code, env={"SNAPBUS_STRICT": "0"})
     got = json.loads(out.stdout)
     # The warnings point at the caller's line (run_producer puts two lines before the code).
-    calls = [
-        2 + 1 + i for i, t in enumerate(code.splitlines()) if "snapshot(logging.INFO, bad)" in t
-    ]
+    call = "snapshot(logging.INFO, bad)"
+    calls = [2 + 1 + i for i, t in enumerate(code.splitlines()) if call in t]
     assert got["lines"] == [calls[0], calls[1]], (got["lines"], calls)
     warned = got["warnings"]
     assert len(warned) == 2, warned
