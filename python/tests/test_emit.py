@@ -163,6 +163,8 @@ def test_strict_mode_raises_naming_the_field() -> None:
         ("mode", "Eval", ValueError, "mode: 'Eval' is not one of"),
         ("lit", "up", ValueError, "lit: 'up' is not one of"),
         ("pair", (1, "p"), ValueError, "pair: expected 3 elements"),
+        ("floats_np", np.zeros((2, 2)), ValueError, "floats_np: a 2-dimensional array given"),
+        ("floats_np", np.zeros(2, np.float32), ValueError, "floats_np: array of format"),
         ("by_name", {"a": "x"}, TypeError, 'by_name["a"]: expected int'),
     ]
     for name, value, exc, text in cases:

@@ -377,6 +377,13 @@ fn measure_seq<'py>(
     if let Some(dtype) = elem.dtype() {
         if !obj.is_instance_of::<PyList>() && !obj.is_instance_of::<PyTuple>() {
             if let Ok(raw) = PyUntypedBuffer::get(obj) {
+                if raw.dimensions() > 1 {
+                    return Err(DataError::value(format!(
+                        "a {}-dimensional array given for a sequence (pass a 1-D array, or \
+                         declare the field NDArray[...] to keep its shape)",
+                        raw.dimensions()
+                    )));
+                }
                 let buf = check_dtype(raw, dtype)?;
                 ops.push(le_u64(buf.item_count() as u64));
                 let n = 8 + buf.len_bytes();
