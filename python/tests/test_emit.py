@@ -484,3 +484,36 @@ def test_numpy_scalars_and_threads(bus) -> None:
     assert ev["payload"] == {"i": 7, "f": 0.5, "h": 1.5, "b": True}
     spans = sorted(e["payload"]["duration_nanos"] for e in echo_oldest(bus, 2, "snapbus.duration"))
     assert 100_000_000 <= spans[0] < 400_000_000 <= spans[1], spans
+
+
+def test_snapbus_filter_changes_python_targets_live(bus) -> None:
+    code = textwrap.dedent(
+        """
+        import logging, time
+        from dataclasses import dataclass
+        from typing import ClassVar
+        @dataclass
+        class E:
+            schema_id: ClassVar[str] = "test.live"
+            schema_version: ClassVar[int] = 1
+            i: int
+        t = snapbus.get_telemetry("lab.models.policy")
+        assert snapbus.wait_for_bus(30)
+        print("ready", flush=True)
+        i = 0
+        while not t.isEnabledFor(logging.DEBUG):   # off until `snapbus filter` says debug
+            t.snapshot(logging.DEBUG, E(-1))
+            time.sleep(0.005)
+        for i in range(3):
+            t.snapshot(logging.DEBUG, E(i))
+        snapbus.shutdown()
+        """
+    )
+    p = bus.spawn_py("import snapbus\n" + code)
+    assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "ready"
+    bus.cli("filter", "info,lab.models=debug")
+    out = p.wait()
+    assert out.returncode == 0, out.stderr
+    events = echo_oldest(bus, 3, "test.live")
+    assert [e["payload"]["i"] for e in events] == [0, 1, 2]
+    assert {e["level"] for e in events} == {"debug"}
