@@ -190,6 +190,9 @@ class _Walker:
         if isinstance(tp, (str, typing.ForwardRef)):
             raise TypeError(f"field `{path}`: cannot resolve the annotation {tp!r}")
         origin, args = _origin_args(tp)
+        alias = _expand_type_alias(tp, origin, args)
+        if alias is not None:  # `type X = ...` (3.12+), e.g. numpy 2's NDArray
+            return self.node(alias, path)
         if origin is Annotated:
             base, meta = args[0], args[1:]
             for m in meta:
@@ -281,6 +284,27 @@ def _origin_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
         if alias_origin is not None and isinstance(alias_args, tuple):
             return alias_origin, alias_args
     return origin, get_args(tp)
+
+
+def _expand_type_alias(tp: Any, origin: Any, args: tuple[Any, ...]) -> Any:
+    """The value of a PEP 695 alias (`type X = ...`, 3.12+), its parameters substituted
+    (`NDArray[np.float32]` under numpy >= 2.2 is `ndarray[tuple[Any, ...], dtype[float32]]`);
+    `None` for anything else."""
+    alias_type = getattr(typing, "TypeAliasType", None)
+    if alias_type is None:
+        return None
+    if isinstance(tp, alias_type):
+        return tp.__value__
+    if isinstance(origin, alias_type):
+        params = origin.__type_params__
+        if len(params) != len(args):
+            return None
+        value = origin.__value__
+        try:
+            return value[args if len(args) > 1 else args[0]]
+        except TypeError:
+            return None
+    return None
 
 
 def _strip(tp: Any) -> Any:

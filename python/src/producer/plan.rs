@@ -670,8 +670,9 @@ pub(crate) fn plan_for(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
     Ok(plan)
 }
 
+/// The process-wide level: compiled once per class (a class compiled by two threads at once
+/// keeps the first plan stored).
 fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
-    let py = cls.py();
     {
         let plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, p)) = plans.iter().find(|(c, _)| c.is(cls)) {
@@ -684,8 +685,6 @@ fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
         return Ok(Arc::clone(p));
     }
     plans.push((cls.clone().unbind(), Arc::clone(&compiled)));
-    drop(plans);
-    let _ = py;
     Ok(compiled)
 }
 
