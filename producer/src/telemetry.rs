@@ -13,7 +13,7 @@ use snapbus_bus::lane::{Geometry, LaneConfig};
 use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig, PublisherStats};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::builtin::DurationSample;
-use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
+use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value};
 
 use crate::filter::Filter;
 use crate::level::{Level, LevelFilter};
@@ -391,11 +391,6 @@ impl Telemetry {
         self.level_enabled(level) && PUBLISHER.get().is_some()
     }
 
-    #[inline]
-    fn level_enabled(&self, level: Level) -> bool {
-        level.as_u8() >= self.target.threshold.load(Ordering::Relaxed)
-    }
-
     /// Emits `event` at `level` if its level is enabled: encoded straight into this process's
     /// lane, whether or not a broker is up. Never blocks; a record that cannot be written (no
     /// bus found yet, too large for the lane, …) is counted (see [`stats`]), not retried.
@@ -472,6 +467,56 @@ impl Telemetry {
             return Ok(None);
         };
         p.emit_value(level, emitter, schema, value).map(Some)
+    }
+
+    /// Emits a snapshot of the run-time schema `schema` that the caller encodes itself
+    /// (language bindings that walk their own objects): `len` is the payload's exact length
+    /// and `fill` writes it, in the codec's layout, straight into the `len` bytes claimed in
+    /// the lane (no intermediate buffer). Everything else is as for
+    /// [`Telemetry::try_snapshot_value`]: `Ok(None)` filtered out, the schema published
+    /// before its first record, never blocks, fork-safe, and a record not written is counted
+    /// in [`stats`] by reason (a `fill` that fails as an encode error, its frame aborted).
+    /// The payload is not checked against `schema`: that is the caller's contract.
+    ///
+    /// ```
+    /// use snapbus::Level;
+    /// use snapbus::schemas::{Field, SchemaDescriptor, TypeDesc};
+    ///
+    /// let schema = SchemaDescriptor::new(
+    ///     "lab.counter",
+    ///     1,
+    ///     TypeDesc::Struct { fields: vec![Field::new("n", TypeDesc::U32)] },
+    /// )?;
+    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+    /// let telemetry = snapbus::telemetry!();
+    /// // No bus is running here: not written, counted as `no_bus`.
+    /// let written = telemetry.try_snapshot_encoded(Level::INFO, &schema, 4, |buf| {
+    ///     buf.copy_from_slice(&7u32.to_le_bytes());
+    ///     Ok(())
+    /// });
+    /// assert!(written.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_snapshot_encoded(
+        &self,
+        level: Level,
+        schema: &SchemaDescriptor,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+    ) -> Result<Option<u64>, EmitError> {
+        let Some((p, emitter)) = self.publisher_at(level)? else {
+            return Ok(None);
+        };
+        p.emit_encoded(level, emitter, schema, len, fill).map(Some)
+    }
+
+    /// Whether `level` passes this handle's level filter (one atomic load), whether or not
+    /// this process has its lane yet (see [`Telemetry::enabled`] for both). For callers that
+    /// must prepare a record before emitting it: a record prepared while this is true but
+    /// [`Telemetry::enabled`] is false is counted as `no_bus` when emitted.
+    #[inline]
+    pub fn level_enabled(&self, level: Level) -> bool {
+        level.as_u8() >= self.target.threshold.load(Ordering::Relaxed)
     }
 
     /// The publisher and this handle's emitter id if `level` passes the filter (`Ok(None)`
@@ -601,6 +646,11 @@ pub fn is_connected() -> bool {
 /// first step, e.g. the demo). Returns whether connected.
 pub fn wait_for_bus(timeout: Duration) -> bool {
     start_watcher(global());
+    if let Some(p) = PUBLISHER.get() {
+        // In a forked child, the inherited publisher is the parent's: start the child's own
+        // lane and connection now (its first snapshot would), or it never connects.
+        p.prepare_here();
+    }
     let t0 = Instant::now();
     while !is_connected() {
         if t0.elapsed() >= timeout {

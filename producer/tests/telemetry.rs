@@ -380,6 +380,37 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     assert_eq!(after.lane.encode_errors, before.lane.encode_errors + 1);
     assert_eq!(after.not_written(), before.not_written() + 1);
 
+    // A payload the caller encodes itself (`try_snapshot_encoded`, the Python binding's
+    // path): the same schema, filter and counters; written in place, exactly `len` bytes; a
+    // `fill` that fails is an encode error with nothing delivered.
+    let before = snapbus::stats();
+    assert_eq!(
+        t.try_snapshot_encoded(Level::DEBUG, &dynamic, 8, |_| unreachable!("filtered out"))
+            .expect("filtered"),
+        None
+    );
+    t.try_snapshot_encoded(Level::INFO, &dynamic, 8, |buf| {
+        assert_eq!(buf.len(), 8, "exactly the length asked for");
+        buf.copy_from_slice(&4.5f64.to_le_bytes());
+        Ok(())
+    })
+    .expect("emit")
+    .expect("enabled");
+    assert!(matches!(
+        t.try_snapshot_encoded(Level::INFO, &dynamic, 8, |_| {
+            Err(snapbus::schemas::EncodeError::LengthMismatch {
+                promised: 8,
+                written: 0,
+            })
+        }),
+        Err(EmitError::Encode(_))
+    ));
+    let got = collect(&mut sub, 1);
+    assert_eq!(got["test.dynamic"], [4.5f64.to_le_bytes().to_vec()]);
+    let after = snapbus::stats();
+    assert_eq!(after.written(), before.written() + 1);
+    assert_eq!(after.lane.encode_errors, before.lane.encode_errors + 1);
+
     // Closing the lane: the subscriber sees the stream end; later snapshots are counted.
     snapbus::shutdown();
     t.snapshot(Level::INFO, &ev);

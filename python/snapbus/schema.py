@@ -1,7 +1,359 @@
-"""PLACEHOLDER (skeleton): dataclass -> schema mapping."""
+"""Dataclasses are schemas: the walk from a dataclass's annotations to a snapbus descriptor.
 
-Tensor = TelemetryEvent = f32 = f64 = i8 = i16 = i32 = i64 = u8 = u16 = u32 = u64 = None
+A dataclass with ``schema_id: ClassVar[str]`` and ``schema_version: ClassVar[int]`` is a
+schema. Its fields map by annotation (see the table below); the walk runs once per class, at
+its first emit or ``schema_of``, and produces a *plan*: nested tuples the native module
+compiles, once, into a validated ``SchemaDescriptor`` and an encode plan cached by class.
+
+==========================================  ===========================================
+annotation                                  descriptor
+==========================================  ===========================================
+``bool``                                    ``bool``
+``int`` / ``Annotated[int, snapbus.u32]``   ``i64`` / the sized integer (``snapbus.u8..i64``)
+``float`` / ``snapbus.f32``                 ``f64`` / ``f32``
+``str`` / ``bytes``                         ``string`` / ``bytes``
+``enum.Enum`` subclass, ``Literal["a"..]``  ``enum`` of unit variants (member names / literals)
+``Optional[T]``                             ``option``
+``list[T]``, ``Sequence[T]``, ``tuple[T, ...]``  ``seq``
+``tuple[A, B]``                             ``tuple``
+``dict[K, V]``                              ``map``
+a nested dataclass                          ``struct`` (inline; recursion is refused)
+``NDArray[np.float32]``, ``Tensor[np.uint8]``  ``tensor`` of that dtype
+==========================================  ===========================================
+
+A bare ``np.ndarray``, ``Any``, ``object``, other unions and unsupported dtypes are refused
+with a ``TypeError`` naming the field path. Evolution follows the Rust rules: fields are only
+appended, with a default and ``field(metadata={"since": N})``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+import typing
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Dict,
+    Generic,
+    List,
+    Tuple,
+    TypeVar,
+)
+
+if sys.version_info >= (3, 9):
+    from typing import Annotated, Literal, get_args, get_origin, get_type_hints
+else:  # pragma: no cover - 3.8
+    from typing_extensions import Annotated, Literal, get_args, get_origin, get_type_hints
+
+__all__ = [
+    "TelemetryEvent",
+    "Tensor",
+    "f32",
+    "f64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "schema_of",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+]
 
 
-def schema_of(cls: type) -> None:
-    raise NotImplementedError
+class _Scalar:
+    """The marker inside a sized alias: ``snapbus.u32 == Annotated[int, _Scalar("u32")]``."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind  # "int" or "float"
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"snapbus.{self.name}"
+
+
+u8 = Annotated[int, _Scalar("int", "u8")]
+u16 = Annotated[int, _Scalar("int", "u16")]
+u32 = Annotated[int, _Scalar("int", "u32")]
+u64 = Annotated[int, _Scalar("int", "u64")]
+i8 = Annotated[int, _Scalar("int", "i8")]
+i16 = Annotated[int, _Scalar("int", "i16")]
+i32 = Annotated[int, _Scalar("int", "i32")]
+i64 = Annotated[int, _Scalar("int", "i64")]
+f32 = Annotated[float, _Scalar("float", "f32")]
+f64 = Annotated[float, _Scalar("float", "f64")]
+
+_D = TypeVar("_D")
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray as Tensor
+else:
+
+    class Tensor(Generic[_D]):
+        """``snapbus.Tensor[np.float32]``: a numpy array field of that dtype (any shape);
+        the same as ``numpy.typing.NDArray[np.float32]``."""
+
+
+class TelemetryEvent:
+    """An optional base for events: snapbus duck-types on the ``schema_id`` and
+    ``schema_version`` ClassVars, so any dataclass that declares them is an event."""
+
+    schema_id: ClassVar[str]
+    schema_version: ClassVar[int]
+
+
+# numpy dtype.str -> descriptor dtype (native little-endian only).
+_DTYPES = {
+    "|u1": "u8",
+    "<u2": "u16",
+    "<u4": "u32",
+    "<u8": "u64",
+    "|i1": "i8",
+    "<i2": "i16",
+    "<i4": "i32",
+    "<i8": "i64",
+    "<f4": "f32",
+    "<f8": "f64",
+}
+
+# A plan node is a tuple whose first item names its kind; see python/src/producer/plan.rs.
+Plan = Tuple[Any, ...]
+
+_NONE = type(None)
+_SEQ_ORIGINS = {list, List, typing.Sequence, typing.MutableSequence}
+try:
+    import collections.abc as _abc
+
+    _SEQ_ORIGINS |= {_abc.Sequence, _abc.MutableSequence}
+    _MAP_ORIGINS = {dict, Dict, typing.Mapping, _abc.Mapping, _abc.MutableMapping}
+except ImportError:  # pragma: no cover
+    _MAP_ORIGINS = {dict, Dict}
+
+
+def _dtype_of(scalar: Any, path: str) -> str:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy-less environments cannot have dtypes
+        raise TypeError(f"field `{path}`: array annotations need numpy") from None
+    try:
+        dt = np.dtype(scalar)
+    except TypeError:
+        raise TypeError(
+            f"field `{path}`: {scalar!r} is not a numpy dtype (expected e.g. np.float32)"
+        ) from None
+    name = _DTYPES.get(dt.newbyteorder("<").str if dt.byteorder == "=" else dt.str)
+    if name is None:
+        raise TypeError(
+            f"field `{path}`: dtype {dt} is not supported (supported: uint8..uint64, "
+            "int8..int64, float32, float64)"
+        )
+    return name
+
+
+def _is_ndarray(tp: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and tp is np.ndarray
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.stack: list[type] = []
+
+    def struct(self, cls: type, path: str) -> Plan:
+        if cls in self.stack:
+            raise TypeError(
+                f"field `{path}`: {cls.__qualname__} contains itself (recursive dataclasses "
+                "cannot be schemas: descriptors are trees)"
+            )
+        self.stack.append(cls)
+        try:
+            hints = get_type_hints(cls, include_extras=True)
+        except Exception as e:  # NameError for an unresolvable forward reference, ...
+            raise TypeError(f"{cls.__qualname__}: cannot resolve its annotations ({e})") from e
+        fields = []
+        for f in dataclasses.fields(cls):
+            sub = f"{path}.{f.name}" if path else f.name
+            since = f.metadata.get("since", 1) if f.metadata else 1
+            if not isinstance(since, int) or isinstance(since, bool) or since < 1:
+                raise TypeError(f"field `{sub}`: `since` must be an int >= 1, not {since!r}")
+            fields.append((f.name, since, self.node(hints[f.name], sub)))
+        self.stack.pop()
+        return ("struct", fields)
+
+    def node(self, tp: Any, path: str) -> Plan:
+        if isinstance(tp, (str, typing.ForwardRef)):
+            raise TypeError(f"field `{path}`: cannot resolve the annotation {tp!r}")
+        origin, args = _origin_args(tp)
+        alias = _expand_type_alias(tp, origin, args)
+        if alias is not None:  # `type X = ...` (3.12+), e.g. numpy 2's NDArray
+            return self.node(alias, path)
+        if origin is Annotated:
+            base, meta = args[0], args[1:]
+            for m in meta:
+                scalar = _scalar_marker(m)
+                if scalar is not None:
+                    want = int if scalar.kind == "int" else float
+                    if _strip(base) is not want:
+                        raise TypeError(
+                            f"field `{path}`: {scalar!r} annotates {want.__name__}, not {base!r}"
+                        )
+                    return (scalar.kind, scalar.name)
+            return self.node(base, path)
+        if tp is bool:
+            return ("bool",)
+        if tp is int:
+            return ("int", "i64")
+        if tp is float:
+            return ("float", "f64")
+        if tp is str:
+            return ("str",)
+        if tp is bytes:
+            return ("bytes",)
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            members = list(tp)
+            if not members:
+                raise TypeError(f"field `{path}`: enum {tp.__qualname__} has no members")
+            return ("enum", [m.name for m in members], {m: i for i, m in enumerate(members)})
+        if origin is Literal:
+            if not args or not all(isinstance(a, str) for a in args):
+                raise TypeError(
+                    f"field `{path}`: only Literal of strings maps to an enum, not {tp!r}"
+                )
+            names = list(dict.fromkeys(args))
+            return ("enum", names, {n: i for i, n in enumerate(names)})
+        if origin is typing.Union or _is_union_type(tp):
+            rest = [a for a in args if a is not _NONE]
+            if len(rest) == 1 and len(args) == 2:
+                return ("option", self.node(rest[0], path))
+            raise TypeError(
+                f"field `{path}`: union {tp!r} is not supported (only Optional[T]; use an "
+                "Enum or separate fields)"
+            )
+        if tp is Any or tp is object:
+            raise TypeError(f"field `{path}`: {tp!r} has no schema (annotate the concrete type)")
+        if _is_ndarray(tp) or tp is Tensor:
+            raise TypeError(
+                f"field `{path}`: a bare numpy array has no dtype; annotate "
+                "NDArray[np.float32] (numpy.typing) or snapbus.Tensor[np.float32]"
+            )
+        if origin is Tensor:
+            return ("tensor", _dtype_of(args[0], path))
+        if origin is not None and _is_ndarray(origin):
+            dtype_arg = args[-1] if args else None
+            inner = _origin_args(dtype_arg)[1] if dtype_arg is not None else ()
+            if not inner or inner[0] is Any or isinstance(inner[0], TypeVar):
+                raise TypeError(
+                    f"field `{path}`: a numpy array annotation needs a dtype, e.g. "
+                    "NDArray[np.float32]"
+                )
+            return ("tensor", _dtype_of(inner[0], path))
+        if origin in _SEQ_ORIGINS:
+            if not args:
+                raise TypeError(f"field `{path}`: {tp!r} needs an element type, e.g. list[int]")
+            return ("seq", self.node(args[0], f"{path}[]"))
+        if origin is tuple or origin is Tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return ("seq", self.node(args[0], f"{path}[]"))
+            if not args or args == ((),):
+                raise TypeError(f"field `{path}`: {tp!r} needs element types")
+            return ("tuple", [self.node(a, f"{path}.{i}") for i, a in enumerate(args)])
+        if origin in _MAP_ORIGINS:
+            if len(args) != 2:
+                raise TypeError(f"field `{path}`: {tp!r} needs key and value types")
+            return ("map", self.node(args[0], f"{path}{{key}}"), self.node(args[1], f"{path}{{}}"))
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return self.struct(tp, path)
+        if tp in (list, tuple, dict):
+            raise TypeError(f"field `{path}`: bare {tp.__name__} needs element types")
+        raise TypeError(f"field `{path}`: annotation {tp!r} has no snapbus mapping")
+
+
+def _origin_args(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """`get_origin`/`get_args`, also for numpy's own generic alias (numpy < 1.25 on 3.8,
+    where `NDArray[np.float32]` is not a `typing` alias)."""
+    origin = get_origin(tp)
+    if origin is None and not isinstance(tp, type):
+        alias_origin = getattr(tp, "__origin__", None)
+        alias_args = getattr(tp, "__args__", None)
+        if alias_origin is not None and isinstance(alias_args, tuple):
+            return alias_origin, alias_args
+    return origin, get_args(tp)
+
+
+def _expand_type_alias(tp: Any, origin: Any, args: tuple[Any, ...]) -> Any:
+    """The value of a PEP 695 alias (`type X = ...`, 3.12+), its parameters substituted
+    (`NDArray[np.float32]` under numpy >= 2.2 is `ndarray[tuple[Any, ...], dtype[float32]]`);
+    `None` for anything else."""
+    alias_type = getattr(typing, "TypeAliasType", None)
+    if alias_type is None:
+        return None
+    if isinstance(tp, alias_type):
+        return tp.__value__
+    if isinstance(origin, alias_type):
+        params = origin.__type_params__
+        if len(params) != len(args):
+            return None
+        value = origin.__value__
+        try:
+            return value[args if len(args) > 1 else args[0]]
+        except TypeError:
+            return None
+    return None
+
+
+def _strip(tp: Any) -> Any:
+    return get_args(tp)[0] if get_origin(tp) is Annotated else tp
+
+
+def _scalar_marker(m: Any) -> _Scalar | None:
+    if isinstance(m, _Scalar):
+        return m
+    if get_origin(m) is Annotated:  # Annotated[int, snapbus.u32]: the alias as metadata
+        for inner in get_args(m)[1:]:
+            if isinstance(inner, _Scalar):
+                return inner
+    return None
+
+
+def _is_union_type(tp: Any) -> bool:
+    ut = getattr(__import__("types"), "UnionType", None)
+    return ut is not None and isinstance(tp, ut)
+
+
+def plan_of(cls: type) -> tuple[str, int, Plan]:
+    """The (schema id, version, root plan) of an event class; ``TypeError`` if it is not one.
+
+    Called by the native module once per class (its result is compiled and cached there).
+    """
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        raise TypeError(
+            f"{getattr(cls, '__qualname__', cls)!r} is not a dataclass: snapshot events are "
+            "dataclasses with schema_id and schema_version ClassVars"
+        )
+    sid = getattr(cls, "schema_id", None)
+    ver = getattr(cls, "schema_version", None)
+    if not isinstance(sid, str):
+        raise TypeError(f'{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. "lab.step")')
+    if not isinstance(ver, int) or isinstance(ver, bool):
+        raise TypeError(f"{cls.__qualname__} has no `schema_version: ClassVar[int]` (e.g. 1)")
+    return sid, ver, _Walker().struct(cls, "")
+
+
+def schema_of(cls: type) -> dict[str, Any]:
+    """The descriptor of an event class as snapbus publishes it: ``{"id", "version", "root",
+    "fingerprint"}`` (``root`` in the JSON form of ``snapbus schemas --json``). Raises
+    ``TypeError`` naming the field for a class that cannot be a schema."""
+    import json
+
+    from . import _snapbus
+
+    text, fingerprint = _snapbus._schema_json(cls)
+    out: dict[str, Any] = json.loads(text)
+    out["fingerprint"] = f"{fingerprint:016x}"
+    return out

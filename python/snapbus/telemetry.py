@@ -1,5 +1,173 @@
-"""PLACEHOLDER (skeleton): telemetry handles and process-wide producer settings."""
+"""Telemetry handles and process-wide producer settings.
 
-TRACE, DEBUG, INFO, WARN, ERROR = 5, 10, 20, 30, 40
-Telemetry = getTelemetry = get_telemetry = init = is_connected = None
-sample_resources = shutdown = stats = wait_for_bus = None
+``get_telemetry(__name__)`` (alias ``getTelemetry``, like ``logging.getLogger``) returns the
+handle of a module; ``snapshot(level, event)`` emits a dataclass event at a ``logging`` level.
+Level filters are snapbus's own (``SNAPBUS_FILTER``, ``snapbus filter`` while running), with
+``__name__`` targets: ``SNAPBUS_FILTER="info,tbp.monty.models=debug"``.
+
+Levels: Python ``< 10`` is TRACE, ``10-19`` DEBUG, ``20-29`` INFO, ``30-39`` WARN, ``>= 40``
+ERROR (CRITICAL folds into ERROR).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from . import _snapbus
+from ._snapbus import ResourceSampler, Span, Telemetry
+
+__all__ = [
+    "DEBUG",
+    "ERROR",
+    "INFO",
+    "TRACE",
+    "WARN",
+    "ResourceSampler",
+    "Span",
+    "Telemetry",
+    "getTelemetry",
+    "get_telemetry",
+    "init",
+    "is_connected",
+    "sample_resources",
+    "shutdown",
+    "stats",
+    "wait_for_bus",
+]
+
+TRACE = 5
+DEBUG = 10
+INFO = 20
+WARN = 30
+ERROR = 40
+
+_lock = threading.Lock()
+_settled = False
+
+
+def _strict_from_env() -> bool:
+    return os.environ.get("SNAPBUS_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_snapbus._set_strict(_strict_from_env())
+
+
+def default_name() -> str:
+    """The producer name ``snapbus ls`` shows by default: the ``-m`` module, else the script's
+    file name (never ``python3``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name and name not in ("__main__", "__mp_main__"):
+        return name[: -len(".__main__")] if name.endswith(".__main__") else name
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 and argv0 not in ("-c", "-"):
+        return Path(argv0).name
+    # A multiprocessing spawn child: its parent's main script.
+    mp_main = sys.modules.get("__mp_main__")
+    path = getattr(mp_main, "__file__", None)
+    if isinstance(path, str) and path:
+        return Path(path).name
+    return "python"
+
+
+def _settle() -> None:
+    """Fixes the settings (the default name unless `init` was called) before first use."""
+    global _settled
+    if _settled:
+        return
+    with _lock:
+        if not _settled:
+            _snapbus._init(name=default_name())
+            _settled = True
+
+
+def init(
+    bus: str | None = None,
+    name: str | None = None,
+    session_tag: str | None = None,
+    perf_tag: str | None = None,
+    lane_bytes: int | None = None,
+) -> None:
+    """Sets process-wide settings: the bus (default ``$SNAPBUS_BUS``, else ``default``), the
+    producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
+    (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane size. Call it
+    before the first ``get_telemetry``; afterwards it raises ``RuntimeError``."""
+    global _settled
+    with _lock:
+        if _settled or not _snapbus._init(
+            bus=bus,
+            name=name if name is not None else default_name(),
+            session_tag=session_tag,
+            perf_tag=perf_tag,
+            lane_bytes=lane_bytes,
+        ):
+            raise RuntimeError(
+                "snapbus.init() must be called before the first get_telemetry() (or other "
+                "snapbus emit call): the settings of this process are already fixed"
+            )
+        _settled = True
+
+
+def get_telemetry(name: str) -> Telemetry:
+    """The telemetry handle of a module (pass ``__name__``); cheap, keep it."""
+    if not isinstance(name, str):
+        raise TypeError(f"get_telemetry(name): name must be a str, not {type(name).__name__}")
+    _settle()
+    return _snapbus._get_telemetry(name)
+
+
+getTelemetry = get_telemetry
+
+
+def stats() -> dict[str, Any]:
+    """This process's counters: ``written``, ``not_written`` and its reasons (``no_bus``,
+    ``lane_full``, ``oversize``, ``encode_errors``, ``data_errors``, ``catalog_errors``,
+    ``closed``, ``no_lane``), ``has_lane`` and ``connected``."""
+    return _snapbus.stats()
+
+
+def is_connected() -> bool:
+    """Whether this process is connected to a bus now."""
+    _settle()
+    return _snapbus.is_connected()
+
+
+def wait_for_bus(timeout: float = 5.0) -> bool:
+    """Waits up to ``timeout`` seconds for a bus (GIL released, Ctrl-C interrupts it);
+    returns whether connected."""
+    _settle()
+    return _snapbus.wait_for_bus(timeout)
+
+
+def shutdown() -> None:
+    """Closes this process's lane: consumers see the stream end rather than a dead producer.
+    Later snapshots are counted as ``closed``."""
+    _snapbus.shutdown()
+
+
+def sample_resources(period: float = 1.0) -> ResourceSampler:
+    """Emits this process's RSS, CPU time and page faults every ``period`` seconds (INFO,
+    target ``snapbus.resources``) until the returned sampler is stopped (``stop()``, or a
+    ``with`` block)."""
+    _settle()
+    return _snapbus.sample_resources(period)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _timed(span: Span, func: _F) -> _F:
+    """`Telemetry.span(...)` used as a decorator: every call of `func` is one sample."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with span:
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

@@ -188,3 +188,27 @@ def bus() -> Iterator[Bus]:
 def _runtime_dir() -> Iterator[None]:
     yield
     shutil.rmtree(_RUNTIME, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Emit-side helpers (test_emit, test_handler, test_fork).
+# ---------------------------------------------------------------------------------------------
+
+
+def run_producer(bus: Bus, code: str, env: Optional[Dict[str, str]] = None,
+                 ) -> subprocess.CompletedProcess[str]:
+    """Runs a Python producer (`code`, after `import snapbus`) on `bus` to its end; it must
+    exit 0. Its stdout is returned (for values it prints)."""
+    prelude = "import snapbus, sys\nassert snapbus.wait_for_bus(30), 'no bus'\n"
+    out = bus.spawn_py(prelude + code, env=env).wait()
+    assert out.returncode == 0, f"producer failed ({out.returncode}):\n{out.stderr}"
+    return out
+
+
+def echo_oldest(bus: Bus, count: int, *globs: str) -> List[Dict[str, object]]:
+    """`snapbus echo --from oldest --count COUNT GLOBS`: the first `count` events still in
+    the rings, as parsed JSON objects."""
+    out = bus.cli("echo", "--from", "oldest", "--count", str(count), *globs)
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == count, f"expected {count} events, got {len(lines)}: {out.stderr}"
+    return lines

@@ -217,6 +217,50 @@ impl Publisher {
         })
     }
 
+    /// Emits a payload of the run-time schema `desc` that the caller encodes itself, straight
+    /// into the claimed frame: `len` is its exact encoded length, and `fill` gets exactly
+    /// `len` bytes of the lane to write it into (the codec's layout; language bindings that
+    /// walk their own objects, e.g. Python dataclasses). No intermediate buffer. Same
+    /// guarantees and counters as [`emit_value`](Self::emit_value): the schema is registered
+    /// on first use, never waits, fork-safe, and a `fill` that fails leaves an aborted frame,
+    /// counted in `encode_errors`. The payload is not checked against `desc`: writing what
+    /// `desc` describes is the caller's contract.
+    pub fn emit_encoded(
+        &self,
+        level: Level,
+        emitter: u16,
+        desc: &SchemaDescriptor,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+    ) -> Result<u64, EmitError> {
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        let key = match p.dynamic_key(desc) {
+            Ok(k) => k,
+            Err(e) => {
+                p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let meta = RecordMeta {
+            schema_key: key,
+            // `key_of` refuses versions above `u16::MAX`.
+            schema_version: desc.version() as u16,
+            level: level.as_u8(),
+            emitter,
+        };
+        p.write_record(meta, len, fill)
+    }
+
+    /// Makes sure this process has its own lane: a no-op in the process that started the
+    /// publisher; in a `fork()`ed child, creates the child's own lane and broker connection
+    /// now, as its first emit would (so that a child can wait for its connection before
+    /// emitting). Returns whether this process has its lane.
+    pub fn prepare_here(&self) -> bool {
+        self.here().is_some()
+    }
+
     /// The key of a run-time schema in this (own) publisher's lane: a thread-local cache by
     /// fingerprint, else [`Self::key_of`] under the lock.
     fn dynamic_key(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {

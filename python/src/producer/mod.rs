@@ -1,8 +1,369 @@
 //! The emit side: telemetry handles, encode plans compiled per dataclass, levels.
+//!
+//! `Telemetry.snapshot` is a method of a frozen pyclass (the hot path: one atomic load when
+//! the level is off; a cached plan, two passes and one claim when on). Data that does not fit
+//! its schema is counted and warned about once per (class, field), or raised in strict mode
+//! (`SNAPBUS_STRICT=1`); bus conditions are only ever counted.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyType};
+use snapbus::Level;
+use snapbus::schemas::builtin::DurationSample;
+
+mod plan;
+
+use plan::{Compiled, Op};
+
+/// Raise data errors instead of counting them.
+static STRICT: AtomicBool = AtomicBool::new(false);
+/// Snapshots not written because their data did not fit the schema (non-strict mode).
+static DATA_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// (class address, field path) already warned about.
+static WARNED: Mutex<Option<HashSet<(usize, String)>>> = Mutex::new(None);
+
+/// A Python `logging` level as a snapbus level: <10 TRACE, 10–19 DEBUG, 20–29 INFO, 30–39
+/// WARN, ≥40 ERROR.
+#[inline]
+fn level_of(level: i64) -> Level {
+    match level {
+        i64::MIN..=9 => Level::TRACE,
+        10..=19 => Level::DEBUG,
+        20..=29 => Level::INFO,
+        30..=39 => Level::WARN,
+        _ => Level::ERROR,
+    }
+}
+
+/// A handle for emitting snapshots under a target name (a module's `__name__`).
+#[pyclass(frozen, module = "snapbus._snapbus", name = "Telemetry")]
+pub(crate) struct Telemetry {
+    inner: snapbus::Telemetry,
+}
+
+#[pymethods]
+impl Telemetry {
+    /// The target name (what `SNAPBUS_FILTER` directives and `snapbus ls` use).
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.target()
+    }
+
+    /// Emits `event` (a dataclass with `schema_id`/`schema_version` ClassVars) at `level` (a
+    /// `logging` level). Never blocks and never raises for bus conditions (counted in
+    /// `snapbus.stats()`); raises `TypeError` for a class that cannot be a schema.
+    fn snapshot(&self, py: Python<'_>, level: i64, event: &Bound<'_, PyAny>) -> PyResult<()> {
+        let level = level_of(level);
+        if !self.inner.level_enabled(level) {
+            return Ok(());
+        }
+        let plan = plan::plan_for(&event.get_type())?;
+        emit(py, &self.inner, level, &plan, event)
+    }
+
+    /// Whether a snapshot at `level` would be written now (the level passes the filter and a
+    /// bus was found): guards costly event construction.
+    #[allow(non_snake_case)]
+    fn isEnabledFor(&self, level: i64) -> bool {
+        self.inner.enabled(level_of(level))
+    }
+
+    /// Alias of `isEnabledFor`.
+    fn enabled(&self, level: i64) -> bool {
+        self.inner.enabled(level_of(level))
+    }
+
+    /// Whether `level` passes this handle's filter (whether or not a bus was found yet).
+    fn _level_enabled(&self, level: i64) -> bool {
+        self.inner.level_enabled(level_of(level))
+    }
+
+    /// A duration sample (`snapbus.duration`, like the Rust `span`/`time_it`) labelled `label`:
+    /// a context manager, and a decorator timing every call.
+    fn span(&self, level: i64, label: String) -> Span {
+        Span {
+            inner: self.inner.clone(),
+            level: level_of(level),
+            label,
+            starts: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<snapbus.Telemetry {:?}>", self.inner.target())
+    }
+}
+
+/// Encodes `event` with `plan` and emits it; data errors per the strict setting.
+fn emit(
+    py: Python<'_>,
+    tel: &snapbus::Telemetry,
+    level: Level,
+    plan: &Compiled,
+    event: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let mut ops: Vec<Op<'_>> = Vec::with_capacity(16);
+    let len = match plan::measure(&plan.root, event, &mut ops) {
+        Ok(n) => n,
+        Err(e) => return data_error(py, plan, &e),
+    };
+    // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate.
+    let _ = tel.try_snapshot_encoded(level, &plan.desc, len, |buf| plan::write(py, &ops, buf));
+    Ok(())
+}
+
+#[cold]
+fn data_error(py: Python<'_>, plan: &Compiled, e: &plan::DataError) -> PyResult<()> {
+    if STRICT.load(Ordering::Relaxed) {
+        return Err(e.to_py(&plan.class));
+    }
+    DATA_ERRORS.fetch_add(1, Ordering::Relaxed);
+    let first = {
+        let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+        warned
+            .get_or_insert_with(HashSet::new)
+            .insert((plan.class_id, e.path.clone()))
+    };
+    if first {
+        let msg = format!(
+            "snapbus: {} not emitted: {e} (counted in snapbus.stats()['data_errors']; warned once \
+             per field; SNAPBUS_STRICT=1 raises instead)",
+            plan.class
+        );
+        let msg = std::ffi::CString::new(msg.replace('\0', " "))
+            .unwrap_or_else(|_| c"snapbus: a snapshot was not emitted".to_owned());
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &msg, 1)?;
+    }
+    Ok(())
+}
+
+/// See `Telemetry.span`.
+#[pyclass(frozen, module = "snapbus._snapbus", name = "Span")]
+pub(crate) struct Span {
+    inner: snapbus::Telemetry,
+    level: Level,
+    label: String,
+    /// Start times of the open `with` blocks, by thread (a span may be re-entered, and a
+    /// decorated function called from several threads at once).
+    starts: Mutex<Vec<(std::thread::ThreadId, Instant)>>,
+}
+
+#[pymethods]
+impl Span {
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf.get()
+            .starts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((std::thread::current().id(), Instant::now()));
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        let me = std::thread::current().id();
+        let start = {
+            let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+            let last = starts.iter().rposition(|(t, _)| *t == me);
+            last.map(|i| starts.remove(i).1)
+        };
+        if let Some(start) = start {
+            self.emit(start.elapsed());
+        }
+        false
+    }
+
+    /// Used as a decorator: times every call of `func`.
+    fn __call__<'py>(
+        slf: Bound<'py, Self>,
+        func: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("snapbus.telemetry")?
+            .getattr("_timed")?
+            .call1((slf, func))
+    }
+
+    /// The label.
+    #[getter]
+    fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+impl Span {
+    fn emit(&self, took: Duration) {
+        // As the Rust span: counted as no_bus before a bus is found, else a DurationSample.
+        self.inner.snapshot(
+            self.level,
+            &DurationSample {
+                label: self.label.clone(),
+                duration_nanos: took.as_nanos().min(u128::from(u64::MAX)) as u64,
+            },
+        );
+    }
+}
+
+/// A running resource sampler (`snapbus.sample_resources`); stops on `stop()`, on leaving its
+/// `with` block, or when collected.
+#[pyclass(frozen, module = "snapbus._snapbus", name = "ResourceSampler")]
+pub(crate) struct ResourceSampler {
+    inner: Mutex<Option<snapbus::ResourceSampler>>,
+}
+
+#[pymethods]
+impl ResourceSampler {
+    /// Stops sampling (waits for the sampler thread, with the GIL released).
+    fn stop(&self, py: Python<'_>) {
+        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(s));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.stop(py);
+        false
+    }
+}
+
+/// Sets process-wide settings; `false` if they were fixed already.
+#[pyfunction]
+#[pyo3(signature = (bus=None, name=None, session_tag=None, perf_tag=None, lane_bytes=None))]
+fn _init(
+    bus: Option<String>,
+    name: Option<String>,
+    session_tag: Option<String>,
+    perf_tag: Option<String>,
+    lane_bytes: Option<usize>,
+) -> bool {
+    snapbus::init(snapbus::Config {
+        bus,
+        name,
+        session_tag,
+        perf_tag,
+        lane_bytes,
+        ..Default::default()
+    })
+}
+
+/// The handle for `name`.
+#[pyfunction]
+fn _get_telemetry(name: &str) -> Telemetry {
+    Telemetry {
+        inner: snapbus::get_telemetry(name),
+    }
+}
+
+/// Strict mode: data errors raise instead of being counted.
+#[pyfunction]
+fn _set_strict(strict: bool) {
+    STRICT.store(strict, Ordering::Relaxed);
+}
+
+/// The descriptor of an event class as JSON, and its fingerprint.
+#[pyfunction]
+fn _schema_json(cls: &Bound<'_, PyType>) -> PyResult<(String, u64)> {
+    let plan = plan::plan_for(cls)?;
+    let json = serde_json::to_string(&plan.desc)
+        .map_err(|e| PyRuntimeError::new_err(format!("rendering the descriptor: {e}")))?;
+    Ok((json, plan.desc.fingerprint()))
+}
+
+/// This process's telemetry counters.
+#[pyfunction]
+fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = snapbus::stats();
+    let d = PyDict::new(py);
+    d.set_item("has_lane", s.has_lane)?;
+    d.set_item("connected", s.lane.connected)?;
+    d.set_item("written", s.written())?;
+    d.set_item(
+        "not_written",
+        s.not_written() + DATA_ERRORS.load(Ordering::Relaxed),
+    )?;
+    d.set_item("no_bus", s.no_bus)?;
+    d.set_item("oversize", s.lane.oversize)?;
+    d.set_item("lane_full", s.lane.lapped)?;
+    d.set_item("encode_errors", s.lane.encode_errors)?;
+    d.set_item("data_errors", DATA_ERRORS.load(Ordering::Relaxed))?;
+    d.set_item("catalog_errors", s.lane.catalog_errors)?;
+    d.set_item("closed", s.lane.closed)?;
+    d.set_item("no_lane", s.lane.no_lane)?;
+    Ok(d)
+}
+
+/// Whether this process is connected to a bus now.
+#[pyfunction]
+fn is_connected() -> bool {
+    snapbus::is_connected()
+}
+
+/// Waits up to `timeout` seconds for a bus, with the GIL released; Ctrl-C interrupts it.
+#[pyfunction]
+#[pyo3(signature = (timeout=5.0))]
+fn wait_for_bus(py: Python<'_>, timeout: f64) -> PyResult<bool> {
+    if !timeout.is_finite() || timeout < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "timeout must be a finite number of seconds >= 0, not {timeout}"
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let slice = left.min(Duration::from_millis(50));
+        if py.detach(|| snapbus::wait_for_bus(slice)) {
+            return Ok(true);
+        }
+        py.check_signals()?;
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+    }
+}
+
+/// Closes this process's lane: consumers see the stream end.
+#[pyfunction]
+fn shutdown(py: Python<'_>) {
+    py.detach(snapbus::shutdown);
+}
+
+/// Emits a resource sample (`snapbus.resources`) every `period` seconds until stopped.
+#[pyfunction]
+fn sample_resources(period: f64) -> PyResult<ResourceSampler> {
+    if !period.is_finite() || period <= 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "period must be a positive number of seconds, not {period}"
+        )));
+    }
+    let s = snapbus::sample_resources(Duration::from_secs_f64(period))
+        .map_err(|e| PyRuntimeError::new_err(format!("starting the resource sampler: {e}")))?;
+    Ok(ResourceSampler {
+        inner: Mutex::new(Some(s)),
+    })
+}
 
 /// Adds the producer's classes and functions to the module.
-pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Telemetry>()?;
+    m.add_class::<Span>()?;
+    m.add_class::<ResourceSampler>()?;
+    m.add_function(wrap_pyfunction!(_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_get_telemetry, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_strict, m)?)?;
+    m.add_function(wrap_pyfunction!(_schema_json, m)?)?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(is_connected, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_for_bus, m)?)?;
+    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_resources, m)?)?;
     Ok(())
 }

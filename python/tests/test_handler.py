@@ -1,0 +1,113 @@
+"""SnapbusHandler: log records as `log.record`, events (as the message or `extra`) as their own
+schema under the logger's name, and the `logging.Handler` contract (errors to handleError,
+never raised)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import textwrap
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+from conftest import echo_oldest, run_producer
+
+import snapbus
+
+
+def test_records_and_events_reach_the_bus(bus) -> None:
+    code = textwrap.dedent(
+        """
+        import logging
+        from dataclasses import dataclass
+        from typing import ClassVar
+        @dataclass
+        class Step:
+            schema_id: ClassVar[str] = "test.step"
+            schema_version: ClassVar[int] = 1
+            episode: int
+        log = logging.getLogger("lab.models")
+        log.setLevel(logging.DEBUG)
+        log.addHandler(snapbus.SnapbusHandler())
+        log.propagate = False
+        log.warning("step %d of %s", 7, "ep")              # -> log.record
+        log.info(Step(episode=3))                          # the message is an event
+        log.info("done", extra={"snapbus": Step(episode=4)})
+        log.debug("filtered by SNAPBUS_FILTER (info)")
+        try:
+            1 / 0
+        except ZeroDivisionError:
+            log.exception("failed")
+        snapbus.shutdown()
+        """
+    )
+    run_producer(bus, code)
+    events = echo_oldest(bus, 4)
+    assert [(e["schema"], e["target"], e["level"]) for e in events] == [
+        ("log.record", "lab.models", "warn"),
+        ("test.step", "lab.models", "info"),
+        ("test.step", "lab.models", "info"),
+        ("log.record", "lab.models", "error"),
+    ]
+    rec = events[0]["payload"]
+    assert rec["message"] == "step 7 of ep" and rec["levelno"] == logging.WARNING
+    assert rec["name"] == "lab.models" and rec["funcName"] == "<module>"
+    # The producer's line of that call (run_producer puts two lines before the code).
+    line = 2 + 1 + next(i for i, t in enumerate(code.splitlines()) if "log.warning(" in t)
+    assert rec["lineno"] == line and rec["exc_text"] is None
+    assert rec["pathname"] == "<string>" and rec["process"] == events[0]["producer"]["pid"]
+    assert isinstance(rec["created"], float) and rec["thread"] > 0
+    assert [e["payload"] for e in events[1:3]] == [{"episode": 3}, {"episode": 4}]
+    assert "ZeroDivisionError" in events[3]["payload"]["exc_text"]
+
+
+@dataclass
+class Broken:
+    schema_id: ClassVar[str] = "test.broken"
+    schema_version: ClassVar[int] = 1
+    x: snapbus.u8
+
+
+class Recording(snapbus.SnapbusHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[logging.LogRecord] = []
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.errors.append(record)
+        super().handleError(record)
+
+
+def test_errors_go_to_handle_error_and_are_never_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = logging.getLogger("test.handler.contract")
+    log.propagate = False
+    handler = Recording()
+    log.addHandler(handler)
+    try:
+        # Strict mode (the suite's): the overflow raises inside emit -> handleError.
+        monkeypatch.setattr(logging, "raiseExceptions", True)
+        stderr = io.StringIO()
+        monkeypatch.setattr("sys.stderr", stderr)
+        log.error(Broken(x=300))
+        assert len(handler.errors) == 1 and isinstance(handler.errors[0].msg, Broken)
+        assert "out of range for u8" in stderr.getvalue()
+        # raiseExceptions off: silent, still never raised.
+        monkeypatch.setattr(logging, "raiseExceptions", False)
+        log.error(Broken(x=999))
+        assert len(handler.errors) == 2
+        # A message that fails to format: the stdlib contract too.
+        log.error("%d", "not a number")
+        assert len(handler.errors) == 3
+        # An ordinary record goes through (counted as no_bus here: this process has no bus).
+        log.error("fine")
+        assert len(handler.errors) == 3
+    finally:
+        log.removeHandler(handler)
+
+
+def test_is_a_logging_handler_with_levels() -> None:
+    h = snapbus.SnapbusHandler(level=logging.WARNING)
+    assert isinstance(h, logging.Handler) and h.level == logging.WARNING
