@@ -251,12 +251,14 @@ impl Subscription {
 }
 
 fn timeout_of(timeout: Option<f64>) -> PyResult<Option<Duration>> {
-    timeout
-        .map(|t| {
-            Duration::try_from_secs_f64(t.max(0.0))
-                .map_err(|_| PyValueError::new_err(format!("timeout must be seconds, not {t}")))
-        })
-        .transpose()
+    match timeout {
+        None => Ok(None),
+        Some(t) if t == f64::INFINITY => Ok(None),
+        Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!(
+            "timeout must be a non-negative number of seconds (or None), not {t}"
+        ))),
+        Some(t) => Ok(Some(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))),
+    }
 }
 
 fn empty(py: Python<'_>) -> PyErr {
@@ -302,7 +304,10 @@ impl Subscription {
             start,
             cut,
             skip_lanes: Vec::new(),
-            count_history_as_lost: false,
+            // From "latest", the lanes read from their oldest record are those of producers
+            // that joined after subscribing: whatever of theirs was overwritten before it was
+            // read (a consumer that was stopped, or busy) was lost to this subscription.
+            count_history_as_lost: matches!(start, StartAt::Latest),
         };
         let sub = py
             .detach(|| Subscriber::connect(&dir, opts))
