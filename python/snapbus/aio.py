@@ -48,7 +48,7 @@ class AsyncSubscription:
                     batch = self._sub.get_batch(_BATCH, _SLICE_S)
                     if batch:
                         loop.call_soon_threadsafe(queue.put_nowait, batch)
-                    elif self._sub.closed:
+                    elif self._sub.ended:
                         break
             except BaseException as e:  # handed to the loop, raised by __anext__
                 if not self._stop.is_set():

@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import List
 
 import numpy as np
 import pytest
@@ -212,3 +213,37 @@ def test_the_subscription_shows_in_snapbus_ls(bus: Bus) -> None:
     with snapbus.subscribe("demo.*", bus=bus.name, kind="notebook"):
         ls = bus.ls()
         assert "notebook" in str(ls["consumers"])  # type: ignore[index]
+
+
+def test_close_from_another_thread_ends_a_blocked_iteration(bus: Bus) -> None:
+    sub = snapbus.subscribe("nothing.*", bus=bus.name)
+    done = threading.Event()
+    got: List[snapbus.Event] = []
+
+    def reader() -> None:
+        got.extend(sub)
+        done.set()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            _read_while_busy(sub)
+        assert sub.delivered == 0 and not sub.closed
+        sub.close()
+        assert done.wait(5), "the blocked iteration did not end after close()"
+        assert got == [] and sub.closed and sub.ended
+    finally:
+        sub.close()
+        t.join(5)
+
+
+def _read_while_busy(sub: snapbus.Subscription) -> None:
+    """get_nowait() from a second thread while the first waits: a clear error, not a hang."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            sub.get_nowait()
+        except queue.Empty:
+            time.sleep(0.01)
+    raise AssertionError("the reader thread never held the subscription")

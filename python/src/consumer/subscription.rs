@@ -3,6 +3,7 @@
 //! Reading polls with the GIL held; waiting releases it (`py.detach`) in slices of at most
 //! 100 ms, with `py.check_signals()` between them, so Ctrl-C interrupts a blocked `get`.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -64,8 +65,6 @@ fn own(e: BusEvent<'_>) -> Owned {
 struct Inner {
     sub: Option<Subscriber>,
     interned: Interned,
-    /// The counters when closed.
-    final_stats: SubscriberStats,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -162,6 +161,12 @@ fn subscribe_error(py: Python<'_>, e: SubscribeError) -> PyErr {
 pub(crate) struct Subscription {
     inner: Mutex<Inner>,
     until_end: bool,
+    /// `close()` was called (a reader waiting in another thread leaves within a slice).
+    closing: AtomicBool,
+    /// Counters mirrored after every read, so they are read without the lock.
+    delivered: AtomicU64,
+    lost: AtomicU64,
+    damaged: AtomicU64,
     /// The bus's name.
     #[pyo3(get)]
     bus: String,
@@ -190,7 +195,40 @@ impl Subscription {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut guard = self.lock()?;
         let inner = &mut *guard;
+        let got = self.next_locked(py, inner, deadline, records_only);
+        if let Some(sub) = inner.sub.as_ref() {
+            self.publish(sub.stats());
+        }
+        if self.closing.load(Ordering::Relaxed) {
+            self.drop_sub(py, inner);
+        }
+        got
+    }
+
+    fn publish(&self, s: SubscriberStats) {
+        self.delivered.store(s.delivered, Ordering::Relaxed);
+        self.lost.store(s.lost, Ordering::Relaxed);
+        self.damaged.store(s.damaged, Ordering::Relaxed);
+    }
+
+    fn drop_sub(&self, py: Python<'_>, inner: &mut Inner) {
+        if let Some(sub) = inner.sub.take() {
+            self.publish(sub.stats());
+            py.detach(|| drop(sub));
+        }
+    }
+
+    fn next_locked(
+        &self,
+        py: Python<'_>,
+        inner: &mut Inner,
+        deadline: Option<Instant>,
+        records_only: bool,
+    ) -> PyResult<Option<Item>> {
         loop {
+            if self.closing.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
             let Some(sub) = inner.sub.as_mut() else {
                 return Ok(None);
             };
@@ -242,11 +280,12 @@ impl Subscription {
     }
 
     fn stats(&self) -> SubscriberStats {
-        let g = match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        g.sub.as_ref().map_or(g.final_stats, Subscriber::stats)
+        SubscriberStats {
+            delivered: self.delivered.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            damaged: self.damaged.load(Ordering::Relaxed),
+            ..SubscriberStats::default()
+        }
     }
 }
 
@@ -316,9 +355,12 @@ impl Subscription {
             inner: Mutex::new(Inner {
                 sub: Some(sub),
                 interned: Interned::default(),
-                final_stats: SubscriberStats::default(),
             }),
             until_end,
+            closing: AtomicBool::new(false),
+            delivered: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            damaged: AtomicU64::new(0),
             bus: name.as_str().to_owned(),
         })
     }
@@ -395,6 +437,22 @@ impl Subscription {
         Ok(self.lock()?.sub.as_ref().is_none_or(Subscriber::all_ended))
     }
 
+    /// Whether the subscription has ended: closed, or (with `until_end`) every producer's
+    /// lane was read to its end.
+    #[getter]
+    fn ended(&self) -> bool {
+        if self.closing.load(Ordering::Relaxed) {
+            return true;
+        }
+        match self.inner.try_lock() {
+            Ok(g) => g
+                .sub
+                .as_ref()
+                .is_none_or(|s| self.until_end && s.all_ended()),
+            Err(_) => false,
+        }
+    }
+
     /// Records delivered so far.
     #[getter]
     fn delivered(&self) -> u64 {
@@ -418,20 +476,17 @@ impl Subscription {
     /// Whether the subscription was closed.
     #[getter]
     fn closed(&self) -> bool {
-        match self.inner.lock() {
-            Ok(g) => g.sub.is_none(),
-            Err(p) => p.into_inner().sub.is_none(),
-        }
+        self.closing.load(Ordering::Relaxed)
     }
 
-    /// Leaves the bus (the broker shows the final counters); further reads find nothing.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let mut g = self.lock()?;
-        if let Some(sub) = g.sub.take() {
-            g.final_stats = sub.stats();
-            py.detach(|| drop(sub));
+    /// Leaves the bus (the broker shows the final counters); further reads find nothing. May
+    /// be called from another thread while one waits in `get`: that one returns (raising
+    /// `queue.Empty`, or ending the iteration) within 100 ms.
+    fn close(&self, py: Python<'_>) {
+        self.closing.store(true, Ordering::Relaxed);
+        if let Ok(mut g) = self.inner.try_lock() {
+            self.drop_sub(py, &mut g);
         }
-        Ok(())
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -452,9 +507,9 @@ impl Subscription {
         _t: Option<Bound<'_, PyAny>>,
         _v: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
+    ) -> bool {
+        self.close(py);
+        false
     }
 
     fn __repr__(&self) -> String {
