@@ -41,8 +41,9 @@ class Recording(_NativeRecording):
     def to_pandas(self, schema: str) -> Any:
         """The records of schema id `schema` (read from where the iteration stands) as a
         pandas DataFrame: header columns `t_nanos`, `producer`, `pid`, `seq`, `version`, then
-        one column per payload leaf with dotted names (`position.x`); tensors and lists are
-        cells (numpy arrays, lists). Needs pandas."""
+        one column per payload leaf with dotted names (`position.x`; a leaf named like a
+        header column gets a `payload.` prefix); tensors and lists are cells (numpy arrays,
+        lists). Needs pandas."""
         import pandas
 
         rows: List[Dict[str, Any]] = []
@@ -57,10 +58,13 @@ class Recording(_NativeRecording):
                 "version": ev.schema.version,
             }
             payload = ev.payload
+            leaves: Dict[str, Any] = {}
             if dataclasses.is_dataclass(payload) or isinstance(payload, dict):
-                _flatten("", payload, row)
+                _flatten("", payload, leaves)
             else:
-                row["payload"] = payload
+                leaves["payload"] = payload
+            for k, v in leaves.items():
+                row["payload." + k if k in row else k] = v
             rows.append(row)
         return pandas.DataFrame(rows)
 
