@@ -48,12 +48,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     r.add_argument("--bus", default=None)
     r.add_argument("--flush-every", type=float, default=1.0)
     r.add_argument("--until-end", action="store_true")
-    r.add_argument("args", nargs=argparse.REMAINDER, help="passed to the class's constructor")
+    parser.epilog = r.epilog = "Arguments after `--` are passed to the class's constructor."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: List[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1 :]
     ns = parser.parse_args(argv)
     cls = _load(ns.target)
     if not (isinstance(cls, type) and issubclass(cls, Consumer)):
         raise SystemExit(f"snapbus run: {ns.target} is not a snapbus.Consumer subclass")
-    extra = [a for a in ns.args if a != "--"]
     consumer = cls(*extra)
 
     def terminated(signum: int, frame: Any) -> None:
