@@ -10,7 +10,7 @@ import os
 import runpy
 import signal
 import sys
-from typing import Any, List, Optional
+from typing import Any
 
 from ._snapbus import _report_exit
 from .consumer import Consumer, run
@@ -38,7 +38,7 @@ def _load(target: str) -> Any:
         raise SystemExit(f"snapbus run: module {mod_name!r} has no {attr!r}") from None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snapbus")
     cmds = parser.add_subparsers(dest="command", required=True)
     r = cmds.add_parser("run", help="run a snapbus.Consumer class")
@@ -50,7 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     r.add_argument("--until-end", action="store_true")
     parser.epilog = r.epilog = "Arguments after `--` are passed to the class's constructor."
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: List[str] = []
+    extra: list[str] = []
     if "--" in argv:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1 :]

@@ -13,7 +13,7 @@ import enum
 import keyword
 import sys
 import typing
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Sequence
 
 _numpy: Any = None
 _MEMORYVIEW_FORMATS = {
@@ -30,7 +30,7 @@ _MEMORYVIEW_FORMATS = {
 }
 
 
-def record_class(name: str, fields: Sequence[str]) -> Optional[type]:
+def record_class(name: str, fields: Sequence[str]) -> type | None:
     """The record class of a struct, or None (decode to a dict) if a name cannot be a field."""
     names = list(fields)
     if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
@@ -58,13 +58,13 @@ def _load_numpy() -> Any:
     return _numpy
 
 
-def tensor(data: bytes, dtype: str, count: int, offset: int, shape: Tuple[int, ...]) -> Any:
+def tensor(data: bytes, dtype: str, count: int, offset: int, shape: tuple[int, ...]) -> Any:
     """A read-only view of `count` elements of `dtype` at `offset` in `data`, of `shape`."""
     np = _load_numpy()
     if np:
         return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
     size = int(dtype[2:]) if dtype[0] != "|" else 1
-    view = memoryview(data)[offset : offset + count * size]
+    view: Any = memoryview(data)[offset : offset + count * size]
     fmt = _MEMORYVIEW_FORMATS[dtype]
     if 0 in shape or len(shape) == 0:
         return view.cast(fmt)
@@ -76,14 +76,14 @@ def tensor(data: bytes, dtype: str, count: int, offset: int, shape: Tuple[int, .
 # ---------------------------------------------------------------------------------------------
 
 _Convert = Callable[[Any], Any]
-_plans: Dict[Any, _Convert] = {}
+_plans: dict[Any, _Convert] = {}
 
 
 def _identity(v: Any) -> Any:
     return v
 
 
-def _hints(cls: type) -> Dict[str, Any]:
+def _hints(cls: type) -> dict[str, Any]:
     if sys.version_info >= (3, 9):
         return typing.get_type_hints(cls, include_extras=False)
     return typing.get_type_hints(cls)  # pragma: no cover (3.8)
@@ -151,20 +151,15 @@ def _make_converter(tp: Any) -> _Convert:
 
 def _dataclass_converter(cls: type) -> _Convert:
     hints = _hints(cls)
-    fields: List[Tuple[str, _Convert]] = [
-        (f.name, _converter(hints.get(f.name, Any)))
-        for f in dataclasses.fields(cls)
-        if f.init
+    fields: list[tuple[str, _Convert]] = [
+        (f.name, _converter(hints.get(f.name, Any))) for f in dataclasses.fields(cls) if f.init
     ]
 
     def convert(v: Any) -> Any:
         if isinstance(v, dict):
-            get = v.get
-            has = v.__contains__
+            kwargs = {name: conv(v[name]) for name, conv in fields if name in v}
         else:
-            get = lambda k: getattr(v, k)  # noqa: E731
-            has = lambda k: hasattr(v, k)  # noqa: E731
-        kwargs = {name: conv(get(name)) for name, conv in fields if has(name)}
+            kwargs = {name: conv(getattr(v, name)) for name, conv in fields if hasattr(v, name)}
         return cls(**kwargs)
 
     return convert

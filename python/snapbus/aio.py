@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, AsyncIterator, List, Optional, Union
+from typing import Any
 
 from ._snapbus import Event, Subscription
 from .subscription import subscribe as _subscribe
@@ -26,11 +26,11 @@ class AsyncSubscription:
 
     def __init__(self, sub: Subscription) -> None:
         self._sub = sub
-        self._queue: Optional[asyncio.Queue[Union[List[Event], BaseException, None]]] = None
-        self._buffer: List[Event] = []
+        self._queue: asyncio.Queue[list[Event] | BaseException | None] | None = None
+        self._buffer: list[Event] = []
         self._pos = 0
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     @property
     def subscription(self) -> Subscription:
@@ -39,7 +39,7 @@ class AsyncSubscription:
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Union[List[Event], BaseException, None]] = asyncio.Queue()
+        queue: asyncio.Queue[list[Event] | BaseException | None] = asyncio.Queue()
         self._queue = queue
 
         def pump() -> None:

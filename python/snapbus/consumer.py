@@ -16,7 +16,7 @@ re-raised, never swallowed. `on_event` returning `snapbus.STOP` ends the run.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Set
+from typing import Any
 
 from ._snapbus import Event, Producer, Schema
 from .subscription import subscribe
@@ -27,7 +27,7 @@ __all__ = ["STOP", "Consumer", "ProducerChange", "RunSummary", "run"]
 class _Stop:
     """The value a hook returns to end the run."""
 
-    _instance: Optional[_Stop] = None
+    _instance: _Stop | None = None
 
     def __new__(cls) -> _Stop:
         if cls._instance is None:
@@ -73,7 +73,7 @@ class Consumer:
     """A consumer: override the hooks you need (all optional). `kind` is shown by `snapbus ls`
     (default: the class's name)."""
 
-    kind: Optional[str] = None
+    kind: str | None = None
 
     def on_event(self, event: Event) -> Any:
         """A record of a subscribed schema. Return `snapbus.STOP` to end the run."""
@@ -100,7 +100,7 @@ def run(
     flush_every: float = 1.0,
     until_end: bool = False,
     cut: bool = False,
-    bus: Optional[str] = None,
+    bus: str | None = None,
 ) -> RunSummary:
     """Subscribes to `globs` and feeds `consumer` until a hook returns `snapbus.STOP`, every
     producer has ended (`until_end`), or Ctrl-C (KeyboardInterrupt, after a flush). `cut`:
@@ -108,7 +108,7 @@ def run(
     is re-raised. Returns what it delivered and lost."""
     kind = consumer.kind or type(consumer).__name__
     sub = subscribe(*globs, start=start, bus=bus, kind=kind, cut=cut)
-    seen: Set[int] = set()
+    seen: set[int] = set()
     delivered = lost = 0
     reason = "all_ended"
     flushed = False

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Union
+from typing import Any
 
 from ._snapbus import Recording as _NativeRecording
 
 __all__ = ["Recording", "open_recording"]
 
 
-def _flatten(prefix: str, value: Any, out: Dict[str, Any]) -> None:
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             _flatten(f"{prefix}{f.name}.", getattr(value, f.name), out)
@@ -44,13 +44,13 @@ class Recording(_NativeRecording):
         one column per payload leaf with dotted names (`position.x`; a leaf named like a
         header column gets a `payload.` prefix); tensors and lists are cells (numpy arrays,
         lists). Needs pandas."""
-        import pandas
+        import pandas  # type: ignore[import-untyped, unused-ignore]
 
-        rows: List[Dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         for ev in self:
             if ev.schema.id != schema:
                 continue
-            row: Dict[str, Any] = {
+            row: dict[str, Any] = {
                 "t_nanos": ev.t_nanos,
                 "producer": ev.producer.name,
                 "pid": ev.producer.pid,
@@ -58,7 +58,7 @@ class Recording(_NativeRecording):
                 "version": ev.schema.version,
             }
             payload = ev.payload
-            leaves: Dict[str, Any] = {}
+            leaves: dict[str, Any] = {}
             if dataclasses.is_dataclass(payload) or isinstance(payload, dict):
                 _flatten("", payload, leaves)
             else:
@@ -69,7 +69,7 @@ class Recording(_NativeRecording):
         return pandas.DataFrame(rows)
 
 
-def open_recording(path: Union[str, "os.PathLike[str]"]) -> Recording:
+def open_recording(path: str | os.PathLike[str]) -> Recording:
     """Opens an MCAP recording or snapshot. Raises FileNotFoundError for a missing file and
     ValueError for a file that is not a snapbus recording (the message says why)."""
     return Recording(os.fspath(path))

@@ -18,8 +18,6 @@ decodes into your dataclass by field name.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from ._errors import BusNotRunning
 from ._snapbus import Event, Producer, Schema, Subscription
 
@@ -31,7 +29,7 @@ _STARTS = ("latest", "oldest")
 def subscribe(
     *globs: str,
     start: str = "latest",
-    bus: Optional[str] = None,
+    bus: str | None = None,
     kind: str = "python",
     cut: bool = False,
     until_end: bool = False,

@@ -195,7 +195,7 @@ def _runtime_dir() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def demo_step_expected(e: int, s: int, width: int = 8, height: int = 6) -> Dict[str, object]:
+def demo_step_expected(e: int, s: int, width: int = 8, height: int = 6) -> dict[str, object]:
     """What `snapbus demo --help` says step `s` of episode `e` holds (observation as rows)."""
     return {
         "episode": e,
@@ -209,7 +209,7 @@ def demo_step_expected(e: int, s: int, width: int = 8, height: int = 6) -> Dict[
     }
 
 
-def demo_episode_end_expected(e: int, steps: int) -> Dict[str, object]:
+def demo_episode_end_expected(e: int, steps: int) -> dict[str, object]:
     """What `snapbus demo --help` says the end of episode `e` holds."""
     total = 0.0
     for s in range(steps):

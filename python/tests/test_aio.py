@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import List
 
 from conftest import Bus, demo_emitted
 
@@ -12,7 +11,7 @@ import snapbus
 import snapbus.aio
 
 
-def _aio_threads() -> List[threading.Thread]:
+def _aio_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "snapbus-aio"]
 
 
@@ -20,8 +19,8 @@ def test_async_for_reads_events_and_closing_stops_the_thread(bus: Bus) -> None:
     out = bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "3", "--steps", "4")
     emitted = demo_emitted(out.stdout + out.stderr)
 
-    async def main() -> List[int]:
-        got: List[int] = []
+    async def main() -> list[int]:
+        got: list[int] = []
         ticks = 0
 
         async def ticker() -> None:

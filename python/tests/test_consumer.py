@@ -4,7 +4,7 @@ in hooks flushed and re-raised, until_end/cut."""
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Set, Tuple
+from typing import Any
 
 import pytest
 from conftest import Bus
@@ -14,8 +14,8 @@ import snapbus
 
 class Recorder(snapbus.Consumer):
     def __init__(self) -> None:
-        self.calls: List[Tuple[str, Any]] = []
-        self.threads: Set[int] = set()
+        self.calls: list[tuple[str, Any]] = []
+        self.threads: set[int] = set()
 
     def _note(self, what: str, arg: Any) -> None:
         self.threads.add(threading.get_ident())

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gc
-import sys
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 import numpy as np
 import pytest
@@ -16,11 +15,8 @@ from conftest import Bus, demo_step_expected
 
 import snapbus
 
-if sys.version_info >= (3, 8):
-    from typing import Literal
 
-
-def _demo_events(bus: Bus, schema: str = "demo.*") -> List[snapbus.Event]:
+def _demo_events(bus: Bus, schema: str = "demo.*") -> list[snapbus.Event]:
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "4", "--steps", "2")
     with snapbus.subscribe(schema, start="oldest", cut=True, until_end=True, bus=bus.name) as s:
         return list(s)
@@ -37,17 +33,17 @@ class Step:
     step: int
     mode: Mode
     reward: float
-    position: List[float]
+    position: List[float]  # noqa: UP006 (evaluated by get_type_hints, also on 3.8)
     observation: Any
     note: str = "absent in the record"
-    tags: List[str] = field(default_factory=list)
+    tags: List[str] = field(default_factory=list)  # noqa: UP006
 
 
 @dataclass
 class StepLiteral:
     episode: int
     mode: Literal["Train", "Eval"]
-    extra: Optional[int] = None
+    extra: Optional[int] = None  # noqa: UP045
 
 
 def test_payload_is_a_record_per_schema_with_lazy_cached_decode(bus: Bus) -> None:
@@ -59,7 +55,12 @@ def test_payload_is_a_record_per_schema_with_lazy_cached_decode(bus: Bus) -> Non
     assert steps[0].payload is p0  # cached
     assert [f.name for f in dataclasses.fields(p0)] == steps[0].schema.fields
     assert steps[0].schema.fields == [
-        "episode", "step", "mode", "reward", "position", "observation"
+        "episode",
+        "step",
+        "mode",
+        "reward",
+        "position",
+        "observation",
     ]
     assert isinstance(steps[0].data, bytes) and len(steps[0].data) > 48
     assert steps[0].schema.fingerprint == steps[1].schema.fingerprint

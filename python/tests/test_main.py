@@ -42,24 +42,54 @@ def test_run_a_consumer_class_to_the_end(bus: Bus, tmp_path: Path) -> None:
     env = _module(tmp_path)
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "2", "--steps", "3")
     out = tmp_path / "steps.json"
-    p = bus.spawn_py(["-m", "snapbus", "run", "my_consumers:Count", "--glob", "demo.step",
-                      "--start", "oldest", "--until-end", "--", str(out)], env=env)
+    p = bus.spawn_py(
+        [
+            "-m",
+            "snapbus",
+            "run",
+            "my_consumers:Count",
+            "--glob",
+            "demo.step",
+            "--start",
+            "oldest",
+            "--until-end",
+            "--",
+            str(out),
+        ],
+        env=env,
+    )
     res = p.wait()
     assert res.returncode == 0, res.stderr
     assert json.loads(out.read_text()) == [[e, s] for e in range(2) for s in range(3)]
 
 
-def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(bus: Bus, tmp_path: Path,
-                                                                   ) -> None:
+def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(
+    bus: Bus,
+    tmp_path: Path,
+) -> None:
     env = _module(tmp_path)
     out = tmp_path / "steps.json"
-    p = bus.spawn_py(["-m", "snapbus", "run", "my_consumers:Count", "--glob", "demo.step",
-                      "--flush-every", "60", "--", str(out)], env=env)
+    p = bus.spawn_py(
+        [
+            "-m",
+            "snapbus",
+            "run",
+            "my_consumers:Count",
+            "--glob",
+            "demo.step",
+            "--flush-every",
+            "60",
+            "--",
+            str(out),
+        ],
+        env=env,
+    )
     wait_until("the consumer in snapbus ls", lambda: "counter" in json.dumps(bus.ls()))
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "2")
-    wait_until("the consumer to read the demo",
-               lambda: '"delivered": 2' in json.dumps(bus.ls()) or
-               "'delivered': 2" in str(bus.ls()))
+    wait_until(
+        "the consumer to read the demo",
+        lambda: '"delivered": 2' in json.dumps(bus.ls()) or "'delivered': 2" in str(bus.ls()),
+    )
     p.signal(signal.SIGTERM)
     res = p.wait()
     assert res.returncode == 0, res.stderr
@@ -69,8 +99,7 @@ def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(bus: Bus, tmp_
 def test_a_hook_exception_fails_the_process_with_its_traceback(bus: Bus, tmp_path: Path) -> None:
     env = _module(tmp_path)
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "1")
-    p = bus.spawn_py(["-m", "snapbus", "run", "my_consumers:Broken", "--start", "oldest"],
-                     env=env)
+    p = bus.spawn_py(["-m", "snapbus", "run", "my_consumers:Broken", "--start", "oldest"], env=env)
     res = p.wait()
     assert res.returncode == 1
     assert "ValueError: broken consumer" in res.stderr
@@ -78,8 +107,10 @@ def test_a_hook_exception_fails_the_process_with_its_traceback(bus: Bus, tmp_pat
 
 def test_bad_targets_are_refused(bus: Bus, tmp_path: Path) -> None:
     env = _module(tmp_path)
-    for target, msg in [("my_consumers", "expected MODULE:CLASS"),
-                        ("my_consumers:Nope", "has no 'Nope'"),
-                        ("json:dumps", "not a snapbus.Consumer subclass")]:
+    for target, msg in [
+        ("my_consumers", "expected MODULE:CLASS"),
+        ("my_consumers:Nope", "has no 'Nope'"),
+        ("json:dumps", "not a snapbus.Consumer subclass"),
+    ]:
         res = bus.spawn_py(["-m", "snapbus", "run", target], env=env).wait()
         assert res.returncode != 0 and msg in res.stderr, (target, res.stderr)

@@ -16,8 +16,7 @@ EPISODES, STEPS = 3, 4
 
 
 def _snapshot(bus: Bus, tmp_path: Path) -> Path:
-    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", str(EPISODES), "--steps",
-            str(STEPS))
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", str(EPISODES), "--steps", str(STEPS))
     out = tmp_path / "snap.mcap"
     bus.cli("snapshot", "-o", str(out))
     return out
@@ -46,8 +45,17 @@ def test_to_pandas_gives_dotted_columns_and_array_cells(bus: Bus, tmp_path: Path
     path = _snapshot(bus, tmp_path)
     df = snapbus.open_recording(path).to_pandas("demo.step")
     assert len(df) == EPISODES * STEPS
-    for col in ("t_nanos", "producer", "seq", "episode", "step", "mode", "reward",
-                "position", "observation"):
+    for col in (
+        "t_nanos",
+        "producer",
+        "seq",
+        "episode",
+        "step",
+        "mode",
+        "reward",
+        "position",
+        "observation",
+    ):
         assert col in df.columns, df.columns
     assert df["producer"].unique().tolist() == ["demo"]
     assert df["reward"].tolist() == pytest.approx(
@@ -64,8 +72,12 @@ def test_nested_records_flatten_to_dotted_columns(bus: Bus, tmp_path: Path) -> N
     out = tmp_path / "summary.mcap"
     wait_until(
         "a snapshot of the aggregator's summaries",
-        lambda: bus.cli("snapshot", "--force", "-o", str(out), "--schema", "demo.step.summary",
-                        check=False).returncode == 0,
+        lambda: (
+            bus.cli(
+                "snapshot", "--force", "-o", str(out), "--schema", "demo.step.summary", check=False
+            ).returncode
+            == 0
+        ),
     )
     df = snapbus.open_recording(out).to_pandas("demo.step.summary")
     assert len(df) >= 1
@@ -78,10 +90,8 @@ def test_nested_records_flatten_to_dotted_columns(bus: Bus, tmp_path: Path) -> N
 def test_a_recording_made_by_snapbus_record_and_cut_short(bus: Bus, tmp_path: Path) -> None:
     out = tmp_path / "rec.mcap"
     rec_proc = bus.spawn_cli("record", "-o", str(out), "--schema", "demo.*")
-    wait_until("the recorder to subscribe",
-               lambda: "record" in str(bus.ls().get("consumers", "")))
-    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", str(EPISODES), "--steps",
-            str(STEPS))
+    wait_until("the recorder to subscribe", lambda: "record" in str(bus.ls().get("consumers", "")))
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", str(EPISODES), "--steps", str(STEPS))
     rec_proc.signal(signal.SIGINT)
     assert rec_proc.wait().returncode == 0
     rec = snapbus.open_recording(out)
@@ -116,7 +126,7 @@ def test_missing_and_non_recording_files_raise(tmp_path: Path) -> None:
         snapbus.open_recording(tmp_path / "missing.mcap")
     junk = tmp_path / "junk.mcap"
     junk.write_bytes(b"this is not an MCAP file at all")
-    with pytest.raises(ValueError, match="not a readable snapbus recording.*MCAP"):
+    with pytest.raises(ValueError, match=r"not a readable snapbus recording.*MCAP"):
         snapbus.open_recording(junk)
     empty = tmp_path / "empty.mcap"
     empty.write_bytes(b"")

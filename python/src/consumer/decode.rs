@@ -11,7 +11,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use snapbus_bus::schemas::{DType, DecodeError, SchemaDescriptor, TypeDesc, VariantKind, WireReader};
+use snapbus_bus::schemas::{
+    DType, DecodeError, SchemaDescriptor, TypeDesc, VariantKind, WireReader,
+};
 
 /// Largest tensor rank on the wire.
 const MAX_RANK: u64 = 32;
@@ -61,7 +63,9 @@ pub(crate) enum VariantPlan {
 fn helpers(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     MODULE
-        .get_or_try_init(py, || Ok::<_, PyErr>(py.import("snapbus._decode")?.unbind()))
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("snapbus._decode")?.unbind())
+        })
         .map(|m| m.bind(py))
 }
 
@@ -160,8 +164,7 @@ impl StructPlan {
             plans.push(Plan::of(py, ty, &format!("{name}_{fname}"))?);
             names.push(PyString::intern(py, fname).unbind());
         }
-        let cls = helpers(py)?
-            .call_method1("record_class", (name, PyList::new(py, &names)?))?;
+        let cls = helpers(py)?.call_method1("record_class", (name, PyList::new(py, &names)?))?;
         let cls = (!cls.is_none()).then(|| cls.unbind());
         Ok(StructPlan {
             cls,

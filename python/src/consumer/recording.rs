@@ -68,7 +68,8 @@ impl Recording {
             }
             _ => PyOSError::new_err(format!("opening {shown}: {e}")),
         })?;
-        let mut reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
+        let mut reader =
+            RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
         let first = py.detach(|| reader.next());
         let peeked = match first {
             None => None,

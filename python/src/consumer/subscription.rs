@@ -100,13 +100,7 @@ fn convert(py: Python<'_>, interned: &mut Interned, e: BusEvent<'_>) -> PyResult
     Ok(match e {
         BusEvent::Record(r) => {
             return record(
-                py,
-                interned,
-                r.producer,
-                r.schema,
-                r.emitter,
-                &r.meta,
-                r.payload,
+                py, interned, r.producer, r.schema, r.emitter, &r.meta, r.payload,
             );
         }
         BusEvent::Lagged { producer, lost, .. } => Item::Lag(p(interned, producer)?, lost),
@@ -296,7 +290,9 @@ fn timeout_of(timeout: Option<f64>) -> PyResult<Option<Duration>> {
         Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!(
             "timeout must be a non-negative number of seconds (or None), not {t}"
         ))),
-        Some(t) => Ok(Some(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX))),
+        Some(t) => Ok(Some(
+            Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX),
+        )),
     }
 }
 
@@ -416,7 +412,13 @@ impl Subscription {
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         Ok(match self.next_item(py, timeout_of(timeout)?, false)? {
             None => None,
-            Some(Item::Event(e)) => Some(PyTuple::new(py, [("event").into_pyobject(py)?.into_any(), e.into_bound(py).into_any()])?),
+            Some(Item::Event(e)) => Some(PyTuple::new(
+                py,
+                [
+                    ("event").into_pyobject(py)?.into_any(),
+                    e.into_bound(py).into_any(),
+                ],
+            )?),
             Some(Item::Lag(p, n)) => Some(PyTuple::new(
                 py,
                 [
@@ -427,7 +429,10 @@ impl Subscription {
             )?),
             Some(Item::Change(what, p)) => Some(PyTuple::new(
                 py,
-                [what.into_pyobject(py)?.into_any(), p.into_bound(py).into_any()],
+                [
+                    what.into_pyobject(py)?.into_any(),
+                    p.into_bound(py).into_any(),
+                ],
             )?),
         })
     }
