@@ -69,6 +69,37 @@ fn helpers(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
         .map(|m| m.bind(py))
 }
 
+/// numpy, if it can be imported: its `ndarray` type and a dtype object per [`DType`].
+struct Numpy {
+    ndarray: Py<PyAny>,
+    dtypes: Vec<Py<PyAny>>,
+}
+
+/// numpy, imported on first use (`None`: not installed; tensors become memoryviews).
+fn numpy(py: Python<'_>) -> PyResult<Option<&Numpy>> {
+    static NUMPY: PyOnceLock<Option<Numpy>> = PyOnceLock::new();
+    NUMPY
+        .get_or_try_init(py, || {
+            let np = match py.import("numpy") {
+                Ok(np) => np,
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyImportError>(py) => {
+                    return Ok::<_, PyErr>(None);
+                }
+                Err(e) => return Err(e),
+            };
+            let dtype = np.getattr("dtype")?;
+            let dtypes = DType::ALL
+                .iter()
+                .map(|d| dtype.call1((d.numpy(),)).map(Bound::unbind))
+                .collect::<PyResult<_>>()?;
+            Ok(Some(Numpy {
+                ndarray: np.getattr("ndarray")?.unbind(),
+                dtypes,
+            }))
+        })
+        .map(Option::as_ref)
+}
+
 impl Plan {
     /// The plan of a schema's root type; record classes are named after the schema id.
     pub(crate) fn of_schema(py: Python<'_>, schema: &SchemaDescriptor) -> PyResult<Plan> {
@@ -343,6 +374,16 @@ impl<'py> Decoder<'_, 'py> {
                 }
                 let offset = r.offset();
                 r.take(n * dtype.size_bytes()).map_err(bad)?;
+                if let Some(np) = numpy(py)? {
+                    // A read-only view (the buffer is `bytes`) whose base is the record's bytes.
+                    let k = DType::ALL.iter().position(|d| d == dtype).unwrap_or(0);
+                    return np.ndarray.bind(py).call1((
+                        PyTuple::new(py, shape)?,
+                        np.dtypes[k].bind(py),
+                        self.data,
+                        offset,
+                    ));
+                }
                 helpers(py)?.call_method1(
                     "tensor",
                     (

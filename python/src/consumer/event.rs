@@ -229,7 +229,11 @@ pub(crate) struct Interned {
     /// The last schema looked up (runs of one schema skip the hash).
     last_schema: Option<(Arc<SchemaDescriptor>, Py<Schema>)>,
     producers: HashMap<u64, Py<Producer>>,
+    /// The last producer looked up, by lane id.
+    last_producer: Option<(u64, Py<Producer>)>,
     emitters: HashMap<String, Py<PyString>>,
+    /// The last emitter looked up.
+    last_emitter: Option<Py<PyString>>,
 }
 
 impl Interned {
@@ -262,21 +266,39 @@ impl Interned {
         lane_id: u64,
         make: impl FnOnce() -> Producer,
     ) -> PyResult<Py<Producer>> {
-        if let Some(p) = self.producers.get(&lane_id) {
-            return Ok(p.clone_ref(py));
+        if let Some((id, p)) = &self.last_producer {
+            if *id == lane_id {
+                return Ok(p.clone_ref(py));
+            }
         }
-        let p = Py::new(py, make())?;
-        self.producers.insert(lane_id, p.clone_ref(py));
+        let p = match self.producers.get(&lane_id) {
+            Some(p) => p.clone_ref(py),
+            None => {
+                let p = Py::new(py, make())?;
+                self.producers.insert(lane_id, p.clone_ref(py));
+                p
+            }
+        };
+        self.last_producer = Some((lane_id, p.clone_ref(py)));
         Ok(p)
     }
 
     pub(crate) fn emitter(&mut self, py: Python<'_>, name: Option<&str>) -> Option<Py<PyString>> {
         let name = name?;
-        if let Some(s) = self.emitters.get(name) {
-            return Some(s.clone_ref(py));
+        if let Some(s) = &self.last_emitter {
+            if s.bind(py).to_str().is_ok_and(|t| t == name) {
+                return Some(s.clone_ref(py));
+            }
         }
-        let s = PyString::new(py, name).unbind();
-        self.emitters.insert(name.to_owned(), s.clone_ref(py));
+        let s = match self.emitters.get(name) {
+            Some(s) => s.clone_ref(py),
+            None => {
+                let s = PyString::new(py, name).unbind();
+                self.emitters.insert(name.to_owned(), s.clone_ref(py));
+                s
+            }
+        };
+        self.last_emitter = Some(s.clone_ref(py));
         Some(s)
     }
 }
