@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gc
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, List, Literal, Optional
 
@@ -102,3 +103,25 @@ def test_events_are_frozen(bus: Bus) -> None:
     ev = _demo_events(bus)[0]
     with pytest.raises(AttributeError):
         ev.seq = 3  # type: ignore[misc]
+
+
+def test_without_numpy_tensors_are_read_only_memoryviews(bus: Bus) -> None:
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "2", "--steps", "2")
+    child = bus.spawn_py(
+        textwrap.dedent("""
+        import sys
+        sys.modules["numpy"] = None  # import numpy raises ImportError
+        import snapbus
+        with snapbus.subscribe("demo.step", start="oldest", cut=True, until_end=True) as sub:
+            ev = list(sub)[3]
+        obs = ev.payload.observation
+        assert isinstance(obs, memoryview) and obs.readonly, obs
+        print(obs.shape, obs.tolist() if hasattr(obs, "tolist") else None)
+        print("numpy" in sys.modules and sys.modules["numpy"] is not None)
+    """)
+    )
+    res = child.wait()
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"(6, 8) {demo_step_expected(1, 1)['observation']}"
+    assert lines[1] == "False"
