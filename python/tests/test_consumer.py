@@ -3,11 +3,14 @@ in hooks flushed and re-raised, until_end/cut."""
 
 from __future__ import annotations
 
+import json
+import signal
+import textwrap
 import threading
 from typing import Any
 
 import pytest
-from conftest import Bus
+from conftest import Bus, demo_emitted, wait_until
 
 import snapbus
 
@@ -114,3 +117,51 @@ def test_run_with_bad_input_raises(bus: Bus) -> None:
         snapbus.run(snapbus.Consumer(), start="first", bus=bus.name)
     with pytest.raises(ConnectionError, match="snapbus up"):
         snapbus.run(snapbus.Consumer(), bus="no-such-bus")
+
+
+def test_on_lag_reports_exactly_what_a_stopped_consumer_lost(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    episodes, steps = 50, 1000
+    child = bus.spawn_py(
+        textwrap.dedent(f"""
+        import snapbus
+
+        class Count(snapbus.Consumer):
+            events = lagged = 0
+            def on_producer(self, change):
+                if change.kind == "joined":
+                    print("joined", flush=True)
+            def on_event(self, ev):
+                self.events += 1
+                if ev.schema.id == "demo.episode_end" and ev.payload.episode == {episodes - 1}:
+                    return snapbus.STOP
+            def on_lag(self, producer, lost):
+                assert producer.name == "demo"
+                self.lagged += lost
+
+        c = Count()
+        print("ready", flush=True)
+        s = snapbus.run(c, "demo.*")
+        print(c.events, c.lagged, s.delivered, s.lost, flush=True)
+    """)
+    )
+    assert child.popen.stdout is not None
+    assert child.popen.stdout.readline().strip() == "ready"
+    wait_until("the consumer in snapbus ls", lambda: "Count" in json.dumps(bus.ls()))
+    child.signal(signal.SIGSTOP)
+    monkeypatch.setenv("SNAPBUS_LANE_BYTES", str(1 << 20))
+    try:
+        out = bus.cli(
+            "demo", "--no-echo", "--rate", "0", "--episodes", str(episodes), "--steps", str(steps)
+        )
+    finally:
+        child.signal(signal.SIGCONT)
+    emitted = demo_emitted(out.stdout + out.stderr)
+    res = child.wait()
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.split("\n")
+    assert lines[0] == "joined"
+    events, lagged, delivered, lost = map(int, lines[1].split())
+    assert (events, lagged) == (delivered, lost)
+    assert lost > 0 and delivered + lost == emitted
