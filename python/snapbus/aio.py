@@ -19,6 +19,9 @@ __all__ = ["AsyncSubscription", "subscribe"]
 
 _BATCH = 1024
 _SLICE_S = 0.1
+# Batches handed to the loop but not yet taken: the helper thread reads no further ahead (an
+# iterator left without aclose() does not buffer the bus into memory).
+_AHEAD = 4
 
 
 class AsyncSubscription:
@@ -30,6 +33,7 @@ class AsyncSubscription:
         self._buffer: list[Event] = []
         self._pos = 0
         self._stop = threading.Event()
+        self._credits = threading.Semaphore(_AHEAD)
         self._thread: threading.Thread | None = None
 
     @property
@@ -45,10 +49,14 @@ class AsyncSubscription:
         def pump() -> None:
             try:
                 while not self._stop.is_set():
+                    if not self._credits.acquire(timeout=_SLICE_S):
+                        continue
                     batch = self._sub.get_batch(_BATCH, _SLICE_S)
                     if batch:
                         loop.call_soon_threadsafe(queue.put_nowait, batch)
-                    elif self._sub.ended:
+                        continue
+                    self._credits.release()
+                    if self._sub.ended:
                         break
             except BaseException as e:  # handed to the loop, raised by __anext__
                 if not self._stop.is_set():
@@ -79,12 +87,16 @@ class AsyncSubscription:
             self._start()
         assert self._queue is not None
         got = await self._queue.get()
+        self._credits.release()
         if got is None:
             raise StopAsyncIteration
         if isinstance(got, BaseException):
             raise got
         self._buffer, self._pos = got, 1
         return got[0]
+
+    def __del__(self) -> None:
+        self._stop.set()
 
     async def aclose(self) -> None:
         """Stops the helper thread and closes the subscription."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from conftest import Bus, demo_emitted
+from conftest import Bus, demo_emitted, wait_until
 
 import snapbus
 import snapbus.aio
@@ -61,3 +61,26 @@ def test_until_end_ends_the_async_iteration(bus: Bus) -> None:
         return n
 
     assert asyncio.run(main()) == 4
+
+
+def test_the_helper_thread_reads_only_a_few_batches_ahead(bus: Bus) -> None:
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "200", "--steps", "100")
+
+    async def main() -> int:
+        sub = snapbus.aio.subscribe("demo.*", start="oldest", bus=bus.name)
+        it = sub.__aiter__()
+        await it.__anext__()
+        # Not taking more: the helper stops after a few batches (it does not drain the ring).
+        wait_until("the helper to stop reading ahead", lambda: _quiet(sub), 30)
+        held = sub.subscription.delivered
+        assert held <= (snapbus.aio._AHEAD + 1) * snapbus.aio._BATCH, held
+        await sub.aclose()
+        return held
+
+    assert asyncio.run(main()) < 200 * 101
+
+
+def _quiet(sub: snapbus.aio.AsyncSubscription) -> bool:
+    before = sub.subscription.delivered
+    threading.Event().wait(0.3)
+    return sub.subscription.delivered == before
