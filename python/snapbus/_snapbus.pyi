@@ -75,6 +75,7 @@ class Subscription:
         kind: str = "python",
         cut: bool = False,
         until_end: bool = False,
+        start_nanos: int | None = None,
     ) -> None: ...
     @property
     def bus(self) -> str: ...

@@ -15,6 +15,7 @@ re-raised, never swallowed. `on_event` returning `snapbus.STOP` ends the run.
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
@@ -96,7 +97,7 @@ class Consumer:
 def run(
     consumer: Consumer,
     *globs: str,
-    start: str = "latest",
+    start: str | datetime.datetime = "latest",
     flush_every: float = 1.0,
     until_end: bool = False,
     cut: bool = False,

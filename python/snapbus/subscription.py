@@ -18,6 +18,8 @@ decodes into your dataclass by field name.
 
 from __future__ import annotations
 
+import datetime
+
 from ._errors import BusNotRunning
 from ._snapbus import Event, Producer, Schema, Subscription
 
@@ -28,7 +30,7 @@ _STARTS = ("latest", "oldest")
 
 def subscribe(
     *globs: str,
-    start: str = "latest",
+    start: str | datetime.datetime = "latest",
     bus: str | None = None,
     kind: str = "python",
     cut: bool = False,
@@ -37,9 +39,11 @@ def subscribe(
     """Subscribes to the schemas whose ids match `globs` (none: every schema) on `bus`
     (default: $SNAPBUS_BUS, else 'default').
 
-    `start`: "latest" (records emitted from now on) or "oldest" (also the history the rings
-    still hold). `kind` is shown by `snapbus ls`. `cut=True` reads only what the rings hold
-    now (a snapshot); with `until_end=True` the iteration ends once every producer has ended.
+    `start`: "latest" (records emitted from now on), "oldest" (also the history the rings
+    still hold), or a timezone-aware `datetime` (the first record at or after it still in the
+    rings; a naive datetime is local time). `kind` is shown by `snapbus ls`. `cut=True` reads
+    only what the rings hold now (a snapshot); with `until_end=True` the iteration ends once
+    every producer has ended.
     Returns once every existing producer's lane is mapped: nothing emitted after it returns is
     missed. Raises `BusNotRunning` (a ConnectionError) when no bus runs, `ValueError` for an
     unknown `start` or a bad glob.
@@ -47,9 +51,14 @@ def subscribe(
     for g in globs:
         if not isinstance(g, str):
             raise TypeError(f"globs are strings, not {type(g).__name__}: {g!r}")
+    if isinstance(start, datetime.datetime):
+        nanos = int(start.timestamp() * 1e9)
+        if nanos < 0:
+            raise ValueError(f"start {start!r} is before 1970")
+        return Subscription(list(globs), "time", bus, kind, cut, until_end, nanos)
     if start not in _STARTS:
         raise ValueError(
-            f"unknown start {start!r}: use 'latest' (only records from now on) or 'oldest' "
-            "(the history the rings still hold)"
+            f"unknown start {start!r}: use 'latest' (only records from now on), 'oldest' "
+            "(the history the rings still hold) or a datetime"
         )
     return Subscription(list(globs), start, bus, kind, cut, until_end)

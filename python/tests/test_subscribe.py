@@ -257,3 +257,21 @@ def _read_while_busy(sub: snapbus.Subscription) -> None:
         except queue.Empty:
             time.sleep(0.01)
     raise AssertionError("the reader thread never held the subscription")
+
+
+def test_start_at_a_datetime_reads_from_the_first_record_at_or_after_it(bus: Bus) -> None:
+    import datetime
+
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "3", "--steps", "3")
+    with snapbus.subscribe(
+        "demo.step", start="oldest", cut=True, until_end=True, bus=bus.name
+    ) as sub:
+        evs = list(sub)
+    t = evs[4].t_nanos
+    # A datetime holds microseconds: start just after the microsecond before record 4.
+    when = datetime.datetime.fromtimestamp((t // 1000) / 1e6, tz=datetime.timezone.utc)
+    with snapbus.subscribe("demo.step", start=when, cut=True, until_end=True, bus=bus.name) as sub:
+        got = [ev.seq for ev in sub]
+    floor = (t // 1000) * 1000
+    assert got == [ev.seq for ev in evs if ev.t_nanos >= floor]
+    assert evs[4].seq in got and evs[0].seq not in got

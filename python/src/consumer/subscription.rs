@@ -307,7 +307,8 @@ fn empty(py: Python<'_>) -> PyErr {
 impl Subscription {
     /// Subscribes (see `snapbus.subscribe`).
     #[new]
-    #[pyo3(signature = (globs, start="latest", bus=None, kind="python", cut=false, until_end=false))]
+    #[pyo3(signature = (globs, start="latest", bus=None, kind="python", cut=false, until_end=false, start_nanos=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         globs: Vec<String>,
@@ -316,14 +317,16 @@ impl Subscription {
         kind: &str,
         cut: bool,
         until_end: bool,
+        start_nanos: Option<u64>,
     ) -> PyResult<Subscription> {
-        let start = match start {
-            "latest" => StartAt::Latest,
-            "oldest" => StartAt::Oldest,
-            other => {
+        let start = match (start, start_nanos) {
+            ("time", Some(t)) => StartAt::Time(t),
+            ("latest", _) => StartAt::Latest,
+            ("oldest", _) => StartAt::Oldest,
+            (other, _) => {
                 return Err(PyValueError::new_err(format!(
-                    "unknown start {other:?}: use \"latest\" (only records from now on) or \
-                     \"oldest\" (the history the rings still hold)"
+                    "unknown start {other:?}: use \"latest\" (only records from now on), \
+                     \"oldest\" (the history the rings still hold) or a datetime"
                 )));
             }
         };
