@@ -114,3 +114,28 @@ def test_bad_targets_are_refused(bus: Bus, tmp_path: Path) -> None:
     ]:
         res = bus.spawn_py(["-m", "snapbus", "run", target], env=env).wait()
         assert res.returncode != 0 and msg in res.stderr, (target, res.stderr)
+
+
+def test_a_script_path_target(bus: Bus, tmp_path: Path) -> None:
+    script = tmp_path / "consumers_script.py"
+    script.write_text(CONSUMER)
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "2")
+    out = tmp_path / "steps.json"
+    p = bus.spawn_py(
+        [
+            "-m",
+            "snapbus",
+            "run",
+            f"{script}:Count",
+            "--glob",
+            "demo.step",
+            "--start",
+            "oldest",
+            "--until-end",
+            "--",
+            str(out),
+        ]
+    )
+    res = p.wait()
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text()) == [[0, 0], [0, 1]]
