@@ -1,3 +1,64 @@
-"""PLACEHOLDER (skeleton): subscriptions and events."""
+"""Subscriptions: `snapbus.subscribe(...)` and the `Event`s it yields.
 
-Event = Subscription = subscribe = None
+    with snapbus.subscribe("demo.*", start="oldest") as sub:
+        for ev in sub:                     # blocks; Ctrl-C interrupts
+            ev.schema.id, ev.producer.name, ev.level, ev.seq, ev.t_nanos
+            ev.payload                     # decoded on first access, cached
+        ev = sub.get(timeout=1.0)          # queue.Queue-style; raises queue.Empty
+        batch = sub.get_batch(1024, timeout=0.1)
+        sub.lost, sub.delivered            # exact counters
+
+An `Event`'s `data` is the record's bytes, copied once out of shared memory; its `payload` is
+decoded from them: structs as dataclass records (one class per schema, module
+`snapbus.records`; a dict where a field name is not an identifier), enums as the variant's
+name, options as None or the value, sequences as lists, maps as dicts, tensors as read-only
+numpy views over `data` (memoryviews without numpy), bytes as bytes. `ev.as_(MyClass)`
+decodes into your dataclass by field name.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ._errors import BusNotRunning
+from ._snapbus import Event, Producer, Schema, Subscription
+
+__all__ = ["BusNotRunning", "Event", "Producer", "Schema", "Subscription", "subscribe"]
+
+_STARTS = ("latest", "oldest")
+
+
+def subscribe(
+    *globs: str,
+    start: str | datetime.datetime = "latest",
+    bus: str | None = None,
+    kind: str = "python",
+    cut: bool = False,
+    until_end: bool = False,
+) -> Subscription:
+    """Subscribes to the schemas whose ids match `globs` (none: every schema) on `bus`
+    (default: $SNAPBUS_BUS, else 'default').
+
+    `start`: "latest" (records emitted from now on), "oldest" (also the history the rings
+    still hold), or a timezone-aware `datetime` (the first record at or after it still in the
+    rings; a naive datetime is local time). `kind` is shown by `snapbus ls`. `cut=True` reads
+    only what the rings hold now (a snapshot); with `until_end=True` the iteration ends once
+    every producer has ended.
+    Returns once every existing producer's lane is mapped: nothing emitted after it returns is
+    missed. Raises `BusNotRunning` (a ConnectionError) when no bus runs, `ValueError` for an
+    unknown `start` or a bad glob.
+    """
+    for g in globs:
+        if not isinstance(g, str):
+            raise TypeError(f"globs are strings, not {type(g).__name__}: {g!r}")
+    if isinstance(start, datetime.datetime):
+        nanos = int(start.timestamp() * 1e9)
+        if nanos < 0:
+            raise ValueError(f"start {start!r} is before 1970")
+        return Subscription(list(globs), "time", bus, kind, cut, until_end, nanos)
+    if start not in _STARTS:
+        raise ValueError(
+            f"unknown start {start!r}: use 'latest' (only records from now on), 'oldest' "
+            "(the history the rings still hold) or a datetime"
+        )
+    return Subscription(list(globs), start, bus, kind, cut, until_end)

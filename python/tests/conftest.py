@@ -212,3 +212,45 @@ def echo_oldest(bus: Bus, count: int, *globs: str) -> List[Dict[str, object]]:
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert len(lines) == count, f"expected {count} events, got {len(lines)}: {out.stderr}"
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The read side's helpers (test_subscribe, test_event, test_consumer, test_aio, test_recording).
+# ---------------------------------------------------------------------------------------------
+
+
+def demo_step_expected(e: int, s: int, width: int = 8, height: int = 6) -> dict[str, object]:
+    """What `snapbus demo --help` says step `s` of episode `e` holds (observation as rows)."""
+    return {
+        "episode": e,
+        "step": s,
+        "mode": "Eval" if e % 4 == 3 else "Train",
+        "reward": ((31 * e + 17 * s) % 11) / 10 - 0.5,
+        "position": [0.5 * s, float(e), float((s % 8) - 4)],
+        "observation": [
+            [(x + 2 * y + 3 * s + 5 * e) % 256 for x in range(width)] for y in range(height)
+        ],
+    }
+
+
+def demo_episode_end_expected(e: int, steps: int) -> dict[str, object]:
+    """What `snapbus demo --help` says the end of episode `e` holds."""
+    total = 0.0
+    for s in range(steps):
+        total += ((31 * e + 17 * s) % 11) / 10 - 0.5
+    return {
+        "episode": e,
+        "steps": steps,
+        "mode": "Eval" if e % 4 == 3 else "Train",
+        "total_reward": total,
+        "mean_reward": total / steps,
+    }
+
+
+def demo_emitted(proc_stdout_stderr: str) -> int:
+    """The N of `snapbus demo: emitted N of M events`."""
+    import re
+
+    m = re.search(r"emitted (\d+) of (\d+) events", proc_stdout_stderr)
+    assert m, proc_stdout_stderr
+    return int(m.group(1))
