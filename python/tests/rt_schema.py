@@ -1,0 +1,79 @@
+"""The dataclasses of the round-trip tests: every row of the mapping table, imported by the
+producer child and by the test itself."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar, Dict, List, Literal, Optional, Tuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+import snapbus
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+@dataclass
+class Pose:
+    x: float
+    y: float
+
+
+@dataclass
+class Row:
+    schema_id: ClassVar[str] = "rt.row"
+    schema_version: ClassVar[int] = 1
+
+    flag: bool
+    count: int
+    small: snapbus.u8
+    signed: snapbus.i16
+    wide: snapbus.u64
+    ratio: float
+    ratio32: snapbus.f32
+    name: str
+    blob: bytes
+    mode: Mode
+    heading: Literal["min", "max", "no", "jump"]
+    maybe: Optional[int]
+    maybe_not: Optional[str]
+    values: List[int]
+    pair: Tuple[int, str]
+    table: Dict[str, float]
+    pose: Pose
+    poses: List[Pose]
+    patch: NDArray[np.float32]
+    image: NDArray[np.uint8]
+    grids: Dict[str, NDArray[np.float64]] = field(default_factory=dict)
+
+
+def row(i: int) -> Row:
+    """The i-th row: every field a function of i."""
+    return Row(
+        flag=i % 2 == 0,
+        count=-(10**12) + i,
+        small=i % 256,
+        signed=-i,
+        wide=2**64 - 1 - i,
+        ratio=i / 3,
+        ratio32=0.5 + i,
+        name=f"row-{i}-é",
+        blob=bytes([i % 256, 0, 255]),
+        mode=Mode.EVAL if i % 2 else Mode.TRAIN,
+        heading=("min", "max", "no", "jump")[i % 4],
+        maybe=i if i % 3 else None,
+        maybe_not=None,
+        values=list(range(i % 5)),
+        pair=(i, str(i)),
+        table={"a": float(i), "b": -1.5},
+        pose=Pose(x=float(i), y=-float(i)),
+        poses=[Pose(x=1.0, y=2.0)] * (i % 3),
+        patch=np.arange(12, dtype=np.float32).reshape(3, 4) + i,
+        image=np.full((2, 2, 3), i % 256, dtype=np.uint8),
+        grids={"g": np.eye(2) * i},
+    )
