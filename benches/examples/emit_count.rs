@@ -45,7 +45,7 @@ use snapbus_benches::Event;
 #[inline(never)]
 fn emit_loop(telemetry: &Telemetry, ev: &Event, n: u64) {
     for _ in 0..n {
-        let _ = black_box(telemetry.snapshot(Level::INFO, black_box(ev)));
+        telemetry.snapshot(Level::INFO, black_box(ev));
     }
 }
 
@@ -116,6 +116,19 @@ fn lane_mode(n: u64) {
     println!("lane: {n} writes each, {polled} polled, {in_place} read in place");
 }
 
+/// A subscriber to every schema of the bus in `dir`.
+fn subscribe(dir: &BusDir, start: StartAt) -> Subscriber {
+    let opts = SubscribeOptions {
+        kind: "bench".into(),
+        globs: Vec::new(),
+        start,
+        cut: false,
+        skip_lanes: Vec::new(),
+        count_history_as_lost: false,
+    };
+    Subscriber::connect(dir, opts).unwrap()
+}
+
 #[inline(never)]
 fn sub_loop(sub: &mut Subscriber, n: u64) -> u64 {
     let mut got = 0;
@@ -161,18 +174,7 @@ fn main() {
     let reader = (mode == "reader").then(|| {
         let (stop, count, dir) = (Arc::clone(&stop), Arc::clone(&read), dir.clone());
         let reader = std::thread::spawn(move || {
-            let mut sub = Subscriber::connect(
-                &dir,
-                SubscribeOptions {
-                    kind: "bench".into(),
-                    globs: Vec::new(),
-                    start: StartAt::Latest,
-                    cut: false,
-                    skip_lanes: Vec::new(),
-                    count_history_as_lost: false,
-                },
-            )
-            .unwrap();
+            let mut sub = subscribe(&dir, StartAt::Latest);
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(Some(BusEvent::Record(r))) = sub.next(Duration::from_millis(50)) {
                     black_box(r.payload);
@@ -186,20 +188,7 @@ fn main() {
         }
         reader
     });
-    let mut sub = (mode == "sub-after").then(|| {
-        Subscriber::connect(
-            &dir,
-            SubscribeOptions {
-                kind: "bench".into(),
-                globs: Vec::new(),
-                start: StartAt::Oldest,
-                cut: false,
-                skip_lanes: Vec::new(),
-                count_history_as_lost: false,
-            },
-        )
-        .unwrap()
-    });
+    let mut sub = (mode == "sub-after").then(|| subscribe(&dir, StartAt::Oldest));
     emit_loop(&telemetry, &ev, n);
     if let Some(sub) = &mut sub {
         let got = sub_loop(sub, n);
@@ -217,5 +206,5 @@ fn main() {
 
 #[inline(never)]
 fn emit_warm(telemetry: &Telemetry, ev: &Event) {
-    let _ = telemetry.snapshot(Level::INFO, ev);
+    telemetry.snapshot(Level::INFO, ev);
 }
