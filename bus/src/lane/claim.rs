@@ -106,7 +106,7 @@ pub(super) struct Local {
 impl Local {
     /// Reserves room for a record at time `now` (CLOCK_REALTIME nanoseconds, read inside the
     /// gate; raised to the last time handed out so times never go backwards). Inlined into
-    /// the claim (out of line, a call from every emit: ~25 instructions more per record).
+    /// the claim (out of line, a call from every emit: 19–35 instructions more per record).
     #[inline]
     fn reserve(
         &mut self,
