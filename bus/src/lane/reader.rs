@@ -12,6 +12,7 @@
 //! The whole segment is untrusted: every length and offset is checked before use, garbage is
 //! skipped and counted, and nothing here can panic or read out of bounds. The validating loop
 //! is the cursor's (`cursor.rs`); this module is the reader's API around it.
+
 use std::sync::Arc;
 use std::time::Duration;
 
