@@ -10,8 +10,9 @@
 //! - **Producers never wait for consumers.** A lane is an overwrite ring written only by the
 //!   threads of one producer process; a slow, stopped or dead consumer cannot slow it down.
 //! - **Nothing torn, nothing twice, loss exact.** A reader validates every frame after reading
-//!   it and discards what was overwritten meanwhile; it reports [`Poll::Lagged`](lane::Poll::Lagged) with the
-//!   exact number of records it missed (from 64-bit sequence numbers).
+//!   it and discards what was overwritten meanwhile; it reports
+//!   [`Poll::Lagged`](lane::Poll::Lagged) with the exact number of records it missed (from
+//!   64-bit sequence numbers).
 //! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
 //!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
 //!   lanes read-only and refuse segments that are not sealed against resizing (no SIGBUS).

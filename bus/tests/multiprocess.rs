@@ -14,7 +14,8 @@
 //!   process receives and checks every one of the records; and one record at a time to a
 //!   reader that sleeps between them ([`sleeping_reader_is_woken_for_every_record`]): no
 //!   wakeup is lost.
-//! - (b) `producer_killed_<point>` for each crash point, and
+//! - (b) `producer_killed_<point>` for each crash point (`shared_writer_killed_<point>`: the
+//!   same through the shared writer a `Publisher` uses), and
 //!   [`producer_killed_externally_at_random_moments`]: a reader that had the lane mapped gets
 //!   every record committed before the kill, reports the uncommitted claim as a hole once told
 //!   the writer is gone, and never delivers a torn frame.
@@ -363,12 +364,16 @@ fn first_padded_seq(cap: u64, from: u64) -> u64 {
 }
 
 /// Reads (in this process, with a lane mapped before anything is written) from a producer
-/// that crashes at its `k`-th pass through `point`, then checks what the reader got.
-fn crash_case(point: &str, k: u64, cap: u64, fits: bool, dl: Deadline) {
+/// that crashes at its `k`-th pass through `point`, then checks what the reader got. `shared`:
+/// the producer writes through the shared writer (a `Publisher`'s) instead of `write_bytes`.
+fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadline) {
     let real = cfg!(feature = "testpoints");
     let bells = bells();
     let mut env = producer_env(cap, &bells, 1);
     env.push(("MP_MODE", "bytes".into()));
+    if shared {
+        env.push(("MP_WRITER", "shared".into()));
+    }
     env.push(if real {
         ("SNAPBUS_CRASH_AT", format!("{point}:{k}"))
     } else {
@@ -430,7 +435,10 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, dl: Deadline) {
     let committed = if point == "after_commit" { k } else { k - 1 };
     let s = r.stats();
     let ls = lane.lane.stats();
-    let ctx = format!("{point}:{k} (cap {cap}, real test point: {real}): {s:?} {ls:?} {chk:?}");
+    let ctx = format!(
+        "{point}:{k} (cap {cap}, shared writer: {shared}, real test point: {real}): {s:?} {ls:?} \
+         {chk:?}"
+    );
     assert_eq!(
         (chk.corrupt, chk.order_err, chk.acct_err),
         (0, 0, 0),
@@ -451,8 +459,11 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, dl: Deadline) {
         assert_eq!(s.delivered, committed, "every committed record: {ctx}");
     }
     // `frames_committed` is bumped after the commit word: the real `after_commit` point is
-    // between the two.
-    let counted = if point == "after_commit" && real {
+    // between the two. The shared writer counts a claim when it makes it (claims in flight
+    // count), so the claim the kill interrupted is counted whatever the point.
+    let counted = if shared {
+        k
+    } else if point == "after_commit" && real {
         k - 1
     } else {
         committed
@@ -463,16 +474,16 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, dl: Deadline) {
     eprintln!("crash {point}:{k} cap={cap}: {s:?}");
 }
 
-fn crash_at(test: &'static str, point: &str) {
+fn crash_at(test: &'static str, point: &str, shared: bool) {
     let wd = Watchdog::new(test, secs(180));
     // No wrap: everything up to the crash fits the ring, so the reader must get all of it.
     let (k, cap) = (1500, 4 << 20);
     assert!((0..k).map(frame_bytes).sum::<u64>() < cap);
-    crash_case(point, k, cap, true, wd.deadline);
+    crash_case(point, k, cap, true, shared, wd.deadline);
     // Many laps, and the fatal record is the first one after a PAD at the ring's end.
     let cap = 1 << 20;
     let k = first_padded_seq(cap, 15_000) + 1;
-    crash_case(point, k, cap, false, wd.deadline);
+    crash_case(point, k, cap, false, shared, wd.deadline);
 }
 
 #[test]
@@ -481,27 +492,54 @@ fn crash_at(test: &'static str, point: &str) {
     ignore = "needs --features testpoints (inside claim)"
 )]
 fn producer_killed_after_intent() {
-    crash_at("producer_killed_after_intent", "after_intent");
+    crash_at("producer_killed_after_intent", "after_intent", false);
 }
 
 #[test]
 fn producer_killed_after_busy() {
-    crash_at("producer_killed_after_busy", "after_busy");
+    crash_at("producer_killed_after_busy", "after_busy", false);
 }
 
 #[test]
 fn producer_killed_mid_payload() {
-    crash_at("producer_killed_mid_payload", "mid_payload");
+    crash_at("producer_killed_mid_payload", "mid_payload", false);
 }
 
 #[test]
 fn producer_killed_before_commit() {
-    crash_at("producer_killed_before_commit", "before_commit");
+    crash_at("producer_killed_before_commit", "before_commit", false);
 }
 
 #[test]
 fn producer_killed_after_commit() {
-    crash_at("producer_killed_after_commit", "after_commit");
+    crash_at("producer_killed_after_commit", "after_commit", false);
+}
+
+// The same kills in the shared writer every `Publisher` writes through: its claim runs the
+// same sequence and crash points (`mid_payload` is `write_bytes`'s, which it does not have).
+
+#[test]
+#[cfg_attr(
+    not(feature = "testpoints"),
+    ignore = "needs --features testpoints (inside claim)"
+)]
+fn shared_writer_killed_after_intent() {
+    crash_at("shared_writer_killed_after_intent", "after_intent", true);
+}
+
+#[test]
+fn shared_writer_killed_after_busy() {
+    crash_at("shared_writer_killed_after_busy", "after_busy", true);
+}
+
+#[test]
+fn shared_writer_killed_before_commit() {
+    crash_at("shared_writer_killed_before_commit", "before_commit", true);
+}
+
+#[test]
+fn shared_writer_killed_after_commit() {
+    crash_at("shared_writer_killed_after_commit", "after_commit", true);
 }
 
 fn time_seed() -> u64 {

@@ -36,6 +36,11 @@ pub trait Wire: Sized {
     fn decode(r: &mut WireReader<'_>) -> Result<Self, DecodeError>;
 
     /// Encodes into `buf` without allocating; returns the number of bytes written.
+    // `#[inline]`: a copy in every codegen unit that uses it, so an emit path (the bus's
+    // `Publisher::write_record`) inlines it whichever unit it lands in; out of line (it was,
+    // depending on how rustc happened to partition the caller's crate) an emit costs ~30
+    // instructions more and keeps its abort path.
+    #[inline]
     fn encode_into(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         let needed = self.encoded_len();
         let Some(dst) = buf.get_mut(..needed) else {

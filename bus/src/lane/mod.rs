@@ -1,5 +1,7 @@
 //! Lanes: one overwrite ring per producer process (ring-design.md §0, §3.4–§3.7).
 
+mod claim;
+mod cursor;
 pub mod layout;
 mod reader;
 mod set;
@@ -7,13 +9,12 @@ mod writer;
 
 use std::sync::Arc;
 
+pub use claim::{Claim, ClaimError, WriteError};
+pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, PayloadView, ReaderStats, StartAt};
 pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
-pub use reader::{
-    DEFAULT_STALL_TIMEOUT, Frame, FrameMeta, LaneReader, LaneStats, NoFrame, PayloadView, Poll,
-    ReaderStats, StartAt,
-};
+pub use reader::{Frame, LaneReader, LaneStats, NoFrame, Poll};
 pub use set::ReaderSet;
-pub use writer::{Claim, ClaimError, LaneWriter, SharedLaneWriter, WriteError};
+pub use writer::{LaneWriter, SharedLaneWriter};
 
 use layout::{ENDIAN_MARK, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
 

@@ -12,9 +12,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::process::Signal;
+use snapbus_bus::doorbell::DoorbellPage;
 use snapbus_bus::lane::{
-    ClaimError, Frame, FrameMeta, LaneConfig, LaneWriter, Poll, ReaderStats, RecordMeta, ShmLane,
-    StartAt,
+    Claim, ClaimError, Frame, FrameMeta, LaneConfig, LaneWriter, Poll, ReaderStats, RecordMeta,
+    SharedLaneWriter, ShmLane, StartAt,
 };
 use snapbus_bus::mem::{LaneMem, ShmMem};
 
@@ -248,33 +249,66 @@ fn kill_self() -> ! {
     std::process::abort()
 }
 
+/// The producer's writer: the single `LaneWriter`, or (`MP_WRITER=shared`) the
+/// `SharedLaneWriter` every `Publisher` writes through (which rings no doorbells itself: the
+/// role rings them after each commit, as the publisher does).
+enum Writer {
+    Single(LaneWriter<ShmMem>),
+    Shared(SharedLaneWriter<ShmMem>, Option<(Arc<DoorbellPage>, u64)>),
+}
+
+impl Writer {
+    fn claim(&mut self, len: usize, meta: RecordMeta) -> Result<Claim<'_, ShmMem>, ClaimError> {
+        match self {
+            Writer::Single(w) => w.claim(len, meta),
+            Writer::Shared(w, _) => w.claim(len, meta),
+        }
+    }
+
+    fn ring(&self) {
+        match self {
+            Writer::Single(w) => w.ring(),
+            Writer::Shared(_, Some((page, mask))) => page.ring_mask(*mask),
+            Writer::Shared(_, None) => {}
+        }
+    }
+
+    fn close(&mut self) {
+        match self {
+            Writer::Single(w) => w.close(),
+            Writer::Shared(w, _) => w.close(),
+        }
+    }
+}
+
 /// Writes record `seq`: through `write_bytes` (every crash point, incl. `mid_payload`), or in
-/// place through `claim` / `payload_mut` / `commit` (odd seqs in `mixed` mode).
+/// place through `claim` / `payload_mut` / `commit` (odd seqs in `mixed` mode; always with
+/// the shared writer).
 fn write_one(
-    w: &mut LaneWriter<ShmMem>,
+    w: &mut Writer,
     seq: u64,
     in_place: bool,
     buf: &mut Vec<u8>,
 ) -> Result<(), ClaimError> {
     let len = payload_len(seq);
-    if in_place {
-        let mut claim = w.claim(len, meta(seq))?;
-        assert_eq!(claim.seq(), seq, "the lane numbers records like the test");
-        fill(seq, claim.payload_mut());
-        claim.commit();
-        w.ring();
-    } else {
+    if let (false, Writer::Single(single)) = (in_place, &mut *w) {
         buf.resize(len, 0);
         fill(seq, buf);
-        let got = w.write_bytes(meta(seq), buf)?;
+        let got = single.write_bytes(meta(seq), buf)?;
         assert_eq!(got, seq, "the lane numbers records like the test");
+        return Ok(());
     }
+    let mut claim = w.claim(len, meta(seq))?;
+    assert_eq!(claim.seq(), seq, "the lane numbers records like the test");
+    fill(seq, claim.payload_mut());
+    claim.commit();
+    w.ring();
     Ok(())
 }
 
 /// Without the `testpoints` feature: die like a writer killed at `point` while writing `seq`,
 /// using only the public claim API (every point but `after_intent`, which is inside `claim`).
-fn crash_emulated(w: &mut LaneWriter<ShmMem>, seq: u64, point: &str) -> ! {
+fn crash_emulated(w: &mut Writer, seq: u64, point: &str) -> ! {
     let len = payload_len(seq);
     let mut bytes = vec![0u8; len];
     fill(seq, &mut bytes);
@@ -294,16 +328,22 @@ fn crash_emulated(w: &mut LaneWriter<ShmMem>, seq: u64, point: &str) -> ! {
 
 /// Creates a lane, prints `ready pid= fd=`, then obeys stdin: `write <n>` writes the next `n`
 /// records and prints `wrote total= errors=`; `close` closes the lane, prints `closed` and
-/// returns. `MP_MODE=bytes` writes everything with `write_bytes`; `MP_BELL`/`MP_BELL_MASK`
-/// ring consumers' doorbells; `MP_SELFKILL=<point>:<n>` emulates a crash at the n-th record.
+/// returns. `MP_MODE=bytes` writes everything with `write_bytes`; `MP_WRITER=shared` writes
+/// through the shared writer instead (every record in place); `MP_BELL`/`MP_BELL_MASK` ring
+/// consumers' doorbells; `MP_SELFKILL=<point>:<n>` emulates a crash at the n-th record.
 fn producer() {
     let lane = ShmLane::create("snapbus-mp-producer", &lane_config()).expect("create lane");
-    let mut w = lane.lane.writer().expect("writer");
-    if let Some(path) = env_str("MP_BELL") {
-        let page = open_bells(&path);
+    let bells = env_str("MP_BELL").map(|path| {
         let mask = env_u64("MP_BELL_MASK").unwrap_or(1);
-        w.set_doorbells(Some((Arc::new(page), mask)));
-    }
+        (Arc::new(open_bells(&path)), mask)
+    });
+    let mut w = if env_str("MP_WRITER").as_deref() == Some("shared") {
+        Writer::Shared(lane.lane.shared_writer().expect("writer"), bells)
+    } else {
+        let mut w = lane.lane.writer().expect("writer");
+        w.set_doorbells(bells);
+        Writer::Single(w)
+    };
     let mixed = env_str("MP_MODE").as_deref() != Some("bytes");
     let selfkill = env_str("MP_SELFKILL").map(|v| {
         let (point, n) = v.split_once(':').expect("MP_SELFKILL=<point>:<n>");
