@@ -1,5 +1,5 @@
 //! Doorbells: how a consumer sleeps without burning CPU and a producer wakes it without a
-//! syscall unless it is actually asleep (ring-design.md §3.9).
+//! syscall unless it is actually asleep (ARCHITECTURE.md, "Lanes").
 //!
 //! One `u32` futex word per consumer, in shared memory (no `FUTEX_PRIVATE_FLAG`): bit 0 is
 //! SLEEPING, bits 1.. count rings. Store-buffering (Dekker) protocol:

@@ -45,7 +45,7 @@
 //! ```
 //!
 //! The protocol is described in the module docs of [`lane`] (layout, writer, reader) and
-//! [`doorbell`], following `ring-design.md` §3 of the design research.
+//! [`doorbell`], and in ARCHITECTURE.md ("Lanes").
 
 #![allow(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! loom models of the lane protocol and the doorbell (ring-design.md §4.1).
+//! loom models of the lane protocol and the doorbell.
 //!
 //! # Running
 //!

@@ -1,4 +1,4 @@
-//! Claiming and committing a frame: the write protocol both writers run (ring-design.md §3.6).
+//! Claiming and committing a frame: the write protocol both writers run (ARCHITECTURE.md, "Lanes").
 //!
 //! Protocol, per frame at absolute position `start` (ending at `end`):
 //! 1. **Claim**: compute `start`/`end` from the process-local tail (inserting a PAD frame at the

@@ -207,7 +207,7 @@ pub struct LaneConfig {
 }
 
 impl Default for LaneConfig {
-    /// 64 MiB, 8 MiB frames, 64 KiB blocks (ring-design.md §3.12).
+    /// 64 MiB, 8 MiB frames, 64 KiB blocks.
     fn default() -> LaneConfig {
         LaneConfig {
             capacity: 64 << 20,

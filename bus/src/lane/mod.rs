@@ -1,4 +1,4 @@
-//! Lanes: one overwrite ring per producer process (ring-design.md §0, §3.4–§3.7).
+//! Lanes: one overwrite ring per producer process (ARCHITECTURE.md, "Lanes").
 
 mod claim;
 mod cursor;

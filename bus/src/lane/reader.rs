@@ -1,5 +1,5 @@
 //! Reading a lane: a private cursor that validates every frame after reading it
-//! (ring-design.md §3.7).
+//! (ARCHITECTURE.md, "Lanes").
 //!
 //! For a frame at `pos`: load the commit word (Acquire); if it is `tag(pos)`, read the header
 //! words, bounds-check them, copy (or view) the payload with atomic loads, then `fence(Acquire)`
