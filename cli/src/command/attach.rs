@@ -17,7 +17,7 @@ use snapbus_bus::runtime::BusDir;
 
 use crate::bus::{bus_dir, connect};
 use crate::cli::{Restart, SuperviseArgs};
-use crate::consumer_kinds::{BuiltinConsumer, forward};
+use crate::consumer_kinds::BuiltinConsumer;
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,7 +42,7 @@ pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<
     }
     let dir = bus_dir(args.bus())?;
     args.check(&dir, "snapbus attach")?;
-    let argv = forward::<T>(m, &dir, &[])?;
+    let argv = args.argv(m, &dir, &[])?;
     let started = start(&dir, T::KIND, argv, supervise.restart == Restart::OnFailure)?;
     args.announce(&dir, &started)
 }
