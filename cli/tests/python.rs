@@ -25,17 +25,27 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-/// A stand-in interpreter in `dir`: `-c CHECK TARGET` (attach's check) fails for a module
-/// named `missing`; any other run writes its arguments (one per line) to `argv-$RESTART` and
-/// its environment to `env-$RESTART`, then becomes `snapbus echo`.
+/// A stand-in interpreter in `dir`: `-c CHECK TARGET` (attach's check) runs in the real
+/// `python3`, with a stub `snapbus` module, in `dir`, which holds the modules `m` and `pkg.mod`;
+/// any other run writes its arguments (one per line) to `argv-$RESTART` and its environment to
+/// `env-$RESTART`, then becomes `snapbus echo`.
 fn fake_python(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
+    for (file, text) in [
+        ("stub/snapbus.py", "# stands in for the package\n"),
+        ("m.py", "class C: pass\n"),
+        ("pkg/__init__.py", ""),
+        ("pkg/mod.py", "class Cls: pass\n"),
+    ] {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
     let path = dir.join("fakepy");
     let script = format!(
         r#"#!/bin/sh
 if [ "$1" = "-c" ]; then
-    case "$3" in missing:*) echo "no module named 'missing'" >&2; exit 1;; esac
-    exit 0
+    PYTHONPATH={stub} exec python3 "$@"
 fi
 r=${{SNAPBUS_RESTART:-none}}
 printf '%s\n' "$@" > argv-$r.tmp && mv argv-$r.tmp argv-$r
@@ -43,7 +53,8 @@ printf 'pid=%s\nbus=%s\npythonpath=%s\nsupervised=%s\n' "$$" "$SNAPBUS_BUS" "$PY
     "$SNAPBUS_SUPERVISED_BY" > env-$r
 exec {exe} echo --from oldest >/dev/null
 "#,
-        exe = env!("CARGO_BIN_EXE_snapbus")
+        exe = env!("CARGO_BIN_EXE_snapbus"),
+        stub = dir.join("stub").display()
     );
     std::fs::write(&path, script).expect("write fakepy");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -229,6 +240,11 @@ fn bad_python_consumers_fail_in_the_caller_with_nothing_started() {
             vec!["--python", "./fakepy", "--", "nope.py"],
             vec!["no script nope.py"],
         ),
+        (
+            vec![],
+            vec!["--python", "./fakepy", "--", "sub/nope.py:Cls"],
+            vec!["cannot run sub/nope.py:Cls", "no script 'sub/nope.py'"],
+        ),
     ] {
         let mut cmd = bus.cmd(&["attach", "python"]);
         cmd.args(&args).current_dir(&dir);
@@ -242,6 +258,21 @@ fn bad_python_consumers_fail_in_the_caller_with_nothing_started() {
         }
     }
     // No target: clap's usage error.
+    // An interpreter without the package (python3 -I: no user site, no $PYTHONPATH).
+    let bare = dir.join("barepy");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -I \"$@\"\n").expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let mut cmd = bus.cmd(&["attach", "python", "--python", "./barepy", "--", "m:C"]);
+    let out = run_cmd(cmd.current_dir(&dir));
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot import snapbus") && out.stderr.contains("pip install"),
+        "{}",
+        out.stderr
+    );
     let out = bus.run(&["attach", "python", "--python", "/bin/sh"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("<TARGET>"), "{}", out.stderr);

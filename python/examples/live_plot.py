@@ -55,7 +55,10 @@ class LivePlot(snapbus.Consumer):
     def on_event(self, ev: Any) -> object:
         schema = ev.schema.id
         p = ev.payload
-        get = p.get if isinstance(p, dict) else (lambda k: getattr(p, k))
+
+        def get(name: str) -> Any:  # a record's field (or a dict's item)
+            return p[name] if isinstance(p, dict) else getattr(p, name)
+
         if schema == "monty.step":
             self.steps.append(len(self.steps))
             self.evidence.append(float(get("evidence")))

@@ -85,13 +85,14 @@ experiment = snapbus.get_telemetry("monty_like.experiment")
 sensor = snapbus.get_telemetry("monty_like.sensor")
 policy = snapbus.get_telemetry("monty_like.policy")
 
-HEADINGS = ("min", "max", "no", "jump")
+HEADINGS: tuple[Heading, ...] = ("min", "max", "no", "jump")
 
 
 def patch(episode: int, step: int) -> NDArray[np.float32]:
     """A 64x64 observation: a diagonal gradient shifted by the step and the episode."""
     y, x = np.mgrid[0:64, 0:64]
-    return (((x + y + 3 * step + 5 * episode) % 64) / 63.0).astype(np.float32)
+    out: NDArray[np.float32] = (((x + y + 3 * step + 5 * episode) % 64) / 63.0).astype(np.float32)
+    return out
 
 
 def run(episodes: int, steps: int, rate: float) -> None:

@@ -54,9 +54,9 @@ pub(crate) struct PythonArgs {
     pub(crate) pythonpath: Option<String>,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
-    /// `module:Class` (a `snapbus.Consumer` subclass, run by `python -m snapbus run`) or a
-    /// script `FILE.py` (run as is), then its own arguments, e.g. `--glob 'lab.*' --start
-    /// oldest` (put `--` before the target).
+    /// `module:Class` or `FILE.py:Class` (a `snapbus.Consumer` subclass, run by `python -m
+    /// snapbus run`) or a script `FILE.py` (run as is), then its own arguments, e.g. `--glob
+    /// 'lab.*' --start oldest` (put `--` before the target).
     #[arg(value_name = "TARGET", required = true, num_args = 1..,
           trailing_var_arg = true, allow_hyphen_values = true)]
     pub(crate) target: Vec<String>,
@@ -171,16 +171,20 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Checks, in the interpreter, that it imports `snapbus` and finds the module of `target`
-/// (`module:Class`); prints why not on stderr and exits 3.
+/// (`module:Class`, or the file of `path/script.py:Class`); prints why not on stderr and exits
+/// non-zero.
 const CHECK: &str = r#"
-import importlib.util, sys
+import importlib.util, os, sys
 try:
     import snapbus  # noqa: F401
 except Exception as e:
     sys.exit("cannot import snapbus (%s: %s); install it into this interpreter: pip install ./python" % (type(e).__name__, e))
 target = sys.argv[1]
-if ":" in target:
-    mod = target.split(":", 1)[0]
+mod = target.split(":", 1)[0]
+if ":" in target and (mod.endswith(".py") or "/" in mod):
+    if not os.path.isfile(mod):
+        sys.exit("no script %r" % mod)
+elif ":" in target:
     try:
         found = importlib.util.find_spec(mod) is not None
     except Exception as e:
