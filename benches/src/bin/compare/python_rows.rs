@@ -102,8 +102,10 @@ pub(crate) fn interpreter(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .ok_or("no --python given, no $SNAPBUS_PYTHON, and no python3 to find the test venv")?;
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("the benches crate has no parent directory")?;
+    let venv = workspace
         .join("target")
         .join(format!("py-{version}"))
         .join("bin")
