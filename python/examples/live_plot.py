@@ -13,12 +13,14 @@ the total evidence per episode, and the newest observation patch.
     snapbus attach python -- examples/live_plot.py --out plot.png     # under the broker
 
 `--episodes N` stops after N episode summaries; `--start oldest` first reads what the rings
-still hold (a late start misses nothing still there).
+still hold (a late start misses nothing still there). Ctrl-C, or SIGTERM (`snapbus detach`),
+stops it after a last redraw.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -100,6 +102,11 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, help="stop after this many episodes")
     parser.add_argument("--start", choices=["latest", "oldest"], default="latest")
     args = parser.parse_args()
+
+    def stop(signum: int, frame: Any) -> None:  # `snapbus detach` sends SIGTERM
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     plot = LivePlot(out=args.out, episodes=args.episodes)
     try:
         snapbus.run(plot, "monty.*", start=args.start, flush_every=0.25)

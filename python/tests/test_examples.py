@@ -7,9 +7,11 @@ consumer sees every episode and every step, and the PNG is written. Needs numpy 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import REPO, Bus, wait_until
+from conftest import REPO, WATCHDOG_S, Bus, snapbus_bin, wait_until
 
 EXAMPLES = REPO / "python" / "examples"
 
@@ -84,3 +86,44 @@ def test_the_producer_runs_without_a_bus(bus: Bus, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("episode ") == 2, done.stdout
     assert "no bus yet" in done.stderr, done.stderr
+
+
+def test_the_live_plot_runs_under_the_broker_and_detach_stops_it(bus: Bus, tmp_path: Path) -> None:
+    """`snapbus attach python -- live_plot.py …`: a script, run as is, supervised."""
+    import matplotlib  # noqa: F401
+
+    png = tmp_path / "plot.png"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(snapbus_bin()), *args],
+            env=bus.env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=WATCHDOG_S,
+        )
+
+    out = cli(
+        "attach",
+        "python",
+        "--python",
+        sys.executable,
+        "--",
+        str(EXAMPLES / "live_plot.py"),
+        "--out",
+        "plot.png",
+    )
+    assert out.returncode == 0, out.stderr
+    cid = int(out.stdout.strip())
+    exp = bus.spawn_py(
+        [str(EXAMPLES / "monty_like.py"), "--episodes", "2", "--steps", "4", "--rate", "0"]
+    )
+    assert exp.wait().returncode == 0
+    # It redraws (and rewrites the PNG, in its working directory) a few times a second.
+    wait_until("the PNG", png.exists)
+    out = cli("detach", str(cid))
+    assert out.returncode == 0, out.stderr
+    [c] = [c for c in bus.ls()["consumers"] if c["id"] == cid]  # type: ignore[union-attr, index]
+    assert "exited 0" in str(c["status"]), c
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
