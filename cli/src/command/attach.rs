@@ -1,4 +1,4 @@
-//! `snapbus attach KIND [ARGS…]`: starts a built-in consumer (one of
+//! `snapbus attach KIND [ARGS…]`: starts a consumer (one of
 //! [`KINDS`](crate::consumer_kinds::KINDS)) as a process the broker supervises, and returns once
 //! it is subscribed and reading — nothing emitted after `attach` returns is missed. Prints the
 //! consumer's id on stdout (for `snapbus detach ID`); `--foreground` runs the consumer in this
@@ -6,7 +6,8 @@
 //!
 //! The arguments are the consumer's own (those of its foreground verb), parsed here with its
 //! own parser and checked ([`BuiltinConsumer::check`]) before anything starts, then forwarded
-//! to it ([`forward`]).
+//! to it ([`BuiltinConsumer::argv`]: by default what the user gave,
+//! [`forward`](crate::consumer_kinds::forward)).
 
 use std::time::Duration;
 
