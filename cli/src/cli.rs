@@ -48,7 +48,7 @@ pub(crate) enum Command {
     Demo(DemoArgs),
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
-    /// The built-in consumers' foreground verbs: `record`, `plot`, `aggregate`.
+    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.
@@ -59,8 +59,8 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages.
     Export(ExportArgs),
-    /// Start a built-in consumer as a process supervised by the broker; prints its id once it
-    /// is subscribed and reading.
+    /// Start a consumer (built-in, or Python) as a process supervised by the broker; prints its
+    /// id once it is subscribed and reading.
     Attach(AttachArgs),
     /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
     /// across broker restarts; an id of no running consumer is refused.

@@ -1,4 +1,6 @@
-//! The built-in consumers the broker can supervise, in one registry, [`KINDS`].
+//! The consumers the broker can supervise, in one registry, [`KINDS`]: the built-in ones and
+//! `python` (a Python consumer class or script, `command/python.rs`, whose command line is its
+//! own: [`BuiltinConsumer::argv`]).
 //!
 //! Each consumer defines its flags once, as a clap `Args` struct in its verb's file
 //! (`command/record.rs`, `command/plot.rs`, `command/aggregate.rs`) that implements
@@ -27,6 +29,7 @@ use snapbus_bus::runtime::BusDir;
 use crate::cli::BusArgs;
 use crate::command::aggregate::AggregateArgs;
 use crate::command::plot::PlotArgs;
+use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
 use crate::command::{attach, spawn};
 
@@ -35,6 +38,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<RecordArgs>(),
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
+    ConsumerKind::of::<PythonArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
@@ -77,6 +81,12 @@ pub(crate) trait BuiltinConsumer: Args + FromArgMatches {
         attach::announce(dir, Self::KIND, started, &self.what());
         Ok(())
     }
+
+    /// The command line the broker runs for it (after `snapbus`), from its parsed arguments `m`
+    /// without the flags in `skip`: by default what the user gave ([`forward`]).
+    fn argv(&self, m: &ArgMatches, dir: &BusDir, skip: &[&str]) -> anyhow::Result<Vec<String>> {
+        forward::<Self>(m, dir, skip)
+    }
 }
 
 /// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.
@@ -116,7 +126,7 @@ impl ConsumerKind {
             run: run_verb::<T>,
             attach: attach::attach_kind::<T>,
             spawn: spawn::spawn_kind::<T>,
-            forward: forward::<T>,
+            forward: argv_of::<T>,
         }
     }
 
@@ -154,6 +164,14 @@ impl fmt::Debug for ConsumerKind {
 
 fn run_verb<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     T::from_arg_matches(m)?.run()
+}
+
+fn argv_of<T: BuiltinConsumer>(
+    m: &ArgMatches,
+    dir: &BusDir,
+    skip: &[&str],
+) -> anyhow::Result<Vec<String>> {
+    T::from_arg_matches(m)?.argv(m, dir, skip)
 }
 
 /// A consumer kind and the arguments clap parsed for it: a foreground verb (`snapbus record
@@ -424,6 +442,8 @@ mod tests {
                  --episode-field ep --field r* --field=-x --csv OUT/csv --from latest \
                  --until-end --worker 2/3"
             }
+            // An interpreter that resolves to itself; the target and its arguments.
+            "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.split_whitespace()

@@ -18,7 +18,10 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => 0,
         Err(err) => {
             eprintln!("snapbus: error: {}", bus::error_chain(&err));
-            if restart_cannot_help(&err) || command::record::is_permanent_write_error(&err) {
+            if restart_cannot_help(&err)
+                || command::record::is_permanent_write_error(&err)
+                || command::python::restart_cannot_help(&err)
+            {
                 // A full disk or an unwritable place: a supervised consumer must not be
                 // restarted into it.
                 snapbus_bus::runtime::EXIT_NO_RESTART as u8

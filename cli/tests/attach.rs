@@ -12,10 +12,11 @@ use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, run, run_cmd};
 
 /// The built-in consumers: (`attach` kind, foreground verb).
-const KINDS: [(&str, &str); 3] = [
+const KINDS: [(&str, &str); 4] = [
     ("recorder", "record"),
     ("plotter", "plot"),
     ("aggregator", "aggregate"),
+    ("python", "python"),
 ];
 
 /// The `--long` flags a `--help` text lists.

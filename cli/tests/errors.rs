@@ -61,6 +61,7 @@ fn every_verb_has_help() {
         "schemas",
         "aggregate",
         "spawn",
+        "python",
     ] {
         let out = run(&[verb, "--help"]);
         assert!(out.status.success(), "{verb}: {}", out.stderr);

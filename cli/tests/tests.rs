@@ -9,6 +9,7 @@ mod export;
 mod modes;
 mod outage;
 mod plotter;
+mod python;
 mod recording;
 mod schemas;
 mod supervision;

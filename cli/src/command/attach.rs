@@ -1,4 +1,4 @@
-//! `snapbus attach KIND [ARGS…]`: starts a built-in consumer (one of
+//! `snapbus attach KIND [ARGS…]`: starts a consumer (one of
 //! [`KINDS`](crate::consumer_kinds::KINDS)) as a process the broker supervises, and returns once
 //! it is subscribed and reading — nothing emitted after `attach` returns is missed. Prints the
 //! consumer's id on stdout (for `snapbus detach ID`); `--foreground` runs the consumer in this
@@ -6,7 +6,8 @@
 //!
 //! The arguments are the consumer's own (those of its foreground verb), parsed here with its
 //! own parser and checked ([`BuiltinConsumer::check`]) before anything starts, then forwarded
-//! to it ([`forward`]).
+//! to it ([`BuiltinConsumer::argv`]: by default what the user gave,
+//! [`forward`](crate::consumer_kinds::forward)).
 
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use snapbus_bus::runtime::BusDir;
 
 use crate::bus::{bus_dir, connect};
 use crate::cli::{Restart, SuperviseArgs};
-use crate::consumer_kinds::{BuiltinConsumer, forward};
+use crate::consumer_kinds::BuiltinConsumer;
 
 /// How long to wait for the consumer to start and subscribe (the broker gives up at 20 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,7 +43,7 @@ pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<
     }
     let dir = bus_dir(args.bus())?;
     args.check(&dir, "snapbus attach")?;
-    let argv = forward::<T>(m, &dir, &[])?;
+    let argv = args.argv(m, &dir, &[])?;
     let started = start(&dir, T::KIND, argv, supervise.restart == Restart::OnFailure)?;
     args.announce(&dir, &started)
 }

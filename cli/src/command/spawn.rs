@@ -9,7 +9,7 @@ use clap::{ArgMatches, FromArgMatches};
 use crate::bus::bus_dir;
 use crate::cli::{DetachArgs, Restart, SpawnRestart, SpawnWorkers};
 use crate::command::{attach, detach};
-use crate::consumer_kinds::{BuiltinConsumer, forward};
+use crate::consumer_kinds::BuiltinConsumer;
 
 /// `snapbus spawn KIND …` for consumer `T` (which has a `--worker I/N` flag), with `m` its
 /// parsed arguments.
@@ -25,7 +25,7 @@ pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<(
     args.check(&dir, "snapbus spawn")?;
     let argvs = (1..=workers)
         .map(|i| {
-            let mut argv = forward::<T>(m, &dir, &["worker"])?;
+            let mut argv = args.argv(m, &dir, &["worker"])?;
             argv.push(format!("--worker={i}/{workers}"));
             Ok(argv)
         })

@@ -16,6 +16,12 @@
 //!
 //! The harness re-executes itself as the processes of each run (`compare child …`, a JSON-line
 //! protocol on their stdout; see `run.rs`); the Python peer is `mp_queue.py` beside this file.
+//!
+//! The Python rows (snapbus from Python against `multiprocessing.Queue` and a `QueueHandler`
+//! pipeline: `benches/python/compare_py.py`) run after the others, on the same bus, under
+//! `--python PATH`, else `$SNAPBUS_PYTHON`, else the venv `.ci/test` makes
+//! (`target/py-3.X/bin/python`); without one they are reported "not measured" (see
+//! `python_rows.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +32,7 @@ use clap::{Parser, Subcommand};
 
 mod common;
 mod peers;
+mod python_rows;
 mod refs;
 mod report;
 mod run;
@@ -62,6 +69,10 @@ struct Cli {
     /// Print the report only.
     #[arg(long, conflicts_with = "out")]
     no_write: bool,
+    /// The interpreter for the Python rows (one with snapbus and numpy installed). Default:
+    /// $SNAPBUS_PYTHON, else the test venv `.ci/test` makes (target/py-3.X), if it exists.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -168,7 +179,7 @@ fn parent(cli: Cli) -> Result<bool> {
     let scratch = snapbus_benches::TempDir::new("compare").context("the scratch directory")?;
     let root = scratch.path().to_path_buf();
     let bus_dir = peers::snapbus_bus_dir(&root)?;
-    let broker = snapbus_bus::broker::InProcess::start(bus_dir, Duration::from_millis(200))
+    let broker = snapbus_bus::broker::InProcess::start(bus_dir.clone(), Duration::from_millis(200))
         .context("start the broker")?;
 
     let started = std::time::SystemTime::now();
@@ -192,6 +203,11 @@ fn parent(cli: Cli) -> Result<bool> {
             outcomes.push(o);
         }
     }
+    let python = match python_rows::interpreter(cli.python.as_deref()) {
+        Ok(py) => python_rows::run(&py, plan.quick, plan.reps, &bus_dir),
+        Err(why) => python_rows::PyOutcome::Skipped(why),
+    };
+    eprintln!("{}", python_rows::progress_line(&python));
     let _ = broker.stop();
     drop(scratch);
 
@@ -203,13 +219,15 @@ fn parent(cli: Cli) -> Result<bool> {
         started,
         finished: std::time::SystemTime::now(),
         command: report::command_line(),
+        python: &python,
     });
     println!("{text}");
     if let Some(path) = out {
         report::write_section(&path, &text)?;
         eprintln!("wrote the report into {}", path.display());
     }
-    let failed = outcomes.iter().filter(|o| o.result.is_err()).count();
+    let failed =
+        outcomes.iter().filter(|o| o.result.is_err()).count() + usize::from(python.failed());
     if failed > 0 {
         eprintln!("{failed} run(s) failed (see the report)");
     }

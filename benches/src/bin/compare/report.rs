@@ -26,6 +26,8 @@ pub(crate) struct Input<'a> {
     pub(crate) started: SystemTime,
     pub(crate) finished: SystemTime,
     pub(crate) command: String,
+    /// The Python rows.
+    pub(crate) python: &'a crate::python_rows::PyOutcome,
 }
 
 /// The workspace's BENCHMARKS.md.
@@ -648,8 +650,10 @@ pub(crate) fn render(input: &Input<'_>) -> String {
         );
     }
 
+    crate::python_rows::render(&mut out, input.python);
+
     // Goals.
-    goals(&mut out, plan, &rows, memcpy_rot, rtt);
+    goals(&mut out, plan, &rows, memcpy_rot, rtt, input.python);
     let _ = writeln!(out, "{END}");
     out
 }
@@ -660,6 +664,7 @@ fn goals(
     rows: &BTreeMap<Key, Row>,
     memcpy: Option<Spread>,
     rtt: Option<Spread>,
+    python: &crate::python_rows::PyOutcome,
 ) {
     let _ = writeln!(
         out,
@@ -778,11 +783,30 @@ fn goals(
             _ => {}
         }
     }
-    let _ = writeln!(
-        out,
-        "| the Python path ≥ 10× `multiprocessing.Queue` | not measurable: snapbus has no Python \
-         bindings yet (the Queue rows above are the baseline to beat) | – |"
-    );
+    let py = |prefix| python.value(prefix);
+    match (
+        py("snapbus Python → Python ÷ multiprocessing.Queue"),
+        py("snapbus, Python producer"),
+        py("multiprocessing.Queue"),
+    ) {
+        (Some(ratio), Some(s), Some(q)) => {
+            let _ = writeln!(
+                out,
+                "| the Python path ≥ 10× `multiprocessing.Queue` (issue #17) | snapbus Python → \
+                 Python {}/s, `multiprocessing.Queue` {}/s ({ratio:.1}×) | {} |",
+                rate_text(s),
+                rate_text(q),
+                yes(ratio >= 10.0)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "| the Python path ≥ 10× `multiprocessing.Queue` (issue #17) | not measured in \
+                 this run (see the Python section) | – |"
+            );
+        }
+    }
 }
 
 /// Replaces the `compare` section of the Markdown file at `path` with `text` (appending it if
