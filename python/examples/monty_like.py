@@ -77,7 +77,7 @@ class PolicyEvent:
     step: int
     heading: Heading
     # Evaluated at run time (the schema is read from the annotations): no `X | None` on 3.8.
-    avoid: Optional[bool] = None  # noqa: UP045
+    avoid: Optional[bool] = None
 
 
 # One telemetry handle per module, as `logging.getLogger(__name__)` in each of monty's modules.

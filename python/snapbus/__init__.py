@@ -27,11 +27,15 @@ from __future__ import annotations
 
 from ._snapbus import __version__
 
+# The read side (subscription.py, consumer.py, recording.py; asyncio in snapbus.aio).
+from .consumer import STOP, Consumer, run
+
 # The emit side (telemetry.py, schema.py, handler.py).
 from .handler import SnapbusHandler
+from .recording import Recording, open_recording
 from .schema import (
-    Tensor,
     TelemetryEvent,
+    Tensor,
     f32,
     f64,
     i8,
@@ -44,6 +48,7 @@ from .schema import (
     u32,
     u64,
 )
+from .subscription import Event, Subscription, subscribe
 from .telemetry import (
     DEBUG,
     ERROR,
@@ -51,8 +56,8 @@ from .telemetry import (
     TRACE,
     WARN,
     Telemetry,
-    getTelemetry,
     get_telemetry,
+    getTelemetry,
     init,
     is_connected,
     sample_resources,
@@ -60,11 +65,6 @@ from .telemetry import (
     stats,
     wait_for_bus,
 )
-
-# The read side (subscription.py, consumer.py, recording.py; asyncio in snapbus.aio).
-from .consumer import STOP, Consumer, run
-from .recording import Recording, open_recording
-from .subscription import Event, Subscription, subscribe
 
 __all__ = [
     "DEBUG",
@@ -78,8 +78,8 @@ __all__ = [
     "Recording",
     "SnapbusHandler",
     "Subscription",
-    "TelemetryEvent",
     "Telemetry",
+    "TelemetryEvent",
     "Tensor",
     "__version__",
     "f32",

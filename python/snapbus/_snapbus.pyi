@@ -1,12 +1,13 @@
 """Type stubs of the native module `snapbus._snapbus` (python/src). Users import `snapbus`."""
 
+import builtins
+from typing import Any, Iterator
+
 __version__: str
 
 # ---------------------------------------------------------------------------------------------
 # The emit side (python/src/producer).
 # ---------------------------------------------------------------------------------------------
-
-from typing import Any
 
 class Telemetry:
     """A handle for emitting snapshots under a target name (see snapbus.get_telemetry)."""
@@ -52,9 +53,6 @@ def sample_resources(period: float) -> ResourceSampler: ...
 # ---------------------------------------------------------------------------------------------
 # The read side (python/src/consumer).
 # ---------------------------------------------------------------------------------------------
-
-import builtins
-from typing import Any, Iterator
 
 class Schema:
     """A schema: id, version, fingerprint."""

@@ -33,9 +33,9 @@ class LogRecord:
     pathname: str
     lineno: i64
     funcName: str
-    thread: Optional[u64]  # noqa: UP045 - evaluated at run time (3.8)
-    process: Optional[u32]  # noqa: UP045
-    exc_text: Optional[str]  # noqa: UP045
+    thread: Optional[u64]
+    process: Optional[u32]
+    exc_text: Optional[str]
 
 
 def _is_event(obj: object) -> bool:

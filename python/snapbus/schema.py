@@ -48,6 +48,9 @@ if sys.version_info >= (3, 9):
 else:  # pragma: no cover - 3.8
     from typing_extensions import Annotated, Literal, get_args, get_origin, get_type_hints
 
+# typing_extensions redefines Literal on 3.8: a field may be annotated with either.
+_LITERALS = (Literal, typing.Literal)
+
 __all__ = [
     "TelemetryEvent",
     "Tensor",
@@ -220,7 +223,7 @@ class _Walker:
             if not members:
                 raise TypeError(f"field `{path}`: enum {tp.__qualname__} has no members")
             return ("enum", [m.name for m in members], {m: i for i, m in enumerate(members)})
-        if origin is Literal:
+        if origin in _LITERALS:
             if not args or not all(isinstance(a, str) for a in args):
                 raise TypeError(
                     f"field `{path}`: only Literal of strings maps to an enum, not {tp!r}"

@@ -37,10 +37,14 @@ os.environ.setdefault("SNAPBUS_STRICT", "1")
 def snapbus_bin() -> Path:
     """The CLI binary: $SNAPBUS_BIN, else the workspace's debug or release build."""
     explicit = os.environ.get("SNAPBUS_BIN")
-    candidates = [Path(explicit)] if explicit else [
-        REPO / "target" / "debug" / "snapbus",
-        REPO / "target" / "release" / "snapbus",
-    ]
+    candidates = (
+        [Path(explicit)]
+        if explicit
+        else [
+            REPO / "target" / "debug" / "snapbus",
+            REPO / "target" / "release" / "snapbus",
+        ]
+    )
     for c in candidates:
         if c.is_file():
             return c
@@ -67,7 +71,7 @@ class Proc:
 
     def __init__(self, args: Sequence[str], env: Dict[str, str], **kw: object) -> None:
         self.args = list(args)
-        self.popen = subprocess.Popen(  # noqa: S603
+        self.popen = subprocess.Popen(
             self.args,
             env=env,
             stdout=subprocess.PIPE,
@@ -122,11 +126,18 @@ class Bus:
         env.pop("SNAPBUS_FILTER", None)
         return env
 
-    def cli(self, *args: str, check: bool = True, timeout_s: float = WATCHDOG_S,
-            ) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout_s: float = WATCHDOG_S,
+    ) -> subprocess.CompletedProcess[str]:
         """Runs `snapbus ARGS` against this bus to its end."""
-        out = subprocess.run(  # noqa: S603
-            [str(snapbus_bin()), *args], env=self.env, capture_output=True, text=True,
+        out = subprocess.run(
+            [str(snapbus_bin()), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
             timeout=timeout_s,
         )
         if check and out.returncode != 0:
@@ -139,12 +150,15 @@ class Bus:
         self.procs.append(p)
         return p
 
-    def spawn_py(self, code_or_args: "str | Sequence[str]", env: Optional[Dict[str, str]] = None,
-                 ) -> Proc:
+    def spawn_py(
+        self,
+        code_or_args: str | Sequence[str],
+        env: Optional[Dict[str, str]] = None,
+    ) -> Proc:
         """Starts this interpreter on a code string (or on argv) with the bus's environment."""
         full_env = self.env
         full_env.update(env or {})
-        args = (["-c", code_or_args] if isinstance(code_or_args, str) else list(code_or_args))
+        args = ["-c", code_or_args] if isinstance(code_or_args, str) else list(code_or_args)
         p = Proc([sys.executable, *args], full_env, cwd=str(REPO / "python"))
         self.procs.append(p)
         return p
@@ -195,8 +209,11 @@ def _runtime_dir() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_producer(bus: Bus, code: str, env: Optional[Dict[str, str]] = None,
-                 ) -> subprocess.CompletedProcess[str]:
+def run_producer(
+    bus: Bus,
+    code: str,
+    env: Optional[Dict[str, str]] = None,
+) -> subprocess.CompletedProcess[str]:
     """Runs a Python producer (`code`, after `import snapbus`) on `bus` to its end; it must
     exit 0. Its stdout is returned (for values it prints)."""
     prelude = "import snapbus, sys\nassert snapbus.wait_for_bus(30), 'no bus'\n"

@@ -34,17 +34,17 @@ class Step:
     step: int
     mode: Mode
     reward: float
-    position: List[float]  # noqa: UP006 (evaluated by get_type_hints, also on 3.8)
+    position: List[float]
     observation: Any
     note: str = "absent in the record"
-    tags: List[str] = field(default_factory=list)  # noqa: UP006
+    tags: List[str] = field(default_factory=list)
 
 
 @dataclass
 class StepLiteral:
     episode: int
     mode: Literal["Train", "Eval"]
-    extra: Optional[int] = None  # noqa: UP045
+    extra: Optional[int] = None
 
 
 def test_payload_is_a_record_per_schema_with_lazy_cached_decode(bus: Bus) -> None:

@@ -6,7 +6,6 @@ package's own reader)."""
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 from typing import Any, List
 
@@ -81,8 +80,10 @@ def test_every_mapping_row_round_trips_python_to_python(bus: Bus) -> None:
     assert isinstance(events[1].as_(Row).mode, Mode) and isinstance(events[0].as_(Row).pose, Pose)
 
 
-def test_a_python_producer_recorded_by_attach_recorder_reads_back(bus: Bus, tmp_path: Path,
-                                                                  ) -> None:
+def test_a_python_producer_recorded_by_attach_recorder_reads_back(
+    bus: Bus,
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "rt.mcap"
     attached = bus.cli("attach", "recorder", "-o", str(out), "--schema", "rt.*")
     consumer_id = attached.stdout.split()[-1]
@@ -115,5 +116,3 @@ def test_a_python_producer_recorded_by_attach_recorder_reads_back(bus: Bus, tmp_
     frame = snapbus.open_recording(out).to_pandas("rt.row")
     assert list(frame["count"]) == [row(i).count for i in range(N)]
     assert list(frame["pose.x"]) == [row(i).pose.x for i in range(N)]
-
-

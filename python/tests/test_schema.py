@@ -2,7 +2,6 @@
 `snapbus schemas --json`), refusals naming the field, evolution, re-definitions."""
 
 # The dataclasses here are read by get_type_hints at run time, also on 3.8: typing.Dict etc.
-# ruff: noqa: UP006, UP045
 
 from __future__ import annotations
 
