@@ -198,21 +198,7 @@ impl Publisher {
                 return Err(e.into());
             }
         };
-        let key = match p.dynamic_key(desc) {
-            Ok(k) => k,
-            Err(e) => {
-                p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        let meta = RecordMeta {
-            schema_key: key,
-            // `key_of` refuses versions above `u16::MAX`.
-            schema_version: desc.version() as u16,
-            level: level.as_u8(),
-            emitter,
-        };
-        p.write_record(meta, encoder.encoded_len(), |buf| {
+        p.emit_encoded(level, emitter, desc, encoder.encoded_len(), |buf| {
             encoder.encode_into(buf).map(|_| ())
         })
     }
