@@ -11,6 +11,7 @@ ERROR (CRITICAL folds into ERROR).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -147,8 +148,33 @@ def wait_for_bus(timeout: float = 5.0) -> bool:
 
 def shutdown() -> None:
     """Closes this process's lane: consumers see the stream end rather than a dead producer.
-    Later snapshots are counted as ``closed``."""
+    Later snapshots are counted as ``closed``. Called at interpreter exit (and at the end of a
+    ``multiprocessing`` fork child) by itself: a script that just ends shows as closed, not
+    dead."""
     _snapbus.shutdown()
+
+
+class _LaneCloser:
+    """The (weak-referenceable) key of the after-fork hook below."""
+
+
+_LANE_CLOSER = _LaneCloser()
+
+
+def _close_at_child_exit() -> None:
+    # A multiprocessing fork child ends with os._exit, past atexit. Its bootstrap clears the
+    # finalizers it inherited, then runs the after-fork hooks: one of them registers a
+    # finalizer that closes the child's lane when its target returns.
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(
+            _LANE_CLOSER,
+            lambda _: mp_util.Finalize(None, _snapbus.shutdown, exitpriority=-100),
+        )
+
+
+atexit.register(_snapbus.shutdown)
+os.register_at_fork(after_in_child=_close_at_child_exit)
 
 
 def sample_resources(period: float = 1.0) -> ResourceSampler:

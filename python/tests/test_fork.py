@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-from conftest import echo_oldest
+from conftest import echo_oldest, wait_until
 
 CODE = textwrap.dedent(
     """
@@ -90,3 +90,43 @@ def test_a_fork_child_that_never_emitted_before_the_fork(bus) -> None:
     assert out.returncode == 0, out.stderr
     ev = echo_oldest(bus, 1, "test.hi")[0]
     assert ev["producer"]["pid"] == ev["payload"]["pid"]
+
+
+def test_producers_that_just_end_show_as_closed_not_dead(bus, tmp_path) -> None:
+    # No shutdown() anywhere: the script ends, a fork child ends (os._exit, past atexit), a
+    # spawn child ends; each closes its lane by itself. A kill -9 is what shows as dead.
+    code = textwrap.dedent(
+        """
+        import logging, multiprocessing as mp, os
+        from dataclasses import dataclass
+        from typing import ClassVar
+        @dataclass
+        class Bye:
+            schema_id: ClassVar[str] = "test.bye"
+            schema_version: ClassVar[int] = 1
+            pid: snapbus.u32
+        def child():
+            assert snapbus.wait_for_bus(30)
+            snapbus.get_telemetry("c").snapshot(logging.INFO, Bye(os.getpid()))
+        if __name__ == "__main__":
+            snapbus.get_telemetry("p").snapshot(logging.INFO, Bye(os.getpid()))
+            for method in ("fork", "spawn"):
+                p = mp.get_context(method).Process(target=child)
+                p.start(); p.join(60)
+                assert p.exitcode == 0, (method, p.exitcode)
+        """
+    )
+    script = tmp_path / "ends_quietly.py"
+    script.write_text("import snapbus\nassert snapbus.wait_for_bus(30)\n" + code)
+    out = bus.spawn_py([str(script)]).wait()
+    assert out.returncode == 0, out.stderr
+    pids = {e["producer"]["pid"] for e in echo_oldest(bus, 3, "test.bye")}
+    assert len(pids) == 3
+
+    def statuses() -> object:
+        mine = [q for q in bus.ls()["producers"] if q["info"]["pid"] in pids]
+        got = {q["info"]["pid"]: str(q["status"]) for q in mine}
+        return got if len(got) == 3 and all(s != "live" for s in got.values()) else None
+
+    got = wait_until("the three producers have left", statuses)
+    assert all(s == "closed" for s in got.values()), got  # type: ignore[union-attr]
