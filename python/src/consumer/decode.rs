@@ -274,31 +274,12 @@ impl<'py> Decoder<'_, 'py> {
             Plan::F64 => f64::from_le_bytes(r.take_array().map_err(bad)?)
                 .into_pyobject(py)?
                 .into_any(),
-            Plan::Str => {
-                let n = r.read_len(1).map_err(bad)?;
-                let at = r.offset();
-                let b = r.take(n).map_err(bad)?;
-                let s = std::str::from_utf8(b).map_err(|e| {
-                    PyValueError::new_err(format!(
-                        "the payload does not decode: a string at offset {at} is not UTF-8: {e}"
-                    ))
-                })?;
-                PyString::new(py, s).into_any()
-            }
+            Plan::Str => self.string(py)?,
             Plan::Bytes => {
                 let n = r.read_len(1).map_err(bad)?;
                 PyBytes::new(py, r.take(n).map_err(bad)?).into_any()
             }
-            Plan::Option(some) => match r.read_u8().map_err(bad)? {
-                0 => py.None().into_bound(py),
-                1 => self.value(py, some)?,
-                b => {
-                    return Err(PyValueError::new_err(format!(
-                        "the payload does not decode: option tag {b} at offset {}",
-                        r.offset() - 1
-                    )));
-                }
-            },
+            Plan::Option(some) => self.option(py, some)?,
             Plan::Seq(elem) => {
                 let n = r.read_len(1).map_err(bad)?;
                 self.list(py, elem, n)?
@@ -307,95 +288,142 @@ impl<'py> Decoder<'_, 'py> {
                 let n = usize::try_from(*len).unwrap_or(usize::MAX);
                 self.list(py, elem, n)?
             }
-            Plan::Tuple(elems) => {
-                let items = elems
-                    .iter()
-                    .map(|e| self.value(py, e))
-                    .collect::<PyResult<Vec<_>>>()?;
-                PyTuple::new(py, items)?.into_any()
-            }
+            Plan::Tuple(elems) => self.tuple(py, elems)?.into_any(),
             Plan::Struct(s) => self.record(py, s)?,
-            Plan::Enum(variants) => {
-                let at = r.offset();
-                let i = r.read_u32().map_err(bad)?;
-                let Some((name, v)) = variants.get(i as usize) else {
-                    return Err(PyValueError::new_err(format!(
-                        "the payload does not decode: variant {i} at offset {at} (the enum has {})",
-                        variants.len()
-                    )));
-                };
-                match v {
-                    VariantPlan::Unit => name.bind(py).clone().into_any(),
-                    VariantPlan::Tuple(elems) => {
-                        let items = elems
-                            .iter()
-                            .map(|e| self.value(py, e))
-                            .collect::<PyResult<Vec<_>>>()?;
-                        let d = PyDict::new(py);
-                        d.set_item(name.bind(py), PyTuple::new(py, items)?)?;
-                        d.into_any()
-                    }
-                    VariantPlan::Struct(s) => {
-                        let d = PyDict::new(py);
-                        d.set_item(name.bind(py), self.record(py, s)?)?;
-                        d.into_any()
-                    }
-                }
-            }
-            Plan::Map(k, v) => {
-                let n = r.read_len(1).map_err(bad)?;
+            Plan::Enum(variants) => self.variant(py, variants)?,
+            Plan::Map(k, v) => self.map(py, k, v)?,
+            Plan::Tensor(dtype) => self.tensor(py, *dtype)?,
+        })
+    }
+
+    /// A string: its length, then UTF-8 bytes.
+    #[inline]
+    fn string(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let r = &mut self.r;
+        let n = r.read_len(1).map_err(bad)?;
+        let at = r.offset();
+        let b = r.take(n).map_err(bad)?;
+        let s = std::str::from_utf8(b).map_err(|e| {
+            PyValueError::new_err(format!(
+                "the payload does not decode: a string at offset {at} is not UTF-8: {e}"
+            ))
+        })?;
+        Ok(PyString::new(py, s).into_any())
+    }
+
+    /// An option: a tag byte, then the value if `1`.
+    #[inline]
+    fn option(&mut self, py: Python<'py>, some: &Plan) -> PyResult<Bound<'py, PyAny>> {
+        match self.r.read_u8().map_err(bad)? {
+            0 => Ok(py.None().into_bound(py)),
+            1 => self.value(py, some),
+            b => Err(PyValueError::new_err(format!(
+                "the payload does not decode: option tag {b} at offset {}",
+                self.r.offset() - 1
+            ))),
+        }
+    }
+
+    /// A tuple's elements, in order.
+    #[inline]
+    fn tuple(&mut self, py: Python<'py>, elems: &[Plan]) -> PyResult<Bound<'py, PyTuple>> {
+        let items = elems
+            .iter()
+            .map(|e| self.value(py, e))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, items)
+    }
+
+    /// An enum: the variant index, then its payload (a unit variant is its name, others
+    /// `{name: payload}`).
+    #[inline]
+    fn variant(
+        &mut self,
+        py: Python<'py>,
+        variants: &[(Py<PyString>, VariantPlan)],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let at = self.r.offset();
+        let i = self.r.read_u32().map_err(bad)?;
+        let Some((name, v)) = variants.get(i as usize) else {
+            return Err(PyValueError::new_err(format!(
+                "the payload does not decode: variant {i} at offset {at} (the enum has {})",
+                variants.len()
+            )));
+        };
+        Ok(match v {
+            VariantPlan::Unit => name.bind(py).clone().into_any(),
+            VariantPlan::Tuple(elems) => {
                 let d = PyDict::new(py);
-                for _ in 0..n {
-                    let key = self.value(py, k)?;
-                    let val = self.value(py, v)?;
-                    d.set_item(key, val)?;
-                }
+                d.set_item(name.bind(py), self.tuple(py, elems)?)?;
                 d.into_any()
             }
-            Plan::Tensor(dtype) => {
-                let at = r.offset();
-                let rank = r.read_u64().map_err(bad)?;
-                if rank > MAX_RANK {
-                    return Err(PyValueError::new_err(format!(
-                        "the payload does not decode: tensor rank {rank} at offset {at}"
-                    )));
-                }
-                let mut shape = Vec::with_capacity(rank as usize);
-                for _ in 0..rank {
-                    shape.push(r.read_u64().map_err(bad)?);
-                }
-                let n = r.read_len(dtype.size_bytes()).map_err(bad)?;
-                let expected = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-                if expected != Some(n as u64) {
-                    return Err(PyValueError::new_err(format!(
-                        "the payload does not decode: a tensor of shape {shape:?} holds {n} \
-                         elements (offset {at})"
-                    )));
-                }
-                let offset = r.offset();
-                r.take(n * dtype.size_bytes()).map_err(bad)?;
-                if let Some(np) = numpy(py)? {
-                    // A read-only view (the buffer is `bytes`) whose base is the record's bytes.
-                    let k = DType::ALL.iter().position(|d| d == dtype).unwrap_or(0);
-                    return np.ndarray.bind(py).call1((
-                        PyTuple::new(py, shape)?,
-                        np.dtypes[k].bind(py),
-                        self.data,
-                        offset,
-                    ));
-                }
-                helpers(py)?.call_method1(
-                    "tensor",
-                    (
-                        self.data,
-                        dtype.numpy(),
-                        n,
-                        offset,
-                        PyTuple::new(py, shape)?,
-                    ),
-                )?
+            VariantPlan::Struct(s) => {
+                let d = PyDict::new(py);
+                d.set_item(name.bind(py), self.record(py, s)?)?;
+                d.into_any()
             }
         })
+    }
+
+    /// A map: its length, then each key and value.
+    #[inline]
+    fn map(&mut self, py: Python<'py>, k: &Plan, v: &Plan) -> PyResult<Bound<'py, PyAny>> {
+        let n = self.r.read_len(1).map_err(bad)?;
+        let d = PyDict::new(py);
+        for _ in 0..n {
+            let key = self.value(py, k)?;
+            let val = self.value(py, v)?;
+            d.set_item(key, val)?;
+        }
+        Ok(d.into_any())
+    }
+
+    /// A tensor: rank, dimensions, element count, then the elements, as a read-only numpy view
+    /// over the record's bytes (a memoryview without numpy).
+    #[inline]
+    fn tensor(&mut self, py: Python<'py>, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
+        let r = &mut self.r;
+        let at = r.offset();
+        let rank = r.read_u64().map_err(bad)?;
+        if rank > MAX_RANK {
+            return Err(PyValueError::new_err(format!(
+                "the payload does not decode: tensor rank {rank} at offset {at}"
+            )));
+        }
+        let mut shape = Vec::with_capacity(rank as usize);
+        for _ in 0..rank {
+            shape.push(r.read_u64().map_err(bad)?);
+        }
+        let n = r.read_len(dtype.size_bytes()).map_err(bad)?;
+        let expected = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        if expected != Some(n as u64) {
+            return Err(PyValueError::new_err(format!(
+                "the payload does not decode: a tensor of shape {shape:?} holds {n} \
+                 elements (offset {at})"
+            )));
+        }
+        let offset = r.offset();
+        r.take(n * dtype.size_bytes()).map_err(bad)?;
+        if let Some(np) = numpy(py)? {
+            // A read-only view (the buffer is `bytes`) whose base is the record's bytes.
+            let k = DType::ALL.iter().position(|d| *d == dtype).unwrap_or(0);
+            return np.ndarray.bind(py).call1((
+                PyTuple::new(py, shape)?,
+                np.dtypes[k].bind(py),
+                self.data,
+                offset,
+            ));
+        }
+        helpers(py)?.call_method1(
+            "tensor",
+            (
+                self.data,
+                dtype.numpy(),
+                n,
+                offset,
+                PyTuple::new(py, shape)?,
+            ),
+        )
     }
 
     fn list(&mut self, py: Python<'py>, elem: &Plan, n: usize) -> PyResult<Bound<'py, PyAny>> {
