@@ -28,6 +28,17 @@ __all__ = ["BusNotRunning", "Event", "Producer", "Schema", "Subscription", "subs
 _STARTS = ("latest", "oldest")
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _unix_nanos(when: datetime.datetime) -> int:
+    """`when` in nanoseconds since the Unix epoch, exactly (a naive datetime is local time;
+    `timestamp()` is a float, which rounds at today's dates by up to a quarter microsecond)."""
+    aware = when if when.tzinfo is not None else when.astimezone()
+    delta = aware - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
 def subscribe(
     *globs: str,
     start: str | datetime.datetime = "latest",
@@ -52,7 +63,7 @@ def subscribe(
         if not isinstance(g, str):
             raise TypeError(f"globs are strings, not {type(g).__name__}: {g!r}")
     if isinstance(start, datetime.datetime):
-        nanos = int(start.timestamp() * 1e9)
+        nanos = _unix_nanos(start)
         if nanos < 0:
             raise ValueError(f"start {start!r} is before 1970")
         return Subscription(list(globs), "time", bus, kind, cut, until_end, nanos)

@@ -269,9 +269,23 @@ def test_start_at_a_datetime_reads_from_the_first_record_at_or_after_it(bus: Bus
         evs = list(sub)
     t = evs[4].t_nanos
     # A datetime holds microseconds: start just after the microsecond before record 4.
-    when = datetime.datetime.fromtimestamp((t // 1000) / 1e6, tz=datetime.timezone.utc)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    when = epoch + datetime.timedelta(microseconds=t // 1000)
     with snapbus.subscribe("demo.step", start=when, cut=True, until_end=True, bus=bus.name) as sub:
         got = [ev.seq for ev in sub]
     floor = (t // 1000) * 1000
     assert got == [ev.seq for ev in evs if ev.t_nanos >= floor]
     assert evs[4].seq in got and evs[0].seq not in got
+
+
+def test_a_datetime_start_is_converted_to_nanoseconds_exactly() -> None:
+    import datetime
+
+    from snapbus.subscription import _unix_nanos
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    for us in (1_795_488_423_862_169, 1_795_488_423_000_001, 1):
+        when = epoch + datetime.timedelta(microseconds=us)
+        assert _unix_nanos(when) == us * 1000
+        # A naive datetime is local time.
+        assert _unix_nanos(when.astimezone().replace(tzinfo=None)) == us * 1000
