@@ -27,8 +27,9 @@ fn workdir(name: &str) -> PathBuf {
 
 /// A stand-in interpreter in `dir`: `-c CHECK TARGET` (attach's check) runs in the real
 /// `python3`, with a stub `snapbus` module, in `dir`, which holds the modules `m` and `pkg.mod`;
-/// any other run writes its arguments (one per line) to `argv-$RESTART` and its environment to
-/// `env-$RESTART`, then becomes `snapbus echo`.
+/// any other run writes its environment to `env-$RESTART`, then its arguments (one per line) to
+/// `argv-$RESTART` (each file whole, by a rename: once `argv-N` exists, both do), then becomes
+/// `snapbus echo`.
 fn fake_python(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     for (file, text) in [
@@ -48,9 +49,9 @@ if [ "$1" = "-c" ]; then
     PYTHONPATH={stub} exec python3 "$@"
 fi
 r=${{SNAPBUS_RESTART:-none}}
-printf '%s\n' "$@" > argv-$r.tmp && mv argv-$r.tmp argv-$r
 printf 'pid=%s\nbus=%s\npythonpath=%s\nsupervised=%s\n' "$$" "$SNAPBUS_BUS" "$PYTHONPATH" \
-    "$SNAPBUS_SUPERVISED_BY" > env-$r
+    "$SNAPBUS_SUPERVISED_BY" > env-$r.tmp && mv env-$r.tmp env-$r
+printf '%s\n' "$@" > argv-$r.tmp && mv argv-$r.tmp argv-$r
 exec {exe} echo --from oldest >/dev/null
 "#,
         exe = env!("CARGO_BIN_EXE_snapbus"),
