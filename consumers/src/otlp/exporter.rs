@@ -1,0 +1,480 @@
+//! The exporter consumer: what each record becomes, on the reader's thread, without ever
+//! waiting for the network.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use snapbus_bus::Level;
+use snapbus_schemas::builtin::{DurationSample, SpanEnd, SpanEvent, SpanStart};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, Wire, decode};
+
+use super::convert::{
+    any_value, host_name, kv_int, kv_str, now_nanos, producer_resource, severity,
+};
+use super::endpoint::Endpoints;
+use super::metrics::{self, MetricTable, Res};
+use super::outbox::Outbox;
+use super::sender::{RetryPolicy, Sender};
+use super::signals::{self, Open, Pending, SpanTable};
+use super::stats::{DropReason, ExporterStats, Signal};
+use crate::aggregator::SUMMARY_SUFFIX;
+use crate::fields::{Extracted, Plan};
+use crate::runtime::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
+
+/// How the exporter runs.
+#[derive(Debug, Clone)]
+pub struct OtlpOptions {
+    /// Where each signal goes (a signal without a URL is not exported).
+    pub endpoints: Endpoints,
+    /// How often metric points (the last value of each series) are sent (default 10 s).
+    pub interval: Duration,
+    /// The byte cap of the queue of encoded log and span batches (default 16 MiB).
+    pub max_queue_bytes: usize,
+    /// The most metric series (default 10 000); points of new series beyond it are dropped
+    /// and counted `cardinality`.
+    pub max_series: usize,
+    /// The most open spans remembered (default 100 000).
+    pub max_open_spans: usize,
+    /// Records at this level or above become log records even if they have numeric fields
+    /// (default WARN). Records of schemas without numeric fields always do.
+    pub log_level: Level,
+    /// Timeouts and backoff.
+    pub retry: RetryPolicy,
+    /// How long [`OtlpExporter::shutdown`] keeps sending (default 5 s).
+    pub shutdown_deadline: Duration,
+}
+
+impl OtlpOptions {
+    /// The defaults, sending to `endpoints`.
+    pub fn new(endpoints: Endpoints) -> OtlpOptions {
+        OtlpOptions {
+            endpoints,
+            interval: Duration::from_secs(10),
+            max_queue_bytes: 16 << 20,
+            max_series: 10_000,
+            max_open_spans: 100_000,
+            log_level: Level::WARN,
+            retry: RetryPolicy::default(),
+            shutdown_deadline: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a schema's records become.
+enum Kind {
+    /// Numeric leaves as gauges (`names` by leaf); `logs`: also a log record for every record
+    /// (a schema without numeric leaves).
+    Numeric {
+        plan: Plan,
+        names: Arc<[Arc<str>]>,
+    },
+    /// An aggregator summary: gauges with a `stat` attribute, and a log record.
+    Summary,
+    Duration,
+    SpanStart,
+    SpanEnd,
+    SpanEvent,
+}
+
+/// The OTLP exporter: a [`Consumer`] whose records become metric points, log records and
+/// spans, sent by its own sender thread (see the [module docs](super)).
+pub struct OtlpExporter {
+    opts: OtlpOptions,
+    stats: Arc<ExporterStats>,
+    outbox: Arc<Outbox>,
+    sender: Option<JoinHandle<()>>,
+    host: String,
+    kinds: HashMap<u64, Kind>,
+    resources: HashMap<u64, Arc<Res>>,
+    metrics: MetricTable,
+    logs: Pending<LogRecord>,
+    spans: Pending<Span>,
+    open: SpanTable,
+    extracted: Extracted,
+    last_metrics: Instant,
+}
+
+impl OtlpExporter {
+    /// Starts the sender thread.
+    pub fn start(opts: OtlpOptions) -> std::io::Result<OtlpExporter> {
+        let stats = Arc::new(ExporterStats::default());
+        let outbox = Arc::new(Outbox::new(opts.max_queue_bytes, Arc::clone(&stats)));
+        let host = host_name();
+        let sender = Sender::new(
+            opts.endpoints.clone(),
+            opts.retry.clone(),
+            Arc::clone(&outbox),
+            Arc::clone(&stats),
+            host.clone(),
+        );
+        let sender = std::thread::Builder::new()
+            .name("snapbus-otlp-sender".into())
+            .spawn(move || sender.run())?;
+        Ok(OtlpExporter {
+            metrics: MetricTable::new(opts.max_series),
+            open: SpanTable::new(opts.max_open_spans),
+            opts,
+            stats,
+            outbox,
+            sender: Some(sender),
+            host,
+            kinds: HashMap::new(),
+            resources: HashMap::new(),
+            logs: Pending::new(Signal::Logs),
+            spans: Pending::new(Signal::Traces),
+            extracted: Extracted::default(),
+            last_metrics: Instant::now(),
+        })
+    }
+
+    /// The counters (shared with the sender thread: read them any time).
+    pub fn stats(&self) -> &Arc<ExporterStats> {
+        &self.stats
+    }
+
+    /// Hands everything pending to the sender, lets it send until it is done or the shutdown
+    /// deadline passes (what is left is counted `shutdown`), and stops it.
+    pub fn shutdown(&mut self) {
+        self.push_metrics();
+        self.push_batches();
+        self.outbox
+            .close(Instant::now() + self.opts.shutdown_deadline);
+        if let Some(h) = self.sender.take() {
+            let _ = h.join();
+        }
+    }
+
+    fn enabled(&self, s: Signal) -> bool {
+        self.opts.endpoints.get(s).is_some()
+    }
+
+    fn kind(schema: &SchemaDescriptor) -> Kind {
+        let fp = schema.fingerprint();
+        if fp == DurationSample::descriptor().fingerprint() {
+            return Kind::Duration;
+        }
+        if fp == SpanStart::descriptor().fingerprint() {
+            return Kind::SpanStart;
+        }
+        if fp == SpanEnd::descriptor().fingerprint() {
+            return Kind::SpanEnd;
+        }
+        if fp == SpanEvent::descriptor().fingerprint() {
+            return Kind::SpanEvent;
+        }
+        if schema.id().ends_with(SUMMARY_SUFFIX) {
+            return Kind::Summary;
+        }
+        let plan = Plan::numeric(schema.root());
+        let names = plan
+            .leaves()
+            .iter()
+            .map(|l| Arc::from(format!("{}.{l}", schema.id())))
+            .collect();
+        Kind::Numeric { plan, names }
+    }
+
+    fn resource(&mut self, p: &Producer<'_>) -> Arc<Res> {
+        if let Some(r) = self.resources.get(&p.lane_id) {
+            return Arc::clone(r);
+        }
+        let r = Arc::new(Res {
+            key: p.lane_id,
+            resource: producer_resource(p, &self.host),
+        });
+        self.resources.insert(p.lane_id, Arc::clone(&r));
+        r
+    }
+
+    fn push_metrics(&mut self) {
+        self.last_metrics = Instant::now();
+        let points = self.metrics.take_dirty();
+        self.stats.add_emitted(Signal::Metrics, points.len() as u64);
+        self.stats.set_series(self.metrics.series() as u64);
+        self.outbox.put_metrics(points);
+    }
+
+    fn push_batches(&mut self) {
+        if let Some(b) = self.logs.take(signals::encode_logs) {
+            self.outbox.push(b);
+        }
+        if let Some(b) = self.spans.take(signals::encode_spans) {
+            self.outbox.push(b);
+        }
+        self.stats.set_open_spans(self.open.len() as u64);
+    }
+
+    fn log(&mut self, res: &Arc<Res>, t: u64, rec: LogRecord) {
+        self.stats.add_emitted(Signal::Logs, 1);
+        if self.logs.add(res, t, rec) {
+            if let Some(b) = self.logs.take(signals::encode_logs) {
+                self.outbox.push(b);
+            }
+        }
+    }
+
+    fn span(&mut self, res: &Arc<Res>, t: u64, span: Span) {
+        self.stats.add_emitted(Signal::Traces, 1);
+        if self.spans.add(res, t, span) {
+            if let Some(b) = self.spans.take(signals::encode_spans) {
+                self.outbox.push(b);
+            }
+        }
+    }
+
+    /// A log record of `r` whose body is `body`.
+    fn event_record(r: &Record<'_>, body: &Value<'_>) -> LogRecord {
+        let (severity_number, text) = severity(r.header.level);
+        let mut attributes = vec![
+            kv_str("snapbus.schema", r.schema.id()),
+            kv_int("snapbus.schema_version", i64::from(r.schema.version())),
+            kv_int(
+                "snapbus.seq",
+                i64::try_from(r.header.seq).unwrap_or(i64::MAX),
+            ),
+        ];
+        if let Some(e) = r.emitter {
+            attributes.push(kv_str("snapbus.target", e));
+        }
+        LogRecord {
+            time_unix_nano: r.header.t_nanos,
+            observed_time_unix_nano: now_nanos(),
+            severity_number,
+            severity_text: text.into(),
+            body: Some(any_value(body)),
+            attributes,
+            event_name: r.schema.id().to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn on_numeric(&mut self, r: &Record<'_>, res: &Arc<Res>) -> Result<(), HookError> {
+        let fp = r.schema.fingerprint();
+        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&fp) else {
+            return Ok(());
+        };
+        let as_log = names.is_empty() || r.header.level >= self.opts.log_level;
+        if !names.is_empty() && self.enabled(Signal::Metrics) {
+            if plan.extract(r.payload, &mut self.extracted).is_ok() {
+                let names = Arc::clone(names);
+                match self.metrics.row(res, fp, &names) {
+                    Some(i) => self
+                        .metrics
+                        .set(i, r.header.t_nanos, &self.extracted.values),
+                    None => self.outbox.note_dropped(
+                        Signal::Metrics,
+                        DropReason::Cardinality,
+                        names.len() as u64,
+                        r.header.t_nanos,
+                        r.header.t_nanos,
+                    ),
+                }
+            }
+        }
+        if as_log && self.enabled(Signal::Logs) {
+            if let Ok(v) = decode(r.schema.root(), r.payload) {
+                let rec = Self::event_record(r, &v);
+                self.log(res, r.header.t_nanos, rec);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_summary(&mut self, r: &Record<'_>, res: &Arc<Res>) {
+        let Ok(v) = decode(r.schema.root(), r.payload) else {
+            return;
+        };
+        if self.enabled(Signal::Metrics) {
+            super::summary::add_points(self, r, &v);
+        }
+        if self.enabled(Signal::Logs) {
+            let rec = Self::event_record(r, &v);
+            self.log(res, r.header.t_nanos, rec);
+        }
+    }
+
+    fn on_duration(&mut self, r: &Record<'_>, res: &Arc<Res>) {
+        if !self.enabled(Signal::Metrics) {
+            return;
+        }
+        let Ok(d) = DurationSample::decode_exact(r.payload) else {
+            return;
+        };
+        let t = r.header.t_nanos;
+        let secs = d.duration_nanos as f64 / 1e9;
+        let key = format!("{:x}/duration/{}", res.key, d.label);
+        let name: Arc<str> = Arc::from("snapbus.duration");
+        let attrs = vec![kv_str("label", d.label.clone())];
+        let ok = self.metrics.keyed(
+            key,
+            || metrics::histogram(res, name, attrs, t),
+            |p| metrics::observe(p, t, secs),
+        );
+        if !ok {
+            self.outbox
+                .note_dropped(Signal::Metrics, DropReason::Cardinality, 1, t, t);
+        }
+    }
+
+    fn on_span(&mut self, r: &Record<'_>, res: &Arc<Res>, kind: SpanKind) {
+        let t = r.header.t_nanos;
+        let lane = r.producer.lane_id;
+        let trace_id = signals::trace_id(r.producer.session_tag, lane);
+        match kind {
+            SpanKind::Start => {
+                let Ok(s) = SpanStart::decode_exact(r.payload) else {
+                    return;
+                };
+                let open = Open {
+                    name: s.name,
+                    parent: s.parent_id,
+                    start_nanos: t,
+                    attributes: signals::attributes(&s.attributes),
+                    trace_id,
+                };
+                if !self.open.start(lane, s.span_id, open) {
+                    self.outbox
+                        .note_dropped(Signal::Traces, DropReason::SpanTable, 1, t, t);
+                }
+            }
+            SpanKind::End => {
+                let Ok(e) = SpanEnd::decode_exact(r.payload) else {
+                    return;
+                };
+                // A span that started before the exporter did (or whose start did not fit
+                // the table): its start from its duration.
+                let open = self.open.end(lane, e.span_id).unwrap_or_else(|| Open {
+                    name: "(start not seen)".into(),
+                    parent: None,
+                    start_nanos: t.saturating_sub(e.duration_nanos),
+                    attributes: Vec::new(),
+                    trace_id,
+                });
+                let span =
+                    signals::span(e.span_id, open, t, signals::attributes(&e.attributes), None);
+                self.span(res, t, span);
+            }
+            SpanKind::Event => {
+                let Ok(ev) = SpanEvent::decode_exact(r.payload) else {
+                    return;
+                };
+                if !self.enabled(Signal::Logs) {
+                    return;
+                }
+                let Ok(v) = decode(r.schema.root(), r.payload) else {
+                    return;
+                };
+                let mut rec = Self::event_record(r, &v);
+                rec.event_name = ev.name.clone();
+                rec.attributes.extend(signals::attributes(&ev.attributes));
+                rec.trace_id = trace_id.to_vec();
+                if let Some(id) = ev.span_id {
+                    rec.span_id = signals::span_id(id);
+                }
+                self.log(res, t, rec);
+            }
+        }
+    }
+
+    /// Ends the open spans of a producer that died or ended, with an error status.
+    fn end_open_spans(&mut self, p: &Producer<'_>, why: &str) {
+        let open = self.open.drain_lane(p.lane_id);
+        if open.is_empty() {
+            return;
+        }
+        let res = self.resource(p);
+        let now = now_nanos();
+        for (id, o) in open {
+            let span = signals::span(id, o, now, Vec::new(), Some(why));
+            self.span(&res, now, span);
+        }
+    }
+
+    pub(crate) fn metrics_table(&mut self) -> &mut MetricTable {
+        &mut self.metrics
+    }
+
+    pub(crate) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub(crate) fn resource_of_lane(&self, lane: u64) -> Option<Arc<Res>> {
+        self.resources.get(&lane).cloned()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum SpanKind {
+    Start,
+    End,
+    Event,
+}
+
+impl Consumer for OtlpExporter {
+    fn on_schema(&mut self, schema: &Arc<SchemaDescriptor>) -> Result<Flow, HookError> {
+        self.kinds
+            .entry(schema.fingerprint())
+            .or_insert_with(|| Self::kind(schema));
+        Ok(Flow::Continue)
+    }
+
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        let fp = r.schema.fingerprint();
+        if !self.kinds.contains_key(&fp) {
+            self.kinds.insert(fp, Self::kind(r.schema));
+        }
+        let res = self.resource(&r.producer);
+        match self.kinds.get(&fp) {
+            Some(Kind::Numeric { .. }) => self.on_numeric(r, &res)?,
+            Some(Kind::Summary) => self.on_summary(r, &res),
+            Some(Kind::Duration) => self.on_duration(r, &res),
+            Some(Kind::SpanStart) if self.enabled(Signal::Traces) => {
+                self.on_span(r, &res, SpanKind::Start)
+            }
+            Some(Kind::SpanEnd) if self.enabled(Signal::Traces) => {
+                self.on_span(r, &res, SpanKind::End)
+            }
+            Some(Kind::SpanEvent) => self.on_span(r, &res, SpanKind::Event),
+            _ => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        match change {
+            ProducerChange::Died(p) => self.end_open_spans(&p, "producer died"),
+            ProducerChange::Ended(p) => {
+                self.end_open_spans(&p, "producer ended with the span open")
+            }
+            ProducerChange::Joined(_) => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        if self.last_metrics.elapsed() >= self.opts.interval {
+            self.push_metrics();
+        }
+        self.push_batches();
+        Ok(())
+    }
+}
+
+impl Drop for OtlpExporter {
+    fn drop(&mut self) {
+        if self.sender.is_some() {
+            self.outbox.close(Instant::now());
+            if let Some(h) = self.sender.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}

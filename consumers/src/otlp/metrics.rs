@@ -1,0 +1,325 @@
+//! Metric state: the last value (and time) of every numeric leaf per producer and schema,
+//! aggregator summaries as gauges with a `stat` attribute, duration samples as cumulative
+//! histograms; and their encoding as an `ExportMetricsServiceRequest`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message as _;
+
+use super::convert::scope;
+
+/// Upper bounds (seconds) of the duration histograms' buckets (one more bucket above the
+/// last).
+pub const DURATION_BOUNDS_SECS: [f64; 14] = [
+    1e-6, 1e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0,
+];
+
+/// A resource and the key that identifies it (a lane id).
+#[derive(Debug)]
+pub(crate) struct Res {
+    pub(crate) key: u64,
+    pub(crate) resource: Resource,
+}
+
+/// One data point ready to encode.
+#[derive(Debug, Clone)]
+pub(crate) struct Point {
+    pub(crate) res: Arc<Res>,
+    pub(crate) name: Arc<str>,
+    pub(crate) unit: &'static str,
+    pub(crate) attrs: Arc<Vec<KeyValue>>,
+    pub(crate) data: PointData,
+}
+
+/// A gauge value or a cumulative histogram.
+#[derive(Debug, Clone)]
+pub(crate) enum PointData {
+    Gauge {
+        t_nanos: u64,
+        value: f64,
+    },
+    Histogram {
+        start_nanos: u64,
+        t_nanos: u64,
+        count: u64,
+        sum: f64,
+        min: f64,
+        max: f64,
+        buckets: Vec<u64>,
+    },
+}
+
+/// The last values of one (producer, schema).
+struct Row {
+    res: Arc<Res>,
+    names: Arc<[Arc<str>]>,
+    values: Vec<f64>,
+    t_nanos: u64,
+    dirty: bool,
+}
+
+/// Series ids: rows' leaves below this bit, keyed points (summaries, histograms) above.
+const KEYED: u64 = 1 << 62;
+
+/// The reader's metric state (see the module docs).
+pub(crate) struct MetricTable {
+    rows: HashMap<(u64, u64), usize>,
+    data: Vec<Row>,
+    keyed_ids: HashMap<String, u64>,
+    keyed: Vec<(Point, bool)>,
+    series: usize,
+    max_series: usize,
+}
+
+impl MetricTable {
+    pub(crate) fn new(max_series: usize) -> MetricTable {
+        MetricTable {
+            rows: HashMap::new(),
+            data: Vec::new(),
+            keyed_ids: HashMap::new(),
+            keyed: Vec::new(),
+            series: 0,
+            max_series,
+        }
+    }
+
+    /// Series known.
+    pub(crate) fn series(&self) -> usize {
+        self.series
+    }
+
+    /// The row of (`res`, schema `fingerprint`), created with `names` if there is room: `None`
+    /// if its series would exceed the cap.
+    pub(crate) fn row(
+        &mut self,
+        res: &Arc<Res>,
+        fingerprint: u64,
+        names: &Arc<[Arc<str>]>,
+    ) -> Option<usize> {
+        if let Some(i) = self.rows.get(&(res.key, fingerprint)) {
+            return Some(*i);
+        }
+        if self.series + names.len() > self.max_series {
+            return None;
+        }
+        self.series += names.len();
+        let i = self.data.len();
+        self.data.push(Row {
+            res: Arc::clone(res),
+            names: Arc::clone(names),
+            values: vec![f64::NAN; names.len()],
+            t_nanos: 0,
+            dirty: false,
+        });
+        self.rows.insert((res.key, fingerprint), i);
+        Some(i)
+    }
+
+    /// Sets the last values of row `i` (NaN: absent in this record, the previous value stays).
+    #[inline]
+    pub(crate) fn set(&mut self, i: usize, t_nanos: u64, values: &[f64]) {
+        let row = &mut self.data[i];
+        for (slot, v) in row.values.iter_mut().zip(values) {
+            if !v.is_nan() {
+                *slot = *v;
+            }
+        }
+        row.t_nanos = t_nanos;
+        row.dirty = true;
+    }
+
+    /// A keyed point (a summary gauge or a histogram) by `key`, made by `make` when new (if
+    /// there is room) and updated by `update`. Returns false when the cap refused it.
+    pub(crate) fn keyed(
+        &mut self,
+        key: String,
+        make: impl FnOnce() -> Point,
+        update: impl FnOnce(&mut Point),
+    ) -> bool {
+        let id = match self.keyed_ids.get(&key) {
+            Some(id) => *id,
+            None => {
+                if self.series >= self.max_series {
+                    return false;
+                }
+                self.series += 1;
+                let id = self.keyed.len() as u64;
+                self.keyed.push((make(), false));
+                self.keyed_ids.insert(key, id);
+                id
+            }
+        };
+        let (point, dirty) = &mut self.keyed[id as usize];
+        update(point);
+        *dirty = true;
+        true
+    }
+
+    /// The points updated since the last call, by series id.
+    pub(crate) fn take_dirty(&mut self) -> Vec<(u64, Point)> {
+        let mut out = Vec::new();
+        for (r, row) in self.data.iter_mut().enumerate() {
+            if !std::mem::take(&mut row.dirty) {
+                continue;
+            }
+            for (l, (name, v)) in row.names.iter().zip(&row.values).enumerate() {
+                if v.is_nan() {
+                    continue;
+                }
+                out.push((
+                    ((r as u64) << 20) | l as u64,
+                    Point {
+                        res: Arc::clone(&row.res),
+                        name: Arc::clone(name),
+                        unit: "",
+                        attrs: Arc::default(),
+                        data: PointData::Gauge {
+                            t_nanos: row.t_nanos,
+                            value: *v,
+                        },
+                    },
+                ));
+            }
+        }
+        for (id, (p, dirty)) in self.keyed.iter_mut().enumerate() {
+            if std::mem::take(dirty) {
+                out.push((KEYED | id as u64, p.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// Adds a duration (seconds) to a histogram point.
+pub(crate) fn observe(p: &mut Point, t_nanos: u64, secs: f64) {
+    if let PointData::Histogram {
+        t_nanos: t,
+        count,
+        sum,
+        min,
+        max,
+        buckets,
+        ..
+    } = &mut p.data
+    {
+        let b = DURATION_BOUNDS_SECS.partition_point(|bound| *bound < secs);
+        if let Some(n) = buckets.get_mut(b) {
+            *n += 1;
+        }
+        *count += 1;
+        *sum += secs;
+        *min = min.min(secs);
+        *max = max.max(secs);
+        *t = t_nanos;
+    }
+}
+
+/// The points as one request (grouped by resource, then by metric name); its encoded bytes.
+pub(crate) fn encode<'a>(points: impl IntoIterator<Item = &'a Point>) -> Vec<u8> {
+    let mut by_res: BTreeMap<u64, (&Resource, BTreeMap<&str, Metric>)> = BTreeMap::new();
+    for p in points {
+        let (_, metrics) = by_res
+            .entry(p.res.key)
+            .or_insert_with(|| (&p.res.resource, BTreeMap::new()));
+        let m = metrics.entry(&p.name).or_insert_with(|| Metric {
+            name: p.name.to_string(),
+            unit: p.unit.to_owned(),
+            ..Default::default()
+        });
+        add_point(m, p);
+    }
+    let req = ExportMetricsServiceRequest {
+        resource_metrics: by_res
+            .into_values()
+            .map(|(res, metrics)| ResourceMetrics {
+                resource: Some(res.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(scope()),
+                    metrics: metrics.into_values().collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect(),
+    };
+    req.encode_to_vec()
+}
+
+fn add_point(m: &mut Metric, p: &Point) {
+    match &p.data {
+        PointData::Gauge { t_nanos, value } => {
+            let dp = NumberDataPoint {
+                attributes: p.attrs.as_ref().clone(),
+                time_unix_nano: *t_nanos,
+                value: Some(number_data_point::Value::AsDouble(*value)),
+                ..Default::default()
+            };
+            match &mut m.data {
+                Some(metric::Data::Gauge(g)) => g.data_points.push(dp),
+                _ => {
+                    m.data = Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![dp],
+                    }))
+                }
+            }
+        }
+        PointData::Histogram {
+            start_nanos,
+            t_nanos,
+            count,
+            sum,
+            min,
+            max,
+            buckets,
+        } => {
+            let dp = HistogramDataPoint {
+                attributes: p.attrs.as_ref().clone(),
+                start_time_unix_nano: *start_nanos,
+                time_unix_nano: *t_nanos,
+                count: *count,
+                sum: Some(*sum),
+                bucket_counts: buckets.clone(),
+                explicit_bounds: DURATION_BOUNDS_SECS.to_vec(),
+                min: (*count > 0).then_some(*min),
+                max: (*count > 0).then_some(*max),
+                ..Default::default()
+            };
+            match &mut m.data {
+                Some(metric::Data::Histogram(h)) => h.data_points.push(dp),
+                _ => {
+                    m.data = Some(metric::Data::Histogram(Histogram {
+                        data_points: vec![dp],
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    }))
+                }
+            }
+        }
+    }
+}
+
+/// A new, empty duration histogram point.
+pub(crate) fn histogram(res: &Arc<Res>, name: Arc<str>, attrs: Vec<KeyValue>, start: u64) -> Point {
+    Point {
+        res: Arc::clone(res),
+        name,
+        unit: "s",
+        attrs: Arc::new(attrs),
+        data: PointData::Histogram {
+            start_nanos: start,
+            t_nanos: start,
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            buckets: vec![0; DURATION_BOUNDS_SECS.len() + 1],
+        },
+    }
+}
