@@ -58,6 +58,10 @@ impl Broker {
         previous_id: Option<u64>,
     ) {
         let refuse = |conn: &Conn, why: String| {
+            eprintln!(
+                "snapbus broker: refused producer '{}' (pid {}): {why}",
+                info.name, info.pid
+            );
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
         let n = fds.len();
