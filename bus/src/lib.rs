@@ -69,6 +69,8 @@ pub mod runtime;
 #[cfg(not(loom))]
 pub mod segment;
 #[cfg(not(loom))]
+pub mod status;
+#[cfg(not(loom))]
 pub mod subscriber;
 mod sync;
 pub mod testpoint;

@@ -5,3 +5,4 @@ mod fork;
 mod level;
 mod model;
 mod multiprocess;
+mod refusal;

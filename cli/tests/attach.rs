@@ -112,6 +112,23 @@ fn an_attached_consumer_runs_with_the_arguments_it_was_given() {
     wait_until("the history is in the file", WATCHDOG, || {
         records(&file).len() == 6
     });
+    // Its status board, as `ls` shows it: the file it writes and what is in it.
+    let board = |ls: &Value| -> Value {
+        ls["consumers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["id"].as_u64() == id.parse().ok()))
+            .map(|c| c["board"].clone())
+            .unwrap_or(Value::Null)
+    };
+    wait_until("the recorder's board shows its file", WATCHDOG, || {
+        let b = board(&bus.ls());
+        b["file"] == file.to_str().expect("utf-8") && b["messages"].as_u64() >= Some(6)
+    });
+    let text = bus.run(&["ls"]).stdout;
+    assert!(
+        text.contains(&format!("consumer {id} (recorder): file=")),
+        "ls shows no board line: {text}"
+    );
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "detach: {}", out.stderr);
     let got = records(&file);

@@ -81,5 +81,6 @@ pub mod prelude {
     pub use snapbus_bus::lane::StartAt;
     pub use snapbus_bus::runtime::{BusDir, BusName};
     pub use snapbus_bus::schemas::{SchemaDescriptor, Value, decode};
+    pub use snapbus_bus::status::{StatusBoard, StatusValue};
     pub use snapbus_bus::subscriber::Glob;
 }

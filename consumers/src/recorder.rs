@@ -10,6 +10,7 @@ use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_bus::schemas::SchemaDescriptor;
+use snapbus_bus::status::StatusBoard;
 
 use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
 use crate::{Consumer, Flow, HookError, Producer, Record, RunOptions};
@@ -55,6 +56,8 @@ pub struct Recorder {
     /// The lane of the last record, if its history is written in the current file (saves a
     /// lookup per record).
     last_lane: Option<u64>,
+    /// What `snapbus ls` shows of it: the file being written, records and bytes so far.
+    board: StatusBoard,
 }
 
 impl Recorder {
@@ -69,6 +72,7 @@ impl Recorder {
             history_losses: 0,
             lanes: HashMap::new(),
             last_lane: None,
+            board: StatusBoard::new(),
         };
         r.open_next()?;
         Ok(r)
@@ -116,6 +120,7 @@ impl Recorder {
         let mut o = RunOptions::new(kind);
         o.start = self.opts.start;
         o.count_history_as_lost = self.opts.start == StartAt::Oldest;
+        o.status = Some(self.board.clone());
         o
     }
 
@@ -287,6 +292,12 @@ impl Consumer for Recorder {
     fn flush(&mut self) -> Result<(), HookError> {
         if let Some(w) = self.writer.as_mut() {
             w.flush()?;
+            let b = &self.board;
+            b.set("file", w.path().display().to_string());
+            b.set("files", self.files.len() as u64);
+            b.set("messages", self.messages + w.messages());
+            b.set("file_bytes", w.approx_bytes());
+            b.set("lost", self.losses);
         }
         Ok(())
     }

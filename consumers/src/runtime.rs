@@ -10,6 +10,7 @@ use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::{FrameMeta, StartAt};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
+use snapbus_bus::status::StatusBoard;
 use snapbus_bus::subscriber::{self, Event, Glob, SubscribeError, SubscribeOptions, Subscriber};
 use thiserror::Error;
 
@@ -210,6 +211,9 @@ pub struct RunOptions {
     ///
     /// [`SubscribeOptions::count_history_as_lost`]: snapbus_bus::subscriber::SubscribeOptions::count_history_as_lost
     pub count_history_as_lost: bool,
+    /// The consumer's own status board, sent with its counters so that `snapbus ls` shows it
+    /// (see [`snapbus_bus::status`]); keep a clone to update it from any thread.
+    pub status: Option<StatusBoard>,
 }
 
 impl RunOptions {
@@ -225,6 +229,7 @@ impl RunOptions {
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
+            status: None,
         }
     }
 }
@@ -293,6 +298,9 @@ pub fn run<C: Consumer + ?Sized>(
             count_history_as_lost: opts.count_history_as_lost,
         },
     )?;
+    if let Some(board) = &opts.status {
+        sub.report_status(board.clone());
+    }
     let mut schemas = SeenSchemas::default();
     let mut last_flush = Instant::now();
     let mut since_clock = 0u32;

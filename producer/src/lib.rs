@@ -103,8 +103,8 @@ pub use snapbus_bus::publisher::{EmitError, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
     Config, DEFAULT_LANE_BYTES, LaneBytesError, Span, Stats, Telemetry, get_telemetry, init,
-    is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, set_filter, shutdown,
-    stats, wait_for_bus,
+    is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, refusal, set_filter,
+    shutdown, stats, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

@@ -642,6 +642,13 @@ pub fn is_connected() -> bool {
     PUBLISHER.get().is_some_and(Publisher::is_connected)
 }
 
+/// Why the bus's broker refused this process's lane, if it did and has not accepted it since
+/// (a broker of another snapbus release: records are written to the lane, but no consumer
+/// can read them). Also said once on stderr.
+pub fn refusal() -> Option<String> {
+    PUBLISHER.get().and_then(Publisher::refusal)
+}
+
 /// Waits up to `timeout` for a bus connection (for programs that want to emit from the very
 /// first step, e.g. the demo). Returns whether connected.
 pub fn wait_for_bus(timeout: Duration) -> bool {

@@ -129,7 +129,8 @@ getTelemetry = get_telemetry
 def stats() -> dict[str, Any]:
     """This process's counters: ``written``, ``not_written`` and its reasons (``no_bus``,
     ``lane_full``, ``oversize``, ``encode_errors``, ``data_errors``, ``catalog_errors``,
-    ``closed``, ``no_lane``), ``has_lane`` and ``connected``."""
+    ``closed``, ``no_lane``), ``has_lane``, ``connected``, and ``refused``: why the bus's
+    broker refused this process's lane (a broker of another snapbus release), or None."""
     return _snapbus.stats()
 
 

@@ -61,6 +61,7 @@ impl Broker {
             supervised: sup.is_some(),
             status,
             log: sup.map(|s| s.kept.log.display().to_string()),
+            board: c.board.clone(),
         }
     }
 

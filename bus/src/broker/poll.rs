@@ -148,6 +148,13 @@ impl Broker {
             | ToBroker::ProducerFilter { .. } => None,
         };
         if version != Some(PROTOCOL_VERSION) {
+            eprintln!(
+                "snapbus broker: refused a connection (pid {}) speaking protocol version {} \
+                 (this broker speaks {PROTOCOL_VERSION}): another snapbus release",
+                conn.peer_pid()
+                    .map_or_else(|| "?".into(), |p| p.to_string()),
+                version.map_or_else(|| "none".into(), |v| v.to_string()),
+            );
             let _ = conn.send(
                 &FromBroker::Error {
                     message: format!(

@@ -13,6 +13,7 @@ use crate::control::{
 };
 use crate::doorbell::BELLS_PER_PAGE;
 use crate::lane::{LaneState, ShmLane};
+use crate::status::StatusEntry;
 
 /// A producer: connected, or gone and kept for the retention period.
 pub(super) struct Producer {
@@ -42,6 +43,8 @@ pub(super) struct Consumer {
     /// Its cursors as last reported.
     pub(super) cursors: Vec<LaneCursor>,
     pub(super) refused: Vec<RefusedLane>,
+    /// Its status board as last reported.
+    pub(super) board: Vec<StatusEntry>,
     /// When it last reported (or joined).
     pub(super) last_report: Instant,
 }
@@ -55,6 +58,10 @@ impl Broker {
         previous_id: Option<u64>,
     ) {
         let refuse = |conn: &Conn, why: String| {
+            eprintln!(
+                "snapbus broker: refused producer '{}' (pid {}): {why}",
+                info.name, info.pid
+            );
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
         let n = fds.len();
@@ -215,6 +222,7 @@ impl Broker {
                 garbage: 0,
                 cursors: Vec::new(),
                 refused: Vec::new(),
+                board: Vec::new(),
                 last_report: Instant::now(),
             },
         );
@@ -321,6 +329,7 @@ impl Broker {
                         garbage,
                         lanes,
                         refused,
+                        board,
                     },
                     _,
                 ))) => {
@@ -328,6 +337,7 @@ impl Broker {
                         (delivered, lost, damaged, garbage);
                     c.cursors = lanes;
                     c.refused = refused;
+                    c.board = board;
                     c.last_report = Instant::now();
                 }
                 Ok(Some((ToBroker::Subscribed, _))) => {

@@ -528,6 +528,7 @@ impl Broker {
                     supervised: true,
                     status: status.clone(),
                     log: None,
+                    board: Vec::new(),
                 });
                 st.id = s.kept.id;
                 st.supervised = true;

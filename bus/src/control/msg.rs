@@ -7,9 +7,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::status::{ConsumerStatus, ProducerStatus};
+use crate::status::StatusEntry;
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// What a producer says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +118,8 @@ pub enum ToBroker {
         lanes: Vec<LaneCursor>,
         /// Lanes it refused to read (their header did not validate), with why.
         refused: Vec<RefusedLane>,
+        /// Its own status board ([`crate::status`]): what it says about its work.
+        board: Vec<StatusEntry>,
     },
     /// The CLI asks for the bus's state.
     Ls {
@@ -307,6 +310,9 @@ pub struct ConsumerState {
     pub status: ConsumerStatus,
     /// A supervised consumer's output.
     pub log: Option<String>,
+    /// Its own status board as last reported ([`crate::status`]): an exporter's state and
+    /// counters, a recorder's file.
+    pub board: Vec<StatusEntry>,
 }
 
 /// A schema as `snapbus ls` shows it.

@@ -106,7 +106,7 @@ pub struct PublisherStats {
     pub closed: u64,
     /// Records of a forked process that could not create a lane of its own.
     pub no_lane: u64,
-    /// Whether a broker is connected now.
+    /// Whether a broker is connected now (it welcomed this producer).
     pub connected: bool,
 }
 
@@ -144,6 +144,8 @@ struct Inner {
     wake: Mutex<Wake>,
     wake_gen: AtomicU64,
     connected: AtomicBool,
+    /// Why the broker last refused this producer (said once on stderr per distinct reason).
+    refused: Mutex<Option<String>>,
     /// The broker's id for this producer (0: none yet), said again when rejoining a restarted
     /// broker, which gives it back.
     broker_id: AtomicU64,
@@ -230,6 +232,7 @@ impl Publisher {
             }),
             wake_gen: AtomicU64::new(0),
             connected: AtomicBool::new(false),
+            refused: Mutex::new(None),
             broker_id: AtomicU64::new(0),
             encode_errors: AtomicU64::new(0),
             catalog_errors: AtomicU64::new(0),
@@ -362,6 +365,13 @@ impl Publisher {
             .is_some_and(|p| p.inner.connected.load(Ordering::Relaxed))
     }
 
+    /// Why the broker refused this producer when it last tried to join (a protocol version
+    /// of another snapbus release, a lane it could not map), if it did and has not welcomed
+    /// it since: the lane is written, but no consumer is handed it.
+    pub fn refusal(&self) -> Option<String> {
+        self.existing()?.inner.refused.lock().ok()?.clone()
+    }
+
     /// Counters: records written, and records not written by reason.
     pub fn stats(&self) -> PublisherStats {
         let Some(p) = self.existing() else {
@@ -482,7 +492,8 @@ fn serve(inner: &Inner, mut conn: Conn) {
     if sent.is_err() {
         return;
     }
-    inner.connected.store(true, Ordering::Relaxed);
+    // Connected once welcomed: a broker that refuses the hello (another protocol version, a
+    // lane it cannot map) answers with an error instead.
     let mut reported_gen = None;
     loop {
         if inner.stop.load(Ordering::Relaxed) {
@@ -519,6 +530,14 @@ fn serve(inner: &Inner, mut conn: Conn) {
                     // Every welcome says what holds: a bus filter, or none (a new broker, or one
                     // reset while we were away: back to our own).
                     apply_filter(inner, &filter);
+                    inner.connected.store(true, Ordering::Relaxed);
+                    if let Ok(mut r) = inner.refused.lock() {
+                        *r = None;
+                    }
+                }
+                FromBroker::Error { message } => {
+                    refused(inner, message);
+                    return;
                 }
                 FromBroker::Filter { directives } => apply_filter(inner, &directives),
                 FromBroker::WakeMask { mask } => Publisher::set_wake(inner, None, Some(mask)),
@@ -526,6 +545,23 @@ fn serve(inner: &Inner, mut conn: Conn) {
             },
             Err(_) => return,
         }
+    }
+}
+
+/// Keeps why the broker refused this producer, and says it on stderr (once per reason: the
+/// connection thread retries every [`RETRY`]).
+fn refused(inner: &Inner, message: String) {
+    let Ok(mut last) = inner.refused.lock() else {
+        return;
+    };
+    if last.as_deref() != Some(message.as_str()) {
+        eprintln!(
+            "snapbus: the broker of bus '{}' refused this producer ({}); its records are \
+             written to its lane but no consumer can read them until a broker accepts it",
+            inner.dir.name(),
+            message
+        );
+        *last = Some(message);
     }
 }
 

@@ -23,6 +23,7 @@ use crate::doorbell::DoorbellPage;
 use crate::lane::{FrameMeta, LaneReader, NoFrame, ShmLane, StartAt};
 use crate::mem::ShmMem;
 use crate::runtime::BusDir;
+use crate::status::StatusBoard;
 
 mod glob;
 pub use glob::{Glob, GlobError};
@@ -204,6 +205,8 @@ pub struct Subscriber {
     stats: SubscriberStats,
     /// Lanes that did not validate, never read.
     refused: Vec<RefusedLane>,
+    /// The consumer's own status, sent with the counters ([`Subscriber::report_status`]).
+    board: Option<StatusBoard>,
     last_report: Instant,
     last_reconnect: Instant,
     /// Calls of `next` since the control socket was last served, and when that was.
@@ -227,6 +230,7 @@ impl Subscriber {
             notices: VecDeque::new(),
             stats: SubscriberStats::default(),
             refused: Vec::new(),
+            board: None,
             last_report: Instant::now(),
             last_reconnect: Instant::now(),
             since_pump: 0,
@@ -441,6 +445,11 @@ impl Subscriber {
                     garbage: stats.garbage,
                     lanes,
                     refused: self.refused.clone(),
+                    board: self
+                        .board
+                        .as_ref()
+                        .map(StatusBoard::entries)
+                        .unwrap_or_default(),
                 },
                 &[],
             );
@@ -610,6 +619,13 @@ impl Subscriber {
             }
         }
         None
+    }
+
+    /// Sends `board`'s entries with this subscriber's counters from now on (about twice a
+    /// second, and at once), so that `snapbus ls` shows what the consumer says about its work.
+    pub fn report_status(&mut self, board: StatusBoard) {
+        self.board = Some(board);
+        self.report();
     }
 
     /// Counters.

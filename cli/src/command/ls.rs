@@ -5,13 +5,16 @@
 //! skipped, which is also shown when they hid no record). A consumer's LOST and LAG
 //! come from its last reported cursors and the rings as they are now, so a consumer that
 //! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
-//! shown `stale`. FILTER is the level filter in force in a producer: the bus filter while one
-//! is set (`snapbus filter`), else the producer's own `SNAPBUS_FILTER`.
+//! shown `stale`. Under the table, each consumer that keeps a status board (an exporter's state
+//! and counters, the recorder's file) has a line of it. FILTER is the level filter in force in
+//! a producer: the bus filter while one is set (`snapbus filter`), else the producer's own
+//! `SNAPBUS_FILTER`.
 
 use std::io::Write;
 
 use anyhow::Context;
 use snapbus_bus::control::BusState;
+use snapbus_bus::status::StatusValue;
 
 use crate::bus::{bus_dir, state};
 use crate::cli::LsArgs;
@@ -99,6 +102,19 @@ fn json(s: &BusState) -> anyhow::Result<serde_json::Value> {
     if let Some(rows) = v["consumers"].as_array_mut() {
         for (row, c) in rows.iter_mut().zip(&s.consumers) {
             row["status"] = c.status.to_string().into();
+            row["board"] = c
+                .board
+                .iter()
+                .map(|e| {
+                    let v = match &e.value {
+                        StatusValue::Count(n) => (*n).into(),
+                        StatusValue::Number(x) => (*x).into(),
+                        StatusValue::Text(t) => t.as_str().into(),
+                    };
+                    (e.key.clone(), v)
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into();
         }
     }
     Ok(v)
@@ -134,6 +150,20 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     t.write(&mut out)?;
     for r in refused {
         writeln!(out, "  ! {r}")?;
+    }
+    for c in s.consumers.iter().filter(|c| !c.board.is_empty()) {
+        let board: Vec<String> = c
+            .board
+            .iter()
+            .map(|e| format!("{}={}", e.key, e.value))
+            .collect();
+        writeln!(
+            out,
+            "  consumer {} ({}): {}",
+            c.id,
+            c.info.kind,
+            board.join(" ")
+        )?;
     }
     writeln!(out, "\nSCHEMAS")?;
     schemas(&s).write(&mut out)?;

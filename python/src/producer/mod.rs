@@ -285,6 +285,7 @@ fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("has_lane", s.has_lane)?;
     d.set_item("connected", s.lane.connected)?;
+    d.set_item("refused", snapbus::refusal())?;
     d.set_item("written", s.written())?;
     d.set_item(
         "not_written",

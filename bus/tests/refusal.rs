@@ -1,0 +1,82 @@
+//! A broker that refuses a producer (another snapbus release's protocol, a lane it cannot
+//! map): the producer is not counted as connected, and it keeps and tells why. A stand-in
+//! broker (a listener on the bus socket, in this process) plays the refusing side.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use snapbus_bus::control::{Conn, FromBroker, Listener, ToBroker};
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::{BusDir, BusName};
+
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+fn accept(l: &Listener) -> Conn {
+    let t0 = Instant::now();
+    loop {
+        if let Some(c) = l.accept().expect("accept") {
+            return c;
+        }
+        assert!(t0.elapsed() < WATCHDOG, "the publisher never connected");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_refused_producer_is_not_connected_and_says_why() {
+    let root =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("refusal-{}", std::process::id()));
+    let dir = BusDir::locate_in(&root, &BusName::new("refusal").expect("name"));
+    dir.create().expect("bus dir");
+    let listener = Listener::bind(&dir.socket_path()).expect("bind");
+    let p = Publisher::start(
+        dir.clone(),
+        PublisherConfig {
+            name: "refused".into(),
+            lane: LaneConfig {
+                capacity: 1 << 20,
+                max_frame: 64 << 10,
+                block_size: 64 << 10,
+            },
+            session_tag: None,
+            perf_tag: None,
+        },
+    )
+    .expect("publisher");
+    let mut conn = accept(&listener);
+    let (hello, _fds) = conn
+        .recv::<ToBroker>(Some(WATCHDOG))
+        .expect("recv")
+        .expect("a hello within the watchdog");
+    assert!(matches!(hello, ToBroker::HelloProducer { .. }), "{hello:?}");
+    // Said hello, not welcomed: not connected (for a while, nothing changes that).
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(300) {
+        assert!(!p.is_connected(), "connected before any welcome");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let why = "protocol version Some(99) is not this broker's (4); use matching snapbus versions";
+    conn.send(
+        &FromBroker::Error {
+            message: why.into(),
+        },
+        &[],
+    )
+    .expect("send");
+    let t0 = Instant::now();
+    while p.refusal().as_deref() != Some(why) {
+        assert!(
+            t0.elapsed() < WATCHDOG,
+            "the refusal was never kept: {:?}",
+            p.refusal()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!p.is_connected());
+    assert!(!p.stats().connected);
+    drop(conn);
+    drop(p);
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&root);
+}
