@@ -28,6 +28,7 @@ use snapbus_bus::runtime::BusDir;
 
 use crate::cli::BusArgs;
 use crate::command::aggregate::AggregateArgs;
+use crate::command::otlp::OtlpArgs;
 use crate::command::plot::PlotArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
@@ -39,6 +40,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    ConsumerKind::of::<OtlpArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
@@ -444,6 +446,12 @@ mod tests {
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
+            "otlp" => {
+                "--endpoint http://127.0.0.1:1 --metrics-endpoint http://h:2/m \
+                 --logs-endpoint http://h:3/l --traces-endpoint http://h:4/t --signals metrics,logs \
+                 --schema a.* --interval 2s --max-queue-bytes 65536 --max-series 50 \
+                 --metrics-listen 127.0.0.1:0 --from oldest"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.split_whitespace()

@@ -2,6 +2,7 @@
 
 mod aggregator;
 mod fields;
+mod otlp;
 mod plotter;
 mod recording;
 mod runtime;

@@ -12,6 +12,7 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
+pub(crate) mod otlp;
 pub(crate) mod plot;
 pub(crate) mod python;
 pub(crate) mod record;

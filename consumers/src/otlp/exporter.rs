@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use snapbus_bus::Level;
+use snapbus_bus::status::{StatusBoard, StatusValue};
 use snapbus_schemas::builtin::{DurationSample, SpanEnd, SpanEvent, SpanStart};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, Wire, decode};
 
@@ -20,7 +21,7 @@ use super::metrics::{self, MetricTable, Res};
 use super::outbox::Outbox;
 use super::sender::{RetryPolicy, Sender};
 use super::signals::{self, Open, Pending, SpanTable};
-use super::stats::{DropReason, ExporterStats, Signal};
+use super::stats::{DropReason, ExporterStats, Signal, StatEntry};
 use crate::aggregator::SUMMARY_SUFFIX;
 use crate::fields::{Extracted, Plan};
 use crate::runtime::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
@@ -96,6 +97,7 @@ pub struct OtlpExporter {
     open: SpanTable,
     extracted: Extracted,
     last_metrics: Instant,
+    board: Option<StatusBoard>,
 }
 
 impl OtlpExporter {
@@ -128,12 +130,34 @@ impl OtlpExporter {
             spans: Pending::new(Signal::Traces),
             extracted: Extracted::default(),
             last_metrics: Instant::now(),
+            board: None,
         })
     }
 
     /// The counters (shared with the sender thread: read them any time).
     pub fn stats(&self) -> &Arc<ExporterStats> {
         &self.stats
+    }
+
+    /// Keeps `board` up to date with the counters (`state`, `exported.<signal>`,
+    /// `dropped.<reason>`, `retries`, `queue_bytes`, `series`, `last_error`, …) at every
+    /// flush, so that `snapbus ls` shows them.
+    pub fn report_to(&mut self, board: StatusBoard) {
+        self.board = Some(board);
+        self.publish();
+    }
+
+    /// Copies the counters to the status board, if any.
+    fn publish(&self) {
+        let Some(board) = &self.board else {
+            return;
+        };
+        for (k, v) in self.stats.snapshot().entries() {
+            match v {
+                StatEntry::Count(n) => board.set(&k, StatusValue::Count(n)),
+                StatEntry::Text(t) => board.set(&k, StatusValue::Text(t)),
+            }
+        }
     }
 
     /// Hands everything pending to the sender, lets it send until it is done or the shutdown
@@ -146,6 +170,7 @@ impl OtlpExporter {
         if let Some(h) = self.sender.take() {
             let _ = h.join();
         }
+        self.publish();
     }
 
     fn enabled(&self, s: Signal) -> bool {
@@ -464,6 +489,7 @@ impl Consumer for OtlpExporter {
             self.push_metrics();
         }
         self.push_batches();
+        self.publish();
         Ok(())
     }
 }
