@@ -57,7 +57,8 @@ pub(crate) enum Command {
     Replay(ReplayArgs),
     /// Describe a recording: schemas, counts, time range, producers, losses, damage.
     Inspect(InspectArgs),
-    /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages.
+    /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages; or send it
+    /// to an OTLP receiver with its original timestamps.
     Export(ExportArgs),
     /// Start a consumer (built-in, or Python) as a process supervised by the broker; prints its
     /// id once it is subscribed and reading.
@@ -305,6 +306,10 @@ pub(crate) enum ExportFormat {
     Parquet,
     /// An MCAP file with JSON messages and JSON Schemas (opens in Foxglove).
     McapJson,
+    /// Sent to an OTLP/HTTP receiver (--endpoint) with the original timestamps: numeric
+    /// fields as gauges (the last value per 10 s of recorded time), events as log records,
+    /// spans as spans; no file is written.
+    Otlp,
 }
 
 /// Options of `snapbus export`.
@@ -315,9 +320,17 @@ pub(crate) struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub(crate) format: ExportFormat,
-    /// Output file (jsonl, mcap-json) or directory (csv, parquet).
+    /// Output file (jsonl, mcap-json) or directory (csv, parquet); not with otlp.
     #[arg(short, long)]
-    pub(crate) output: PathBuf,
+    pub(crate) output: Option<PathBuf>,
+    /// With --format otlp: the receiver's base URL (URL/v1/metrics, URL/v1/logs,
+    /// URL/v1/traces; default: $OTEL_EXPORTER_OTLP_ENDPOINT, else http://127.0.0.1:4318).
+    #[arg(long, value_name = "URL")]
+    pub(crate) endpoint: Option<String>,
+    /// With --format otlp: how long to wait for the receiver to take each part before giving
+    /// up (what is left is counted as not exported, and the command fails).
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
     /// Schema-id globs to export (default: all); repeatable. If none matches a record of the
     /// recording, the export fails naming the schemas it holds.
     #[arg(long = "schema", value_name = "GLOB")]

@@ -1,5 +1,5 @@
 //! `snapbus export`: converts a recording to JSON lines, CSV, Parquet, or MCAP with JSON
-//! messages.
+//! messages, or sends it to an OTLP receiver with its original timestamps (`export/otlp.rs`).
 //!
 //! The recording is read once, front to back, with constant memory (Parquet keeps at most one
 //! batch of rows per schema). Loss records are exported with every `--schema` filter (a gap
@@ -20,6 +20,7 @@
 mod columns;
 mod jsonl;
 mod mcap_json;
+mod otlp;
 #[cfg(feature = "parquet")]
 mod parquet_dir;
 mod tables;
@@ -81,6 +82,15 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         bail!(NO_PARQUET);
     }
     let globs = crate::bus::globs(&args.schemas)?;
+    if args.format == ExportFormat::Otlp {
+        return otlp::run(args, &globs);
+    }
+    let Some(out) = args.output.as_deref() else {
+        bail!("--output is required with --format {:?}", args.format);
+    };
+    if args.endpoint.is_some() {
+        bail!("--endpoint is for --format otlp only");
+    }
     let input =
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
     let mut reader = RecordingReader::new(input).with_resync();
@@ -94,23 +104,24 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     };
     let output = Output {
         dir: matches!(args.format, ExportFormat::Csv | ExportFormat::Parquet),
-        existed: args.output.exists(),
+        existed: out.exists(),
     };
-    prepare_output(&args.file, &args.output, output.dir, args.force)?;
-    let mut sink = create_sink(args)?;
+    prepare_output(&args.file, out, output.dir, args.force)?;
+    let mut sink = create_sink(args, out)?;
     let mut tally = Tally::new(&globs);
     tally.read(first.into_iter().chain(reader), sink.as_mut(), &args.file)?;
     let files = sink.finish()?;
-    tally.finish(args, output, &files)
+    tally.finish(args, out, output, &files)
 }
 
-/// The sink of `args.format`, writing to `args.output`.
-fn create_sink(args: &ExportArgs) -> anyhow::Result<Box<dyn Sink>> {
+/// The sink of `args.format`, writing to `out`.
+fn create_sink(args: &ExportArgs, out: &Path) -> anyhow::Result<Box<dyn Sink>> {
     Ok(match args.format {
-        ExportFormat::Jsonl => Box::new(jsonl::Jsonl::create(&args.output)?),
-        ExportFormat::Csv => Box::new(tables::Tables::new(&args.output, tables::csv_format())),
-        ExportFormat::Parquet => parquet_sink(&args.output)?,
-        ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(&args.output)?),
+        ExportFormat::Jsonl => Box::new(jsonl::Jsonl::create(out)?),
+        ExportFormat::Csv => Box::new(tables::Tables::new(out, tables::csv_format())),
+        ExportFormat::Parquet => parquet_sink(out)?,
+        ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(out)?),
+        ExportFormat::Otlp => bail!("--format otlp writes no file"),
     })
 }
 
@@ -242,7 +253,13 @@ impl<'a> Tally<'a> {
     /// The end of the export, after the sink finished writing `files`: fails (removing the
     /// output) if no `--schema` glob matched, prints the summary and a warning for globs that
     /// matched nothing, then fails for damage, skipped parts, a cut, or undecodable records.
-    fn finish(self, args: &ExportArgs, output: Output, files: &[PathBuf]) -> anyhow::Result<()> {
+    fn finish(
+        self,
+        args: &ExportArgs,
+        out: &Path,
+        output: Output,
+        files: &[PathBuf],
+    ) -> anyhow::Result<()> {
         let unmatched: Vec<&str> = self
             .globs
             .iter()
@@ -259,11 +276,11 @@ impl<'a> Tally<'a> {
             && self.damage.is_none()
         {
             // Nothing matched: the (empty) output is not left behind to be mistaken for data.
-            remove_output(&args.output, output.dir, output.existed, files);
+            remove_output(out, output.dir, output.existed, files);
             bail!("{no_match}; nothing was exported");
         }
         let line = summary(
-            &args.output,
+            out,
             output.dir,
             self.exported,
             &self.counts,

@@ -160,6 +160,24 @@ impl OtlpExporter {
         }
     }
 
+    /// Sends the metric points and batches pending now and waits until the sender has sent
+    /// (or dropped) everything; false if `deadline` came first. For backfill (`snapbus export
+    /// --format otlp`): each interval of recorded time gets its own points, and the reader is
+    /// held back while the receiver is slow instead of dropping.
+    pub fn drain(&mut self, deadline: Instant) -> bool {
+        self.push_metrics();
+        self.push_batches();
+        let sent = self.outbox.wait_sent(deadline);
+        self.publish();
+        sent
+    }
+
+    /// Whether the queue of log and span batches holds more than half its cap (a backfill
+    /// then [`drains`](Self::drain) before reading on).
+    pub fn queue_half_full(&self) -> bool {
+        self.stats.snapshot().queue_bytes as usize > self.opts.max_queue_bytes / 2
+    }
+
     /// Hands everything pending to the sender, lets it send until it is done or the shutdown
     /// deadline passes (what is left is counted `shutdown`), and stops it.
     pub fn shutdown(&mut self) {

@@ -65,6 +65,8 @@ struct Inner {
     queue: VecDeque<(u64, Arc<Batch>)>,
     queued_bytes: usize,
     inflight: Option<u64>,
+    /// Whether metric points are being sent.
+    metrics_inflight: bool,
     next_id: u64,
     gap: Gap,
     /// Set by [`Outbox::close`]: the shutdown deadline.
@@ -89,6 +91,7 @@ impl Outbox {
                 queue: VecDeque::new(),
                 queued_bytes: 0,
                 inflight: None,
+                metrics_inflight: false,
                 next_id: 0,
                 gap: Gap::default(),
                 closing: None,
@@ -121,6 +124,35 @@ impl Outbox {
         let mut g = self.lock();
         for (id, p) in points {
             g.metrics.entry(id).or_insert(p);
+        }
+        g.metrics_inflight = false;
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// The metric points being sent were sent (or refused).
+    pub(crate) fn metrics_done(&self) {
+        self.lock().metrics_inflight = false;
+        self.cv.notify_all();
+    }
+
+    /// Waits until everything handed to the outbox was sent or dropped; false if `deadline`
+    /// came first.
+    pub(crate) fn wait_sent(&self, deadline: Instant) -> bool {
+        let mut g = self.lock();
+        loop {
+            if g.metrics.is_empty() && !g.metrics_inflight && g.queue.is_empty() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .cv
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -184,6 +216,8 @@ impl Outbox {
             }
         }
         self.stats.set_queue_bytes(g.queued_bytes as u64);
+        drop(g);
+        self.cv.notify_all();
     }
 
     /// Leaves batch `id` queued for another attempt.
@@ -192,6 +226,8 @@ impl Outbox {
         if g.inflight == Some(id) {
             g.inflight = None;
         }
+        drop(g);
+        self.cv.notify_all();
     }
 
     /// Takes the gap to report, if any (the caller gives it back if it could not be sent).
@@ -249,6 +285,7 @@ impl Outbox {
                     g.inflight = Some(id);
                     return Work::Batch(id, b);
                 }
+                g.metrics_inflight = true;
                 return Work::Metrics(std::mem::take(&mut g.metrics));
             }
             let until = match (wait_until, g.closing) {
@@ -278,6 +315,8 @@ impl Outbox {
         }
         g.queued_bytes = 0;
         g.inflight = None;
+        g.metrics_inflight = false;
         self.stats.set_queue_bytes(0);
+        self.cv.notify_all();
     }
 }

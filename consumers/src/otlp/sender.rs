@@ -160,6 +160,7 @@ impl Sender {
 
     fn send_metrics(&mut self, points: BTreeMap<u64, Point>) {
         let Some(url) = self.endpoints.metrics.clone() else {
+            self.outbox.metrics_done();
             return;
         };
         let n = points.len() as u64;
@@ -171,6 +172,7 @@ impl Sender {
                 let (from, to) = time_range(&points);
                 self.outbox
                     .note_dropped(Signal::Metrics, DropReason::Rejected, rejected, from, to);
+                self.outbox.metrics_done();
                 self.succeeded();
             }
             Outcome::Retry { after, error } => {
@@ -182,6 +184,7 @@ impl Sender {
                 let (from, to) = time_range(&points);
                 self.outbox
                     .note_dropped(Signal::Metrics, DropReason::Rejected, n, from, to);
+                self.outbox.metrics_done();
                 self.stats.set_error(&error);
                 self.succeeded();
             }
