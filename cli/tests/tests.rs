@@ -7,6 +7,7 @@ mod demo;
 mod errors;
 mod export;
 mod modes;
+mod otlp;
 mod outage;
 mod plotter;
 mod python;

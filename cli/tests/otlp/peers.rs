@@ -120,7 +120,8 @@ fn peer_dir(name: &str) -> PathBuf {
 
 /// VictoriaMetrics 1.112 (Debian trixie) on a free port.
 pub(crate) struct Vm {
-    pub(crate) peer: Peer,
+    /// Kept for its drop: the process stops with it.
+    _peer: Peer,
     pub(crate) addr: SocketAddr,
 }
 
@@ -144,7 +145,7 @@ impl Vm {
             peer.check_alive();
             http(addr, "GET", "/health", b"").is_some_and(|(s, b)| s == 200 && b.contains("OK"))
         });
-        Vm { peer, addr }
+        Vm { _peer: peer, addr }
     }
 
     /// Its OTLP metrics URL.
@@ -189,10 +190,21 @@ impl Rotel {
             .args(["--exporter", "otlp", "--otlp-exporter-protocol", "http"])
             .args(["--otlp-exporter-metrics-endpoint", metrics_to])
             // Logs and traces are only printed (nothing listens on the discard port).
-            .args(["--otlp-exporter-logs-endpoint", "http://127.0.0.1:9/v1/logs"])
-            .args(["--otlp-exporter-traces-endpoint", "http://127.0.0.1:9/v1/traces"])
+            .args([
+                "--otlp-exporter-logs-endpoint",
+                "http://127.0.0.1:9/v1/logs",
+            ])
+            .args([
+                "--otlp-exporter-traces-endpoint",
+                "http://127.0.0.1:9/v1/traces",
+            ])
             .args(["--debug-log", "traces", "--debug-log", "logs"])
-            .args(["--debug-log-verbosity", "detailed", "--batch-timeout", "200ms"]);
+            .args([
+                "--debug-log-verbosity",
+                "detailed",
+                "--batch-timeout",
+                "200ms",
+            ]);
         let mut peer = Peer::spawn("rotel", cmd, dir);
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         wait_until("rotel accepts connections", WATCHDOG, || {
@@ -220,7 +232,12 @@ fn percent(s: &str) -> String {
 }
 
 /// One HTTP/1.0 request (a form body for POST) → (status, body); `None` if it cannot connect.
-pub(crate) fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<(u16, String)> {
+pub(crate) fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
     write!(

@@ -97,6 +97,9 @@ pub struct OtlpExporter {
     open: SpanTable,
     extracted: Extracted,
     last_metrics: Instant,
+    /// When the next export is due, in producer time: the run loop reads the clock only
+    /// every 64 records, so a slow stream is also checked against its records' own times.
+    next_push_nanos: u64,
     board: Option<StatusBoard>,
 }
 
@@ -104,6 +107,8 @@ impl OtlpExporter {
     /// Starts the sender thread.
     pub fn start(opts: OtlpOptions) -> std::io::Result<OtlpExporter> {
         let stats = Arc::new(ExporterStats::default());
+        let next_push_nanos =
+            now_nanos().saturating_add(u64::try_from(opts.interval.as_nanos()).unwrap_or(u64::MAX));
         let outbox = Arc::new(Outbox::new(opts.max_queue_bytes, Arc::clone(&stats)));
         let host = host_name();
         let sender = Sender::new(
@@ -130,6 +135,7 @@ impl OtlpExporter {
             spans: Pending::new(Signal::Traces),
             extracted: Extracted::default(),
             last_metrics: Instant::now(),
+            next_push_nanos,
             board: None,
         })
     }
@@ -235,6 +241,8 @@ impl OtlpExporter {
 
     fn push_metrics(&mut self) {
         self.last_metrics = Instant::now();
+        let interval = u64::try_from(self.opts.interval.as_nanos()).unwrap_or(u64::MAX);
+        self.next_push_nanos = now_nanos().saturating_add(interval);
         let points = self.metrics.take_dirty();
         self.stats.add_emitted(Signal::Metrics, points.len() as u64);
         self.stats.set_series(self.metrics.series() as u64);
@@ -487,6 +495,11 @@ impl Consumer for OtlpExporter {
             }
             Some(Kind::SpanEvent) => self.on_span(r, &res, SpanKind::Event),
             _ => {}
+        }
+        if r.header.t_nanos >= self.next_push_nanos {
+            self.push_metrics();
+            self.push_batches();
+            self.publish();
         }
         Ok(Flow::Continue)
     }

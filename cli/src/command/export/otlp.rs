@@ -87,8 +87,7 @@ impl Sink for OtlpSink {
             },
             payload: &m.data,
         };
-        if self.exporter.on_schema(&c.schema).is_err() || self.exporter.on_event(&record).is_err()
-        {
+        if self.exporter.on_schema(&c.schema).is_err() || self.exporter.on_event(&record).is_err() {
             bail!("exporting a {} record", c.schema.id());
         }
         Ok(())
@@ -155,13 +154,20 @@ pub(super) fn run(args: &ExportArgs, globs: &[Glob]) -> anyhow::Result<()> {
             .map(|r| format!("{} {}", s.dropped(sig, *r), r.name()))
             .collect();
         if !dropped.is_empty() {
-            line += &format!(" ({} dropped: {})", s.dropped_total(sig), dropped.join(", "));
+            line += &format!(
+                " ({} dropped: {})",
+                s.dropped_total(sig),
+                dropped.join(", ")
+            );
         }
     }
     if sink.losses > 0 {
         line += &format!("; {} loss records (not sent)", sink.losses);
     }
-    let urls: Vec<&str> = Signal::ALL.iter().filter_map(|g| endpoints.get(*g)).collect();
+    let urls: Vec<&str> = Signal::ALL
+        .iter()
+        .filter_map(|g| endpoints.get(*g))
+        .collect();
     line += &format!(" → {}", urls.join(", "));
     eprintln!("{line}");
     let dropped: u64 = Signal::ALL.iter().map(|g| s.dropped_total(*g)).sum();

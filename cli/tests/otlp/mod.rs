@@ -1,0 +1,492 @@
+//! The OTLP exporter end to end against real peers: VictoriaMetrics reads back what
+//! `attach otlp` sent while `snapbus demo` ran (value by value against the demo's formulas)
+//! and what `export --format otlp` sent of a recording (with its original timestamps); rotel
+//! prints the log records and spans it received and, as an agent, forwards metrics to
+//! VictoriaMetrics. Bad input fails with a clear message and a non-zero exit.
+
+mod peers;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use snapbus_bus::Level;
+use snapbus_consumers::recording::{RecordingWriter, WriterOptions};
+use snapbus_schemas::Snapshot;
+
+use crate::bus::{TestBus, wait_until};
+use crate::util::{WATCHDOG, run};
+use peers::{Rotel, Vm, free_port};
+
+/// Samples of every series whose name matches `re`: name → labels, (timestamp ms, value).
+type Series = Vec<(String, BTreeMap<String, String>, Vec<(i64, f64)>)>;
+
+fn series(vm: &Vm, re: &str) -> Series {
+    vm.export(&format!("{{__name__=~\"{re}\"}}"))
+        .into_iter()
+        .map(|s| {
+            let mut labels: BTreeMap<String, String> = s["metric"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let name = labels.remove("__name__").expect("a name");
+            let points = s["timestamps"]
+                .as_array()
+                .expect("timestamps")
+                .iter()
+                .zip(s["values"].as_array().expect("values"))
+                .map(|(t, v)| (t.as_i64().expect("ts"), v.as_f64().expect("value")))
+                .collect();
+            (name, labels, points)
+        })
+        .collect()
+}
+
+/// The demo's `demo.step` leaves for episode `e`, step `s` (8x6 images; `snapbus demo --help`).
+fn demo_step(e: u64, s: u64) -> BTreeMap<&'static str, f64> {
+    let pixels: Vec<f64> = (0..6u64)
+        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
+        .collect();
+    BTreeMap::from([
+        ("demo.step.episode", e as f64),
+        ("demo.step.step", s as f64),
+        ("demo.step.reward", reward(e, s)),
+        ("demo.step.position.0", f64::from(s as f32 * 0.5)),
+        ("demo.step.position.1", f64::from(e as f32)),
+        ("demo.step.position.2", f64::from((s % 8) as f32 - 4.0)),
+        (
+            "demo.step.observation.mean",
+            pixels.iter().sum::<f64>() / pixels.len() as f64,
+        ),
+        (
+            "demo.step.observation.min",
+            pixels.iter().copied().fold(f64::INFINITY, f64::min),
+        ),
+        (
+            "demo.step.observation.max",
+            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ),
+    ])
+}
+
+fn reward(e: u64, s: u64) -> f64 {
+    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+/// `attach otlp ARGS` on `bus`: its id.
+fn attach_otlp(bus: &TestBus, args: &[&str]) -> String {
+    let mut all = vec!["attach", "otlp"];
+    all.extend_from_slice(args);
+    let out = bus.run(&all);
+    assert!(out.status.success(), "{all:?}: {}", out.stderr);
+    out.stdout.trim().to_owned()
+}
+
+/// The status board of consumer `id` in `ls --json`.
+fn board(bus: &TestBus, id: &str) -> Value {
+    bus.ls()["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .find(|c| c["id"].to_string() == id || c["info"]["id"].to_string() == id)
+        .map(|c| c["board"].clone())
+        .unwrap_or(Value::Null)
+}
+
+const EPISODES: u64 = 3;
+const STEPS: u64 = 8;
+
+#[test]
+fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
+    let vm = Vm::start();
+    let bus = TestBus::up();
+    let id = attach_otlp(
+        &bus,
+        &[
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--metrics-endpoint",
+            &vm.otlp_url(),
+            "--signals",
+            "metrics",
+            "--interval",
+            "150ms",
+            "--schema",
+            "demo.*",
+        ],
+    );
+    let out = bus.run(&[
+        "demo",
+        "--episodes",
+        &EPISODES.to_string(),
+        "--steps",
+        &STEPS.to_string(),
+        "--rate",
+        "25",
+    ]);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+    // The experiment summary comes last: once it is in, so is everything before it.
+    wait_until(
+        "the experiment summary in VictoriaMetrics",
+        WATCHDOG,
+        || {
+            series(&vm, "demo[.]step[.]summary[.]reward")
+                .iter()
+                .any(|(_, l, _)| l.get("window").is_some_and(|w| w == "experiment"))
+        },
+    );
+    let b = board(&bus, &id);
+    assert_eq!(b["state"], "ok", "{b}");
+    assert!(b["exported.metrics"].as_u64().unwrap_or(0) > 0, "{b}");
+    assert_eq!(b["dropped.rejected"], 0, "{b}");
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
+
+    // Every demo.step sample, joined by its (producer) timestamp, is one step of the demo.
+    let steps = series(&vm, "demo[.]step[.][a-z].*");
+    let mut by_t: BTreeMap<i64, BTreeMap<String, f64>> = BTreeMap::new();
+    for (name, labels, points) in &steps {
+        if name.starts_with("demo.step.summary") {
+            continue;
+        }
+        assert_eq!(labels.get("service.name").map(String::as_str), Some("demo"));
+        assert!(labels.contains_key("process.pid") && labels.contains_key("host.name"));
+        assert!(
+            !labels.contains_key("episode") && !labels.contains_key("step"),
+            "{labels:?}"
+        );
+        for (t, v) in points {
+            by_t.entry(*t).or_default().insert(name.clone(), *v);
+        }
+    }
+    assert!(
+        by_t.len() >= 3,
+        "only {} export intervals: {by_t:?}",
+        by_t.len()
+    );
+    let mut seen = BTreeSet::new();
+    for (t, leaves) in &by_t {
+        let e = leaves["demo.step.episode"] as u64;
+        let s = leaves["demo.step.step"] as u64;
+        assert!(e < EPISODES && s < STEPS, "{t}: {leaves:?}");
+        let want = demo_step(e, s);
+        assert_eq!(leaves.len(), want.len(), "{t}: {leaves:?}");
+        for (k, w) in &want {
+            assert!(close(leaves[*k], *w), "{t} {k}: {} != {w}", leaves[*k]);
+        }
+        seen.insert((e, s));
+    }
+    assert!(
+        seen.contains(&(EPISODES - 1, STEPS - 1)),
+        "the last step is not in: {seen:?}"
+    );
+
+    // Summaries: the experiment's mean reward over every step; each episode window's mean is
+    // one episode's.
+    let episode_means: Vec<f64> = (0..EPISODES)
+        .map(|e| (0..STEPS).map(|s| reward(e, s)).sum::<f64>() / STEPS as f64)
+        .collect();
+    let all_mean = episode_means.iter().sum::<f64>() / EPISODES as f64;
+    let mut checked = 0;
+    for (_, labels, points) in series(&vm, "demo[.]step[.]summary[.]reward") {
+        if labels.get("stat").map(String::as_str) != Some("mean") {
+            continue;
+        }
+        for (_, v) in points {
+            match labels.get("window").map(String::as_str) {
+                Some("experiment") => assert!(close(v, all_mean), "{v} != {all_mean}"),
+                _ => assert!(
+                    episode_means.iter().any(|m| close(v, *m)),
+                    "{v} is no episode's mean: {episode_means:?}"
+                ),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "{checked} summary samples");
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "otlp_peer.alarm", version = 1, crate = "snapbus_schemas")]
+struct Alarm {
+    text: String,
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "otlp_peer.hop", version = 1, crate = "snapbus_schemas")]
+struct Hop {
+    value: f64,
+}
+
+/// This test process is a producer (the only test that makes it one): an event, a span with
+/// an event inside, and a gauge, exported to rotel, which prints the first two and forwards
+/// the gauge to VictoriaMetrics.
+#[test]
+fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
+    use snapbus_schemas::builtin::{AttrValue, SpanEnd, SpanEvent, SpanStart};
+    let vm = Vm::start();
+    let rotel = Rotel::start(&vm.otlp_url());
+    let bus = TestBus::up();
+    let id = attach_otlp(
+        &bus,
+        &[
+            "--endpoint",
+            &rotel.url(),
+            "--interval",
+            "200ms",
+            "--schema",
+            "otlp_peer.*",
+            "--schema",
+            "snapbus.span.*",
+        ],
+    );
+    assert!(snapbus::init(snapbus::Config {
+        bus: Some(bus.name.clone()),
+        name: Some("otlp-peer-test".into()),
+        session_tag: Some("hop-study".into()),
+        runtime_dir: Some(crate::util::runtime_root()),
+        ..snapbus::Config::default()
+    }));
+    assert!(
+        snapbus::wait_for_bus(WATCHDOG),
+        "the test never joined its bus"
+    );
+    let t = snapbus::get_telemetry("otlp_test");
+    let alarm = "coolant-temperature-high-0x5eb";
+    t.snapshot(Level::WARN, &Alarm { text: alarm.into() });
+    t.snapshot(
+        Level::INFO,
+        &SpanStart {
+            span_id: 11,
+            parent_id: None,
+            name: "otlp-test-span".into(),
+            attributes: [("episode".to_owned(), AttrValue::I64(3))].into(),
+        },
+    );
+    t.snapshot(
+        Level::INFO,
+        &SpanEvent {
+            span_id: Some(11),
+            name: "otlp-test-checkpoint".into(),
+            attributes: Default::default(),
+        },
+    );
+    t.snapshot(
+        Level::INFO,
+        &SpanEnd {
+            span_id: 11,
+            duration_nanos: 5_000_000,
+            attributes: [("result".to_owned(), AttrValue::Str("converged".into()))].into(),
+        },
+    );
+    t.snapshot(Level::INFO, &Hop { value: 42.5 });
+    wait_until(
+        "rotel printed the log records and the span",
+        WATCHDOG,
+        || {
+            let o = rotel.peer.output();
+            [
+                alarm,
+                "otlp-test-span",
+                "otlp-test-checkpoint",
+                "converged",
+                "otlp-peer-test",
+            ]
+            .iter()
+            .all(|n| o.contains(n))
+        },
+    );
+    wait_until("the gauge forwarded by rotel", WATCHDOG, || {
+        series(&vm, "otlp_peer[.]hop[.]value")
+            .iter()
+            .any(|(_, l, p)| {
+                l.get("service.name").is_some_and(|n| n == "otlp-peer-test")
+                    && l.get("snapbus.session_tag")
+                        .is_some_and(|n| n == "hop-study")
+                    && p.iter().any(|(_, v)| *v == 42.5)
+            })
+    });
+    snapbus::shutdown();
+    let b = board(&bus, &id);
+    assert_eq!(b["exported.logs"], 2, "{b}");
+    assert_eq!(b["exported.traces"], 1, "{b}");
+    assert_eq!(b["state"], "ok", "{b}");
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("otlp-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Writes a recording of `n` `otlp_peer.hop` records 15 s apart from `t0`.
+fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
+    let info = snapbus_bus::control::ProducerInfo {
+        pid: 77,
+        name: "recorded".into(),
+        cmdline: vec!["recorded".into()],
+        session_tag: None,
+        perf_tag: None,
+        lane_id: 77,
+        started_nanos: 1,
+    };
+    let mut w =
+        RecordingWriter::create(path, &WriterOptions::new("recorder", "test")).expect("create");
+    let desc = Arc::new(Hop::descriptor().clone());
+    for i in 0..n {
+        let payload = snapbus_schemas::Wire::encode_to_vec(&Hop {
+            value: i as f64 * 1.5,
+        })
+        .expect("encode");
+        let meta = snapbus_consumers::RecordHeader {
+            seq: i,
+            t_nanos: t0 + i * 15_000_000_000,
+            schema_key: 1,
+            schema_version: 1,
+            level: Level::INFO,
+            emitter_id: 0,
+            payload_len: payload.len(),
+        };
+        w.write(
+            1,
+            snapbus_consumers::Producer::from(&info),
+            &desc,
+            None,
+            &meta,
+            &payload,
+        )
+        .expect("write");
+    }
+    w.finish().expect("finish");
+}
+
+#[test]
+fn export_sends_a_recording_with_its_original_timestamps() {
+    let vm = Vm::start();
+    let file = tmp("hops.mcap");
+    // 2026-01-01T00:00:00Z: well in the past, as a recording is.
+    let t0 = 1_767_225_600_000_000_000u64;
+    write_recording(&file, t0, 6);
+    let base = format!("http://{}/opentelemetry", vm.addr);
+    let out = run(&[
+        "export",
+        file.to_str().expect("utf-8"),
+        "--format",
+        "otlp",
+        "--endpoint",
+        &base,
+    ]);
+    assert!(out.status.success(), "export: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("6 records read; 6 data points exported"),
+        "{}",
+        out.stderr
+    );
+    wait_until(
+        "the recording's points in VictoriaMetrics",
+        WATCHDOG,
+        || {
+            series(&vm, "otlp_peer[.]hop[.]value")
+                .first()
+                .is_some_and(|(_, _, p)| p.len() == 6)
+        },
+    );
+    let (_, labels, points) = series(&vm, "otlp_peer[.]hop[.]value").remove(0);
+    assert_eq!(
+        labels.get("service.name").map(String::as_str),
+        Some("recorded")
+    );
+    let want: Vec<(i64, f64)> = (0..6u64)
+        .map(|i| {
+            (
+                ((t0 + i * 15_000_000_000) / 1_000_000) as i64,
+                i as f64 * 1.5,
+            )
+        })
+        .collect();
+    assert_eq!(points, want);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn export_to_an_unreachable_endpoint_fails_and_counts_what_was_not_sent() {
+    let file = tmp("unreachable.mcap");
+    write_recording(&file, 1_767_225_600_000_000_000, 4);
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let out = run(&[
+        "export",
+        file.to_str().expect("utf-8"),
+        "--format",
+        "otlp",
+        "--endpoint",
+        &url,
+        "--timeout",
+        "1500ms",
+    ]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("0 data points exported"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("did not take the data within"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("records were not sent"),
+        "{}",
+        out.stderr
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn bad_urls_and_addresses_are_refused_before_anything_starts() {
+    let bus = TestBus::up();
+    for (args, needle) in [
+        (
+            vec!["--endpoint", "localhost:4318"],
+            "scheme must be http://",
+        ),
+        (
+            vec!["--endpoint", "https://collector:4318"],
+            "https is not supported",
+        ),
+        (vec!["--metrics-endpoint", "http://h:70000/x"], "port"),
+        (vec!["--metrics-listen", "nowhere"], "--metrics-listen"),
+        (vec!["--schema", "[bad"], "glob"),
+    ] {
+        let mut all = vec!["attach", "otlp"];
+        all.extend_from_slice(&args);
+        let out = bus.run(&all);
+        assert!(!out.status.success(), "{all:?} succeeded");
+        assert!(out.stderr.contains(needle), "{all:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    let consumers = bus.ls()["consumers"].as_array().map_or(0, Vec::len);
+    assert_eq!(consumers, 0, "a refused exporter was started");
+    // The environment's endpoint is checked too.
+    let out = crate::util::run_cmd(
+        bus.cmd(&["otlp"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x"),
+    );
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("ftp://x"), "{}", out.stderr);
+    // With no bus, the foreground verb says so.
+    let out = run(&["otlp", "--bus", "no-such-bus-otlp"]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("no bus"), "{}", out.stderr);
+}
