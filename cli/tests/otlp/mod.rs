@@ -95,7 +95,7 @@ fn board(bus: &TestBus, id: &str) -> Value {
         .as_array()
         .expect("consumers")
         .iter()
-        .find(|c| c["id"].to_string() == id || c["info"]["id"].to_string() == id)
+        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
         .map(|c| c["board"].clone())
         .unwrap_or(Value::Null)
 }
@@ -211,6 +211,60 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
         }
     }
     assert!(checked >= 2, "{checked} summary samples");
+}
+
+/// An exporter whose receiver is not there yet: the demo runs to its end regardless, `ls`
+/// shows the exporter backing off, and once VictoriaMetrics starts on that port the exporter
+/// recovers by itself and delivers the last values (metrics are state).
+#[test]
+fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
+    let port = free_port();
+    let bus = TestBus::up();
+    let url = format!("http://127.0.0.1:{port}/opentelemetry/v1/metrics");
+    let id = attach_otlp(
+        &bus,
+        &[
+            "--metrics-endpoint",
+            &url,
+            "--signals",
+            "metrics",
+            "--interval",
+            "200ms",
+            "--schema",
+            "demo.step",
+        ],
+    );
+    bus.demo(2, 10, 50, &[]);
+    wait_until("the exporter backing off", WATCHDOG, || {
+        let b = board(&bus, &id);
+        b["retries"].as_u64().unwrap_or(0) >= 1
+            && (b["state"] == "backoff" || b["state"] == "down")
+            && b["last_error"].as_str().is_some_and(|e| e.contains(&url))
+    });
+    let ls = bus.run(&["ls"]);
+    let line = format!("consumer {id} (otlp):");
+    assert!(
+        ls.stdout
+            .lines()
+            .any(|l| l.contains(&line) && l.contains("state=") && l.contains("retries=")),
+        "{}",
+        ls.stdout
+    );
+    let vm = Vm::start_on(port);
+    wait_until("the last values in VictoriaMetrics", WATCHDOG, || {
+        let s = series(&vm, "demo[.]step[.](step|episode)");
+        let last = |n: &str| {
+            s.iter()
+                .find(|(name, _, _)| name == n)
+                .and_then(|(_, _, p)| p.last().map(|(_, v)| *v))
+        };
+        last("demo.step.step") == Some(9.0) && last("demo.step.episode") == Some(1.0)
+    });
+    wait_until("the exporter ok again", WATCHDOG, || {
+        board(&bus, &id)["state"] == "ok"
+    });
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
 }
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]

@@ -127,13 +127,17 @@ pub(crate) struct Vm {
 
 impl Vm {
     pub(crate) fn start() -> Vm {
+        Vm::start_on(free_port())
+    }
+
+    /// On `port` of 127.0.0.1.
+    pub(crate) fn start_on(port: u16) -> Vm {
         let bin = peer_binary(
             "victoria-metrics",
             "SNAPBUS_PEER_VICTORIA_METRICS",
             "victoria-metrics/usr/bin/victoria-metrics",
         );
         let dir = peer_dir("vm");
-        let port = free_port();
         let mut cmd = Command::new(bin);
         cmd.arg(format!("-httpListenAddr=127.0.0.1:{port}"))
             .arg(format!("-storageDataPath={}", dir.join("data").display()))

@@ -309,21 +309,22 @@ impl OtlpExporter {
             return Ok(());
         };
         let as_log = names.is_empty() || r.header.level >= self.opts.log_level;
-        if !names.is_empty() && self.enabled(Signal::Metrics) {
-            if plan.extract(r.payload, &mut self.extracted).is_ok() {
-                let names = Arc::clone(names);
-                match self.metrics.row(res, fp, &names) {
-                    Some(i) => self
-                        .metrics
-                        .set(i, r.header.t_nanos, &self.extracted.values),
-                    None => self.outbox.note_dropped(
-                        Signal::Metrics,
-                        DropReason::Cardinality,
-                        names.len() as u64,
-                        r.header.t_nanos,
-                        r.header.t_nanos,
-                    ),
-                }
+        if !names.is_empty()
+            && self.enabled(Signal::Metrics)
+            && plan.extract(r.payload, &mut self.extracted).is_ok()
+        {
+            let names = Arc::clone(names);
+            match self.metrics.row(res, fp, &names) {
+                Some(i) => self
+                    .metrics
+                    .set(i, r.header.t_nanos, &self.extracted.values),
+                None => self.outbox.note_dropped(
+                    Signal::Metrics,
+                    DropReason::Cardinality,
+                    names.len() as u64,
+                    r.header.t_nanos,
+                    r.header.t_nanos,
+                ),
             }
         }
         if as_log && self.enabled(Signal::Logs) {
@@ -479,9 +480,7 @@ impl Consumer for OtlpExporter {
 
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         let fp = r.schema.fingerprint();
-        if !self.kinds.contains_key(&fp) {
-            self.kinds.insert(fp, Self::kind(r.schema));
-        }
+        self.kinds.entry(fp).or_insert_with(|| Self::kind(r.schema));
         let res = self.resource(&r.producer);
         match self.kinds.get(&fp) {
             Some(Kind::Numeric { .. }) => self.on_numeric(r, &res)?,

@@ -427,3 +427,35 @@ fn metrics_after_an_outage_equal_the_cumulative_truth() {
     let st = x.stats().snapshot();
     assert_eq!(st.dropped(Signal::Metrics, DropReason::Shutdown), 0);
 }
+
+#[test]
+fn own_counters_are_served_as_prometheus_text() {
+    use std::io::{Read, Write};
+    let r = Receiver::start();
+    r.script([Reply::Status(400, None)]);
+    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
+    let mut f = Feed::new();
+    f.notes(&mut x, 4);
+    x.flush().expect("flush");
+    poll("the rejection", &x, |s| {
+        s.dropped(Signal::Logs, DropReason::Rejected) == 4
+    });
+    let server = snapbus_consumers::otlp::serve_metrics("127.0.0.1:0", Arc::clone(x.stats()))
+        .expect("serve");
+    let mut s = std::net::TcpStream::connect(server.addr()).expect("connect");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n").expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    assert!(
+        text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200"),
+        "{text}"
+    );
+    for line in [
+        "snapbus_otlp_dropped_total{signal=\"logs\",reason=\"rejected\"} 4",
+        "snapbus_otlp_exported_total{signal=\"logs\"} 0",
+        "snapbus_otlp_state{state=\"ok\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    x.shutdown();
+}
