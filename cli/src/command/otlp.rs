@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{ArgMatches, Args};
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::otlp::{
     DropReason, Endpoints, OtlpExporter, OtlpOptions, Signal, serve_metrics,
@@ -16,7 +16,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::consumer_kinds::BuiltinConsumer;
+use crate::consumer_kinds::{BuiltinConsumer, forward};
 
 /// Options of `snapbus otlp` (and `attach otlp`).
 #[derive(Debug, Clone, Args)]
@@ -115,6 +115,26 @@ impl BuiltinConsumer for OtlpArgs {
         globs(&self.schemas)?;
         self.endpoints()?;
         self.check_listen()
+    }
+
+    /// The flags given, plus the URLs the caller's environment chose
+    /// (`OTEL_EXPORTER_OTLP_*ENDPOINT`) as explicit flags: the consumer runs in the broker's
+    /// environment, which may not have them.
+    fn argv(&self, m: &ArgMatches, dir: &BusDir, skip: &[&str]) -> anyhow::Result<Vec<String>> {
+        let mut argv = forward::<Self>(m, dir, skip)?;
+        if self.endpoint.is_none() {
+            let e = self.endpoints()?;
+            for (signal, given) in [
+                (Signal::Metrics, &self.metrics_endpoint),
+                (Signal::Logs, &self.logs_endpoint),
+                (Signal::Traces, &self.traces_endpoint),
+            ] {
+                if let (None, Some(url)) = (given, e.get(signal)) {
+                    argv.push(format!("--{}-endpoint={url}", signal.name()));
+                }
+            }
+        }
+        Ok(argv)
     }
 
     fn what(&self) -> String {

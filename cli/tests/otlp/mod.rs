@@ -267,6 +267,36 @@ fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
     assert!(out.status.success(), "detach: {}", out.stderr);
 }
 
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` in the environment of `attach` (not the broker's)
+/// is where the supervised exporter sends.
+#[test]
+fn the_callers_otel_environment_reaches_the_attached_exporter() {
+    let vm = Vm::start();
+    let bus = TestBus::up();
+    let out = crate::util::run_cmd(
+        bus.cmd(&[
+            "attach",
+            "otlp",
+            "--signals",
+            "metrics",
+            "--interval",
+            "200ms",
+        ])
+        .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", vm.otlp_url()),
+    );
+    assert!(out.status.success(), "attach: {}", out.stderr);
+    assert!(out.stderr.contains(&vm.otlp_url()), "{}", out.stderr);
+    let id = out.stdout.trim().to_owned();
+    bus.demo(1, 5, 50, &[]);
+    wait_until("the demo's last step in VictoriaMetrics", WATCHDOG, || {
+        series(&vm, "demo[.]step[.]step")
+            .iter()
+            .any(|(_, _, p)| p.last().is_some_and(|(_, v)| *v == 4.0))
+    });
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
+}
+
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "otlp_peer.alarm", version = 1, crate = "snapbus_schemas")]
 struct Alarm {
