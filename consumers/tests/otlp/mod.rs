@@ -1,6 +1,7 @@
 //! The OTLP exporter against a fault-injecting receiver: retries as the OTLP specification
 //! says, no permanent disable, a bounded outbox, and books that balance exactly.
 
+mod mapping;
 mod receiver;
 
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::metrics::v1::metric;
+use prost::Message as _;
 use snapbus_bus::Level;
 use snapbus_consumers::otlp::{
     DATA_GAP_EVENT, DropReason, Endpoints, ExportState, OtlpExporter, OtlpOptions, RetryPolicy,
@@ -458,4 +460,24 @@ fn own_counters_are_served_as_prometheus_text() {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
     x.shutdown();
+}
+
+/// With the receiver dead, shutdown returns at its deadline and counts what is left.
+#[test]
+fn shutdown_gives_up_at_its_deadline_and_counts_the_rest() {
+    let r = Receiver::start();
+    r.fallback(Some(Reply::Status(503, None)));
+    let mut o = options(&r.url());
+    o.shutdown_deadline = Duration::from_millis(500);
+    let mut x = OtlpExporter::start(o).expect("start");
+    let mut f = Feed::new();
+    f.notes(&mut x, 30);
+    let t = Instant::now();
+    x.shutdown();
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
+    let s = x.stats().snapshot();
+    assert_eq!(s.dropped(Signal::Logs, DropReason::Shutdown), 30);
+    assert_eq!(s.exported(Signal::Logs), 0);
+    assert_eq!(s.queue_bytes, 0);
 }

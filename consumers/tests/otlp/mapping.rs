@@ -1,0 +1,218 @@
+//! What records become in OTLP: spans, log records, metric series under their cap.
+
+use super::*;
+
+/// Spans: start and end become one span with the producer's times, its parent, attributes of
+/// both; a span event is a log record in the same trace; a span still open when its producer
+/// dies ends with an error status.
+#[test]
+fn spans_carry_producer_times_parents_and_end_with_an_error_when_the_producer_dies() {
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+    use snapbus_schemas::builtin::{AttrValue, SpanEnd, SpanEvent, SpanStart};
+    let r = Receiver::start();
+    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
+    let mut f = Feed::new();
+    let start = Arc::new(SpanStart::descriptor().clone());
+    let end = Arc::new(SpanEnd::descriptor().clone());
+    let event = Arc::new(SpanEvent::descriptor().clone());
+    let p = SpanStart {
+        span_id: 1,
+        parent_id: None,
+        name: "episode".into(),
+        attributes: [("episode".to_owned(), AttrValue::U64(3))].into(),
+    }
+    .encode_to_vec()
+    .expect("encode");
+    f.send(&mut x, &start, &p, 1_000);
+    let p = SpanStart {
+        span_id: 2,
+        parent_id: Some(1),
+        name: "step".into(),
+        attributes: Default::default(),
+    }
+    .encode_to_vec()
+    .expect("encode");
+    f.send(&mut x, &start, &p, 1_100);
+    let p = SpanEvent {
+        span_id: Some(2),
+        name: "checkpoint".into(),
+        attributes: Default::default(),
+    }
+    .encode_to_vec()
+    .expect("encode");
+    f.send(&mut x, &event, &p, 1_150);
+    let p = SpanEnd {
+        span_id: 2,
+        duration_nanos: 100,
+        attributes: [("result".to_owned(), AttrValue::Str("ok".into()))].into(),
+    }
+    .encode_to_vec()
+    .expect("encode");
+    f.send(&mut x, &end, &p, 1_200);
+    // Span 1 is still open when its producer dies.
+    let cmdline = vec!["exp".to_owned()];
+    let dead = Producer {
+        pid: 4242,
+        name: "exp",
+        cmdline: &cmdline,
+        session_tag: Some("study-1"),
+        perf_tag: None,
+        lane_id: 7,
+        started_nanos: 1,
+    };
+    x.on_producer(ProducerChange::Died(dead)).expect("died");
+    x.shutdown();
+    let a = r.arrivals();
+    let spans: Vec<_> = a
+        .iter()
+        .filter(|a| a.path == "/v1/traces")
+        .flat_map(|a| {
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(
+                &a.body[..],
+            )
+            .expect("a traces request")
+            .resource_spans
+        })
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .collect();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let step = spans
+        .iter()
+        .find(|s| s.name == "step")
+        .expect("the step span");
+    let episode = spans
+        .iter()
+        .find(|s| s.name == "episode")
+        .expect("the episode");
+    assert_eq!(
+        (step.start_time_unix_nano, step.end_time_unix_nano),
+        (1_100, 1_200)
+    );
+    assert_eq!(step.parent_span_id, episode.span_id);
+    assert_eq!(step.trace_id, episode.trace_id);
+    assert_eq!(step.trace_id.len(), 16);
+    assert!(step.attributes.iter().any(|k| k.key == "result"));
+    assert_eq!(episode.start_time_unix_nano, 1_000);
+    let status = episode.status.clone().expect("an error status");
+    assert_eq!(status.code, StatusCode::Error as i32);
+    assert!(status.message.contains("died"), "{}", status.message);
+    let logs: Vec<_> = a
+        .iter()
+        .filter(|a| a.path == "/v1/logs")
+        .flat_map(|a| a.logs().resource_logs)
+        .flat_map(|r| r.scope_logs)
+        .flat_map(|s| s.log_records)
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0].event_name, "checkpoint");
+    assert_eq!(logs[0].trace_id, step.trace_id);
+    assert_eq!(logs[0].span_id, step.span_id);
+    assert_eq!(logs[0].time_unix_nano, 1_150);
+}
+
+/// A log record's body is the decoded event, with the producer's time, the level's
+/// severity, and the producer as the resource.
+#[test]
+fn log_records_hold_the_decoded_event_and_the_producer() {
+    let r = Receiver::start();
+    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
+    let mut f = Feed::new();
+    f.notes(&mut x, 1);
+    x.shutdown();
+    let req = r
+        .arrivals()
+        .iter()
+        .find(|a| a.path == "/v1/logs")
+        .expect("a logs request")
+        .logs();
+    let rl = &req.resource_logs[0];
+    let attrs: Vec<(String, String)> = rl
+        .resource
+        .as_ref()
+        .expect("a resource")
+        .attributes
+        .iter()
+        .map(|kv| (kv.key.clone(), format!("{:?}", kv.value)))
+        .collect();
+    for key in [
+        "service.name",
+        "service.instance.id",
+        "process.pid",
+        "host.name",
+        "snapbus.session_tag",
+    ] {
+        assert!(
+            attrs.iter().any(|(k, _)| k == key),
+            "{key} not in {attrs:?}"
+        );
+    }
+    let rec = &rl.scope_logs[0].log_records[0];
+    assert_eq!(rec.time_unix_nano, 1_000);
+    assert!(rec.observed_time_unix_nano > 1_000_000_000_000_000_000);
+    assert_eq!(
+        (rec.severity_number, rec.severity_text.as_str()),
+        (9, "INFO")
+    );
+    assert_eq!(rec.event_name, "otlp.note");
+    let Some(any_value::Value::KvlistValue(body)) = rec.body.clone().and_then(|b| b.value) else {
+        panic!("the body is not a kvlist: {rec:?}");
+    };
+    assert_eq!(body.values[0].key, "text");
+    assert!(
+        matches!(&body.values[0].value.as_ref().and_then(|v| v.value.clone()),
+            Some(any_value::Value::StringValue(s)) if s.starts_with("note 0 ")),
+        "{body:?}"
+    );
+}
+
+/// Series over the cap are dropped and counted, the ones under it still exported.
+#[test]
+fn series_over_the_cap_are_dropped_and_counted() {
+    let r = Receiver::start();
+    let mut o = options(&r.url());
+    // otlp.step has two leaves: one producer's row fits, a second producer's does not.
+    o.max_series = 3;
+    let mut x = OtlpExporter::start(o).expect("start");
+    let mut f = Feed::new();
+    let step = Step {
+        step: 1,
+        reward: 0.5,
+    }
+    .encode_to_vec()
+    .expect("encode");
+    let schema = Arc::clone(&f.step);
+    f.send(&mut x, &schema, &step, 10);
+    let cmdline = vec!["other".to_owned()];
+    let other = Producer {
+        pid: 1,
+        name: "other",
+        cmdline: &cmdline,
+        session_tag: None,
+        perf_tag: None,
+        lane_id: 99,
+        started_nanos: 1,
+    };
+    let rec = Record {
+        producer_id: 2,
+        producer: other,
+        schema: &schema,
+        emitter: None,
+        header: RecordHeader {
+            seq: 0,
+            t_nanos: 11,
+            level: Level::INFO,
+            schema_key: 0,
+            schema_version: 1,
+            emitter_id: 0,
+            payload_len: step.len(),
+        },
+        payload: &step,
+    };
+    x.on_event(&rec).expect("on_event");
+    x.shutdown();
+    let s = x.stats().snapshot();
+    assert_eq!(s.dropped(Signal::Metrics, DropReason::Cardinality), 2);
+    assert_eq!(s.exported(Signal::Metrics), 2);
+    assert_eq!(s.series, 2);
+}
