@@ -215,7 +215,11 @@ impl OtlpExporter {
         if fp == SpanEvent::descriptor().fingerprint() {
             return Kind::SpanEvent;
         }
-        if schema.id().ends_with(SUMMARY_SUFFIX) {
+        let has = |f: &str| {
+            matches!(schema.root(), snapbus_schemas::TypeDesc::Struct { fields }
+            if fields.iter().any(|x| x.name == f))
+        };
+        if schema.id().ends_with(SUMMARY_SUFFIX) && has("stats") && has("window") {
             return Kind::Summary;
         }
         let plan = Plan::numeric(schema.root());
