@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use snapbus_bus::Level;
 use snapbus_bus::status::{StatusBoard, StatusValue};
-use snapbus_schemas::builtin::{DurationSample, SpanEnd, SpanEvent, SpanStart};
+use snapbus_schemas::builtin::{DurationSample, ResourceSample, SpanEnd, SpanEvent, SpanStart};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, Wire, decode};
 
 use super::convert::{
@@ -76,6 +76,8 @@ enum Kind {
     /// An aggregator summary: gauges with a `stat` attribute, and a log record.
     Summary,
     Duration,
+    /// A process resource sample: the OpenTelemetry process metrics.
+    Resource,
     SpanStart,
     SpanEnd,
     SpanEvent,
@@ -208,6 +210,9 @@ impl OtlpExporter {
         }
         if fp == SpanStart::descriptor().fingerprint() {
             return Kind::SpanStart;
+        }
+        if fp == ResourceSample::descriptor().fingerprint() {
+            return Kind::Resource;
         }
         if fp == SpanEnd::descriptor().fingerprint() {
             return Kind::SpanEnd;
@@ -490,6 +495,9 @@ impl Consumer for OtlpExporter {
             Some(Kind::Numeric { .. }) => self.on_numeric(r, &res)?,
             Some(Kind::Summary) => self.on_summary(r, &res),
             Some(Kind::Duration) => self.on_duration(r, &res),
+            Some(Kind::Resource) if self.enabled(Signal::Metrics) => {
+                super::resource::add_points(self, r, &res)
+            }
             Some(Kind::SpanStart) if self.enabled(Signal::Traces) => {
                 self.on_span(r, &res, SpanKind::Start)
             }

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
-    ResourceMetrics, ScopeMetrics, metric, number_data_point,
+    ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
@@ -39,12 +39,18 @@ pub(crate) struct Point {
     pub(crate) data: PointData,
 }
 
-/// A gauge value or a cumulative histogram.
+/// A gauge value, a cumulative sum or a cumulative histogram.
 #[derive(Debug, Clone)]
 pub(crate) enum PointData {
     Gauge {
         t_nanos: u64,
         value: f64,
+    },
+    Sum {
+        start_nanos: u64,
+        t_nanos: u64,
+        value: f64,
+        monotonic: bool,
     },
     Histogram {
         start_nanos: u64,
@@ -267,6 +273,30 @@ fn add_point(m: &mut Metric, p: &Point) {
                 _ => {
                     m.data = Some(metric::Data::Gauge(Gauge {
                         data_points: vec![dp],
+                    }))
+                }
+            }
+        }
+        PointData::Sum {
+            start_nanos,
+            t_nanos,
+            value,
+            monotonic,
+        } => {
+            let dp = NumberDataPoint {
+                attributes: p.attrs.as_ref().clone(),
+                start_time_unix_nano: *start_nanos,
+                time_unix_nano: *t_nanos,
+                value: Some(number_data_point::Value::AsDouble(*value)),
+                ..Default::default()
+            };
+            match &mut m.data {
+                Some(metric::Data::Sum(g)) => g.data_points.push(dp),
+                _ => {
+                    m.data = Some(metric::Data::Sum(Sum {
+                        data_points: vec![dp],
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: *monotonic,
                     }))
                 }
             }

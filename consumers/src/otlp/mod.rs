@@ -39,6 +39,7 @@
 //! | numeric leaves of a schema ([`crate::fields`] names: `reward`, `position.0`, `obs.mean`) | a gauge per leaf, `<schema>.<leaf>`, last value and producer time per export interval |
 //! | `<schema>.summary` (aggregator) | gauges `<schema>.summary.<leaf>` with `stat`, `window`, `group.<field>` attributes, stamped with the window's last record; and a log record with the whole summary |
 //! | `snapbus.duration` | cumulative histogram `snapbus.duration` (seconds), attribute `label` |
+//! | `snapbus.resource` | the OpenTelemetry process metrics: `process.cpu.time` (`cpu.mode`), `process.memory.usage`, `process.paging.faults`, `process.thread.count` (semantic conventions 1.27) |
 //! | `snapbus.span.start` + `.end` | a span (producer times; trace id from session tag and lane) |
 //! | `snapbus.span.event` | a log record with the trace and span ids |
 //! | a record of a schema without numeric fields, or at level ≥ [`OtlpOptions::log_level`] (WARN) | a log record: body = the decoded record as a kvlist, severity from the level, time = producer time, observed = now |
@@ -53,6 +54,7 @@ mod endpoint;
 mod exporter;
 mod metrics;
 mod outbox;
+mod resource;
 mod sender;
 mod signals;
 mod stats;

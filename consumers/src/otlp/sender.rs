@@ -339,7 +339,9 @@ fn time_range(points: &BTreeMap<u64, Point>) -> (u64, u64) {
     let mut r = (0u64, 0u64);
     for p in points.values() {
         let t = match p.data {
-            PointData::Gauge { t_nanos, .. } | PointData::Histogram { t_nanos, .. } => t_nanos,
+            PointData::Gauge { t_nanos, .. }
+            | PointData::Sum { t_nanos, .. }
+            | PointData::Histogram { t_nanos, .. } => t_nanos,
         };
         if r.0 == 0 || t < r.0 {
             r.0 = t;

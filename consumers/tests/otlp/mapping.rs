@@ -216,3 +216,95 @@ fn series_over_the_cap_are_dropped_and_counted() {
     assert_eq!(s.exported(Signal::Metrics), 2);
     assert_eq!(s.series, 2);
 }
+
+/// Resource samples become the OpenTelemetry process metrics, cumulative where they count.
+#[test]
+fn resource_samples_become_the_process_metrics() {
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
+    use snapbus_schemas::builtin::ResourceSample;
+    let r = Receiver::start();
+    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
+    let mut f = Feed::new();
+    let schema = Arc::new(ResourceSample::descriptor().clone());
+    let p = ResourceSample {
+        rss_bytes: 5 << 20,
+        cpu_user_nanos: 1_500_000_000,
+        cpu_sys_nanos: 250_000_000,
+        minor_faults: 40,
+        major_faults: 2,
+        threads: 3,
+    }
+    .encode_to_vec()
+    .expect("encode");
+    f.send(&mut x, &schema, &p, 7_000);
+    x.shutdown();
+    let mut got = Vec::new();
+    for m in r
+        .arrivals()
+        .iter()
+        .filter(|a| a.path == "/v1/metrics")
+        .flat_map(|a| a.metrics().resource_metrics)
+        .flat_map(|r| r.scope_metrics)
+        .flat_map(|s| s.metrics)
+    {
+        let Some(metric::Data::Sum(sum)) = m.data else {
+            panic!("{} is not a sum", m.name);
+        };
+        assert_eq!(sum.aggregation_temporality, 2, "{}: cumulative", m.name);
+        for dp in sum.data_points {
+            let attr = dp
+                .attributes
+                .first()
+                .and_then(|a| a.value.clone())
+                .and_then(|v| v.value)
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_default();
+            let Some(N::AsDouble(v)) = dp.value else {
+                panic!("no value");
+            };
+            assert_eq!((dp.time_unix_nano, dp.start_time_unix_nano), (7_000, 1));
+            got.push((m.name.clone(), m.unit.clone(), sum.is_monotonic, attr, v));
+        }
+    }
+    got.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let s = |x: &str| format!("{:?}", any_value::Value::StringValue(x.into()));
+    let want = vec![
+        (
+            "process.cpu.time".into(),
+            "s".into(),
+            true,
+            s("system"),
+            0.25,
+        ),
+        ("process.cpu.time".into(), "s".into(), true, s("user"), 1.5),
+        (
+            "process.memory.usage".into(),
+            "By".into(),
+            false,
+            String::new(),
+            5242880.0,
+        ),
+        (
+            "process.paging.faults".into(),
+            "{fault}".into(),
+            true,
+            s("major"),
+            2.0,
+        ),
+        (
+            "process.paging.faults".into(),
+            "{fault}".into(),
+            true,
+            s("minor"),
+            40.0,
+        ),
+        (
+            "process.thread.count".into(),
+            "{thread}".into(),
+            false,
+            String::new(),
+            3.0,
+        ),
+    ];
+    assert_eq!(got, want);
+}
