@@ -15,6 +15,14 @@ use super::metrics::{Point, PointData, Res};
 use super::stats::{DropReason, Signal};
 use crate::runtime::Record;
 
+/// A process metric: name, unit, its one attribute, its point.
+type ProcessMetric = (
+    &'static str,
+    &'static str,
+    Option<(&'static str, &'static str)>,
+    PointData,
+);
+
 /// Adds the process metrics of resource sample `r`.
 pub(crate) fn add_points(x: &mut OtlpExporter, r: &Record<'_>, res: &Arc<Res>) {
     let Ok(s) = ResourceSample::decode_exact(r.payload) else {
@@ -33,7 +41,7 @@ pub(crate) fn add_points(x: &mut OtlpExporter, r: &Record<'_>, res: &Arc<Res>) {
         value,
         monotonic: false,
     };
-    let points: [(&str, &str, Option<(&str, &str)>, PointData); 6] = [
+    let points: [ProcessMetric; 6] = [
         (
             "process.cpu.time",
             "s",
