@@ -59,6 +59,7 @@
 pub mod aggregator;
 pub mod fields;
 pub mod plotter;
+pub mod prometheus;
 pub mod recorder;
 pub mod recording;
 pub mod replay;
