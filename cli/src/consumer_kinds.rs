@@ -29,6 +29,7 @@ use snapbus_bus::runtime::BusDir;
 use crate::cli::BusArgs;
 use crate::command::aggregate::AggregateArgs;
 use crate::command::plot::PlotArgs;
+use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
 use crate::command::{attach, spawn};
@@ -39,6 +40,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    ConsumerKind::of::<PrometheusArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what

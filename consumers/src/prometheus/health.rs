@@ -65,7 +65,11 @@ pub(crate) fn gauge<'a>(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
-        m.encode_family(&labels)?.encode_gauge(&v)?;
+        if labels.is_empty() {
+            m.encode_gauge(&v)?;
+        } else {
+            m.encode_family(&labels)?.encode_gauge(&v)?;
+        }
     }
     Ok(())
 }
@@ -79,8 +83,12 @@ pub(crate) fn counter<'a>(
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
-        m.encode_family(&labels)?
-            .encode_counter::<NoLabelSet, u64, f64>(&v, None)?;
+        if labels.is_empty() {
+            m.encode_counter::<NoLabelSet, u64, f64>(&v, None)?;
+        } else {
+            m.encode_family(&labels)?
+                .encode_counter::<NoLabelSet, u64, f64>(&v, None)?;
+        }
     }
     Ok(())
 }
