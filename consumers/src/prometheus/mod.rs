@@ -62,6 +62,8 @@ use std::time::Duration;
 
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::status::StatusBoard;
+#[cfg(test)]
+use snapbus_bus::status::StatusValue;
 
 pub use health::{BusStateError, bus_state};
 pub use http::{BROKER_TIMEOUT, CONTENT_TYPE, MAX_REQUESTS, Server};
@@ -319,3 +321,6 @@ impl Consumer for Exporter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
