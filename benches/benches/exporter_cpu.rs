@@ -192,7 +192,11 @@ fn main() {
     );
     for (name, ts) in names.iter().zip(&rows) {
         let rate = median(ts.iter().map(|t| N as f64 / t.0.as_secs_f64()).collect());
-        let ns = median(ts.iter().map(|t| t.1.as_nanos() as f64 / N as f64).collect());
+        let ns = median(
+            ts.iter()
+                .map(|t| t.1.as_nanos() as f64 / N as f64)
+                .collect(),
+        );
         let other = median(
             ts.iter()
                 .map(|t| (t.2.saturating_sub(t.1)).as_secs_f64() / t.0.as_secs_f64() * 100.0)

@@ -103,8 +103,11 @@ impl Peer {
              SNAPBUS_PEER_PROMETHEUS",
             bin.display()
         );
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("prom-{}-{}", std::process::id(), free_port()));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "prom-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
         std::fs::create_dir_all(&dir).expect("peer dir");
         let config = dir.join("prometheus.yml");
         std::fs::write(
@@ -119,7 +122,10 @@ impl Peer {
         let port = free_port();
         let child = Command::new(&bin)
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
             .stdin(Stdio::null())
@@ -186,7 +192,10 @@ impl Drop for Peer {
 
 /// The raw samples of a range-vector result: per series (its metric labels) its
 /// (timestamp ms, value) pairs.
-fn samples(result: &[Value]) -> Vec<(BTreeMap<String, String>, Vec<(i64, f64)>)> {
+/// One series of a range query: its labels and its (timestamp ms, value) samples.
+type Series = (BTreeMap<String, String>, Vec<(i64, f64)>);
+
+fn samples(result: &[Value]) -> Vec<Series> {
     result
         .iter()
         .map(|s| {
@@ -238,21 +247,35 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
     let prom = Peer::start(&target);
 
     // At least three scrapes with demo.step values and one with an episode summary.
-    wait_until("Prometheus holds 3 scrapes of the demo and a summary", WATCHDOG, || {
-        let r = prom.query("count_over_time(demo_step_reward[1m])");
-        let s = prom.query("demo_step_summary_reward{stat=\"mean\",window=\"episode\"}");
-        r.first()
-            .and_then(|v| v["value"][1].as_str())
-            .and_then(|n| n.parse::<u64>().ok())
-            .is_some_and(|n| n >= 3)
-            && !s.is_empty()
-    });
+    wait_until(
+        "Prometheus holds 3 scrapes of the demo and a summary",
+        WATCHDOG,
+        || {
+            let r = prom.query("count_over_time(demo_step_reward[1m])");
+            let s = prom.query("demo_step_summary_reward{stat=\"mean\",window=\"episode\"}");
+            r.first()
+                .and_then(|v| v["value"][1].as_str())
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
+                && !s.is_empty()
+        },
+    );
 
-    // Every scrape: the reward is the formula's for the episode and step of the same scrape.
+    check_demo_values(&prom);
+    check_summaries(&prom);
+    check_labels(&prom);
+    check_health(&prom, demo.pid());
+}
+
+/// Every scrape: the reward is the formula's for the episode and step of the same scrape.
+fn check_demo_values(prom: &Peer) {
     let raw = samples(
         prom.api(
             "query",
-            &[("query", "{__name__=~\"demo_step_(episode|step|reward)\"}[1m]")],
+            &[(
+                "query",
+                "{__name__=~\"demo_step_(episode|step|reward)\"}[1m]",
+            )],
         )["result"]
             .as_array()
             .expect("a matrix"),
@@ -285,8 +308,10 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
     );
     assert_eq!(diff.len(), 1, "{diff:?}");
     assert_eq!(diff[0]["value"][1], "0", "{diff:?}");
+}
 
-    // An episode summary: its mean reward is the mean of that episode's rewards (10 steps).
+/// An episode summary: its mean reward is the mean of that episode's rewards (10 steps).
+fn check_summaries(prom: &Peer) {
     let raw = samples(
         prom.api(
             "query",
@@ -304,17 +329,32 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
             .find(|(l, _)| l["__name__"] == name)
             .unwrap_or_else(|| panic!("no {name}: {raw:?}"))
     };
-    let (index, mean) = (series("demo_step_summary_index"), series("demo_step_summary_reward"));
+    let (index, mean) = (
+        series("demo_step_summary_index"),
+        series("demo_step_summary_reward"),
+    );
     assert_eq!(mean.0["stat"], "mean");
     for ((t, e), (t2, m)) in index.1.iter().zip(&mean.1) {
         assert_eq!(t, t2);
         let want = (0..10).map(|s| reward(*e as u64, s)).sum::<f64>() / 10.0;
-        assert!((m - want).abs() < 1e-12, "episode {e}: mean {m}, want {want}");
+        assert!(
+            (m - want).abs() < 1e-12,
+            "episode {e}: mean {m}, want {want}"
+        );
     }
+}
 
-    // Bounded labels only: never episode or step.
+/// Bounded labels only: never episode or step.
+fn check_labels(prom: &Peer) {
     let allowed = [
-        "__name__", "instance", "job", "producer", "schema", "session_tag", "perf_tag", "window",
+        "__name__",
+        "instance",
+        "job",
+        "producer",
+        "schema",
+        "session_tag",
+        "perf_tag",
+        "window",
         "stat",
     ];
     let all = prom.api("series", &[("match[]", "{__name__=~\"demo_.+\"}")]);
@@ -326,20 +366,34 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
         }
         assert_eq!(s["producer"], "demo", "{s}");
     }
+}
 
-    // The bus's health: the demo's records rise; the exporter's own board is there.
-    let pid = demo.pid().to_string();
+/// The bus's health: the demo's records rise; the exporter's own board is there.
+fn check_health(prom: &Peer, demo_pid: u32) {
+    let pid = demo_pid.to_string();
     let q = format!("snapbus_producer_records_total{{producer=\"demo\",pid=\"{pid}\"}}[1m]");
-    let raw = samples(prom.api("query", &[("query", &q)])["result"].as_array().expect("matrix"));
+    let raw = samples(
+        prom.api("query", &[("query", &q)])["result"]
+            .as_array()
+            .expect("matrix"),
+    );
     assert_eq!(raw.len(), 1, "{raw:?}");
     let v = &raw[0].1;
-    assert!(v.len() >= 3 && v[v.len() - 1].1 > v[0].1, "not rising: {v:?}");
+    assert!(
+        v.len() >= 3 && v[v.len() - 1].1 > v[0].1,
+        "not rising: {v:?}"
+    );
     let scrapes = prom.query("snapbus_consumer_status{kind=\"prometheus\",key=\"scrapes\"}");
     assert_eq!(scrapes.len(), 1, "{scrapes:?}");
     let lag = prom.query("snapbus_consumer_lag_bytes{kind=\"aggregator\"}");
     assert_eq!(lag.len(), 1, "{lag:?}");
     let up = prom.query("up{job=\"snapbus\"}");
-    assert_eq!(up[0]["value"][1], "1", "{up:?}; Prometheus log:\n{}", prom.log());
+    assert_eq!(
+        up[0]["value"][1],
+        "1",
+        "{up:?}; Prometheus log:\n{}",
+        prom.log()
+    );
 }
 
 /// Names of the demo's data series in a `/metrics` body.
@@ -354,11 +408,15 @@ fn the_series_cap_cuts_and_counts_and_an_ended_producers_series_expire() {
     let full = attach_exporter(&bus, &[]);
     let capped = attach_exporter(&bus, &["--max-series", "5"]);
     let n = std::cell::Cell::new(0usize);
-    wait_until("the uncapped exporter has both demo schemas", WATCHDOG, || {
-        let body = get(&full).1;
-        n.set(demo_series(&body).len());
-        body.contains("demo_episode_end_total_reward{") && body.contains("demo_step_reward{")
-    });
+    wait_until(
+        "the uncapped exporter has both demo schemas",
+        WATCHDOG,
+        || {
+            let body = get(&full).1;
+            n.set(demo_series(&body).len());
+            body.contains("demo_episode_end_total_reward{") && body.contains("demo_step_reward{")
+        },
+    );
     let n = n.get();
     assert!(n > 5, "{n}");
     let cut = "snapbus_exporter_series_dropped_total{reason=\"cardinality\"}";
@@ -390,7 +448,11 @@ fn the_series_cap_cuts_and_counts_and_an_ended_producers_series_expire() {
         demo_series(&body).is_empty() && sample(&body, expired) == Some(n as f64)
     });
     let body = get(&full).1;
-    assert_eq!(sample(&body, "snapbus_exporter_series"), Some(0.0), "{body}");
+    assert_eq!(
+        sample(&body, "snapbus_exporter_series"),
+        Some(0.0),
+        "{body}"
+    );
 }
 
 #[test]
@@ -404,7 +466,8 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
         let out = bus.run(&a);
         assert!(!out.status.success(), "{a:?} succeeded on a port in use");
         assert!(
-            out.stderr.contains(&format!("cannot serve /metrics on 127.0.0.1:{port}"))
+            out.stderr
+                .contains(&format!("cannot serve /metrics on 127.0.0.1:{port}"))
                 && out.stderr.contains("in use"),
             "{a:?}: {}",
             out.stderr
@@ -421,7 +484,11 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     let out = bus.run(&["prometheus", "--port", "0", "--bus", "no-such-bus"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("no bus 'no-such-bus'"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no bus 'no-such-bus'"),
+        "{}",
+        out.stderr
+    );
     // Nothing was left attached.
     let ls = bus.ls();
     assert!(

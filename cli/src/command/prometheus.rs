@@ -81,7 +81,9 @@ impl BuiltinConsumer for PrometheusArgs {
         globs(&self.schemas)?;
         let addr = self.addr();
         if addr.port() != 0 {
-            TcpListener::bind(addr).map(drop).map_err(|e| bind_error(addr, e))?;
+            TcpListener::bind(addr)
+                .map(drop)
+                .map_err(|e| bind_error(addr, e))?;
         }
         Ok(())
     }

@@ -38,8 +38,8 @@ pub enum BusStateError {
 /// `timeout` for the answer.
 pub fn bus_state(dir: &BusDir, timeout: Duration) -> Result<BusState, BusStateError> {
     let bus = dir.name().to_string();
-    let mut conn = Conn::connect(&dir.socket_path())
-        .map_err(|_| BusStateError::NotRunning(bus.clone()))?;
+    let mut conn =
+        Conn::connect(&dir.socket_path()).map_err(|_| BusStateError::NotRunning(bus.clone()))?;
     let msg = ToBroker::Ls {
         version: PROTOCOL_VERSION,
     };
@@ -94,7 +94,9 @@ pub(crate) fn counter<'a>(
 }
 
 fn pairs(kv: &[(&'static str, String)]) -> Pairs {
-    kv.iter().map(|(k, v)| (Cow::Borrowed(*k), v.clone())).collect()
+    kv.iter()
+        .map(|(k, v)| (Cow::Borrowed(*k), v.clone()))
+        .collect()
 }
 
 /// Encodes the bus's health from `state` (`snapbus_bus_up` 0 and nothing else without it).
@@ -104,13 +106,21 @@ pub(crate) fn encode_health(
 ) -> Result<(), std::fmt::Error> {
     let none: &[(Cow<'static, str>, String)] = &[];
     let up = if state.is_some() { 1.0 } else { 0.0 };
-    gauge(enc, "snapbus_bus_up", "Whether the broker answered this scrape", [(none, up)])?;
+    gauge(
+        enc,
+        "snapbus_bus_up",
+        "Whether the broker answered this scrape",
+        [(none, up)],
+    )?;
     let Some(s) = state else { return Ok(()) };
     let producers: Vec<(Pairs, &_)> = s
         .producers
         .iter()
         .map(|p| {
-            let mut l = vec![("producer", p.info.name.clone()), ("pid", p.info.pid.to_string())];
+            let mut l = vec![
+                ("producer", p.info.name.clone()),
+                ("pid", p.info.pid.to_string()),
+            ];
             if let Some(t) = &p.info.session_tag {
                 l.push(("session_tag", t.clone()));
             }
@@ -138,8 +148,18 @@ pub(crate) fn encode_health(
         "Records the producer dropped (refused by its lane or not encoded)",
         count_rows(|p| p.dropped),
     )?;
-    gauge(enc, "snapbus_producer_rate_hz", "Records per second over the last few seconds", rows(|p| p.rate_hz))?;
-    gauge(enc, "snapbus_producer_lane_bytes", "Capacity of the producer's lane", rows(|p| p.lane_bytes as f64))?;
+    gauge(
+        enc,
+        "snapbus_producer_rate_hz",
+        "Records per second over the last few seconds",
+        rows(|p| p.rate_hz),
+    )?;
+    gauge(
+        enc,
+        "snapbus_producer_lane_bytes",
+        "Capacity of the producer's lane",
+        rows(|p| p.lane_bytes as f64),
+    )?;
     gauge(
         enc,
         "snapbus_producer_live",
@@ -164,7 +184,12 @@ fn encode_consumers(enc: &mut DescriptorEncoder<'_>, s: &BusState) -> Result<(),
         })
         .collect();
     let count_rows = |f: fn(&C) -> u64| consumers.iter().map(move |(l, c)| (l.as_slice(), f(c)));
-    counter(enc, "snapbus_consumer_delivered", "Records delivered to the consumer", count_rows(|c| c.delivered))?;
+    counter(
+        enc,
+        "snapbus_consumer_delivered",
+        "Records delivered to the consumer",
+        count_rows(|c| c.delivered),
+    )?;
     counter(
         enc,
         "snapbus_consumer_lost",
@@ -175,7 +200,9 @@ fn encode_consumers(enc: &mut DescriptorEncoder<'_>, s: &BusState) -> Result<(),
         enc,
         "snapbus_consumer_lag_bytes",
         "Bytes the consumer is behind the lanes' tails",
-        consumers.iter().map(|(l, c)| (l.as_slice(), c.lag_bytes as f64)),
+        consumers
+            .iter()
+            .map(|(l, c)| (l.as_slice(), c.lag_bytes as f64)),
     )?;
     let mut board: Vec<(Pairs, f64)> = Vec::new();
     for (l, c) in &consumers {

@@ -4,8 +4,8 @@
 //! table.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -92,9 +92,15 @@ impl Collector for Metrics {
             "snapbus_exporter_series_expired",
             "Series removed, by reason (ttl: not updated for --series-ttl; producer_end: \
              their producer ended or died)",
-            [(ttl.as_slice(), c.expired_ttl), (end.as_slice(), c.expired_producer_end)],
+            [
+                (ttl.as_slice(), c.expired_ttl),
+                (end.as_slice(), c.expired_producer_end),
+            ],
         )?;
-        let state = self.bus.as_ref().and_then(|d| bus_state(d, BROKER_TIMEOUT).ok());
+        let state = self
+            .bus
+            .as_ref()
+            .and_then(|d| bus_state(d, BROKER_TIMEOUT).ok());
         encode_health(&mut enc, state.as_ref())?;
         for f in &snap.families {
             gauge(
@@ -131,7 +137,12 @@ pub(crate) fn serve(
             for request in server.incoming_requests() {
                 if active.fetch_add(1, Ordering::AcqRel) >= MAX_REQUESTS {
                     active.fetch_sub(1, Ordering::AcqRel);
-                    respond(request, 503, "text/plain", "busy: too many scrapes at once\n".into());
+                    respond(
+                        request,
+                        503,
+                        "text/plain",
+                        "busy: too many scrapes at once\n".into(),
+                    );
                     continue;
                 }
                 let registry = Arc::clone(&registry);
@@ -166,7 +177,12 @@ fn handle(request: Request, registry: &Registry) {
             "text/html; charset=utf-8",
             "<html><body><a href=\"/metrics\">/metrics</a></body></html>\n".into(),
         ),
-        _ => respond(request, 404, "text/plain", "not found: try /metrics\n".into()),
+        _ => respond(
+            request,
+            404,
+            "text/plain",
+            "not found: try /metrics\n".into(),
+        ),
     }
 }
 

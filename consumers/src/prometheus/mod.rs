@@ -180,10 +180,14 @@ impl Exporter {
 
     fn bind_plain(&mut self, r: &Record<'_>) -> Binding {
         let map = self.map_of(r);
-        let tags = self.tags.get(&r.producer.lane_id).cloned().unwrap_or_else(|| Tags {
-            session_tag: r.producer.session_tag.map(str::to_owned),
-            perf_tag: r.producer.perf_tag.map(str::to_owned),
-        });
+        let tags = self
+            .tags
+            .get(&r.producer.lane_id)
+            .cloned()
+            .unwrap_or_else(|| Tags {
+                session_tag: r.producer.session_tag.map(str::to_owned),
+                perf_tag: r.producer.perf_tag.map(str::to_owned),
+            });
         let labels = map.plain_labels(r.producer.name, &tags);
         let slots = bind_leaves(&mut self.table, &map, r.producer.lane_id, |_| {
             Some(Arc::clone(&labels))

@@ -160,7 +160,8 @@ impl Table {
                 } else {
                     self.counters.expired_ttl += 1;
                 }
-                self.index.remove(&(Arc::clone(&s.family), Arc::clone(&s.labels)));
+                self.index
+                    .remove(&(Arc::clone(&s.family), Arc::clone(&s.labels)));
                 *slot = None;
                 self.free.push(i);
                 removed = true;

@@ -13,7 +13,10 @@ use super::*;
 use crate::{Producer, RecordHeader};
 
 fn schema(id: &str, fields: &[&str]) -> Arc<SchemaDescriptor> {
-    let fields = fields.iter().map(|f| Field::new(*f, TypeDesc::F64)).collect();
+    let fields = fields
+        .iter()
+        .map(|f| Field::new(*f, TypeDesc::F64))
+        .collect();
     Arc::new(SchemaDescriptor::new(id, 1, TypeDesc::Struct { fields }).expect("schema"))
 }
 
@@ -71,7 +74,8 @@ fn scrape(addr: SocketAddr) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").expect("write");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("write");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let (head, body) = text.split_once("\r\n\r\n").expect("a response");
@@ -103,10 +107,14 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
     let (status, body) = scrape(server.addr());
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(status, 200);
-    let want = "lab_step_reward{producer=\"trainer\",schema=\"lab.step\",session_tag=\"run1\"} 0.25";
+    let want =
+        "lab_step_reward{producer=\"trainer\",schema=\"lab.step\",session_tag=\"run1\"} 0.25";
     assert!(body.contains(want), "{body}");
     assert!(body.ends_with("# EOF\n"), "{body}");
-    assert!(body.contains("snapbus_bus_up 0"), "no bus was given: {body}");
+    assert!(
+        body.contains("snapbus_bus_up 0"),
+        "no bus was given: {body}"
+    );
     go.send(()).expect("go");
     let e = reader.join().expect("reader");
     let (_, body) = scrape(server.addr());
@@ -138,7 +146,8 @@ fn scrapers_that_never_read_do_not_stall_the_reader() {
     let stalled: Vec<TcpStream> = (0..MAX_REQUESTS + 4)
         .map(|_| {
             let mut c = TcpStream::connect(server.addr()).expect("connect");
-            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").expect("write");
+            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+                .expect("write");
             c
         })
         .collect();
@@ -164,7 +173,10 @@ fn scrapers_that_never_read_do_not_stall_the_reader() {
     loop {
         let (status, body) = scrape(server.addr());
         if status == 200 {
-            assert!(body.contains("snapbus_exporter_records_total 210"), "{body:.400}");
+            assert!(
+                body.contains("snapbus_exporter_records_total 210"),
+                "{body:.400}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "still {status}");
