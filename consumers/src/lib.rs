@@ -5,7 +5,8 @@
 //! allocation-free extraction of numeric leaves, shared by everything that flattens a
 //! schema), [`aggregator`] (per-window and
 //! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots) and
-//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas).
+//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas) and
+//! [`prometheus`] (a Prometheus `/metrics` endpoint with the latest values and the bus's health).
 //!
 //! # Guarantees
 //!
