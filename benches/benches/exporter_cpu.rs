@@ -21,7 +21,7 @@
 //! with ≥ 1 M events/s of 64 B-class events using ≤ 1 core, i.e. ≤ 10 % of a core per
 //! 100 k events/s.
 //!
-//! Run: `cargo bench -p snapbus-benches --bench exporter_cpu` (about 30 s). With `--test`
+//! Run: `cargo bench -p snapbus-benches --bench exporter_cpu` (about 2 minutes). With `--test`
 //! (as `cargo bench -- --test` runs every bench), one repetition.
 
 #![allow(missing_docs)]

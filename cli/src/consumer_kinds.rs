@@ -446,6 +446,10 @@ mod tests {
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
+            "prometheus" => {
+                "--schema a.* --schema=-b --listen 127.0.0.1:1234 --port 99 --max-series 50 \
+                 --series-ttl 90s --from latest"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.split_whitespace()

@@ -476,8 +476,15 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     let out = bus.run(&["prometheus", "--listen", "localhost"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--listen"), "{}", out.stderr);
-    let out = bus.run(&["prometheus", "--listen", "127.0.0.1:1", "--port", "2"]);
-    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    // --port sets the port of --listen's address.
+    let out = bus.run(&["prometheus", "--listen", "127.0.0.1:1", "--port", &port]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr
+            .contains(&format!("cannot serve /metrics on 127.0.0.1:{port}")),
+        "{}",
+        out.stderr
+    );
     let out = bus.run(&["attach", "prometheus", "--max-series", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     let out = bus.run(&["attach", "prometheus", "--series-ttl", "soon"]);

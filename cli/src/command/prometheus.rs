@@ -26,10 +26,11 @@ pub(crate) struct PrometheusArgs {
     /// Schema-id globs to export (default: all); repeatable.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
-    /// The address to serve /metrics on [default: 127.0.0.1:9464].
-    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "port")]
+    /// The address to serve /metrics on [default: 127.0.0.1:9464]; anything but a loopback
+    /// address exposes the data to the network (there is no authentication).
+    #[arg(long, value_name = "ADDR:PORT")]
     pub(crate) listen: Option<SocketAddr>,
-    /// Serve on 127.0.0.1:PORT (0: a free port); the same as `--listen 127.0.0.1:PORT`.
+    /// The port to serve on (0: a free one), on 127.0.0.1 or on --listen's address.
     #[arg(long, value_name = "PORT")]
     pub(crate) port: Option<u16>,
     /// Data series at most; a new series beyond is refused and counted
@@ -50,11 +51,13 @@ pub(crate) struct PrometheusArgs {
 
 impl PrometheusArgs {
     fn addr(&self) -> SocketAddr {
-        match (self.listen, self.port) {
-            (Some(a), _) => a,
-            (None, Some(p)) => SocketAddr::from(([127, 0, 0, 1], p)),
-            (None, None) => SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+        let mut addr = self
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)));
+        if let Some(p) = self.port {
+            addr.set_port(p);
         }
+        addr
     }
 }
 
