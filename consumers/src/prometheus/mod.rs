@@ -159,7 +159,8 @@ impl Exporter {
         o
     }
 
-    /// Its status board (`state`, `scrapes`, `series`, `dropped.cardinality`, …).
+    /// Its status board (`state`, `scrapes`, `last_scrape_secs`, `series`,
+    /// `dropped.cardinality`, …).
     pub fn board(&self) -> &StatusBoard {
         &self.board
     }
@@ -314,6 +315,11 @@ impl Consumer for Exporter {
         sh.put(snap);
         let b = &self.board;
         b.set("scrapes", sh.scrapes.load(Ordering::Relaxed));
+        // An SRE's first question when a dashboard goes flat: is anything still scraping?
+        match sh.scrape_age() {
+            Some(age) => b.set("last_scrape_secs", (age * 10.0).round() / 10.0),
+            None => b.remove("last_scrape_secs"),
+        }
         b.set("series", c.series);
         b.set("dropped.cardinality", c.dropped_cardinality);
         b.set("expired.ttl", c.expired_ttl);

@@ -217,6 +217,9 @@ pub(crate) struct Shared {
     pub(crate) served: AtomicU64,
     /// Scrapes of `/metrics` answered.
     pub(crate) scrapes: AtomicU64,
+    /// When the last scrape was answered: milliseconds since `born`, plus one (0: never).
+    last_scrape_ms: AtomicU64,
+    born: OnceInstant,
     /// Records read, records whose payload did not match its descriptor.
     pub(crate) records: AtomicU64,
     pub(crate) malformed: AtomicU64,
@@ -234,7 +237,30 @@ impl Shared {
         let s = Arc::clone(&self.snapshot.lock().unwrap_or_else(|e| e.into_inner()));
         self.served.fetch_max(s.generation, Ordering::Relaxed);
         self.scrapes.fetch_add(1, Ordering::Relaxed);
+        let ms = self.born.get().elapsed().as_millis() as u64 + 1;
+        self.last_scrape_ms.store(ms, Ordering::Relaxed);
         s
+    }
+
+    /// Seconds since the last scrape was answered (`None`: none yet).
+    pub(crate) fn scrape_age(&self) -> Option<f64> {
+        match self.last_scrape_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => {
+                let since_born = self.born.get().elapsed().as_secs_f64();
+                Some((since_born - (ms - 1) as f64 / 1000.0).max(0.0))
+            }
+        }
+    }
+}
+
+/// An `Instant` fixed when first asked for (so that `Shared` can derive `Default`).
+#[derive(Debug, Default)]
+pub(crate) struct OnceInstant(std::sync::OnceLock<Instant>);
+
+impl OnceInstant {
+    fn get(&self) -> Instant {
+        *self.0.get_or_init(Instant::now)
     }
 }
 

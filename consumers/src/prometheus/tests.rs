@@ -122,6 +122,12 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
     assert!(body.contains("snapbus_exporter_scrapes_total 2"), "{body}");
     assert!(body.contains("snapbus_exporter_records_total 2"), "{body}");
     assert_eq!(e.counters().series, 2);
+    // The reader's flush after the first scrape put its age on the board.
+    assert!(
+        matches!(e.board().get("last_scrape_secs"), Some(StatusValue::Number(x)) if x < 5.0),
+        "{:?}",
+        e.board().entries()
+    );
 }
 
 #[test]
@@ -207,6 +213,7 @@ fn malformed_payloads_are_counted_not_exported() {
     e.on_event(&r).expect("on_event");
     e.flush().expect("flush");
     assert_eq!(e.board().get("malformed"), Some(StatusValue::Count(1)));
+    assert_eq!(e.board().get("last_scrape_secs"), None, "never scraped");
     // The series exists (bound) but holds no value yet: NaN.
     assert_eq!(e.counters().series, 1);
 }
