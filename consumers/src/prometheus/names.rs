@@ -10,6 +10,8 @@
 //!   producer is the summarized one (the payload's `producer`), `window` is the window kind
 //!   (`episode`, `steps:N`, `secs:T`, `experiment`: bounded), and the group-by values, if any,
 //!   are labels `group_<field>`.
+//! - A data name starting with one of [`RESERVED_PREFIXES`] (the exporter's own families) is
+//!   not exported.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -36,6 +38,19 @@ pub fn metric_name(text: &str) -> String {
         }
     }));
     out
+}
+
+/// Name prefixes of the exporter's own families: a data series whose name starts so is not
+/// exported (two families of one name would make the whole scrape invalid).
+pub const RESERVED_PREFIXES: [&str; 4] = [
+    "snapbus_bus_",
+    "snapbus_producer_",
+    "snapbus_consumer_",
+    "snapbus_exporter_",
+];
+
+fn reserved(name: &str) -> bool {
+    RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Leaves of a summary schema exported besides the statistics.
@@ -95,8 +110,9 @@ impl SchemaMap {
             .leaves()
             .iter()
             .map(|leaf| {
-                Some(LeafMetric {
-                    family: metric_name(&format!("{id}_{leaf}")).into(),
+                let family = metric_name(&format!("{id}_{leaf}"));
+                (!reserved(&family)).then(|| LeafMetric {
+                    family: family.into(),
                     help: format!("Latest value of field {leaf} of schema {id}").into(),
                     stat: None,
                 })
@@ -220,14 +236,19 @@ fn summary_leaf(id: &str, leaf: &str) -> Option<LeafMetric> {
     if let Some(rest) = leaf.strip_prefix("stats.") {
         let (field, stat) = rest.rsplit_once('.')?;
         let stat = STATS.iter().find(|s| **s == stat)?;
+        let family = metric_name(&format!("{id}_{field}"));
+        if reserved(&family) {
+            return None;
+        }
         return Some(LeafMetric {
-            family: metric_name(&format!("{id}_{field}")).into(),
+            family: family.into(),
             help: format!("Statistics of field {field} in the windows of {id}").into(),
             stat: Some(stat),
         });
     }
-    SUMMARY_SCALARS.contains(&leaf).then(|| LeafMetric {
-        family: metric_name(&format!("{id}_{leaf}")).into(),
+    let family = metric_name(&format!("{id}_{leaf}"));
+    (SUMMARY_SCALARS.contains(&leaf) && !reserved(&family)).then(|| LeafMetric {
+        family: family.into(),
         help: format!("The {leaf} of the last window of {id}").into(),
         stat: None,
     })
@@ -257,5 +278,24 @@ mod tests {
         assert_eq!(l.stat, None);
         assert!(summary_leaf("demo.step.summary", "first_t_nanos").is_none());
         assert!(summary_leaf("demo.step.summary", "producer_pid").is_none());
+    }
+
+    #[test]
+    fn data_never_takes_the_name_of_an_exporter_family() {
+        let s = SchemaDescriptor::new(
+            "snapbus.producer",
+            1,
+            TypeDesc::Struct {
+                fields: vec![
+                    snapbus_schemas::Field::new("records", TypeDesc::F64),
+                    snapbus_schemas::Field::new("x", TypeDesc::F64),
+                ],
+            },
+        )
+        .expect("schema");
+        let m = SchemaMap::new(&s);
+        assert!(m.leaves.iter().all(Option::is_none), "{:?}", m.leaves);
+        // Built-in schemas are not reserved: snapbus.duration → snapbus_duration_….
+        assert!(!reserved("snapbus_duration_nanos"));
     }
 }
