@@ -29,6 +29,7 @@ use snapbus_bus::runtime::BusDir;
 use crate::cli::BusArgs;
 use crate::command::aggregate::AggregateArgs;
 use crate::command::plot::PlotArgs;
+use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
 use crate::command::{attach, spawn};
@@ -39,6 +40,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    ConsumerKind::of::<PrometheusArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
@@ -444,6 +446,10 @@ mod tests {
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
+            "prometheus" => {
+                "--schema a.* --schema=-b --listen 127.0.0.1:1234 --port 99 --max-series 50 \
+                 --series-ttl 90s --from latest"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.split_whitespace()

@@ -9,6 +9,7 @@ mod export;
 mod modes;
 mod outage;
 mod plotter;
+mod prometheus;
 mod python;
 mod recording;
 mod schemas;

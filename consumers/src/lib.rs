@@ -4,8 +4,9 @@
 //! [`replay`] (republishing a recording into a bus), [`fields`] (dotted field paths and
 //! allocation-free extraction of numeric leaves, shared by everything that flattens a
 //! schema), [`aggregator`] (per-window and
-//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots) and
-//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas).
+//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots),
+//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas) and
+//! [`prometheus`] (a Prometheus `/metrics` endpoint with the latest values and the bus's health).
 //!
 //! # Guarantees
 //!
@@ -59,6 +60,7 @@
 pub mod aggregator;
 pub mod fields;
 pub mod plotter;
+pub mod prometheus;
 pub mod recorder;
 pub mod recording;
 pub mod replay;

@@ -13,6 +13,7 @@ mod hz;
 mod inspect;
 mod ls;
 pub(crate) mod plot;
+pub(crate) mod prometheus;
 pub(crate) mod python;
 pub(crate) mod record;
 mod replay;
