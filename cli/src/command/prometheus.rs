@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::prometheus::{DEFAULT_PORT, Exporter, PrometheusOptions};
@@ -17,7 +17,7 @@ use snapbus_consumers::run as run_consumer;
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::command::attach::{Started, bus_flag};
+use crate::command::attach::{Started, announce_url};
 use crate::consumer_kinds::BuiltinConsumer;
 
 /// Options of `snapbus prometheus` (and `attach prometheus`).
@@ -98,18 +98,7 @@ impl BuiltinConsumer for PrometheusArgs {
     /// Prints the endpoint's URL on stdout (the exporter wrote it before it subscribed, and it
     /// has subscribed).
     fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
-        let Started { id, pid, log } = started;
-        let url = std::fs::read_to_string(url_path(dir, *pid))
-            .with_context(|| format!("reading the URL of exporter {id} (log {log})"))?;
-        println!("{}", url.trim());
-        eprintln!(
-            "snapbus attach: prometheus {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop \
-             it with `snapbus detach {id}{}`",
-            url.trim(),
-            dir.name(),
-            bus_flag(dir)
-        );
-        Ok(())
+        announce_url(dir, "prometheus", started, &url_path(dir, started.pid))
     }
 }
 
