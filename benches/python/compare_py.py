@@ -6,7 +6,9 @@ Rows:
 
 - `snapshot()` of a 5-field dataclass with its level disabled (ns per call), enabled (calls/s),
   with a 4 KiB numpy field (calls/s), and with a 1 MiB numpy field against `numpy.copy` of the
-  same array (the ratio; one such record is read back by a subscriber, so it did go through).
+  same array (the ratio; one such record is read back by a subscriber, so it did go through);
+  the two numpy rows again from a process whose lane fits the last-level cache (16 MiB: less
+  history, the copies stay in the cache).
 - Python producer -> Python consumer in separate processes, 64 B-class events, messages
   delivered per second at the consumer (`for ev in sub: ev.payload`), against the same events
   pickled through a `multiprocessing.Queue` and through a `logging` `QueueHandler` ->
@@ -165,12 +167,22 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
         )
     )
 
+    rows += array_rows(quick, telemetry)
+    return rows
+
+
+def array_rows(quick: bool, telemetry: Any, lane: str = "") -> list[dict[str, Any]]:
+    """The numpy rows (4 KiB and 1 MiB fields) through this process's lane; `lane` names it in
+    the row when it is not the default one."""
+    rows: list[dict[str, Any]] = []
+    number, repeat = (20_000, 3) if quick else (1_000_000, 7)
+    snap = telemetry.snapshot
     p4 = Patch4k(step=1, obs=np.random.default_rng(1).random(1024, dtype=np.float32))
     snap(INFO, p4)
     ns = per_call_ns("snap(INFO, p4)", {**globals(), **locals()}, number // 2, repeat)
     rows.append(
         row(
-            "snapshot() with a 4 KiB numpy field",
+            f"snapshot() with a 4 KiB numpy field{lane}",
             1e9 / ns,
             "calls/s",
             f"{rate_text(1e9 / ns)} ({ns:.0f} ns/call)",
@@ -196,7 +208,7 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
     ratio = ns_snap / ns_copy
     rows.append(
         row(
-            "snapshot() with a 1 MiB numpy field ÷ numpy.copy of it",
+            f"snapshot() with a 1 MiB numpy field ÷ numpy.copy of it{lane}",
             ratio,
             "x",
             f"{ratio:.2f}x ({ns_snap / 1e3:.1f} µs vs {ns_copy / 1e3:.1f} µs)",
@@ -204,6 +216,26 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
             ratio <= 1.5,
         )
     )
+    return rows
+
+
+CACHE_LANE_BYTES = 16 << 20
+
+
+def cache_lane_rows(quick: bool) -> list[dict[str, Any]]:
+    """The numpy rows again in a child process whose lane fits the last-level cache (16 MiB;
+    the lane size is fixed per process): the trade-off of a smaller ring, less history."""
+    out = subprocess.run(
+        [sys.executable, __file__, "_arrays", "--lane-bytes", str(CACHE_LANE_BYTES)]
+        + (["--quick"] if quick else []),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = out.stdout.strip().splitlines()[-1:] or [""]
+    if out.returncode != 0 or not last[0].startswith("rows "):
+        raise RuntimeError(f"the 16 MiB-lane child failed ({out.returncode}): {out.stderr[-500:]}")
+    rows: list[dict[str, Any]] = json.loads(last[0][len("rows ") :])
     return rows
 
 
@@ -425,6 +457,17 @@ def pair_rows(quick: bool, reps: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["_arrays"]:
+        a = argparse.ArgumentParser()
+        a.add_argument("--lane-bytes", type=int, required=True)
+        a.add_argument("--quick", action="store_true")
+        ca = a.parse_args(argv[1:])
+        snapbus.init(lane_bytes=ca.lane_bytes)
+        if not snapbus.wait_for_bus(30):
+            raise SystemExit("no bus")
+        lane = f", {ca.lane_bytes >> 20} MiB lane (fits the cache)"
+        print("rows " + json.dumps(array_rows(ca.quick, snapbus.get_telemetry("bench.py"), lane)))
+        return 0
     if argv[:1] == ["_producer"]:
         a = argparse.ArgumentParser()
         a.add_argument("--secs", type=float, required=True)
@@ -452,6 +495,12 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         rows.append(
             row("snapshot() rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+        )
+    try:
+        rows += cache_lane_rows(args.quick)
+    except Exception as e:
+        rows.append(
+            row("16 MiB-lane rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
         )
     for r in rows:
         print(f"{r['row']}: {r['error'] or r['text']}", file=sys.stderr)

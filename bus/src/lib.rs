@@ -70,6 +70,7 @@ pub mod runtime;
 pub mod segment;
 #[cfg(not(loom))]
 pub mod status;
+pub mod stream;
 #[cfg(not(loom))]
 pub mod subscriber;
 mod sync;

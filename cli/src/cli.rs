@@ -48,7 +48,8 @@ pub(crate) enum Command {
     Demo(DemoArgs),
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
-    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `otlp`.
+    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
+    /// `otlp`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.

@@ -30,6 +30,7 @@ use crate::cli::BusArgs;
 use crate::command::aggregate::AggregateArgs;
 use crate::command::otlp::OtlpArgs;
 use crate::command::plot::PlotArgs;
+use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
 use crate::command::{attach, spawn};
@@ -40,6 +41,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    ConsumerKind::of::<PrometheusArgs>(),
     ConsumerKind::of::<OtlpArgs>(),
 ];
 
@@ -446,6 +448,10 @@ mod tests {
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
+            "prometheus" => {
+                "--schema a.* --schema=-b --listen 127.0.0.1:1234 --port 99 --max-series 50 \
+                 --series-ttl 90s --from latest"
+            }
             "otlp" => {
                 "--endpoint http://127.0.0.1:1 --metrics-endpoint http://h:2/m \
                  --logs-endpoint http://h:3/l --traces-endpoint http://h:4/t --signals metrics,logs \

@@ -128,7 +128,7 @@ pub(crate) struct Bg {
 }
 
 impl Bg {
-    fn spawn(name: &str, mut cmd: Command) -> Bg {
+    pub(crate) fn spawn(name: &str, mut cmd: Command) -> Bg {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

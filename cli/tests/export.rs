@@ -759,7 +759,7 @@ fn parquet_without_the_feature_is_a_clear_error() {
     let out = tmp("no-parquet");
     let o = export(&rec, "parquet", &out, &[]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("--features parquet"), "{}", o.stderr);
+    assert!(o.stderr.contains("--no-default-features"), "{}", o.stderr);
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     assert!(!out.exists(), "nothing is created");
 }
@@ -1254,4 +1254,80 @@ fn replay_print_of_a_file_cut_in_its_second_producer_prints_everything_before_th
         "{}",
         out.stderr
     );
+}
+
+/// A pose with fixed arrays: short ones are split into a column per element in CSV.
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "exp.pose", version = 1)]
+struct Pose3 {
+    position: [f32; 3],
+    counts: [u16; 2],
+    long: [f64; 17],
+}
+
+fn pose(i: u32) -> Pose3 {
+    let f = i as f32;
+    Pose3 {
+        position: [f * 0.5, -f, f + 0.25],
+        counts: [i as u16, 1000 + i as u16],
+        long: std::array::from_fn(|k| f64::from(i) + k as f64),
+    }
+}
+
+/// Issue 20, item 2: `position.0…2` in CSV (values exact, integers as integers); arrays longer
+/// than 16 stay one JSON-array cell; Parquet keeps each array as one list column.
+#[test]
+fn csv_splits_short_fixed_arrays_into_a_column_per_element() {
+    let rec = tmp("pose.mcap");
+    let mut d = Direct::create(&rec, 1 << 20);
+    for i in 0..4 {
+        d.write(0, 1000 + u64::from(i), &pose(i));
+    }
+    d.finish();
+    let out = tmp("pose-csv");
+    assert_ok(&export(&rec, "csv", &out, &[]));
+    let (header, rows) = read_csv(&out.join("exp.pose.csv"));
+    assert_eq!(
+        header[4..],
+        [
+            "position.0",
+            "position.1",
+            "position.2",
+            "counts.0",
+            "counts.1",
+            "long"
+        ]
+    );
+    assert_eq!(rows.len(), 4);
+    for (i, row) in rows.iter().enumerate() {
+        let p = pose(i as u32);
+        for k in 0..3 {
+            let got: f32 = row[&format!("position.{k}")].parse().expect("a float");
+            assert_eq!(got, p.position[k], "row {i} position.{k}");
+        }
+        assert_eq!(row["counts.0"], i.to_string());
+        assert_eq!(row["counts.1"], (1000 + i).to_string());
+        let long: Vec<f64> = serde_json::from_str(&row["long"]).expect("a JSON array");
+        assert_eq!(long, p.long.to_vec());
+    }
+    #[cfg(feature = "parquet")]
+    {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let out = tmp("pose-parquet");
+        assert_ok(&export(&rec, "parquet", &out, &[]));
+        let file = std::fs::File::open(out.join("exp.pose.parquet")).expect("open");
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).expect("a parquet file");
+        let types: Vec<String> = builder.schema().fields()[4..]
+            .iter()
+            .map(|f| format!("{}:{}", f.name(), f.data_type()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "position:List(Float64)",
+                "counts:List(Float64)",
+                "long:List(Float64)"
+            ]
+        );
+    }
 }

@@ -884,3 +884,99 @@ exit $rc"#;
     );
     let _ = std::fs::remove_dir(&mnt);
 }
+
+/// Issue 20, item 1: history in seconds. `ls` says how much time each lane holds (its oldest
+/// to newest record), and it is what a snapshot of that lane gets (±10 %); `snapshot --last`
+/// warns, naming the producer, when its ring holds less than asked; `inspect` states each
+/// producer's span.
+#[test]
+fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
+    let bus = TestBus::up();
+    let mut cmd = bus.cmd(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "1000000",
+        "--steps",
+        "100",
+        "--rate",
+        "2000",
+        "--image",
+        "16x16",
+    ]);
+    cmd.env("SNAPBUS_LANE_BYTES", "262144");
+    let demo = crate::bus::Bg::spawn("demo", cmd);
+    let pid = demo.pid();
+    // The ring has wrapped (it holds fewer records than were written) and spans some time.
+    wait_until("the demo's ring has wrapped", WATCHDOG, || {
+        bus.producer(pid).is_some_and(|p| {
+            p["frames"].as_u64() > p["history_records"].as_u64()
+                && p["history_secs"].as_f64() > Some(0.05)
+        })
+    });
+    // Frozen, so that `ls` and the snapshot see the same ring.
+    let stop = |sig| {
+        let p = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+        rustix::process::kill_process(p, sig).expect("signal the demo");
+    };
+    stop(rustix::process::Signal::STOP);
+    let frozen = || bus.producer(pid).expect("the demo in ls");
+    let mut p = frozen();
+    wait_until("the ring is still", WATCHDOG, || {
+        let now = frozen();
+        let still = now["frames"] == p["frames"];
+        p = now;
+        still
+    });
+    let history_secs = p["history_secs"].as_f64().expect("history_secs");
+    let text = bus.run(&["ls"]).stdout;
+    assert!(
+        text.contains(&format!("{history_secs:.1} s")),
+        "ls shows no HISTORY of {history_secs:.1} s:\n{text}"
+    );
+
+    let dir = runtime_root().join(format!("history-{}", bus.name));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("snap.mcap");
+    let out = bus.run(&["snapshot", "--last", "1h", "-o", s(&file)]);
+    stop(rustix::process::Signal::CONT);
+    assert!(out.status.success(), "snapshot: {}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "warning: producer 'demo' (pid {pid}): its ring holds only the last {history_secs:.1} s of the 3600.0 s asked for (256 KiB lane)"
+        )),
+        "no warning naming the short ring: {}",
+        out.stderr
+    );
+    let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&file)]).stdout.trim())
+        .expect("inspect --json");
+    let spans = v["producer_spans"].as_array().expect("producer_spans");
+    assert_eq!(spans.len(), 1, "{v}");
+    let span_secs = spans[0]["span_secs"].as_f64().expect("span_secs");
+    assert!(
+        (span_secs - history_secs).abs() <= 0.1 * history_secs,
+        "ls said {history_secs} s, the snapshot holds {span_secs} s"
+    );
+    assert_eq!(
+        spans[0]["records"].as_u64(),
+        p["history_records"].as_u64(),
+        "the snapshot holds what ls counted"
+    );
+    let text = bus.run(&["inspect", s(&file)]).stdout;
+    assert!(
+        text.contains(&format!("{} records, ", p["history_records"])),
+        "inspect states no span per producer:\n{text}"
+    );
+    // A window the ring does hold: no warning.
+    let out = bus.run(&[
+        "snapshot",
+        "--last",
+        "1ms",
+        "-o",
+        s(&dir.join("short.mcap")),
+    ]);
+    assert!(out.status.success(), "snapshot: {}", out.stderr);
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    drop(demo);
+    let _ = std::fs::remove_dir_all(&dir);
+}

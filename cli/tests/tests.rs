@@ -10,6 +10,7 @@ mod modes;
 mod otlp;
 mod outage;
 mod plotter;
+mod prometheus;
 mod python;
 mod recording;
 mod schemas;

@@ -4,9 +4,11 @@
 //! [`replay`] (republishing a recording into a bus), [`fields`] (dotted field paths and
 //! allocation-free extraction of numeric leaves, shared by everything that flattens a
 //! schema), [`aggregator`] (per-window and
-//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots) and
-//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas) and [`otlp`]
-//! (an OTLP/HTTP exporter to an OpenTelemetry Collector, isolated from its failures).
+//! per-experiment statistics emitted back onto the bus as `<schema>.summary` snapshots),
+//! [`plotter`] (a live web page on 127.0.0.1 plotting the subscribed schemas),
+//! [`prometheus`] (a Prometheus `/metrics` endpoint with the latest values and the bus's health)
+//! and [`otlp`] (an OTLP/HTTP exporter to an OpenTelemetry Collector, isolated from its
+//! failures).
 //!
 //! # Guarantees
 //!
@@ -61,6 +63,7 @@ pub mod aggregator;
 pub mod fields;
 pub mod otlp;
 pub mod plotter;
+pub mod prometheus;
 pub mod recorder;
 pub mod recording;
 pub mod replay;

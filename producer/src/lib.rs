@@ -104,7 +104,7 @@ pub use snapbus_schemas as schemas;
 pub use telemetry::{
     Config, DEFAULT_LANE_BYTES, LaneBytesError, Span, Stats, Telemetry, get_telemetry, init,
     is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, refusal, set_filter,
-    shutdown, stats, wait_for_bus,
+    shutdown, stats, streams_large_payloads, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

@@ -642,6 +642,14 @@ pub fn is_connected() -> bool {
     PUBLISHER.get().is_some_and(Publisher::is_connected)
 }
 
+/// Whether large payloads should be copied into this process's lane with stores that bypass
+/// the caches (`snapbus_bus::stream`; the lane is larger than the last-level cache).
+pub fn streams_large_payloads() -> bool {
+    PUBLISHER
+        .get()
+        .is_some_and(Publisher::streams_large_payloads)
+}
+
 /// Why the bus's broker refused this process's lane, if it did and has not accepted it since
 /// (a broker of another snapbus release: records are written to the lane, but no consumer
 /// can read them). Also said once on stderr.

@@ -77,3 +77,33 @@ def row(i: int) -> Row:
         image=np.full((2, 2, 3), i % 256, dtype=np.uint8),
         grids={"g": np.eye(2) * i},
     )
+
+
+@dataclass
+class Large:
+    """Payloads large enough to be streamed into the lane (python/src/producer/plan/write.rs)."""
+
+    schema_id: ClassVar[str] = "rt.large"
+    schema_version: ClassVar[int] = 1
+
+    label: str
+    image: NDArray[np.float32]
+    raw: NDArray[np.uint8]
+    blob: bytes
+    strided: NDArray[np.float64]
+    small: NDArray[np.int16]
+
+
+def large(i: int) -> Large:
+    """Record `i`: an odd-length label (the arrays after it start misaligned), a 256x256 float
+    image, 100 003 bytes as u8, 70 001 bytes, every other column of a 40x4000 float64 array."""
+    rng = np.random.default_rng(i)
+    wide = rng.random((40, 4000))
+    return Large(
+        label="x" * (2 * i + 1),
+        image=rng.random((256, 256), dtype=np.float32),
+        raw=rng.integers(0, 256, 100_003, dtype=np.uint8),
+        blob=rng.bytes(70_001),
+        strided=wide[:, ::2],
+        small=np.arange(i, i + 5, dtype=np.int16),
+    )

@@ -71,8 +71,8 @@ impl Broker {
         let mut schemas: HashMap<(String, u32, u64), SchemaState> = HashMap::new();
         let mut producers = Vec::new();
         for p in self.producers.values_mut() {
-            let census = ring_census(&p.lane, now_nanos);
-            producers.push(producer_state(p, &census, now_nanos));
+            let (census, span) = ring_census(&p.lane, now_nanos);
+            producers.push(producer_state(p, &census, span, now_nanos));
             count_schemas(p, &census, now_nanos, &mut schemas);
         }
         let mut schemas: Vec<SchemaState> = schemas.into_values().collect();
@@ -118,7 +118,12 @@ fn rate_hz(writing: bool, recent: u64, first_recent: u64, now_nanos: u64) -> f64
 }
 
 /// Producer `p` as `ls` shows it.
-fn producer_state(p: &Producer, census: &Census, now_nanos: u64) -> ProducerState {
+fn producer_state(
+    p: &Producer,
+    census: &Census,
+    span: Option<(u64, u64)>,
+    now_nanos: u64,
+) -> ProducerState {
     let stats = p.lane.lane.stats();
     let (recent, first_recent) = census
         .values()
@@ -131,6 +136,11 @@ fn producer_state(p: &Producer, census: &Census, now_nanos: u64) -> ProducerStat
         rate_hz: rate_hz(p.status.writing(), recent, first_recent, now_nanos),
         dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
         lane_bytes: p.lane.lane.geometry().capacity,
+        history_secs: span.map_or(0.0, |(oldest, newest)| {
+            newest.saturating_sub(oldest) as f64 / 1e9
+        }),
+        history_start_nanos: span.map(|(oldest, _)| oldest),
+        history_records: census.values().map(|&(n, _, _)| n).sum(),
         filter: p.filters.as_ref().map(|(_, effective)| effective.clone()),
         own_filter: p.filters.as_ref().map(|(own, _)| own.clone()),
     }
@@ -197,9 +207,11 @@ fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
 }
 
 /// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the
-/// time of the first of those (headers only; no payload is copied).
-fn ring_census(lane: &ShmLane, now_nanos: u64) -> Census {
+/// time of the first of those (headers only; no payload is copied); and the times of the
+/// oldest and newest records in the ring (the history it holds), if it holds any.
+fn ring_census(lane: &ShmLane, now_nanos: u64) -> (Census, Option<(u64, u64)>) {
     let mut out = Census::new();
+    let mut span: Option<(u64, u64)> = None;
     let mut r = lane.lane.reader(StartAt::Oldest);
     r.set_writer_gone(true);
     let since = now_nanos.saturating_sub(RATE_WINDOW_NANOS);
@@ -207,6 +219,7 @@ fn ring_census(lane: &ShmLane, now_nanos: u64) -> Census {
     for _ in 0..4_000_000 {
         match r.read_in_place(|m, _| (m.schema_key, m.t_nanos)) {
             Ok((_, (key, t))) => {
+                span = Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
                 let e = out.entry(key).or_insert((0, 0, u64::MAX));
                 e.0 += 1;
                 if t >= since {
@@ -218,5 +231,5 @@ fn ring_census(lane: &ShmLane, now_nanos: u64) -> Census {
             Err(_) => break,
         }
     }
-    out
+    (out, span)
 }

@@ -273,6 +273,15 @@ pub struct ProducerState {
     pub dropped: u64,
     /// Lane capacity in bytes.
     pub lane_bytes: u64,
+    /// Seconds between the oldest and the newest record its lane holds now: how far back a
+    /// consumer starting from the oldest record, or a `snapshot`, can see (0 with fewer than
+    /// two records).
+    pub history_secs: f64,
+    /// When the oldest record its lane holds was written (CLOCK_REALTIME nanoseconds), if any.
+    pub history_start_nanos: Option<u64>,
+    /// Records its lane holds now (fewer than `frames` once the ring has wrapped: the older
+    /// ones were overwritten).
+    pub history_records: u64,
     /// The level filter in force in the producer (the bus filter if one is set, else its
     /// own), as it reported it; `None` if it did not (not a `snapbus` telemetry producer).
     pub filter: Option<String>,

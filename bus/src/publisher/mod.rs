@@ -372,6 +372,15 @@ impl Publisher {
         self.existing()?.inner.refused.lock().ok()?.clone()
     }
 
+    /// Whether large payloads should be written into this process's lane with stores that
+    /// bypass the caches ([`crate::stream`]): the lane is larger than the last-level cache.
+    pub fn streams_large_payloads(&self) -> bool {
+        self.existing().is_some_and(|p| {
+            let capacity = p.inner.lane.lane.geometry().capacity;
+            crate::stream::worth_streaming(usize::try_from(capacity).unwrap_or(usize::MAX))
+        })
+    }
+
     /// Counters: records written, and records not written by reason.
     pub fn stats(&self) -> PublisherStats {
         let Some(p) = self.existing() else {

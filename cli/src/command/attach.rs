@@ -61,6 +61,29 @@ pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Started, what: &str) 
     );
 }
 
+/// Prints what `attach` prints for a started consumer that serves a URL: the URL (which it
+/// wrote to `url_file` before it subscribed, and it has subscribed) on stdout, and how to stop
+/// it on stderr.
+pub(crate) fn announce_url(
+    dir: &BusDir,
+    kind: &str,
+    started: &Started,
+    url_file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let Started { id, pid, log } = started;
+    let url = std::fs::read_to_string(url_file)
+        .with_context(|| format!("reading the URL of {kind} {id} (log {log})"))?;
+    println!("{}", url.trim());
+    eprintln!(
+        "snapbus attach: {kind} {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop it \
+         with `snapbus detach {id}{}`",
+        url.trim(),
+        dir.name(),
+        bus_flag(dir)
+    );
+    Ok(())
+}
+
 /// ` --bus NAME` to add to a command for the bus of `dir`, or nothing for the default bus.
 pub(crate) fn bus_flag(dir: &BusDir) -> String {
     if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {

@@ -368,9 +368,9 @@ fn parquet_sink(_out: &Path) -> anyhow::Result<Box<dyn Sink>> {
 }
 
 /// Why `--format parquet` fails in a build without the `parquet` feature.
-const NO_PARQUET: &str = "this snapbus was built without Parquet support; rebuild it with \
-                          `--features parquet` (e.g. `cargo install --path cli --features \
-                          parquet`), or export to csv";
+const NO_PARQUET: &str = "this snapbus was built without Parquet support \
+                          (--no-default-features); rebuild it with the default features \
+                          (`cargo install --path cli`), or export to csv";
 
 /// Refuses existing output unless `force`, refuses writing over the input, and creates the
 /// output directory.

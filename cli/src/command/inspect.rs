@@ -1,7 +1,8 @@
 //! `snapbus inspect`: what a recording holds — its origin, producers, schemas with counts,
 //! sizes and time ranges, losses, and damage (where a cut or damaged file stops being
 //! readable, and damaged chunks that were skipped). A damaged, cut or unfinished file is
-//! described, then reported as an error (non-zero exit).
+//! described, then reported as an error (non-zero exit). PRODUCERS gives the span of each
+//! producer's records in the file (first and last record time, and how many).
 //!
 //! LOSSES says, per producer, where its history in the file starts (`snapbus.history`: the
 //! first record's sequence number and time, and how many earlier records are not in the file
@@ -78,6 +79,8 @@ struct Contents {
     producers: BTreeMap<String, Fields>,
     /// By lane key.
     histories: BTreeMap<String, Fields>,
+    /// By lane key: the span of each producer's records in the file (first, last, records).
+    spans: BTreeMap<String, (u64, u64, u64)>,
     schemas: BTreeMap<(String, u32), SchemaStats>,
     /// By lane key.
     losses: BTreeMap<String, Gaps>,
@@ -122,6 +125,13 @@ impl Contents {
                 s.records += 1;
                 s.bytes += m.data.len() as u64;
                 s.producers.insert(m.channel.producer_id);
+                let span = self
+                    .spans
+                    .entry(lane_key(m.channel.lane_id, m.channel.producer_id))
+                    .or_insert((m.t_nanos, m.t_nanos, 0));
+                span.0 = span.0.min(m.t_nanos);
+                span.1 = span.1.max(m.t_nanos);
+                span.2 += 1;
             }
             Item::Loss {
                 channel, record, ..
@@ -235,6 +245,10 @@ fn write_json(
         "first_nanos": first,
         "last_nanos": last,
         "producers": c.producers.values().collect::<Vec<_>>(),
+        "producer_spans": c.spans.iter().map(|(lane, &(a, b, n))| json!({
+            "lane": lane, "records": n, "first_nanos": a, "last_nanos": b,
+            "span_secs": (b - a) as f64 / 1e9,
+        })).collect::<Vec<_>>(),
         "histories": c.histories.values().collect::<Vec<_>>(),
         "schemas": c.schemas.iter().map(|((id, version), s)| json!({
             "id": id, "version": version, "records": s.records, "bytes": s.bytes,
@@ -292,8 +306,17 @@ fn write_summary(out: &mut impl Write, path: &Path, c: &Contents) -> anyhow::Res
 /// PRODUCERS: a line per producer metadata record.
 fn write_producers(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
     writeln!(out, "\nPRODUCERS")?;
-    for p in c.producers.values() {
+    for (lane, p) in &c.producers {
         let f = |k: &str| p.get(k).map_or("", String::as_str);
+        let span = match c.spans.get(lane) {
+            Some(&(a, b, n)) => format!(
+                "{n} records, {} → {} ({:.3} s)",
+                utc(a),
+                utc(b),
+                (b - a) as f64 / 1e9
+            ),
+            None => "no records".into(),
+        };
         let tags = [f("session_tag"), f("perf_tag")]
             .into_iter()
             .filter(|t| !t.is_empty())
@@ -301,12 +324,13 @@ fn write_producers(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
             .join(",");
         writeln!(
             out,
-            "{:>4}  {:<20} pid {:<8} lane {:<16} {}",
+            "{:>4}  {:<20} pid {:<8} lane {:<16}  {}{}{span}",
             f("id"),
             f("name"),
             f("pid"),
             f("lane_id"),
-            tags
+            tags,
+            if tags.is_empty() { "" } else { "  " },
         )?;
     }
     Ok(())

@@ -5,9 +5,11 @@
 //! skipped, which is also shown when they hid no record). A consumer's LOST and LAG
 //! come from its last reported cursors and the rings as they are now, so a consumer that
 //! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
-//! shown `stale`. Under the table, each consumer that keeps a status board (an exporter's state
-//! and counters, the recorder's file) has a line of it. FILTER is the level filter in force in
-//! a producer: the bus filter while one is set (`snapbus filter`), else the producer's own
+//! shown `stale`. HISTORY is the span between the oldest and the newest record a producer's
+//! lane holds now: how far back a late consumer or a `snapshot` can see (`history_secs` in
+//! `--json`). Under the table, each consumer that keeps a status board (an exporter's state and
+//! counters, the recorder's file) has a line of it. FILTER is the level filter in force in a
+//! producer: the bus filter while one is set (`snapbus filter`), else the producer's own
 //! `SNAPBUS_FILTER`.
 
 use std::io::Write;
@@ -182,6 +184,7 @@ fn producers(s: &BusState) -> Table {
         ("RECORDS", Right),
         ("RATE/s", Right),
         ("DROPPED", Right),
+        ("HISTORY", Right),
         ("FILTER", Left),
         ("TAGS", Left),
     ]);
@@ -199,11 +202,22 @@ fn producers(s: &BusState) -> Table {
             p.frames.to_string(),
             format!("{:.1}", p.rate_hz),
             p.dropped.to_string(),
+            history(p.history_secs, p.history_start_nanos.is_some()),
             p.filter.clone().unwrap_or_else(|| "-".into()),
             tags,
         ]);
     }
     t
+}
+
+/// The span of records a lane holds, as `ls` shows it: `1.8 s`, `12.5 min`, `-` for none.
+fn history(secs: f64, any: bool) -> String {
+    match secs {
+        _ if !any => "-".into(),
+        s if s < 60.0 => format!("{s:.1} s"),
+        s if s < 3600.0 => format!("{:.1} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
+    }
 }
 
 /// The CONSUMERS table, and the lanes they refuse.

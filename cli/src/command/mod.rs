@@ -14,6 +14,7 @@ mod inspect;
 mod ls;
 pub(crate) mod otlp;
 pub(crate) mod plot;
+pub(crate) mod prometheus;
 pub(crate) mod python;
 pub(crate) mod record;
 mod replay;

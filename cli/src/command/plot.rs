@@ -13,7 +13,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::command::attach::{Started, bus_flag};
+use crate::command::attach::{Started, announce_url};
 use crate::consumer_kinds::BuiltinConsumer;
 
 /// Options of `snapbus plot` (and `attach plotter`).
@@ -64,18 +64,7 @@ impl BuiltinConsumer for PlotArgs {
     /// Prints the page's URL on stdout (the plotter wrote it before it subscribed, and it has
     /// subscribed).
     fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
-        let Started { id, pid, log } = started;
-        let url = std::fs::read_to_string(url_path(dir, *pid))
-            .with_context(|| format!("reading the URL of plotter {id} (log {log})"))?;
-        println!("{}", url.trim());
-        eprintln!(
-            "snapbus attach: plotter {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop it \
-             with `snapbus detach {id}{}`",
-            url.trim(),
-            dir.name(),
-            bus_flag(dir)
-        );
-        Ok(())
+        announce_url(dir, "plotter", started, &url_path(dir, started.pid))
     }
 }
 

@@ -1,6 +1,8 @@
 //! `snapbus snapshot`: a consistent cut of every lane — what each producer had written when
 //! the snapshot began, including producers that died recently — into a recording. Producers
-//! are not disturbed: the rings are read like any consumer reads them.
+//! are not disturbed: the rings are read like any consumer reads them. With `--last T`, a
+//! producer whose ring holds less than T of its past (its oldest record is younger than T,
+//! though it ran longer) is named in a warning, with the span its ring does hold.
 
 use anyhow::Context;
 use snapbus_bus::lane::StartAt;
@@ -9,7 +11,9 @@ use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::run as run_consumer;
 
-use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
+use snapbus_bus::control::BusState;
+
+use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, state, unmatched_globs};
 use crate::cli::SnapshotArgs;
 use crate::command::record::{run_error, write_error};
 
@@ -34,9 +38,14 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let mut writer = WriterOptions::new("snapshot", dir.name().as_str());
     writer.overwrite = args.force;
     let start = match args.last {
-        Some(d) => StartAt::Time(
-            now_realtime_nanos().saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-        ),
+        Some(d) => {
+            let from = now_realtime_nanos()
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            for w in short_histories(&state(&dir)?, from, d.as_secs_f64()) {
+                eprintln!("snapbus snapshot: warning: {w}");
+            }
+            StartAt::Time(from)
+        }
         None => StartAt::Oldest,
     };
     let mut recorder = Recorder::create(RecorderOptions {
@@ -82,4 +91,34 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     );
     debug_assert!(messages >= summary.delivered);
     Ok(())
+}
+
+/// The producers whose rings hold less than the `last_secs` before `from_nanos` asked for,
+/// though they were running then: what to tell the user, one line each.
+fn short_histories(s: &BusState, from_nanos: u64, last_secs: f64) -> Vec<String> {
+    s.producers
+        .iter()
+        .filter_map(|p| {
+            let oldest = p.history_start_nanos?;
+            // Only a ring that has wrapped lost older records (a producer that started after
+            // `from`, or wrote its first record after it, has nothing older to lose).
+            let wrapped = p.frames > p.history_records;
+            (oldest > from_nanos && wrapped).then(|| {
+                format!(
+                    "producer '{}' (pid {}): its ring holds only the last {:.1} s of the {:.1} s \
+                     asked for ({} lane); the older records were overwritten. A larger \
+                     SNAPBUS_LANE_BYTES keeps more (README: \"How much history\")",
+                    p.info.name,
+                    p.info.pid,
+                    p.history_secs,
+                    last_secs,
+                    if p.lane_bytes >= 1 << 20 {
+                        format!("{} MiB", p.lane_bytes >> 20)
+                    } else {
+                        format!("{} KiB", p.lane_bytes >> 10)
+                    }
+                )
+            })
+        })
+        .collect()
 }

@@ -113,7 +113,10 @@ fn emit(
         Err(e) => return data_error(py, plan, &e),
     };
     // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate.
-    let _ = tel.try_snapshot_encoded(level, &plan.desc, len, |buf| plan::write(py, &ops, buf));
+    let stream = len >= snapbus_bus::stream::STREAM_MIN_BYTES && snapbus::streams_large_payloads();
+    let _ = tel.try_snapshot_encoded(level, &plan.desc, len, |buf| {
+        plan::write(py, &ops, buf, stream)
+    });
     Ok(())
 }
 
@@ -302,6 +305,13 @@ fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// Whether large arrays go into this process's lane with stores that bypass the caches (the
+/// lane is larger than the last-level cache): for tests of that path.
+#[pyfunction]
+fn _streams_large_payloads() -> bool {
+    snapbus::streams_large_payloads()
+}
+
 /// Whether this process is connected to a bus now.
 #[pyfunction]
 fn is_connected() -> bool {
@@ -363,6 +373,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_schema_json, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(is_connected, m)?)?;
+    m.add_function(wrap_pyfunction!(_streams_large_payloads, m)?)?;
     m.add_function(wrap_pyfunction!(wait_for_bus, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(sample_resources, m)?)?;

@@ -15,7 +15,8 @@
 //! | bytes | binary (CSV: a JSON array of numbers) |
 //! | option | the inner type's columns, empty when none |
 //! | enum | a text column with the variant's name, then each variant's fields flattened as `enum.Variant.field` (`enum.Variant` for a newtype variant, `enum.Variant.0`, … for tuple variants), empty unless that variant is set |
-//! | sequence or array of numbers | a list of floats (CSV: a JSON array) |
+//! | fixed array of up to [`MAX_ELEMENTWISE`] numbers | CSV: a column per element, `name.0`, `name.1`, … (`position.0…2`); Parquet: a list of floats |
+//! | sequence or longer array of numbers | a list of floats (CSV: a JSON array) |
 //! | tensor | `name`: its elements flat, row-major, as a list of floats; `name.shape`: its dimensions as a list of integers (CSV: JSON arrays) |
 //! | anything else (sequences of other types, maps) | text: the JSON of the value (the same JSON as `echo`) |
 //!
@@ -26,7 +27,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use snapbus_consumers::fields::{FieldNode, Parts, TENSOR_SHAPE, join};
+use snapbus_consumers::fields::{FieldNode, MAX_ELEMENTWISE, Parts, TENSOR_SHAPE, join};
 use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value};
 
 /// What a column holds (and so its Parquet type).
@@ -89,6 +90,8 @@ pub(crate) enum Cell<'a> {
     Value(&'a Value<'a>),
     /// Numbers, little-endian, of one dtype.
     Numbers(DType, &'a [u8]),
+    /// One number of a packed array, little-endian.
+    Number(DType, &'a [u8]),
     /// A tensor's shape.
     Shape(&'a [u64]),
 }
@@ -108,6 +111,14 @@ impl Cell<'_> {
                 .to_json()
                 .to_string(),
             ),
+            Cell::Number(dtype, bytes) => {
+                let one = Value::Packed(Packed {
+                    dtype: *dtype,
+                    bytes: Cow::Borrowed(bytes),
+                })
+                .to_json();
+                Cow::Owned(one.get(0).map_or_else(String::new, |v| v.to_string()))
+            }
             Cell::Shape(dims) => Cow::Owned(serde_json::Value::from(dims.to_vec()).to_string()),
             Cell::Value(v) => value_text(v),
         }
@@ -144,6 +155,8 @@ enum Node {
     Leaf(usize),
     /// A tensor: elements and shape.
     Tensor { data: usize, shape: usize },
+    /// A fixed array of numbers, a column per element from `first` on.
+    Elements { first: usize, len: usize },
     /// Struct fields or tuple elements, in order.
     Fields(Vec<Node>),
     /// An option: the inner value's columns.
@@ -171,6 +184,8 @@ pub(crate) struct Plan {
 struct Builder {
     columns: Vec<Column>,
     taken: HashSet<String>,
+    /// Fixed arrays of numbers get a column per element (CSV).
+    split_arrays: bool,
 }
 
 impl Builder {
@@ -206,6 +221,21 @@ impl Builder {
                     let data = self.column(&n.path, Kind::Floats);
                     let shape = self.column(&join(&n.path, TENSOR_SHAPE), Kind::Shape);
                     Node::Tensor { data, shape }
+                }
+                TypeDesc::Array { elem, len }
+                    if self.split_arrays
+                        && *len <= MAX_ELEMENTWISE
+                        && elem.as_dtype().is_some() =>
+                {
+                    let kind = Kind::of_leaf(elem);
+                    let first = self.columns.len();
+                    for k in 0..*len {
+                        self.column(&join(&n.path, &k.to_string()), kind);
+                    }
+                    Node::Elements {
+                        first,
+                        len: usize::try_from(*len).unwrap_or(0),
+                    }
                 }
                 d => Node::Leaf(self.column(&n.path, Kind::of_leaf(d))),
             },
@@ -245,11 +275,13 @@ impl Kind {
 }
 
 impl Plan {
-    /// The columns of `schema`: the [`FIXED`] ones, then the payload's.
-    pub(crate) fn new(schema: &SchemaDescriptor) -> Plan {
+    /// The columns of `schema`: the [`FIXED`] ones, then the payload's; with `split_arrays`,
+    /// a column per element of each fixed array of up to [`MAX_ELEMENTWISE`] numbers.
+    pub(crate) fn new(schema: &SchemaDescriptor, split_arrays: bool) -> Plan {
         let mut b = Builder {
             columns: Vec::new(),
             taken: HashSet::new(),
+            split_arrays,
         };
         for (name, kind) in FIXED {
             b.column(name, kind);
@@ -305,6 +337,17 @@ fn fill<'a>(node: &Node, value: &'a Value<'a>, cells: &mut [Cell<'a>]) {
     match (node, value) {
         (Node::Leaf(i), Value::Packed(p)) => set(*i, Cell::Numbers(p.dtype, p.bytes.as_ref())),
         (Node::Leaf(i), v) => set(*i, Cell::Value(v)),
+        (Node::Elements { first, len }, Value::Packed(p)) => {
+            let size = p.dtype.size_bytes();
+            for (k, one) in p.bytes.chunks_exact(size).take(*len).enumerate() {
+                set(first + k, Cell::Number(p.dtype, one));
+            }
+        }
+        (Node::Elements { first, len }, Value::Seq(items)) => {
+            for (k, v) in items.iter().take(*len).enumerate() {
+                set(first + k, Cell::Value(v));
+            }
+        }
         (Node::Tensor { data, shape }, Value::Tensor(t)) => {
             set(*data, Cell::Numbers(t.dtype, t.data.as_ref()));
             set(*shape, Cell::Shape(&t.shape));

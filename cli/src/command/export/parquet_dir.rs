@@ -53,6 +53,7 @@ pub(super) fn format() -> Format {
     Format {
         ext: "parquet",
         create,
+        split_arrays: false,
     }
 }
 

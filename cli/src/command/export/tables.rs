@@ -35,6 +35,8 @@ pub(super) struct Format {
     pub(super) ext: &'static str,
     /// Creates a table file.
     pub(super) create: Create,
+    /// A column per element of short fixed arrays of numbers (CSV), or a list column.
+    pub(super) split_arrays: bool,
 }
 
 /// (schema id, version, fingerprint).
@@ -130,7 +132,7 @@ impl Tables {
         if self.tables.iter().any(|t| t.stem == stem) {
             stem = format!("{stem}.{:016x}", key.2);
         }
-        let plan = Plan::new(schema);
+        let plan = Plan::new(schema, self.format.split_arrays);
         let path = self.path(&stem);
         let writer = (self.format.create)(&path, schema, &plan)
             .with_context(|| format!("creating {}", path.display()))?;
@@ -230,6 +232,7 @@ pub(super) fn csv_format() -> Format {
     Format {
         ext: "csv",
         create: create_csv,
+        split_arrays: true,
     }
 }
 

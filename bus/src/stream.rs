@@ -1,0 +1,271 @@
+//! Copies of large payloads into a lane that bypass the caches.
+//!
+//! The default lane is larger than the last-level cache (64 MiB against this machine's 32 MiB
+//! L3), so a plain copy of a large payload first reads every destination line it is about to
+//! overwrite (a read-for-ownership), then evicts it again: twice the memory traffic the
+//! payload needs. Non-temporal stores write whole lines without reading them. They only pay
+//! where the destination would not stay cached anyway ([`worth_streaming`]: a lane larger than
+//! the last-level cache) and for payloads of at least [`STREAM_MIN_BYTES`] (below that the
+//! fences cost more than they save). Measured from Python (`BENCHMARKS.md`, "Python"): a
+//! 1 MiB array into the default lane in about 60 % of the time of a plain copy.
+//!
+//! # Guarantees
+//!
+//! - **The same bytes as `copy_from_slice`.** Only the way the stores reach memory differs.
+//! - **Ordered like plain stores.** Non-temporal stores are weakly ordered on x86-64, so a
+//!   streaming copy starts with a store fence (every earlier store, such as the claim that
+//!   marks the old frame overwritten, is visible before any payload byte) and ends with one
+//!   (the payload is visible before the commit that follows). A reader validating a frame
+//!   sees what it would see with plain stores.
+//! - **No reference to memory the caller does not own.** [`copy_cells`] reads its source one
+//!   element at a time through the caller's `get` (for memory other code may change, like a
+//!   Python buffer seen through `pyo3`'s `ReadOnlyCell`), and only ever writes `dst`.
+//! - **Plain copies elsewhere:** below [`STREAM_MIN_BYTES`], and off x86-64.
+//!
+//! # Example
+//!
+//! ```
+//! use std::cell::Cell;
+//!
+//! let src: Vec<f32> = (0..16_384).map(|i| i as f32).collect();
+//! let mut dst = vec![0u8; src.len() * 4];
+//! snapbus_bus::stream::copy(&mut dst, bytemuck::cast_slice(&src));
+//! assert_eq!(bytemuck::cast_slice::<u8, f32>(&dst), &src[..]);
+//!
+//! let cells: Vec<Cell<f32>> = src.iter().copied().map(Cell::new).collect();
+//! let mut dst2 = vec![0u8; dst.len()];
+//! snapbus_bus::stream::copy_cells(&mut dst2, &cells, Cell::get);
+//! assert_eq!(dst, dst2);
+//! // A 64 MiB lane outgrows this machine's caches; a 1 MiB one does not.
+//! println!("{}", snapbus_bus::stream::worth_streaming(64 << 20));
+//! assert!(!snapbus_bus::stream::worth_streaming(1 << 20));
+//! ```
+
+use std::sync::OnceLock;
+
+use bytemuck::Pod;
+
+/// Payloads from this size on are copied with non-temporal stores.
+pub const STREAM_MIN_BYTES: usize = 16 << 10;
+
+/// The last-level cache assumed where the system does not say (`/sys/devices/system/cpu`).
+pub const ASSUMED_CACHE_BYTES: usize = 32 << 20;
+
+/// The size of this machine's largest CPU cache, in bytes (read once from
+/// `/sys/devices/system/cpu/cpu0/cache`; [`ASSUMED_CACHE_BYTES`] where it is not there).
+pub fn last_level_cache_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| read_cache_bytes().unwrap_or(ASSUMED_CACHE_BYTES))
+}
+
+fn read_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| {
+        let p = e.ok()?.path();
+        let level: u32 = std::fs::read_to_string(p.join("level"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let size = std::fs::read_to_string(p.join("size")).ok()?;
+        Some((level, parse_size(size.trim())?))
+    })
+    .max()
+    .map(|(_, bytes)| bytes)
+}
+
+/// `32768K`, `1M`, `512` (bytes) as sysfs writes cache sizes.
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    })
+}
+
+/// Whether large copies into a region of `region_bytes` (a lane) should stream: it is larger
+/// than the last-level cache, so what is written there is evicted before it is read again.
+pub fn worth_streaming(region_bytes: usize) -> bool {
+    region_bytes > last_level_cache_bytes()
+}
+
+/// Copies `src` into `dst`. Panics if the lengths differ (as `copy_from_slice` does).
+#[inline]
+pub fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "stream::copy of unequal lengths");
+    if src.len() < STREAM_MIN_BYTES {
+        dst.copy_from_slice(src);
+    } else {
+        copy_cells(dst, src, |b| *b);
+    }
+}
+
+/// Copies the elements of `src`, read with `get`, into `dst` as their native-endian bytes.
+/// Panics if `dst` is not exactly `src.len()` elements long.
+#[inline]
+pub fn copy_cells<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    let size = std::mem::size_of::<T>();
+    assert_eq!(
+        dst.len(),
+        src.len() * size,
+        "stream::copy_cells: destination and source lengths differ"
+    );
+    if dst.len() < STREAM_MIN_BYTES {
+        plain(dst, src, get);
+    } else {
+        stream(dst, src, get);
+    }
+}
+
+/// The streaming copy: a store fence, the elements up to the first 16-byte boundary of `dst`,
+/// then a 64-byte line at a time (read into a local line, written with non-temporal stores),
+/// then the tail, then a store fence.
+#[cfg(target_arch = "x86_64")]
+fn stream<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    match std::mem::size_of::<T>() {
+        1 => stream_lines::<T, C, 64>(dst, src, get),
+        2 => stream_lines::<T, C, 32>(dst, src, get),
+        4 => stream_lines::<T, C, 16>(dst, src, get),
+        8 => stream_lines::<T, C, 8>(dst, src, get),
+        _ => plain(dst, src, get),
+    }
+}
+
+/// [`stream`] for elements of `64 / N` bytes.
+#[cfg(target_arch = "x86_64")]
+fn stream_lines<T: Pod, C, const N: usize>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    let size = std::mem::size_of::<T>();
+    debug_assert_eq!(size * N, 64);
+    // SAFETY: a fence has no preconditions; it makes every earlier store (the claim of this
+    // frame) visible before the streaming stores below, which could otherwise pass it.
+    unsafe { _mm_sfence() };
+    // Elements before the first 16-byte boundary (a whole number of them when `dst` is
+    // aligned for `T`; otherwise everything goes the plain way).
+    let to_boundary = dst.as_ptr().align_offset(16);
+    let head = if to_boundary % size == 0 {
+        (to_boundary / size).min(src.len())
+    } else {
+        src.len()
+    };
+    let (d_head, d) = dst.split_at_mut(head * size);
+    let (s_head, s) = src.split_at(head);
+    plain(d_head, s_head, &get);
+    let mut lines = d.chunks_exact_mut(64);
+    let mut elems = s.chunks_exact(N);
+    let mut line = [T::zeroed(); N];
+    for (d_line, s_line) in (&mut lines).zip(&mut elems) {
+        for (l, e) in line.iter_mut().zip(s_line) {
+            *l = get(e);
+        }
+        let l = line.as_ptr().cast::<__m128i>();
+        // SAFETY: `d_line` is 64 bytes of `d`, a `&mut` slice no one else in this process
+        // sees, so the four 16-byte stores are in bounds; `d` starts on a 16-byte boundary
+        // (the head above) and every line is 64 bytes further, as `_mm_stream_si128`
+        // requires; the loads read the 64-byte local `line` (`N` elements of `64 / N` bytes;
+        // unaligned loads); SSE2 is part of the x86-64 baseline.
+        unsafe {
+            let p = d_line.as_mut_ptr().cast::<__m128i>();
+            _mm_stream_si128(p, _mm_loadu_si128(l));
+            _mm_stream_si128(p.add(1), _mm_loadu_si128(l.add(1)));
+            _mm_stream_si128(p.add(2), _mm_loadu_si128(l.add(2)));
+            _mm_stream_si128(p.add(3), _mm_loadu_si128(l.add(3)));
+        }
+    }
+    plain(lines.into_remainder(), elems.remainder(), &get);
+    // SAFETY: a fence has no preconditions; it orders the streaming stores above before any
+    // later store (the commit that publishes them).
+    unsafe { _mm_sfence() };
+}
+
+/// The plain element-by-element copy.
+#[inline]
+fn plain<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    let size = std::mem::size_of::<T>();
+    if size == 0 {
+        return;
+    }
+    for (d, s) in dst.chunks_exact_mut(size).zip(src) {
+        d.copy_from_slice(bytemuck::bytes_of(&get(s)));
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn stream<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    plain(dst, src, get);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn copies_every_length_and_alignment_exactly() {
+        let n = STREAM_MIN_BYTES * 2 + 100;
+        let src: Vec<u8> = (0..n as u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut buf = vec![0u8; n + 64];
+        let lens = [0, 1, 63, 64, STREAM_MIN_BYTES - 1, STREAM_MIN_BYTES];
+        for len in lens.into_iter().chain([STREAM_MIN_BYTES + 15, n - 1]) {
+            for off in [0, 1, 7, 8, 15, 33] {
+                buf.fill(0xAA);
+                copy(&mut buf[off..off + len], &src[..len]);
+                assert_eq!(&buf[off..off + len], &src[..len], "len {len} off {off}");
+                assert!(buf[..off].iter().all(|&b| b == 0xAA), "before: {len} {off}");
+                assert!(
+                    buf[off + len..].iter().all(|&b| b == 0xAA),
+                    "after: {len} {off}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn copies_elements_through_their_getter_at_any_alignment() {
+        let n = STREAM_MIN_BYTES / 4 + 37;
+        let vals: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let cells: Vec<Cell<f32>> = vals.iter().copied().map(Cell::new).collect();
+        let want: &[u8] = bytemuck::cast_slice(&vals);
+        let mut buf = vec![0u8; want.len() + 64];
+        for off in [0, 4, 8, 12, 16, 1] {
+            buf.fill(0xAA);
+            copy_cells(&mut buf[off..off + want.len()], &cells, Cell::get);
+            assert_eq!(&buf[off..off + want.len()], want, "off {off}");
+            assert!(buf[..off].iter().all(|&b| b == 0xAA));
+            assert!(buf[off + want.len()..].iter().all(|&b| b == 0xAA));
+        }
+        let f64s: Vec<Cell<f64>> = (0..n).map(|i| Cell::new(i as f64)).collect();
+        let mut out = vec![0u8; n * 8];
+        copy_cells(&mut out, &f64s, Cell::get);
+        let back: Vec<f64> = out
+            .chunks_exact(8)
+            .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(back, (0..n).map(|i| i as f64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("12X"), None);
+        assert_eq!(parse_size(""), None);
+        assert!(last_level_cache_bytes() >= 1 << 10);
+        assert!(!worth_streaming(last_level_cache_bytes()));
+        assert!(worth_streaming(last_level_cache_bytes() + 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "lengths differ")]
+    fn unequal_lengths_panic_like_copy_from_slice() {
+        copy_cells(&mut [0u8; 7], &[Cell::new(1u32), Cell::new(2)], Cell::get);
+    }
+}

@@ -1,0 +1,155 @@
+//! `snapbus prometheus`: the Prometheus exporter in this terminal (`attach prometheus` runs it
+//! under the broker). Binds its `/metrics` endpoint first (an address in use fails here, with
+//! a non-zero exit, before anything subscribes), prints its URL on stdout, then reads the bus
+//! (from the history still in the rings, by default, so the last values of quiet schemas are
+//! there at once). Ctrl-C (or SIGTERM, which `detach` sends) stops it; the producers never
+//! notice, and neither does a scraper that stalls.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+use snapbus_bus::runtime::BusDir;
+use snapbus_consumers::prometheus::{DEFAULT_PORT, Exporter, PrometheusOptions};
+use snapbus_consumers::run as run_consumer;
+
+use crate::bus::{bus_dir, connect, globs};
+use crate::cli::{BusArgs, From, parse_duration};
+use crate::command::attach::{Started, announce_url};
+use crate::consumer_kinds::BuiltinConsumer;
+
+/// Options of `snapbus prometheus` (and `attach prometheus`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct PrometheusArgs {
+    /// Schema-id globs to export (default: all); repeatable.
+    #[arg(long = "schema", value_name = "GLOB")]
+    pub(crate) schemas: Vec<String>,
+    /// The address to serve /metrics on [default: 127.0.0.1:9464]; anything but a loopback
+    /// address exposes the data to the network (there is no authentication).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub(crate) listen: Option<SocketAddr>,
+    /// The port to serve on (0: a free one), on 127.0.0.1 or on --listen's address.
+    #[arg(long, value_name = "PORT")]
+    pub(crate) port: Option<u16>,
+    /// Data series at most; a new series beyond is refused and counted
+    /// (snapbus_exporter_series_dropped_total{reason="cardinality"}).
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(crate) max_series: u64,
+    /// A series not updated for this long is removed (a series of a producer that ended or
+    /// died goes once a scrape has served its last value).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub(crate) series_ttl: Duration,
+    /// Start with the history still in the rings, or with new records only.
+    #[arg(long, value_enum, default_value_t = From::Oldest)]
+    pub(crate) from: From,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+impl PrometheusArgs {
+    fn addr(&self) -> SocketAddr {
+        let mut addr = self
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)));
+        if let Some(p) = self.port {
+            addr.set_port(p);
+        }
+        addr
+    }
+}
+
+impl BuiltinConsumer for PrometheusArgs {
+    const KIND: &'static str = "prometheus";
+    const VERB: &'static str = "prometheus";
+    const VERB_ABOUT: &'static str = "Serve the latest value of every numeric field of the \
+        subscribed schemas (and of the aggregator's summaries) as Prometheus gauges on \
+        http://127.0.0.1:9464/metrics, with the bus's health, in this terminal; prints its URL";
+    const ATTACH_ABOUT: &'static str = "A Prometheus /metrics endpoint (see `snapbus \
+        prometheus --help`); prints its URL once it serves and reads";
+
+    fn bus(&self) -> &BusArgs {
+        &self.bus
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        run(self)
+    }
+
+    /// The globs, and the address: free now (the exporter binds it again itself; this only
+    /// makes `attach` fail at once, with the reason).
+    fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+        globs(&self.schemas)?;
+        let addr = self.addr();
+        if addr.port() != 0 {
+            TcpListener::bind(addr)
+                .map(drop)
+                .map_err(|e| bind_error(addr, e))?;
+        }
+        Ok(())
+    }
+
+    fn what(&self) -> String {
+        "a Prometheus endpoint".to_owned()
+    }
+
+    /// Prints the endpoint's URL on stdout (the exporter wrote it before it subscribed, and it
+    /// has subscribed).
+    fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
+        announce_url(dir, "prometheus", started, &url_path(dir, started.pid))
+    }
+}
+
+fn bind_error(addr: SocketAddr, e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot serve /metrics on {addr}: {e} (is the port in use? --port 0 picks a free one)"
+    )
+}
+
+pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
+    let globs = globs(&args.schemas)?;
+    let dir = bus_dir(&args.bus)?;
+    drop(connect(&dir)?);
+    let addr = args.addr();
+    let mut exporter = Exporter::new(PrometheusOptions {
+        max_series: usize::try_from(args.max_series).unwrap_or(usize::MAX),
+        series_ttl: args.series_ttl,
+    });
+    let server = exporter
+        .serve(addr, Some(dir.clone()))
+        .map_err(|e| bind_error(addr, e))?;
+    if !server.addr().ip().is_loopback() {
+        eprintln!(
+            "snapbus prometheus: warning: {} is reachable from other machines; /metrics has no \
+             authentication",
+            server.addr()
+        );
+    }
+    let url = server.url();
+    let url_file = url_path(&dir, std::process::id());
+    let _ = crate::bus::create_file(&url_file).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(url.as_bytes())
+    });
+    println!("{url}");
+    eprintln!(
+        "snapbus prometheus: serving {url} for bus '{}' (Ctrl-C to stop)",
+        dir.name()
+    );
+    let mut opts = exporter.run_options();
+    opts.globs = globs;
+    opts.start = args.from.start();
+    let result = run_consumer(&dir, &opts, &mut exporter, None);
+    let _ = std::fs::remove_file(&url_file);
+    if let Err(e) = result {
+        bail!(e);
+    }
+    Ok(())
+}
+
+/// Where exporter process `pid` of the bus of `dir` leaves its URL.
+pub(crate) fn url_path(dir: &BusDir, pid: u32) -> PathBuf {
+    dir.path().join(format!("prometheus-{pid}.url"))
+}

@@ -1,0 +1,219 @@
+//! In-process tests of the exporter: records fed to its hooks directly, `/metrics` read over
+//! real TCP.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use snapbus_schemas::{Field, SchemaDescriptor, TypeDesc, Value, encode_value};
+
+use super::*;
+use crate::{Producer, RecordHeader};
+
+fn schema(id: &str, fields: &[&str]) -> Arc<SchemaDescriptor> {
+    let fields = fields
+        .iter()
+        .map(|f| Field::new(*f, TypeDesc::F64))
+        .collect();
+    Arc::new(SchemaDescriptor::new(id, 1, TypeDesc::Struct { fields }).expect("schema"))
+}
+
+fn payload(s: &SchemaDescriptor, values: &[f64]) -> Vec<u8> {
+    let TypeDesc::Struct { fields } = s.root() else {
+        panic!("a struct")
+    };
+    let v = Value::Struct(
+        fields
+            .iter()
+            .zip(values)
+            .map(|(f, x)| (f.name.clone().into(), Value::F64(*x)))
+            .collect(),
+    );
+    let mut out = Vec::new();
+    encode_value(s.root(), &v, &mut out).expect("encode");
+    out
+}
+
+fn producer(name: &str, lane_id: u64) -> Producer<'_> {
+    Producer {
+        pid: 1,
+        name,
+        cmdline: &[],
+        session_tag: Some("run1"),
+        perf_tag: None,
+        lane_id,
+        started_nanos: 0,
+    }
+}
+
+/// Feeds one record of `s` with `values` from `p`.
+fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[f64]) {
+    let bytes = payload(s, values);
+    let r = Record {
+        producer_id: 1,
+        producer: p,
+        schema: s,
+        emitter: None,
+        header: RecordHeader {
+            seq: 0,
+            t_nanos: 0,
+            level: snapbus_bus::Level::INFO,
+            schema_key: 1,
+            schema_version: 1,
+            emitter_id: 0,
+            payload_len: bytes.len(),
+        },
+        payload: &bytes,
+    };
+    e.on_event(&r).expect("on_event");
+}
+
+fn scrape(addr: SocketAddr) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).expect("status");
+    (status.parse().expect("a code"), body.to_owned())
+}
+
+#[test]
+fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
+    let mut e = Exporter::new(PrometheusOptions::default());
+    let server = e
+        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .expect("serve");
+    let s = schema("lab.step", &["reward", "loss"]);
+    e.on_producer(ProducerChange::Joined(producer("trainer", 7)))
+        .expect("join");
+    feed(&mut e, producer("trainer", 7), &s, &[0.25, 3.0]);
+    e.flush().expect("flush");
+    feed(&mut e, producer("trainer", 7), &s, &[0.5, 2.0]);
+    // The reader is now busy (a hook that takes its time): it holds the exporter and does not
+    // publish until told to.
+    let (go, wait) = channel::<()>();
+    let reader = std::thread::spawn(move || {
+        wait.recv().expect("go");
+        e.flush().expect("flush");
+        e
+    });
+    let t0 = Instant::now();
+    let (status, body) = scrape(server.addr());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(status, 200);
+    let want =
+        "lab_step_reward{producer=\"trainer\",schema=\"lab.step\",session_tag=\"run1\"} 0.25";
+    assert!(body.contains(want), "{body}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(
+        body.contains("snapbus_bus_up 0"),
+        "no bus was given: {body}"
+    );
+    go.send(()).expect("go");
+    let e = reader.join().expect("reader");
+    let (_, body) = scrape(server.addr());
+    assert!(body.contains(&want.replace("0.25", "0.5")), "{body}");
+    assert!(body.contains("snapbus_exporter_scrapes_total 2"), "{body}");
+    assert!(body.contains("snapbus_exporter_records_total 2"), "{body}");
+    assert_eq!(e.counters().series, 2);
+    // The reader's flush after the first scrape put its age on the board.
+    assert!(
+        matches!(e.board().get("last_scrape_secs"), Some(StatusValue::Number(x)) if x < 5.0),
+        "{:?}",
+        e.board().entries()
+    );
+}
+
+#[test]
+fn scrapers_that_never_read_do_not_stall_the_reader() {
+    let mut e = Exporter::new(PrometheusOptions::default());
+    let server = e
+        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .expect("serve");
+    // 5000 series: a response far larger than a socket buffer, so a scraper that never reads
+    // keeps its request thread writing.
+    let fields: Vec<String> = (0..500).map(|i| format!("f{i}")).collect();
+    let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let s = schema("wide", &names);
+    let values: Vec<f64> = (0..500).map(f64::from).collect();
+    let producers: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    for (i, p) in producers.iter().enumerate() {
+        feed(&mut e, producer(p, i as u64), &s, &values);
+    }
+    e.flush().expect("flush");
+    assert_eq!(e.counters().series, 5000);
+    // More stalled scrapers than request threads: each sends a request and never reads.
+    let stalled: Vec<TcpStream> = (0..MAX_REQUESTS + 4)
+        .map(|_| {
+            let mut c = TcpStream::connect(server.addr()).expect("connect");
+            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+                .expect("write");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The reader goes on at full speed, publishing as usual.
+    let t0 = Instant::now();
+    for round in 0..20 {
+        for (i, p) in producers.iter().enumerate() {
+            feed(&mut e, producer(p, i as u64), &s, &values);
+        }
+        e.flush().expect("flush");
+        assert!(t0.elapsed() < Duration::from_secs(10), "round {round}");
+    }
+    // A new scraper is answered promptly: 200, or 503 if the request threads are all still
+    // writing to the stalled ones (the kernel's socket buffers usually absorb these bodies).
+    let t1 = Instant::now();
+    let (status, _) = scrape(server.addr());
+    assert!(status == 503 || status == 200, "{status}");
+    assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
+    drop(stalled);
+    // Once they are gone, scrapes are served again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = scrape(server.addr());
+        if status == 200 {
+            assert!(
+                body.contains("snapbus_exporter_records_total 210"),
+                "{body:.400}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {status}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn malformed_payloads_are_counted_not_exported() {
+    let mut e = Exporter::new(PrometheusOptions::default());
+    let s = schema("lab.step", &["reward"]);
+    let r = Record {
+        producer_id: 1,
+        producer: producer("trainer", 1),
+        schema: &s,
+        emitter: None,
+        header: RecordHeader {
+            seq: 0,
+            t_nanos: 0,
+            level: snapbus_bus::Level::INFO,
+            schema_key: 1,
+            schema_version: 1,
+            emitter_id: 0,
+            payload_len: 3,
+        },
+        payload: &[1, 2, 3],
+    };
+    e.on_event(&r).expect("on_event");
+    e.flush().expect("flush");
+    assert_eq!(e.board().get("malformed"), Some(StatusValue::Count(1)));
+    assert_eq!(e.board().get("last_scrape_secs"), None, "never scraped");
+    // The series exists (bound) but holds no value yet: NaN.
+    assert_eq!(e.counters().series, 1);
+}
