@@ -300,6 +300,37 @@ fn main() {
             o.lost
         );
     }
+    // The producer's unpaced rate beside a lapped counter and beside the exporter with a dead
+    // receiver, interleaved (this machine's other load drifts): the medians.
+    let rounds = if quick { 1 } else { 3 };
+    let (mut with_count, mut with_dead) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        with_count
+            .push(measure("count", None, &root, &dir, &live, tmp.path(), warm, span).emitted_per_s);
+        with_dead.push(
+            measure(
+                "otlp-dead",
+                None,
+                &root,
+                &dir,
+                &dead,
+                tmp.path(),
+                warm,
+                span,
+            )
+            .emitted_per_s,
+        );
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "producer, unpaced, {rounds} interleaved rounds: median {:.0}/s beside count, {:.0}/s \
+         beside otlp with a dead receiver (rounds: {with_count:.0?} / {with_dead:.0?})",
+        median(&mut with_count.clone()),
+        median(&mut with_dead.clone()),
+    );
     println!(
         "receiver: {:.1} KiB of OTLP requests in all",
         received_bytes.load(Ordering::Relaxed) as f64 / 1024.0
