@@ -12,8 +12,9 @@
 //!
 //! Measured over `MEASURE` (after 1 s of warm-up): the child's CPU time (user + system, from
 //! `/proc/<pid>/stat`) / wall time in % of one core, that per 100 k received events/s, the
-//! events emitted and received per second, and the events the child lost (lapped). Printed as
-//! a table; the figures are in `BENCHMARKS.md`.
+//! events emitted and received per second, and the events the child lost (lapped). Then the
+//! producer's unpaced rate beside `count` and beside `otlp-dead`, in interleaved rounds (their
+//! medians). Printed; the figures are in `BENCHMARKS.md`.
 //!
 //! Run: `cargo bench -p snapbus-benches --bench otlp_cpu` (about a minute). With `--test`
 //! (as CI runs every bench), 1 s per scenario and no warm-up.
