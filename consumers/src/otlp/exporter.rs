@@ -109,6 +109,7 @@ impl OtlpExporter {
     /// Starts the sender thread.
     pub fn start(opts: OtlpOptions) -> std::io::Result<OtlpExporter> {
         let stats = Arc::new(ExporterStats::default());
+        let cap = opts.max_queue_bytes;
         let next_push_nanos =
             now_nanos().saturating_add(u64::try_from(opts.interval.as_nanos()).unwrap_or(u64::MAX));
         let outbox = Arc::new(Outbox::new(opts.max_queue_bytes, Arc::clone(&stats)));
@@ -133,8 +134,8 @@ impl OtlpExporter {
             host,
             kinds: HashMap::new(),
             resources: HashMap::new(),
-            logs: Pending::new(Signal::Logs),
-            spans: Pending::new(Signal::Traces),
+            logs: Pending::new(Signal::Logs, cap),
+            spans: Pending::new(Signal::Traces, cap),
             extracted: Extracted::default(),
             last_metrics: Instant::now(),
             next_push_nanos,

@@ -19,7 +19,8 @@ use super::stats::Signal;
 
 /// A batch is encoded and queued once it holds this many items…
 pub const BATCH_ITEMS: u64 = 2048;
-/// …or about this many bytes.
+/// …or about this many bytes (or a quarter of the queue's cap, if that is less: a batch
+/// always fits the queue).
 pub const BATCH_BYTES: usize = 1 << 20;
 
 /// Log records or spans not yet encoded.
@@ -28,14 +29,17 @@ pub(crate) struct Pending<T> {
     by_res: BTreeMap<u64, (Arc<Res>, Vec<T>)>,
     items: u64,
     bytes: usize,
+    max_bytes: usize,
     first_t: u64,
     last_t: u64,
 }
 
 impl<T: prost::Message> Pending<T> {
-    pub(crate) fn new(signal: Signal) -> Pending<T> {
+    /// Batches of `signal` for a queue of `queue_cap` bytes.
+    pub(crate) fn new(signal: Signal, queue_cap: usize) -> Pending<T> {
         Pending {
             signal,
+            max_bytes: (queue_cap / 4).clamp(1024, BATCH_BYTES),
             by_res: BTreeMap::new(),
             items: 0,
             bytes: 0,
@@ -57,7 +61,7 @@ impl<T: prost::Message> Pending<T> {
             .or_insert_with(|| (Arc::clone(res), Vec::new()))
             .1
             .push(item);
-        self.items >= BATCH_ITEMS || self.bytes >= BATCH_BYTES
+        self.items >= BATCH_ITEMS || self.bytes >= self.max_bytes
     }
 
     /// The batch, encoded by `encode` (`None` if empty); starts a new one.

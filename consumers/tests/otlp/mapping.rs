@@ -308,3 +308,34 @@ fn resource_samples_become_the_process_metrics() {
     ];
     assert_eq!(got, want);
 }
+
+/// A burst bigger than the queue's cap: batches are cut to a quarter of the cap, so the
+/// queue keeps its newest batches (and the receiver gets them) instead of refusing one batch
+/// bigger than the whole queue; the books balance exactly.
+#[test]
+fn a_burst_over_a_small_queue_cap_keeps_the_newest_batches() {
+    const CAP: usize = 16 << 10;
+    let r = Receiver::start();
+    let mut o = options(&r.url());
+    o.max_queue_bytes = CAP;
+    let mut x = OtlpExporter::start(o).expect("start");
+    let mut f = Feed::new();
+    // About 45 KB of log records, handed over at once by the flush.
+    f.notes(&mut x, 300);
+    x.flush().expect("flush");
+    x.shutdown();
+    let s = x.stats().snapshot();
+    let received = accepted_logs(&r.arrivals());
+    assert!(received >= 50, "only {received} of 300 got through: {s:?}");
+    assert_eq!(s.exported(Signal::Logs), received);
+    assert_eq!(
+        300,
+        received
+            + s.dropped(Signal::Logs, DropReason::QueueFull)
+            + s.dropped(Signal::Logs, DropReason::Shutdown),
+        "{s:?}"
+    );
+    for a in r.arrivals().iter().filter(|a| a.path == "/v1/logs") {
+        assert!(a.body.len() <= CAP, "a {} byte request", a.body.len());
+    }
+}
