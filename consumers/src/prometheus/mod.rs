@@ -275,6 +275,11 @@ impl Consumer for Exporter {
                 self.on_summary(r, map);
                 return Ok(Flow::Continue);
             }
+            // Bound once a payload decodes: a schema whose records never do has no series.
+            if map.plan.extract(r.payload, &mut self.extracted).is_err() {
+                self.malformed += 1;
+                return Ok(Flow::Continue);
+            }
             let b = self.bind_plain(r);
             self.plain.insert(key, b);
         }
