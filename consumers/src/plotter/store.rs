@@ -57,6 +57,12 @@ pub(crate) struct Series {
     pub(crate) schema: String,
     pub(crate) producer: String,
     pub(crate) pid: u32,
+    /// Its producer's lane (the identity of one run of one process).
+    pub(crate) lane: u64,
+    /// When its producer started (seconds since the epoch).
+    pub(crate) started: f64,
+    /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
+    pub(crate) ended: Option<f64>,
     pub(crate) field: String,
     pub(crate) points: VecDeque<Point>,
     /// Records of this series so far (the next sample number).
@@ -69,6 +75,12 @@ pub(crate) struct Image {
     pub(crate) schema: String,
     pub(crate) producer: String,
     pub(crate) pid: u32,
+    /// Its producer's lane (the identity of one run of one process).
+    pub(crate) lane: u64,
+    /// When its producer started (seconds since the epoch).
+    pub(crate) started: f64,
+    /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
+    pub(crate) ended: Option<f64>,
     pub(crate) field: String,
     pub(crate) frame: Option<Frame>,
     /// Frames seen (also those not kept: frames are kept at a bounded rate).
@@ -127,6 +139,23 @@ impl Store {
         }
     }
 
+    /// Marks the series and images of the producer of `lane` as ended at `now` (their data
+    /// stays, labelled with the run it came from).
+    pub(crate) fn end_producer(&mut self, lane: u64, now: f64) {
+        let mut changed = false;
+        for s in self.series.iter_mut().filter(|s| s.lane == lane) {
+            changed |= s.ended.is_none();
+            s.ended.get_or_insert(now);
+        }
+        for i in self.images.iter_mut().filter(|i| i.lane == lane) {
+            changed |= i.ended.is_none();
+            i.ended.get_or_insert(now);
+        }
+        if changed {
+            self.version += 1;
+        }
+    }
+
     /// Counts a record, and samples the rate about once a second (`now` in seconds).
     pub(crate) fn count_record(&mut self, now: f64) {
         self.records += 1;
@@ -156,6 +185,8 @@ impl Store {
                 "schema": s.schema,
                 "producer": s.producer,
                 "pid": s.pid,
+                "started": s.started,
+                "ended": s.ended,
                 "field": s.field,
                 "points": s.points.len(),
                 "first": s.points.front().map(|p| p.t),
@@ -167,6 +198,8 @@ impl Store {
                 "schema": i.schema,
                 "producer": i.producer,
                 "pid": i.pid,
+                "started": i.started,
+                "ended": i.ended,
                 "field": i.field,
                 "shape": i.frame.as_ref().map(|f| f.shape.clone()),
                 "dtype": i.frame.as_ref().map(|f| f.dtype),
@@ -412,6 +445,9 @@ mod tests {
             schema: "a".into(),
             producer: "p".into(),
             pid: 1,
+            lane: 1,
+            started: 0.0,
+            ended: None,
             field: "x".into(),
             points: VecDeque::new(),
             samples: 0,
