@@ -8,14 +8,19 @@
 // - two screenshots: when the history is drawn, and later with live data.
 //
 // Usage: node check_plotter.mjs URL HISTORY.png LIVE.png
+//        node check_plotter.mjs --new-run PID URL
 // Prints {"history": state, "live": state} as one JSON line on stdout (the Rust test checks
 // the panels against the demo's formulas); exits 1 (with the state and the page's console)
-// when a check fails within the time limit.
+// when a check fails within the time limit. With --new-run (after the experiment was
+// restarted as process PID), checks instead that a page opened now shows only that run in its
+// panels and images, and lists the previous run as ended.
 import { chromium } from "playwright-core";
 
-const [url, historyShot, liveShot] = process.argv.slice(2);
-if (!url || !historyShot || !liveShot) {
-  console.error("usage: node check_plotter.mjs URL HISTORY.png LIVE.png");
+const newRun = process.argv[2] === "--new-run";
+const [url, historyShot, liveShot] = newRun ? [process.argv[4]] : process.argv.slice(2);
+const runPid = newRun ? Number(process.argv[3]) : null;
+if (!url || (!newRun && (!historyShot || !liveShot)) || (newRun && !(runPid > 0))) {
+  console.error("usage: node check_plotter.mjs URL HISTORY.png LIVE.png | --new-run PID URL");
   process.exit(2);
 }
 const executablePath = process.env.SNAPBUS_CHROMIUM || "/usr/bin/chromium";
@@ -66,23 +71,27 @@ function checkPanels(state) {
   }
 }
 
-try {
-  const context = await browser.newContext({ viewport: { width: 1600, height: 1400 } });
-  const page = await context.newPage();
-  page.on("console", (m) => consoleLines.push(`[${m.type()}] ${m.text()}`));
-  page.on("pageerror", (e) => consoleLines.push(`[pageerror] ${e.message}`));
-  const state = () => page.evaluate(() => JSON.parse(JSON.stringify(window.snapbus)));
-  const until = async (cond, what) => {
-    const t0 = Date.now();
-    for (;;) {
-      last = await state();
-      if (await cond(last)) return last;
-      if (Date.now() - t0 > LIMIT_MS) throw new Error(`timed out: ${what}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  };
-  await page.goto(url, { waitUntil: "load" });
+// After a restart: only the new run (process runPid) in the panels and the image view; the
+// old one listed, as ended.
+async function checkNewRun(page, until) {
+  const s = await until(
+    (s) => s.panels.length > 0 && s.panels.every((p) => p.columns > 0) && s.frames > 0,
+    "the new run drawn",
+  );
+  checkPanels(s);
+  check(s.panels.every((p) => p.pids.length === 1 && p.pids[0] === runPid),
+    `every panel shows run ${runPid}: ${JSON.stringify(s.panels.map((p) => [p.title, p.pids]))}`);
+  check(s.images.length === 1 && s.images[0].pid === runPid && s.images[0].ended === null,
+    `the image view shows run ${runPid}, live: ${JSON.stringify(s.images)}`);
+  const caption = await page.evaluate(() => document.querySelector(".imgcard .irun").textContent);
+  check(caption.includes(`pid ${runPid}`) && caption.includes("live"), `the image is labelled with its run: ${caption}`);
+  const ended = await page.evaluate(() => document.querySelectorAll("#series-list > .sgroup.ended").length);
+  check(ended > 0, "the previous run is listed as ended");
+  return { run: s };
+}
 
+// The default view at two moments (history drawn; live), the sidebar, and a second page.
+async function checkViews(page, context, until, state) {
   // 1. The history held by the plotter, drawn: every panel has data, the image a frame.
   const history = await until(
     (s) => s.plotted > 0 && s.panels.length > 0 && s.panels.every((p) => p.columns > 0) && s.frames > 0,
@@ -131,7 +140,27 @@ try {
   );
   await page.screenshot({ path: liveShot, fullPage: true });
   checkPanels(live);
-  console.log(JSON.stringify({ history, live }));
+  return { history, live };
+}
+
+try {
+  const context = await browser.newContext({ viewport: { width: 1600, height: 1400 } });
+  const page = await context.newPage();
+  page.on("console", (m) => consoleLines.push(`[${m.type()}] ${m.text()}`));
+  page.on("pageerror", (e) => consoleLines.push(`[pageerror] ${e.message}`));
+  const state = () => page.evaluate(() => JSON.parse(JSON.stringify(window.snapbus)));
+  const until = async (cond, what) => {
+    const t0 = Date.now();
+    for (;;) {
+      last = await state();
+      if (await cond(last)) return last;
+      if (Date.now() - t0 > LIMIT_MS) throw new Error(`timed out: ${what}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+  await page.goto(url, { waitUntil: "load" });
+  const result = newRun ? await checkNewRun(page, until) : await checkViews(page, context, until, state);
+  console.log(JSON.stringify(result));
 } catch (e) {
   failed = e;
 } finally {

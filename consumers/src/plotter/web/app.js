@@ -721,7 +721,7 @@ function parseData(d, from, to) {
   }
   from = fin(d.from) ? d.from : fin(from) ? from : lo;
   to = fin(d.to) ? d.to : fin(to) ? to : hi;
-  return { x: d.x, from, to, width: fin(d.width) && d.width > 0 ? d.width : S.width, byId };
+  return { x: d.x, from, to, oldest: lo, width: fin(d.width) && d.width > 0 ? d.width : S.width, byId };
 }
 
 // Schedules one redraw of all plots on the next animation frame.
@@ -735,6 +735,7 @@ function requestRedraw() {
       n: p.n, title: p.title.textContent, yLabel: p.yLabel || '', ids: [...p.ids],
       fields: p.ids.map((id) => (S.byId.get(id) || {}).field),
       schemas: [...new Set(p.ids.map((id) => (S.byId.get(id) || {}).schema))],
+      pids: [...new Set(p.ids.map((id) => (S.byId.get(id) || {}).pid))],
       note: p.note || null,
       ...(p.stats || { columns: 0 }),
     }));
@@ -808,11 +809,9 @@ function drawPlot(p) {
   if (!src) return note(p.zoom ? 'loading…' : !held ? 'waiting for data…' : S.paused ? 'paused' : 'loading…');
   const cols = p.ids.map((id) => src.byId.get(id) || []);
   let { from, to } = src;
-  if (!p.zoom && spanValue() === 0) {
-    // "all": the stream's span has headroom; start the axis at the oldest data.
-    const oldest = Math.min(...cols.map((cs) => (cs.length ? cs[0][0] : Infinity)));
-    if (oldest > from && oldest < to) from = oldest;
-  }
+  // Live, when the data held is shorter than the span (or "all", whose span has headroom):
+  // the x axis starts at the oldest data of any plot (the same x axis in every plot).
+  if (!p.zoom && fin(src.oldest) && src.oldest > from && src.oldest < to) from = src.oldest;
   if (!fin(from) || !fin(to)) return note(held ? 'loading…' : 'waiting for data…');
   if (!(to > from)) { from -= 0.5; to += 0.5; }
   p.view = { from, to };
