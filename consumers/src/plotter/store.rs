@@ -264,8 +264,29 @@ impl Store {
         })
     }
 
-    /// `/api/data` for the last `span` seconds (time) or samples (step) up to the newest point.
+    /// `/api/data` for the last `span` seconds (time) up to the newest point of any of `ids`,
+    /// or (step) each series' own last `span` samples: sample numbers count per series (a
+    /// per-episode schema has far fewer than a per-step one), so each series then carries its
+    /// own `from` and `to`.
     pub fn recent_json(&self, ids: &[usize], axis: XAxis, span: f64, width: usize) -> Json {
+        if axis == XAxis::Step {
+            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+            let series: Vec<Json> = ids
+                .iter()
+                .filter_map(|id| self.series.get(*id).map(|s| (*id, s)))
+                .map(|(id, s)| {
+                    let to = s.points.back().map_or(0.0, |p| p.step as f64);
+                    let from = to - span;
+                    (lo, hi) = (lo.min(from), hi.max(to));
+                    let (columns, points) = envelope(&s.points, axis, from, to, width);
+                    json!({"id": id, "points": points, "columns": columns, "from": from, "to": to})
+                })
+                .collect();
+            if series.is_empty() {
+                (lo, hi) = (0.0, 0.0);
+            }
+            return json!({"x": axis.name(), "from": lo, "to": hi, "width": width, "series": series});
+        }
         let newest = ids
             .iter()
             .filter_map(|id| self.series.get(*id)?.points.back().map(|p| p.x(axis)))
@@ -436,6 +457,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn recent_samples_are_each_series_own_last_span() {
+        let mut s = Store::new(1000);
+        for field in ["step", "episode"] {
+            s.series.push(Series {
+                schema: field.into(),
+                producer: "p".into(),
+                pid: 1,
+                lane: 1,
+                started: 0.0,
+                ended: None,
+                field: field.into(),
+                points: VecDeque::new(),
+                samples: 0,
+            });
+        }
+        for i in 0..500 {
+            s.push(0, f64::from(i), f64::from(i % 50));
+            if i % 50 == 49 {
+                s.push(1, f64::from(i), f64::from(i / 50));
+            }
+        }
+        let j = s.recent_json(&[0, 1], XAxis::Step, 20.0, 100);
+        let range = |k: usize| {
+            (
+                j["series"][k]["from"].as_f64(),
+                j["series"][k]["to"].as_f64(),
+            )
+        };
+        assert_eq!(range(0), (Some(479.0), Some(499.0)));
+        assert_eq!(range(1), (Some(-11.0), Some(9.0)));
+        // All ten episodes are in the episode series' window, the last 21 steps in the other.
+        assert_eq!(j["series"][1]["points"], 10);
+        assert_eq!(j["series"][0]["points"], 21);
+        assert_eq!(
+            (j["from"].as_f64(), j["to"].as_f64()),
+            (Some(-11.0), Some(499.0))
+        );
     }
 
     #[test]

@@ -270,6 +270,7 @@ function resetView() {
   S.imgAuto = true;
   for (const p of [...S.plots]) dropPlot(p);
   S.selected = undefined;
+  S.nextPlot = 1;
   applySeries({ series: S.series, images: S.images });
 }
 
@@ -710,6 +711,7 @@ function onMessage(text) {
 // A /api/data object -> {x, from, to, width, byId}, dropping malformed columns.
 function parseData(d, from, to) {
   const byId = new Map();
+  const ranges = new Map(); // step axis, live: each series' own window of sample numbers
   let lo = Infinity;
   let hi = -Infinity;
   for (const s of Array.isArray(d.series) ? d.series : []) {
@@ -718,10 +720,11 @@ function parseData(d, from, to) {
       .filter((c) => Array.isArray(c) && fin(c[0]) && fin(c[1]) && fin(c[2]));
     if (cols.length) { lo = Math.min(lo, cols[0][0]); hi = Math.max(hi, cols[cols.length - 1][0]); }
     byId.set(s.id, cols);
+    if (fin(s.from) && fin(s.to)) ranges.set(s.id, [s.from, s.to]);
   }
   from = fin(d.from) ? d.from : fin(from) ? from : lo;
   to = fin(d.to) ? d.to : fin(to) ? to : hi;
-  return { x: d.x, from, to, oldest: lo, width: fin(d.width) && d.width > 0 ? d.width : S.width, byId };
+  return { x: d.x, from, to, oldest: lo, width: fin(d.width) && d.width > 0 ? d.width : S.width, byId, ranges };
 }
 
 // Schedules one redraw of all plots on the next animation frame.
@@ -809,15 +812,25 @@ function drawPlot(p) {
   if (!src) return note(p.zoom ? 'loading…' : !held ? 'waiting for data…' : S.paused ? 'paused' : 'loading…');
   const cols = p.ids.map((id) => src.byId.get(id) || []);
   let { from, to } = src;
+  let oldest = src.oldest;
+  let srcSpan = src.to - src.from;
+  // Step axis, live: sample numbers count per series, so a plot's x is its series' own window.
+  const own = p.zoom ? [] : p.ids.map((id) => src.ranges && src.ranges.get(id)).filter(Boolean);
+  if (own.length) {
+    from = Math.min(...own.map((r) => r[0]));
+    to = Math.max(...own.map((r) => r[1]));
+    srcSpan = own[0][1] - own[0][0];
+    oldest = Math.min(...cols.map((cs) => (cs.length ? cs[0][0] : Infinity)));
+  }
   // Live, when the data held is shorter than the span (or "all", whose span has headroom):
-  // the x axis starts at the oldest data of any plot (the same x axis in every plot).
-  if (!p.zoom && fin(src.oldest) && src.oldest > from && src.oldest < to) from = src.oldest;
+  // the x axis starts at the oldest data (of any plot, so that time axes line up).
+  if (!p.zoom && fin(oldest) && oldest > from && oldest < to) from = oldest;
   if (!fin(from) || !fin(to)) return note(held ? 'loading…' : 'waiting for data…');
   if (!(to > from)) { from -= 0.5; to += 0.5; }
   p.view = { from, to };
   const sx = PW / (to - from);
   const X = (x) => GUTTER + (x - from) * sx;
-  const colPx = Math.max(1, ((src.to - src.from) / src.width) * sx); // one column's width
+  const colPx = Math.max(1, (srcSpan / src.width) * sx); // one column's width
   const visible = (col) => col[0] >= from && col[0] <= to;
   // y autoscale over this plot's visible columns, 5 % margin
   let lo = Infinity;
