@@ -302,6 +302,10 @@ function applyStats(st) {
 function updateHook() {
   hook.series = S.series.length;
   hook.plotted = S.plots.reduce((n, p) => n + p.ids.length, 0);
+  const none = $('no-plots');
+  none.hidden = S.plots.length > 0;
+  none.textContent = S.series.length ? 'no panels: check a field in the sidebar (or click "default view")'
+    : 'waiting for data… (nothing has arrived from the subscribed schemas yet)';
   const state = !hook.connected ? (S.everConnected ? 'disconnected' : 'connecting') : S.paused ? 'paused' : 'live';
   $('state').textContent = state;
   $('state').className = 'state ' + state;
