@@ -167,7 +167,7 @@ async function loadHistory() {
   if (!ids.length || S.historyBusy) return;
   S.historyBusy = true;
   const x = S.x;
-  const span = spanValue();
+  const span = streamSpan();
   const newest = Math.max(...ids.map((id) => {
     const s = S.byId.get(id);
     return x === 'time' ? s.last : s.samples - 1;
@@ -632,12 +632,15 @@ function allNeed(to) {
   return end > start ? end - start : 0;
 }
 
-// The span to ask the stream for: the chosen one, or for "all" the held range plus 25 %.
+// The span to ask the stream for: the held range plus 25 % for "all", and also while the
+// data held is shorter than the chosen span (a plotter attached late holds the ring's few
+// seconds: its columns then cover those seconds, not the empty rest of the span).
 function streamSpan() {
   const v = spanValue();
-  if (v) return v;
   const need = allNeed(S.live ? S.live.to : NaN);
-  return need > 0 ? Math.ceil(need * 1.25) + 1 : SPANS[S.x][1][0];
+  const fit = need > 0 ? Math.ceil(need * 1.25) + 1 : 0;
+  if (!v) return fit || SPANS[S.x][1][0];
+  return fit && fit < v ? fit : v;
 }
 
 // Asks for a (re)connection soon: coalesces bursts, at most one connect per 500 ms.
@@ -698,10 +701,10 @@ function onMessage(text) {
     S.live = parseData(d);
     hook.live++;
     requestRedraw();
-    if (spanValue() === 0) { // "all": follow the growing (or shrinking) held range
-      const need = allNeed(S.live.to);
-      if (need > S.esSpan || need * 1.25 + 1 < S.esSpan * 0.5) reconnect();
-    }
+    // Follow the growing held range up to the chosen span (for "all": also a shrinking one).
+    const v = spanValue();
+    const need = allNeed(S.live.to);
+    if ((need > S.esSpan && (!v || S.esSpan < v)) || (!v && need * 1.25 + 1 < S.esSpan * 0.5)) reconnect();
   }
   const frames = msg.frames;
   if (!S.paused && frames && typeof frames === 'object') {
