@@ -28,8 +28,11 @@ const S = {
   // until the user changes them; imgAuto: the same for the images.
   auto: true, imgAuto: true, open: new Set(), historyBusy: false,
   x: 'time', spanIdx: 1, paused: false, width: 600,
-  live: null, // last applied stream data: {x, from, to, width, byId: Map(id -> columns)}
+  // last applied data (the stream's, or the held history before it): {x, from, to, oldest,
+  // width, byId: Map(id -> columns), ranges: Map(id -> [from, to]) on the step axis}
+  live: null,
   es: null, esUrl: '', esSpan: 0, lastConnect: 0, connectTimer: 0, applyNext: false,
+  everConnected: false,
   checkedImages: new Set(), imgViews: new Map(),
   seriesTimer: 0, seriesBusy: false, seriesAgain: false,
   errors: new Map(), rafPending: false, drag: null,
