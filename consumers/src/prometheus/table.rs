@@ -50,6 +50,9 @@ pub struct TableCounters {
     pub expired_producer_end: u64,
 }
 
+/// The fewest refused series remembered before they are forgotten (see `Table::refused`).
+const MIN_REFUSED_REMEMBERED: usize = 4096;
+
 /// The last value of every series, at most `max_series` of them.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -57,7 +60,8 @@ pub(crate) struct Table {
     free: Vec<usize>,
     index: HashMap<(Arc<str>, Labels), usize>,
     /// Series refused by the cap (each counted once, however often it is bound again after
-    /// an epoch bump; forgotten, all at once, when it holds as many as the cap).
+    /// an epoch bump; forgotten, all at once, when it holds as many as the cap, or
+    /// [`MIN_REFUSED_REMEMBERED`]).
     refused: HashSet<(Arc<str>, Labels)>,
     max_series: usize,
     ttl: Duration,
@@ -101,7 +105,7 @@ impl Table {
             return Slot::At(i);
         }
         if self.index.len() >= self.max_series {
-            if self.refused.len() >= self.max_series {
+            if self.refused.len() >= self.max_series.max(MIN_REFUSED_REMEMBERED) {
                 self.refused.clear();
             }
             if self
