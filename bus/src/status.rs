@@ -7,8 +7,9 @@
 //! - **Cheap and never blocking for long.** An update takes a mutex held for one map
 //!   operation; the subscriber copies the board about twice a second. Nothing here touches
 //!   the lanes, so a board cannot slow a producer.
-//! - **Bounded.** At most [`MAX_ENTRIES`] keys are sent (the first, by key order) and a text is
-//!   cut to [`MAX_TEXT_BYTES`], so a runaway board cannot outgrow a control message.
+//! - **Bounded.** What is sent is at most [`MAX_BOARD_BYTES`] of keys and texts: at most
+//!   [`MAX_ENTRIES`] entries (the first, by key order), keys cut to [`MAX_KEY_BYTES`], texts to
+//!   [`MAX_TEXT_BYTES`]; so boards cannot outgrow the broker's reply to `ls`.
 //! - **Survives a panicking writer.** A thread that panicked while holding the lock does not
 //!   poison the board for the others.
 //!
@@ -35,8 +36,12 @@ use serde::{Deserialize, Serialize};
 
 /// The most entries a board sends to the broker.
 pub const MAX_ENTRIES: usize = 64;
+/// The longest key sent, in bytes (longer ones are cut at a character boundary).
+pub const MAX_KEY_BYTES: usize = 64;
 /// The longest text value sent, in bytes (longer ones are cut at a character boundary).
 pub const MAX_TEXT_BYTES: usize = 256;
+/// The most bytes of keys and values a board sends (the entries after are left out).
+pub const MAX_BOARD_BYTES: usize = 4096;
 
 /// One status value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -144,28 +149,37 @@ impl StatusBoard {
         self.map().get(key).cloned()
     }
 
-    /// The entries, sorted by key: at most [`MAX_ENTRIES`], texts cut to [`MAX_TEXT_BYTES`].
+    /// The entries, sorted by key, within the bounds of the module's guarantees.
     pub fn entries(&self) -> Vec<StatusEntry> {
+        let mut bytes = 0usize;
         self.map()
             .iter()
             .take(MAX_ENTRIES)
             .map(|(k, v)| StatusEntry {
-                key: cut(k).to_owned(),
+                key: cut(k, MAX_KEY_BYTES).to_owned(),
                 value: match v {
-                    StatusValue::Text(s) => StatusValue::Text(cut(s).to_owned()),
+                    StatusValue::Text(s) => StatusValue::Text(cut(s, MAX_TEXT_BYTES).to_owned()),
                     v => v.clone(),
                 },
+            })
+            .take_while(|e| {
+                bytes += e.key.len()
+                    + match &e.value {
+                        StatusValue::Text(t) => t.len(),
+                        _ => 8,
+                    };
+                bytes <= MAX_BOARD_BYTES
             })
             .collect()
     }
 }
 
-/// `s` cut to at most [`MAX_TEXT_BYTES`], at a character boundary.
-fn cut(s: &str) -> &str {
-    if s.len() <= MAX_TEXT_BYTES {
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
         return s;
     }
-    let mut end = MAX_TEXT_BYTES;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -213,6 +227,19 @@ mod tests {
         b.set("k000", "é".repeat(MAX_TEXT_BYTES));
         let e = b.entries();
         assert_eq!(e.len(), MAX_ENTRIES);
+        let long = StatusBoard::new();
+        for i in 0..MAX_ENTRIES {
+            long.set(
+                &format!("{i:02}{}", "k".repeat(100)),
+                "t".repeat(MAX_TEXT_BYTES),
+            );
+        }
+        let cut_down = long.entries();
+        assert!(cut_down.iter().all(|e| e.key.len() == MAX_KEY_BYTES));
+        let total: usize = cut_down.iter().map(|e| e.key.len() + MAX_TEXT_BYTES).sum();
+        assert!(
+            total <= MAX_BOARD_BYTES && total + MAX_KEY_BYTES + MAX_TEXT_BYTES > MAX_BOARD_BYTES
+        );
         assert_eq!(e[0].key, "k000");
         let StatusValue::Text(t) = &e[0].value else {
             panic!("k000 should be text: {:?}", e[0].value)

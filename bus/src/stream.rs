@@ -36,9 +36,10 @@
 //! let mut dst2 = vec![0u8; dst.len()];
 //! snapbus_bus::stream::copy_cells(&mut dst2, &cells, Cell::get);
 //! assert_eq!(dst, dst2);
-//! // A 64 MiB lane outgrows this machine's caches; a 1 MiB one does not.
-//! println!("{}", snapbus_bus::stream::worth_streaming(64 << 20));
-//! assert!(!snapbus_bus::stream::worth_streaming(1 << 20));
+//! // A lane outgrows the caches when it is larger than the largest of them.
+//! let cache = snapbus_bus::stream::last_level_cache_bytes();
+//! assert!(!snapbus_bus::stream::worth_streaming(cache));
+//! assert!(snapbus_bus::stream::worth_streaming(cache + 1));
 //! ```
 
 use std::sync::OnceLock;
@@ -168,7 +169,8 @@ fn stream_lines<T: Pod, C, const N: usize>(dst: &mut [u8], src: &[C], get: impl 
         let l = line.as_ptr().cast::<__m128i>();
         // SAFETY: `d_line` is 64 bytes of `d`, a `&mut` slice no one else in this process
         // sees, so the four 16-byte stores are in bounds; `d` starts on a 16-byte boundary
-        // (the head above) and every line is 64 bytes further, as `_mm_stream_si128`
+        // (the head above copied up to it; where it could not, the head took every element
+        // and there is no line) and every line is 64 bytes further, as `_mm_stream_si128`
         // requires; the loads read the 64-byte local `line` (`N` elements of `64 / N` bytes;
         // unaligned loads); SSE2 is part of the x86-64 baseline.
         unsafe {

@@ -80,3 +80,74 @@ fn a_refused_producer_is_not_connected_and_says_why() {
     drop(listener);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// After a refusal the producer tries again (later and later), and a broker that welcomes it
+/// clears the refusal.
+#[test]
+fn a_refused_producer_joins_a_broker_that_welcomes_it() {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("refusal-2-{}", std::process::id()));
+    let dir = BusDir::locate_in(&root, &BusName::new("refusal2").expect("name"));
+    dir.create().expect("bus dir");
+    let listener = Listener::bind(&dir.socket_path()).expect("bind");
+    let p = Publisher::start(
+        dir.clone(),
+        PublisherConfig {
+            name: "refused-then-welcomed".into(),
+            lane: LaneConfig {
+                capacity: 1 << 20,
+                max_frame: 64 << 10,
+                block_size: 64 << 10,
+            },
+            session_tag: None,
+            perf_tag: None,
+        },
+    )
+    .expect("publisher");
+    let hello = |conn: &mut Conn| {
+        let (m, _) = conn
+            .recv::<ToBroker>(Some(WATCHDOG))
+            .expect("recv")
+            .expect("a hello within the watchdog");
+        assert!(matches!(m, ToBroker::HelloProducer { .. }), "{m:?}");
+    };
+    let mut first = accept(&listener);
+    hello(&mut first);
+    first
+        .send(
+            &FromBroker::Error {
+                message: "not now".into(),
+            },
+            &[],
+        )
+        .expect("send");
+    drop(first);
+    // It comes back on its own.
+    let mut second = accept(&listener);
+    hello(&mut second);
+    assert_eq!(p.refusal().as_deref(), Some("not now"));
+    second
+        .send(
+            &FromBroker::WelcomeProducer {
+                producer_id: 7,
+                bus: "refusal2".into(),
+                filter: String::new(),
+                wake_mask: 0,
+            },
+            &[],
+        )
+        .expect("send");
+    let t0 = Instant::now();
+    while !p.is_connected() || p.refusal().is_some() {
+        assert!(
+            t0.elapsed() < WATCHDOG,
+            "the welcome was not taken: {:?}",
+            p.refusal()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(second);
+    drop(p);
+    drop(listener);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,7 +1,9 @@
 //! The plotter end to end with the real binary: `attach plotter` on a running demo prints a
 //! URL that serves the page; headless Chromium (driven by `browser/check_plotter.mjs`, with
-//! playwright-core) finds data points in the plots and a frame in the image view; detaching
-//! the plotter leaves the experiment running.
+//! playwright-core) checks the default view (a panel per field, each with its own y scale,
+//! against the demo's formulas; summaries collapsed; the image labelled with its run), takes
+//! two screenshots (history drawn; live), and after the demo is restarted sees only the new
+//! run; detaching the plotter leaves the experiment running.
 //!
 //! The browser part needs Node.js, `npm ci --prefix cli/tests/browser` and Chromium
 //! (`/usr/bin/chromium`, or `$SNAPBUS_CHROMIUM`); without them it is skipped, unless
@@ -60,11 +62,72 @@ fn browser_missing() -> Option<String> {
     }
 }
 
+/// Runs `check_plotter.mjs` with `args`; its JSON line (`None`: skipped, no browser here).
+fn browser_check(args: &[&std::ffi::OsStr]) -> Option<Value> {
+    match browser_missing() {
+        Some(why) if std::env::var("SNAPBUS_REQUIRE_BROWSER").as_deref() != Ok("1") => {
+            eprintln!("skipping the browser check: {why}");
+            None
+        }
+        Some(why) => panic!("SNAPBUS_REQUIRE_BROWSER=1 but {why}"),
+        None => {
+            let mut cmd = std::process::Command::new("node");
+            cmd.arg(browser_dir().join("check_plotter.mjs")).args(args);
+            let out = run_cmd(&mut cmd);
+            assert!(
+                out.status.success(),
+                "browser check failed:\n{}\n{}",
+                out.stdout,
+                out.stderr
+            );
+            Some(serde_json::from_str(out.stdout.trim()).expect("the page's state"))
+        }
+    }
+}
+
+/// The panel of `schema`'s `field` alone in the page's state (`window.snapbus.panels`).
+fn panel<'a>(state: &'a Value, schema: &str, field: &str) -> &'a Value {
+    state["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .find(|p| p["schemas"][0] == schema && p["fields"] == serde_json::json!([field]))
+        .unwrap_or_else(|| panic!("no panel of {schema} {field} alone: {state}"))
+}
+
+/// A panel's (y axis min, max, data min, max).
+fn y_range(p: &Value) -> (f64, f64, f64, f64) {
+    let f = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{k} in {p}"));
+    (f("yMin"), f("yMax"), f("dataMin"), f("dataMax"))
+}
+
+/// The series of `/api/series` whose producer is `pid`, as (schema, field, points).
+fn series_of(url: &str, pid: u32) -> Vec<(String, String, u64)> {
+    let (_, body) = get(url, "/api/series");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    v["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .filter(|s| s["pid"] == pid)
+        .map(|s| {
+            (
+                s["schema"].as_str().unwrap_or_default().to_owned(),
+                s["field"].as_str().unwrap_or_default().to_owned(),
+                s["points"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn attach_plotter_serves_a_page_that_plots_a_running_demo_and_detaching_leaves_it_running() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("100");
     let demo_pid = demo.pid();
+    // Summaries on the bus too (`demo.step.summary`, per episode): the page lists them apart.
+    let out = bus.run(&["attach", "aggregator", "--schema", "demo.step"]);
+    assert!(out.status.success(), "attach aggregator: {}", out.stderr);
     let out = bus.run(&["attach", "plotter", "--schema", "demo.*"]);
     assert!(out.status.success(), "attach: {}", out.stderr);
     let url = out.stdout.trim().to_owned();
@@ -88,45 +151,85 @@ fn attach_plotter_serves_a_page_that_plots_a_running_demo_and_detaching_leaves_i
         !html.contains("https://") && !html.contains("http://"),
         "external URLs: {html}"
     );
-    wait_until("the plotter has demo points", WATCHDOG, || {
-        let (_, body) = get(&url, "/api/series");
-        let v: Value = serde_json::from_str(&body).expect("JSON");
-        v["series"].as_array().is_some_and(|s| {
-            s.iter()
-                .any(|s| s["field"] == "reward" && s["points"].as_u64() > Some(5))
-        }) && v["images"][0]["seq"].is_u64()
-    });
+    // A second of the demo (ten episodes: every reward value), a summary, a frame.
+    wait_until(
+        "the plotter has demo points and summaries",
+        WATCHDOG,
+        || {
+            let (_, body) = get(&url, "/api/series");
+            let v: Value = serde_json::from_str(&body).expect("JSON");
+            let has = |schema: &str, field: &str, n: u64| {
+                v["series"].as_array().is_some_and(|s| {
+                    s.iter().any(|s| {
+                        s["schema"] == schema
+                            && s["field"] == field
+                            && s["points"].as_u64() >= Some(n)
+                    })
+                })
+            };
+            has("demo.step", "reward", 100)
+                && has("demo.episode_end", "episode", 2)
+                && has("demo.step.summary", "stats.reward.mean", 1)
+                && v["images"][0]["seq"].is_u64()
+        },
+    );
 
-    match browser_missing() {
-        Some(why) if std::env::var("SNAPBUS_REQUIRE_BROWSER").as_deref() != Ok("1") => {
-            eprintln!("skipping the browser check: {why}");
-        }
-        Some(why) => panic!("SNAPBUS_REQUIRE_BROWSER=1 but {why}"),
-        None => {
-            let shot = runtime_root().join("plotter-screenshot.png");
-            let _ = std::fs::remove_file(&shot);
-            let mut cmd = std::process::Command::new("node");
-            cmd.arg(browser_dir().join("check_plotter.mjs"))
-                .arg(&url)
-                .arg(&shot);
-            let out = run_cmd(&mut cmd);
+    let history_png = runtime_root().join("plotter-history.png");
+    let live_png = runtime_root().join("plotter-live.png");
+    let state = browser_check(&[url.as_ref(), history_png.as_ref(), live_png.as_ref()]);
+    if let Some(state) = &state {
+        // One y scale per panel: reward (the demo's formula: -0.5..=0.5 in steps of 0.1) on
+        // its own axis, not squeezed flat by episode or step; step (0..=9) on another.
+        for moment in ["history", "live"] {
+            let s = &state[moment];
+            let (lo, hi, dmin, dmax) = y_range(panel(s, "demo.step", "reward"));
+            assert_eq!((dmin, dmax), (-0.5, 0.5), "{moment}: reward's data");
             assert!(
-                out.status.success(),
-                "browser check failed:\n{}\n{}",
-                out.stdout,
-                out.stderr
+                lo >= -0.56 && hi <= 0.56,
+                "{moment}: reward's y axis {lo}..{hi}"
             );
-            let state: Value = serde_json::from_str(out.stdout.trim()).expect("the page's state");
-            assert!(state["points"].as_u64() > Some(0), "{state}");
-            assert!(state["frames"].as_u64() > Some(0), "{state}");
-            assert!(state["plotted"].as_u64() > Some(0), "{state}");
-            assert!(shot.exists(), "no screenshot");
-            // Kept for CI's log (and a human): where the picture of the page is.
-            let kept = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plotter-screenshot.png");
-            std::fs::copy(&shot, &kept).expect("keep the screenshot");
+            let (lo, hi, dmin, dmax) = y_range(panel(s, "demo.step", "step"));
+            assert_eq!((dmin, dmax), (0.0, 9.0), "{moment}: step's data");
+            assert!(
+                lo >= -0.5 && hi <= 9.5,
+                "{moment}: step's y axis {lo}..{hi}"
+            );
+            let (_, hi, _, dmax) = y_range(panel(s, "demo.step", "episode"));
+            assert!(dmax >= 10.0 && hi >= dmax, "{moment}: episode's y axis");
+            assert_eq!(panel(s, "demo.step", "reward")["yLabel"], "reward");
+            assert!(s["frames"].as_u64() > Some(0), "{s}");
+            assert_eq!(s["images"][0]["pid"], demo_pid, "{s}");
+        }
+        assert!(state["history"]["sidebar"]["summaryRows"].as_u64() > Some(9));
+        // Kept for CI's log (and a human): the pictures of the page.
+        for png in [&history_png, &live_png] {
+            let name = png.file_name().expect("a file name");
+            let kept = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+            std::fs::copy(png, &kept).expect("keep the screenshot");
             println!("plotter screenshot: {}", kept.display());
             eprintln!("plotter screenshot: {}", kept.display());
         }
+    }
+
+    // A new run of the experiment: the old one's series and image are marked ended; a page
+    // shows only the new run (its image labelled with its pid), the old one listed as ended.
+    demo.kill9();
+    wait_until("the killed demo's image is marked ended", WATCHDOG, || {
+        let (_, body) = get(&url, "/api/series");
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        v["images"][0]["ended"].is_f64()
+    });
+    let mut demo = bus.spawn_demo("100");
+    let demo_pid = demo.pid();
+    wait_until("the new run's steps and episodes", WATCHDOG, || {
+        let s = series_of(&url, demo_pid);
+        ["demo.step", "demo.episode_end"]
+            .iter()
+            .all(|schema| s.iter().any(|(sc, _, n)| sc == schema && *n > 0))
+    });
+    let pid = demo_pid.to_string();
+    if let Some(state) = browser_check(&["--new-run".as_ref(), pid.as_ref(), url.as_ref()]) {
+        assert_eq!(state["run"]["images"][0]["pid"], demo_pid, "{state}");
     }
 
     // Detaching the plotter: the experiment runs on, still live, still emitting (a new echo

@@ -344,13 +344,14 @@ fn check_summaries(prom: &Peer) {
     }
 }
 
-/// Bounded labels only: never episode or step.
+/// Bounded labels only: never episode or step (the pid tells same-named producers apart).
 fn check_labels(prom: &Peer) {
     let allowed = [
         "__name__",
         "instance",
         "job",
         "producer",
+        "pid",
         "schema",
         "session_tag",
         "perf_tag",

@@ -907,13 +907,19 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
     cmd.env("SNAPBUS_LANE_BYTES", "262144");
     let demo = crate::bus::Bg::spawn("demo", cmd);
     let pid = demo.pid();
-    // The ring has wrapped (it holds fewer records than were written) and spans some time.
+    // A young producer whose ring has not wrapped: it lost nothing, so no warning names it.
+    let young = bus.spawn_demo("2000");
+    // The ring has wrapped (its oldest record is not the first) and spans some time.
     wait_until("the demo's ring has wrapped", WATCHDOG, || {
         bus.producer(pid).is_some_and(|p| {
-            p["frames"].as_u64() > p["history_records"].as_u64()
-                && p["history_secs"].as_f64() > Some(0.05)
+            p["history_first_seq"].as_u64() > Some(0) && p["history_secs"].as_f64() > Some(0.05)
         })
     });
+    let y = bus.producer(young.pid()).expect("the young demo in ls");
+    assert_eq!(
+        y["history_first_seq"], 0,
+        "the young demo's ring holds its first record: {y}"
+    );
     // Frozen, so that `ls` and the snapshot see the same ring.
     let stop = |sig| {
         let p = rustix::process::Pid::from_raw(pid as i32).expect("pid");
@@ -948,17 +954,28 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
         "no warning naming the short ring: {}",
         out.stderr
     );
+    assert_eq!(
+        out.stderr.matches("warning").count(),
+        1,
+        "only the wrapped ring is named: {}",
+        out.stderr
+    );
+    drop(young);
     let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&file)]).stdout.trim())
         .expect("inspect --json");
     let spans = v["producer_spans"].as_array().expect("producer_spans");
-    assert_eq!(spans.len(), 1, "{v}");
-    let span_secs = spans[0]["span_secs"].as_f64().expect("span_secs");
+    let lane = format!("{:016x}", p["info"]["lane_id"].as_u64().expect("lane_id"));
+    let span = spans
+        .iter()
+        .find(|s| s["lane"] == lane.as_str())
+        .unwrap_or_else(|| panic!("no span of lane {lane}: {v}"));
+    let span_secs = span["span_secs"].as_f64().expect("span_secs");
     assert!(
         (span_secs - history_secs).abs() <= 0.1 * history_secs,
         "ls said {history_secs} s, the snapshot holds {span_secs} s"
     );
     assert_eq!(
-        spans[0]["records"].as_u64(),
+        span["records"].as_u64(),
         p["history_records"].as_u64(),
         "the snapshot holds what ls counted"
     );

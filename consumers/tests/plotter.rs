@@ -151,6 +151,14 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         (Some(4000), Some(n))
     );
     assert_eq!(series["images"][0]["field"], "image");
+    // Each series and image names its run (pid, start) and, the producer having ended, when
+    // it ended: a page never shows this run's last frame as a newer run's.
+    for item in [&series["series"][0], &series["images"][0]] {
+        assert_eq!(item["pid"], std::process::id(), "{item}");
+        let started = item["started"].as_f64().expect("started");
+        let ended = item["ended"].as_f64().expect("ended");
+        assert!(started > 1.6e9 && ended >= started, "{item}");
+    }
     assert_eq!(series["stats"]["records"], n);
 
     // Step axis: x = sample number; the held points are samples 1000..5000.

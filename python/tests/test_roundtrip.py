@@ -123,7 +123,7 @@ sys.path.insert(0, "tests")
 from rt_schema import large
 telemetry = snapbus.get_telemetry("lab.large")
 telemetry.snapshot(snapbus.INFO, large(0))  # the lane exists once the first record is written
-assert snapbus._snapbus._streams_large_payloads(), "the 64 MiB lane should outgrow the caches"
+assert snapbus._snapbus._streams_large_payloads(), "a 1 GiB lane should outgrow the caches"
 for i in range(1, 6):
     telemetry.snapshot(snapbus.INFO, large(i))
 s = snapbus.stats()
@@ -136,7 +136,8 @@ def test_large_arrays_streamed_past_the_caches_read_back_exactly(bus: Bus) -> No
     # with non-temporal stores (contiguous ones), misaligned after an odd-length string, and
     # through Python's own copy (a strided view).
     with snapbus.subscribe("rt.large", start="oldest", bus=bus.name) as sub:
-        run_producer(bus, LARGE, env={"SNAPBUS_LANE_BYTES": str(64 << 20)})
+        # 1 GiB (sparse until written): larger than any CPU cache.
+        run_producer(bus, LARGE, env={"SNAPBUS_LANE_BYTES": str(1 << 30)})
         events = [sub.get(timeout=30) for _ in range(6)]
         assert sub.lost == 0 and sub.delivered == 6
     for i, ev in enumerate(events):

@@ -121,7 +121,7 @@ fn rate_hz(writing: bool, recent: u64, first_recent: u64, now_nanos: u64) -> f64
 fn producer_state(
     p: &Producer,
     census: &Census,
-    span: Option<(u64, u64)>,
+    span: Option<Span>,
     now_nanos: u64,
 ) -> ProducerState {
     let stats = p.lane.lane.stats();
@@ -136,10 +136,11 @@ fn producer_state(
         rate_hz: rate_hz(p.status.writing(), recent, first_recent, now_nanos),
         dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
         lane_bytes: p.lane.lane.geometry().capacity,
-        history_secs: span.map_or(0.0, |(oldest, newest)| {
-            newest.saturating_sub(oldest) as f64 / 1e9
+        history_secs: span.map_or(0.0, |s| {
+            s.newest_nanos.saturating_sub(s.oldest_nanos) as f64 / 1e9
         }),
-        history_start_nanos: span.map(|(oldest, _)| oldest),
+        history_start_nanos: span.map(|s| s.oldest_nanos),
+        history_first_seq: span.map(|s| s.first_seq),
         history_records: census.values().map(|&(n, _, _)| n).sum(),
         filter: p.filters.as_ref().map(|(_, effective)| effective.clone()),
         own_filter: p.filters.as_ref().map(|(own, _)| own.clone()),
@@ -206,20 +207,40 @@ fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
     (lag, 0)
 }
 
+/// The records a ring holds, for `ls`: the times of the oldest and the newest, and the
+/// sequence number of the oldest (above 0 once older records were overwritten).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    oldest_nanos: u64,
+    newest_nanos: u64,
+    first_seq: u64,
+}
+
 /// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the
-/// time of the first of those (headers only; no payload is copied); and the times of the
-/// oldest and newest records in the ring (the history it holds), if it holds any.
-fn ring_census(lane: &ShmLane, now_nanos: u64) -> (Census, Option<(u64, u64)>) {
+/// time of the first of those (headers only; no payload is copied); and the span of the
+/// records in the ring (the history it holds), if it holds any.
+fn ring_census(lane: &ShmLane, now_nanos: u64) -> (Census, Option<Span>) {
     let mut out = Census::new();
-    let mut span: Option<(u64, u64)> = None;
+    let mut span: Option<Span> = None;
     let mut r = lane.lane.reader(StartAt::Oldest);
     r.set_writer_gone(true);
     let since = now_nanos.saturating_sub(RATE_WINDOW_NANOS);
     // Bounded: a 64 MiB ring holds at most ~1.7 M frames.
     for _ in 0..4_000_000 {
-        match r.read_in_place(|m, _| (m.schema_key, m.t_nanos)) {
-            Ok((_, (key, t))) => {
-                span = Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        match r.read_in_place(|m, _| (m.schema_key, m.t_nanos, m.seq)) {
+            Ok((_, (key, t, seq))) => {
+                span = Some(match span {
+                    None => Span {
+                        oldest_nanos: t,
+                        newest_nanos: t,
+                        first_seq: seq,
+                    },
+                    Some(s) => Span {
+                        oldest_nanos: s.oldest_nanos.min(t),
+                        newest_nanos: s.newest_nanos.max(t),
+                        first_seq: s.first_seq.min(seq),
+                    },
+                });
                 let e = out.entry(key).or_insert((0, 0, u64::MAX));
                 e.0 += 1;
                 if t >= since {

@@ -58,9 +58,12 @@ impl Broker {
         previous_id: Option<u64>,
     ) {
         let refuse = |conn: &Conn, why: String| {
+            // The kernel's word for the pid, not the message's.
             eprintln!(
-                "snapbus broker: refused producer '{}' (pid {}): {why}",
-                info.name, info.pid
+                "snapbus broker: refused producer {:?} (pid {}): {why}",
+                info.name,
+                conn.peer_pid()
+                    .map_or_else(|| "?".to_owned(), |p| p.to_string())
             );
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };

@@ -279,9 +279,11 @@ pub struct ProducerState {
     pub history_secs: f64,
     /// When the oldest record its lane holds was written (CLOCK_REALTIME nanoseconds), if any.
     pub history_start_nanos: Option<u64>,
-    /// Records its lane holds now (fewer than `frames` once the ring has wrapped: the older
-    /// ones were overwritten).
+    /// Records its lane holds now.
     pub history_records: u64,
+    /// The sequence number of the oldest record its lane holds, if any: above 0 once older
+    /// records were overwritten (the ring has wrapped).
+    pub history_first_seq: Option<u64>,
     /// The level filter in force in the producer (the bus filter if one is set, else its
     /// own), as it reported it; `None` if it did not (not a `snapbus` telemetry producer).
     pub filter: Option<String>,

@@ -464,6 +464,9 @@ impl Drop for Publisher {
 
 /// Finds the broker, introduces the lane, and follows its messages; reconnects when it goes.
 fn connection_thread(weak: Weak<Inner>) {
+    // After a refusal, the next try waits twice as long (up to REFUSED_BACKOFF_MAX), so that a
+    // broker of another release is not asked, and does not log, five times a second.
+    let mut wait = RETRY;
     loop {
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Relaxed) {
@@ -476,20 +479,49 @@ fn connection_thread(weak: Weak<Inner>) {
             None
         };
         if let Some(conn) = conn {
-            serve(&inner, conn);
+            let refused = serve(&inner, conn) == Ended::Refused;
             inner.connected.store(false, Ordering::Relaxed);
             // The doorbells stay as they were: consumers that mapped the lane keep reading it
             // while no broker is up, and are woken rather than left to their timeouts. The
             // next broker's welcome replaces them.
+            wait = if refused {
+                (wait * 2).min(REFUSED_BACKOFF_MAX)
+            } else {
+                RETRY
+            };
         }
         drop(inner);
-        std::thread::sleep(RETRY);
+        // In steps of RETRY, so that a dropped publisher's thread ends promptly.
+        let until = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < until {
+            std::thread::sleep(RETRY);
+            if weak
+                .upgrade()
+                .is_none_or(|i| i.stop.load(Ordering::Relaxed))
+            {
+                return;
+            }
+        }
     }
 }
 
+/// The longest wait between tries after refusals (see `connection_thread`).
+const REFUSED_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How a broker connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The broker refused this producer.
+    Refused,
+    /// Anything else: the broker went, the publisher was dropped, a send failed.
+    Other,
+}
+
 /// One broker connection: hello, then messages until it closes or the publisher is dropped.
-fn serve(inner: &Inner, mut conn: Conn) {
-    let Ok(keys) = inner.keys.lock() else { return };
+fn serve(inner: &Inner, mut conn: Conn) -> Ended {
+    let Ok(keys) = inner.keys.lock() else {
+        return Ended::Other;
+    };
     let previous = inner.broker_id.load(Ordering::Relaxed);
     let hello = ToBroker::HelloProducer {
         version: PROTOCOL_VERSION,
@@ -499,14 +531,14 @@ fn serve(inner: &Inner, mut conn: Conn) {
     let sent = conn.send(&hello, &[inner.lane.fd.as_fd(), keys.catalog.fd()]);
     drop(keys);
     if sent.is_err() {
-        return;
+        return Ended::Other;
     }
     // Connected once welcomed: a broker that refuses the hello (another protocol version, a
     // lane it cannot map) answers with an error instead.
     let mut reported_gen = None;
     loop {
         if inner.stop.load(Ordering::Relaxed) {
-            return;
+            return Ended::Other;
         }
         let filter_gen = inner.filter_gen.load(Ordering::Relaxed);
         if reported_gen != Some(filter_gen) {
@@ -516,7 +548,7 @@ fn serve(inner: &Inner, mut conn: Conn) {
                     .send(&ToBroker::ProducerFilter { own, effective }, &[])
                     .is_err()
                 {
-                    return;
+                    return Ended::Other;
                 }
             }
             reported_gen = Some(filter_gen);
@@ -546,13 +578,13 @@ fn serve(inner: &Inner, mut conn: Conn) {
                 }
                 FromBroker::Error { message } => {
                     refused(inner, message);
-                    return;
+                    return Ended::Refused;
                 }
                 FromBroker::Filter { directives } => apply_filter(inner, &directives),
                 FromBroker::WakeMask { mask } => Publisher::set_wake(inner, None, Some(mask)),
                 _ => {}
             },
-            Err(_) => return,
+            Err(_) => return Ended::Other,
         }
     }
 }
@@ -560,17 +592,20 @@ fn serve(inner: &Inner, mut conn: Conn) {
 /// Keeps why the broker refused this producer, and says it on stderr (once per reason: the
 /// connection thread retries every [`RETRY`]).
 fn refused(inner: &Inner, message: String) {
-    let Ok(mut last) = inner.refused.lock() else {
-        return;
+    let new = match inner.refused.lock() {
+        Ok(mut last) if last.as_deref() != Some(message.as_str()) => {
+            *last = Some(message.clone());
+            true
+        }
+        _ => false,
     };
-    if last.as_deref() != Some(message.as_str()) {
+    // Said after the lock is released: a blocked stderr must not block `stats()`.
+    if new {
         eprintln!(
-            "snapbus: the broker of bus '{}' refused this producer ({}); its records are \
+            "snapbus: the broker of bus '{}' refused this producer ({message}); its records are \
              written to its lane but no consumer can read them until a broker accepts it",
             inner.dir.name(),
-            message
         );
-        *last = Some(message);
     }
 }
 

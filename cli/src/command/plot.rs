@@ -13,7 +13,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::command::attach::{Started, announce_url};
+use crate::command::attach::{Started, announce_url, publish_url};
 use crate::consumer_kinds::BuiltinConsumer;
 
 /// Options of `snapbus plot` (and `attach plotter`).
@@ -82,18 +82,8 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
             args.port
         )
     })?;
-    let url = server.url();
-    // For `attach plotter`, which prints the URL of the process it started.
     let url_file = url_path(&dir, std::process::id());
-    let _ = crate::bus::create_file(&url_file).and_then(|mut f| {
-        use std::io::Write;
-        f.write_all(url.as_bytes())
-    });
-    println!("{url}");
-    eprintln!(
-        "snapbus plot: serving {url} for bus '{}' (Ctrl-C to stop)",
-        dir.name()
-    );
+    publish_url(&dir, "plot", &server.url(), &url_file);
     let mut opts = RunOptions::new("plotter");
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);

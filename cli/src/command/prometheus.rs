@@ -17,7 +17,7 @@ use snapbus_consumers::run as run_consumer;
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::command::attach::{Started, announce_url};
+use crate::command::attach::{Started, announce_url, publish_url};
 use crate::consumer_kinds::BuiltinConsumer;
 
 /// Options of `snapbus prometheus` (and `attach prometheus`).
@@ -127,17 +127,8 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
             server.addr()
         );
     }
-    let url = server.url();
     let url_file = url_path(&dir, std::process::id());
-    let _ = crate::bus::create_file(&url_file).and_then(|mut f| {
-        use std::io::Write;
-        f.write_all(url.as_bytes())
-    });
-    println!("{url}");
-    eprintln!(
-        "snapbus prometheus: serving {url} for bus '{}' (Ctrl-C to stop)",
-        dir.name()
-    );
+    publish_url(&dir, "prometheus", &server.url(), &url_file);
     let mut opts = exporter.run_options();
     opts.globs = globs;
     opts.start = args.from.start();

@@ -41,8 +41,17 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
         Some(d) => {
             let from = now_realtime_nanos()
                 .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            for w in short_histories(&state(&dir)?, from, d.as_secs_f64()) {
-                eprintln!("snapbus snapshot: warning: {w}");
+            // Advice only: a bus state that cannot be had does not stop the snapshot.
+            match state(&dir) {
+                Ok(s) => {
+                    for w in short_histories(&s, from, d.as_secs_f64()) {
+                        eprintln!("snapbus snapshot: warning: {w}");
+                    }
+                }
+                Err(e) => eprintln!(
+                    "snapbus snapshot: warning: cannot tell whether the rings hold {:.1} s: {e:#}",
+                    d.as_secs_f64()
+                ),
             }
             StartAt::Time(from)
         }
@@ -102,7 +111,7 @@ fn short_histories(s: &BusState, from_nanos: u64, last_secs: f64) -> Vec<String>
             let oldest = p.history_start_nanos?;
             // Only a ring that has wrapped lost older records (a producer that started after
             // `from`, or wrote its first record after it, has nothing older to lose).
-            let wrapped = p.frames > p.history_records;
+            let wrapped = p.history_first_seq.is_some_and(|seq| seq > 0);
             (oldest > from_nanos && wrapped).then(|| {
                 format!(
                     "producer '{}' (pid {}): its ring holds only the last {:.1} s of the {:.1} s \

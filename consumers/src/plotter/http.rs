@@ -7,8 +7,8 @@
 //! - `GET /api/data?ids=1,2&x=time|step&from=F&to=T&width=W`: the min/max envelope per column.
 //! - `GET /api/frame?id=N`: the latest frame of an image series.
 //! - `GET /api/stream?ids=1,2&x=time|step&span=S&width=W`: server-sent events, one message
-//!   about every [`STREAM_EVERY`]: counters, the envelope of the last `S` seconds (or samples)
-//!   and the latest frame numbers.
+//!   about every [`STREAM_EVERY`]: counters, the envelope of the last `S` seconds (or, on the
+//!   step axis, each series' own last `S` samples) and the latest frame numbers.
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -30,7 +30,7 @@ use std::time::Instant;
 use snapbus_schemas::{DType, SchemaDescriptor, Value, decode};
 
 use crate::fields::{Extracted, Plan, tensor_paths};
-use crate::{Consumer, Flow, HookError, Producer, Record};
+use crate::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
 use store::{Frame, Image, Series};
 pub use store::{Store, XAxis};
@@ -65,6 +65,8 @@ pub struct Plotter {
     schemas: HashMap<(u64, u64), Feeds>,
     last: Option<(u64, u64)>,
     scratch: Extracted,
+    /// Lanes whose producer ended or died → when (what it wrote may still arrive after).
+    ended: HashMap<u64, f64>,
 }
 
 /// What the records of one schema from one producer feed.
@@ -90,6 +92,7 @@ impl Plotter {
             schemas: HashMap::new(),
             last: None,
             scratch: Extracted::default(),
+            ended: HashMap::new(),
         }
     }
 
@@ -105,12 +108,17 @@ impl Plotter {
         }
         let plan = Plan::numeric(r.schema.root());
         let tensors = tensor_paths(r.schema.root());
+        let started = r.producer.started_nanos as f64 / 1e9;
+        let ended = self.ended.get(&r.producer.lane_id).copied();
         let mut store = lock(&self.store)?;
         let new_series = |store: &mut Store, field: &str| {
             store.series.push(Series {
                 schema: r.schema.id().to_owned(),
                 producer: r.producer.name.to_owned(),
                 pid: r.producer.pid,
+                lane: r.producer.lane_id,
+                started,
+                ended,
                 field: field.to_owned(),
                 points: Default::default(),
                 samples: 0,
@@ -129,6 +137,9 @@ impl Plotter {
                     schema: r.schema.id().to_owned(),
                     producer: r.producer.name.to_owned(),
                     pid: r.producer.pid,
+                    lane: r.producer.lane_id,
+                    started,
+                    ended,
                     field: path.clone(),
                     frame: None,
                     frames: 0,
@@ -298,6 +309,16 @@ impl Consumer for Plotter {
             }
         }
         Ok(())
+    }
+
+    /// A producer that ended or died: its series and images are marked ended (a page shows
+    /// its last frame as the end of that run, never as the image of a newer one).
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(p) | ProducerChange::Died(p) = change {
+            let now = *self.ended.entry(p.lane_id).or_insert_with(now_secs);
+            lock(&self.store)?.end_producer(p.lane_id, now);
+        }
+        Ok(Flow::Continue)
     }
 
     fn on_lag(

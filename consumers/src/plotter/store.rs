@@ -57,6 +57,12 @@ pub(crate) struct Series {
     pub(crate) schema: String,
     pub(crate) producer: String,
     pub(crate) pid: u32,
+    /// Its producer's lane (the identity of one run of one process).
+    pub(crate) lane: u64,
+    /// When its producer started (seconds since the epoch).
+    pub(crate) started: f64,
+    /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
+    pub(crate) ended: Option<f64>,
     pub(crate) field: String,
     pub(crate) points: VecDeque<Point>,
     /// Records of this series so far (the next sample number).
@@ -69,6 +75,12 @@ pub(crate) struct Image {
     pub(crate) schema: String,
     pub(crate) producer: String,
     pub(crate) pid: u32,
+    /// Its producer's lane (the identity of one run of one process).
+    pub(crate) lane: u64,
+    /// When its producer started (seconds since the epoch).
+    pub(crate) started: f64,
+    /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
+    pub(crate) ended: Option<f64>,
     pub(crate) field: String,
     pub(crate) frame: Option<Frame>,
     /// Frames seen (also those not kept: frames are kept at a bounded rate).
@@ -127,6 +139,23 @@ impl Store {
         }
     }
 
+    /// Marks the series and images of the producer of `lane` as ended at `now` (their data
+    /// stays, labelled with the run it came from).
+    pub(crate) fn end_producer(&mut self, lane: u64, now: f64) {
+        let mut changed = false;
+        for s in self.series.iter_mut().filter(|s| s.lane == lane) {
+            changed |= s.ended.is_none();
+            s.ended.get_or_insert(now);
+        }
+        for i in self.images.iter_mut().filter(|i| i.lane == lane) {
+            changed |= i.ended.is_none();
+            i.ended.get_or_insert(now);
+        }
+        if changed {
+            self.version += 1;
+        }
+    }
+
     /// Counts a record, and samples the rate about once a second (`now` in seconds).
     pub(crate) fn count_record(&mut self, now: f64) {
         self.records += 1;
@@ -156,6 +185,8 @@ impl Store {
                 "schema": s.schema,
                 "producer": s.producer,
                 "pid": s.pid,
+                "started": s.started,
+                "ended": s.ended,
                 "field": s.field,
                 "points": s.points.len(),
                 "first": s.points.front().map(|p| p.t),
@@ -167,6 +198,8 @@ impl Store {
                 "schema": i.schema,
                 "producer": i.producer,
                 "pid": i.pid,
+                "started": i.started,
+                "ended": i.ended,
                 "field": i.field,
                 "shape": i.frame.as_ref().map(|f| f.shape.clone()),
                 "dtype": i.frame.as_ref().map(|f| f.dtype),
@@ -231,8 +264,29 @@ impl Store {
         })
     }
 
-    /// `/api/data` for the last `span` seconds (time) or samples (step) up to the newest point.
+    /// `/api/data` for the last `span` seconds (time) up to the newest point of any of `ids`,
+    /// or (step) each series' own last `span` samples: sample numbers count per series (a
+    /// per-episode schema has far fewer than a per-step one), so each series then carries its
+    /// own `from` and `to`.
     pub fn recent_json(&self, ids: &[usize], axis: XAxis, span: f64, width: usize) -> Json {
+        if axis == XAxis::Step {
+            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+            let series: Vec<Json> = ids
+                .iter()
+                .filter_map(|id| self.series.get(*id).map(|s| (*id, s)))
+                .map(|(id, s)| {
+                    let to = s.points.back().map_or(0.0, |p| p.step as f64);
+                    let from = to - span;
+                    (lo, hi) = (lo.min(from), hi.max(to));
+                    let (columns, points) = envelope(&s.points, axis, from, to, width);
+                    json!({"id": id, "points": points, "columns": columns, "from": from, "to": to})
+                })
+                .collect();
+            if series.is_empty() {
+                (lo, hi) = (0.0, 0.0);
+            }
+            return json!({"x": axis.name(), "from": lo, "to": hi, "width": width, "series": series});
+        }
         let newest = ids
             .iter()
             .filter_map(|id| self.series.get(*id)?.points.back().map(|p| p.x(axis)))
@@ -406,12 +460,55 @@ mod tests {
     }
 
     #[test]
+    fn recent_samples_are_each_series_own_last_span() {
+        let mut s = Store::new(1000);
+        for field in ["step", "episode"] {
+            s.series.push(Series {
+                schema: field.into(),
+                producer: "p".into(),
+                pid: 1,
+                lane: 1,
+                started: 0.0,
+                ended: None,
+                field: field.into(),
+                points: VecDeque::new(),
+                samples: 0,
+            });
+        }
+        for i in 0..500 {
+            s.push(0, f64::from(i), f64::from(i % 50));
+            if i % 50 == 49 {
+                s.push(1, f64::from(i), f64::from(i / 50));
+            }
+        }
+        let j = s.recent_json(&[0, 1], XAxis::Step, 20.0, 100);
+        let range = |k: usize| {
+            (
+                j["series"][k]["from"].as_f64(),
+                j["series"][k]["to"].as_f64(),
+            )
+        };
+        assert_eq!(range(0), (Some(479.0), Some(499.0)));
+        assert_eq!(range(1), (Some(-11.0), Some(9.0)));
+        // All ten episodes are in the episode series' window, the last 21 steps in the other.
+        assert_eq!(j["series"][1]["points"], 10);
+        assert_eq!(j["series"][0]["points"], 21);
+        assert_eq!(
+            (j["from"].as_f64(), j["to"].as_f64()),
+            (Some(-11.0), Some(499.0))
+        );
+    }
+
+    #[test]
     fn history_is_bounded_and_nan_is_a_sample_without_a_point() {
         let mut s = Store::new(3);
         s.series.push(Series {
             schema: "a".into(),
             producer: "p".into(),
             pid: 1,
+            lane: 1,
+            started: 0.0,
+            ended: None,
             field: "x".into(),
             points: VecDeque::new(),
             samples: 0,

@@ -1,26 +1,39 @@
-//! The `/metrics` endpoint: `tiny_http` on its own thread, one thread per request (at most
-//! [`MAX_REQUESTS`] at once; more get 503), rendering with `prometheus-client`'s OpenMetrics
-//! text encoder from the latest [`Snapshot`](super::table::Snapshot), never from the reader's
-//! table.
+//! The `/metrics` endpoint: a plain HTTP/1.1 server on `std::net`, one thread per request (at
+//! most [`MAX_REQUESTS`] at once; more get a 503 written without waiting, or nothing), every
+//! connection closed after one response, with read and write timeouts, so a client that never
+//! reads (or never finishes its request) ties up one request thread for a bounded time and
+//! never the accepting thread. Scrapes render with `prometheus-client`'s OpenMetrics text
+//! encoder from the latest [`Snapshot`](super::table::Snapshot), never from the reader's
+//! table, and the bus's health from a copy of the broker's state refreshed every
+//! [`BUS_STATE_EVERY`] by a thread of its own (a scrape never makes the broker walk the rings).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
+use snapbus_bus::control::BusState;
 use snapbus_bus::runtime::BusDir;
-use tiny_http::{Header, Request, Response};
 
 use super::health::{bus_state, counter, encode_health, gauge};
 use super::table::Shared;
 
 /// Requests served at once at most (more get 503: a swarm of scrapers cannot pile up threads).
 pub const MAX_REQUESTS: usize = 8;
-/// How long a scrape waits for the broker's state (without it, `snapbus_bus_up` is 0).
+/// How long the health thread waits for the broker's state.
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the broker's state is fetched for the health series.
+pub const BUS_STATE_EVERY: Duration = Duration::from_secs(2);
+/// A copy of the broker's state older than this is not shown (`snapbus_bus_up` is 0).
+pub const BUS_STATE_MAX_AGE: Duration = Duration::from_secs(10);
+/// How long a request may take to arrive, and a response to be taken.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request head read (a scrape's is a few hundred bytes).
+const MAX_REQUEST_BYTES: usize = 16 << 10;
 /// The content type of `/metrics`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -42,11 +55,14 @@ impl Server {
     }
 }
 
+/// The broker's state as last fetched, and when.
+type CachedState = Arc<Mutex<Option<(Instant, BusState)>>>;
+
 /// What a scrape renders: the exporter's counters, the bus's health, the data.
 #[derive(Debug)]
 struct Metrics {
     shared: Arc<super::table::Shared>,
-    bus: Option<BusDir>,
+    state: CachedState,
 }
 
 impl Collector for Metrics {
@@ -98,9 +114,12 @@ impl Collector for Metrics {
             ],
         )?;
         let state = self
-            .bus
-            .as_ref()
-            .and_then(|d| bus_state(d, BROKER_TIMEOUT).ok());
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().cloned())
+            .filter(|(at, _)| at.elapsed() <= BUS_STATE_MAX_AGE)
+            .map(|(_, s)| s);
         encode_health(&mut enc, state.as_ref())?;
         for f in &snap.families {
             gauge(
@@ -121,28 +140,37 @@ pub(crate) fn serve(
     listen: SocketAddr,
     bus: Option<BusDir>,
 ) -> std::io::Result<Server> {
-    let server = tiny_http::Server::http(listen)
-        .map_err(|e| std::io::Error::other(format!("binding {listen}: {e}")))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| std::io::Error::other("the server has no IP address"))?;
+    let listener = TcpListener::bind(listen)?;
+    let addr = listener.local_addr()?;
+    let state: CachedState = Arc::new(Mutex::new(None));
+    if let Some(dir) = bus {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("prometheus-bus-state".into())
+            .spawn(move || {
+                loop {
+                    if let Ok(s) = bus_state(&dir, BROKER_TIMEOUT) {
+                        if let Ok(mut cached) = state.lock() {
+                            *cached = Some((Instant::now(), s));
+                        }
+                    }
+                    std::thread::sleep(BUS_STATE_EVERY);
+                }
+            })?;
+    }
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Metrics { shared, bus }));
+    registry.register_collector(Box::new(Metrics { shared, state }));
     let registry = Arc::new(registry);
     let active = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("prometheus-http".into())
         .spawn(move || {
-            for request in server.incoming_requests() {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
                 if active.fetch_add(1, Ordering::AcqRel) >= MAX_REQUESTS {
                     active.fetch_sub(1, Ordering::AcqRel);
-                    respond(
-                        request,
-                        503,
-                        "text/plain",
-                        "busy: too many scrapes at once\n".into(),
-                    );
+                    refuse_busy(stream, &busy);
                     continue;
                 }
                 let registry = Arc::clone(&registry);
@@ -150,7 +178,7 @@ pub(crate) fn serve(
                 let spawned = std::thread::Builder::new()
                     .name("prometheus-request".into())
                     .spawn(move || {
-                        handle(request, &registry);
+                        handle(stream, &registry);
                         active2.fetch_sub(1, Ordering::AcqRel);
                     });
                 if spawned.is_err() {
@@ -161,37 +189,153 @@ pub(crate) fn serve(
     Ok(Server { addr })
 }
 
-fn handle(request: Request, registry: &Registry) {
-    let path = request.url().split('?').next().unwrap_or("");
-    match path {
-        "/metrics" => {
-            let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => respond(request, 200, CONTENT_TYPE, body),
-                Err(_) => respond(request, 500, "text/plain", "encoding failed\n".into()),
+/// Answers 503 from a short-lived thread (at most [`MAX_BUSY_REPLIES`] at once, each reading
+/// the request first, so that closing does not reset the connection before the client reads
+/// the answer, and bounded by [`BUSY_TIMEOUT`]); beyond that, closes the connection.
+fn refuse_busy(stream: TcpStream, busy: &Arc<AtomicUsize>) {
+    if busy.fetch_add(1, Ordering::AcqRel) >= MAX_BUSY_REPLIES {
+        busy.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let busy2 = Arc::clone(busy);
+    let spawned = std::thread::Builder::new()
+        .name("prometheus-busy".into())
+        .spawn(move || {
+            let mut stream = stream;
+            if stream.set_read_timeout(Some(BUSY_TIMEOUT)).is_ok()
+                && stream.set_write_timeout(Some(BUSY_TIMEOUT)).is_ok()
+            {
+                let _ = read_request(&mut stream);
+                let _ = stream.write_all(&response(
+                    503,
+                    "text/plain",
+                    b"busy: too many scrapes at once\n",
+                ));
             }
-        }
-        "/" => respond(
-            request,
-            200,
-            "text/html; charset=utf-8",
-            "<html><body><a href=\"/metrics\">/metrics</a></body></html>\n".into(),
-        ),
-        _ => respond(
-            request,
-            404,
-            "text/plain",
-            "not found: try /metrics\n".into(),
-        ),
+            busy2.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-fn respond(request: Request, status: u16, content_type: &str, body: String) {
-    let header = Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes())
-        .expect("ASCII content type");
-    let _ = request.respond(
-        Response::from_string(body)
-            .with_status_code(status)
-            .with_header(header),
-    );
+/// Busy replies at most at once (beyond them, connections are closed unanswered).
+const MAX_BUSY_REPLIES: usize = 32;
+/// How long a busy reply may take.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Reads one request (its head; a scrape has no body) and answers it, then closes.
+fn handle(mut stream: TcpStream, registry: &Registry) {
+    if stream.set_read_timeout(Some(IO_TIMEOUT)).is_err()
+        || stream.set_write_timeout(Some(IO_TIMEOUT)).is_err()
+    {
+        return;
+    }
+    let Some(target) = read_request(&mut stream) else {
+        let _ = stream.write_all(&response(400, "text/plain", b"bad request\n"));
+        return;
+    };
+    let answer = match target {
+        Target::Get(path) => match path.split('?').next().unwrap_or("") {
+            "/metrics" => {
+                let mut body = String::new();
+                match prometheus_client::encoding::text::encode(&mut body, registry) {
+                    Ok(()) => response(200, CONTENT_TYPE, body.as_bytes()),
+                    Err(_) => response(500, "text/plain", b"encoding failed\n"),
+                }
+            }
+            "/" => response(
+                200,
+                "text/html; charset=utf-8",
+                b"<html><body><a href=\"/metrics\">/metrics</a></body></html>\n",
+            ),
+            _ => response(404, "text/plain", b"not found: try /metrics\n"),
+        },
+        Target::Other => response(405, "text/plain", b"only GET is served\n"),
+    };
+    let _ = stream.write_all(&answer);
+    let _ = stream.flush();
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    /// `GET` of this path.
+    Get(String),
+    /// Another method.
+    Other,
+}
+
+/// Reads a request head (up to the blank line, at most [`MAX_REQUEST_BYTES`]); `None` if it is
+/// not HTTP, too long, or does not arrive in time.
+fn read_request(stream: &mut impl Read) -> Option<Target> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_REQUEST_BYTES {
+            return None;
+        }
+    }
+    let line = std::str::from_utf8(&head).ok()?.lines().next()?;
+    let mut parts = line.split_whitespace();
+    let (method, path, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    Some(if method == "GET" {
+        Target::Get(path.to_owned())
+    } else {
+        Target::Other
+    })
+}
+
+/// A whole HTTP/1.1 response that closes the connection.
+fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_read_up_to_their_head_and_bad_ones_refused() {
+        let mut get = &b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"[..];
+        assert_eq!(
+            read_request(&mut get),
+            Some(Target::Get("/metrics?x=1".into()))
+        );
+        let mut post = &b"POST /metrics HTTP/1.0\r\n\r\n"[..];
+        assert_eq!(read_request(&mut post), Some(Target::Other));
+        assert_eq!(read_request(&mut &b"garbage\r\n\r\n"[..]), None);
+        assert_eq!(read_request(&mut &b"GET / SPDY/9\r\n\r\n"[..]), None);
+        let long = [b'a'; MAX_REQUEST_BYTES + 10];
+        assert_eq!(read_request(&mut &long[..]), None);
+        let r = String::from_utf8(response(503, "text/plain", b"busy\n")).expect("text");
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
+        assert!(
+            r.contains("Content-Length: 5\r\nConnection: close\r\n\r\nbusy\n"),
+            "{r}"
+        );
+    }
 }

@@ -25,9 +25,9 @@
 //! # What `/metrics` holds
 //!
 //! - Data: see [`names`] for the naming. `demo.step`'s `reward` of producer `demo` is
-//!   `demo_step_reward{producer="demo",schema="demo.step"}`.
-//! - The bus, asked from the broker at each scrape ([`bus_state`]): `snapbus_bus_up`;
-//!   per producer (`producer`, `pid`, tags) `snapbus_producer_records_total`,
+//!   `demo_step_reward{producer="demo",schema="demo.step",pid="4242"}`.
+//! - The bus, asked from the broker every 2 s by a thread of its own ([`bus_state`]):
+//!   `snapbus_bus_up`; per producer (`producer`, `pid`, tags) `snapbus_producer_records_total`,
 //!   `…_dropped_total`, `…_rate_hz`, `…_lane_bytes`, `…_live`; per consumer (`consumer` id,
 //!   `kind`, `pid`) `snapbus_consumer_delivered_total`, `…_lost_total`, `…_lag_bytes` and the
 //!   numeric entries of its status board as `snapbus_consumer_status{key=…}`.
@@ -66,7 +66,10 @@ use snapbus_bus::status::StatusBoard;
 use snapbus_bus::status::StatusValue;
 
 pub use health::{BusStateError, bus_state};
-pub use http::{BROKER_TIMEOUT, CONTENT_TYPE, MAX_REQUESTS, Server};
+pub use http::{
+    BROKER_TIMEOUT, BUS_STATE_EVERY, BUS_STATE_MAX_AGE, CONTENT_TYPE, IO_TIMEOUT, MAX_REQUESTS,
+    Server,
+};
 pub use table::TableCounters;
 
 use crate::fields::{Extracted, decode_group};
@@ -186,6 +189,7 @@ impl Exporter {
             .get(&r.producer.lane_id)
             .cloned()
             .unwrap_or_else(|| Tags {
+                pid: Some(r.producer.pid),
                 session_tag: r.producer.session_tag.map(str::to_owned),
                 perf_tag: r.producer.perf_tag.map(str::to_owned),
             });
@@ -271,6 +275,11 @@ impl Consumer for Exporter {
                 self.on_summary(r, map);
                 return Ok(Flow::Continue);
             }
+            // Bound once a payload decodes: a schema whose records never do has no series.
+            if map.plan.extract(r.payload, &mut self.extracted).is_err() {
+                self.malformed += 1;
+                return Ok(Flow::Continue);
+            }
             let b = self.bind_plain(r);
             self.plain.insert(key, b);
         }
@@ -296,6 +305,7 @@ impl Consumer for Exporter {
                 self.tags.insert(
                     p.lane_id,
                     Tags {
+                        pid: Some(p.pid),
                         session_tag: p.session_tag.map(str::to_owned),
                         perf_tag: p.perf_tag.map(str::to_owned),
                     },

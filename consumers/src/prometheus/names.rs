@@ -113,7 +113,7 @@ impl SchemaMap {
                 let family = metric_name(&format!("{id}_{leaf}"));
                 (!reserved(&family)).then(|| LeafMetric {
                     family: family.into(),
-                    help: format!("Latest value of field {leaf} of schema {id}").into(),
+                    help: help_text(&format!("Latest value of field {leaf} of schema {id}")),
                     stat: None,
                 })
             })
@@ -182,20 +182,41 @@ impl SchemaMap {
     }
 }
 
+/// `text` as a HELP line may hold it (prometheus-client writes HELP as given): backslashes
+/// and line breaks escaped as the exposition formats escape them, other control characters
+/// dropped. A field name is any string, and one line break would spoil every scrape.
+fn help_text(text: &str) -> Arc<str> {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
 /// `group_<field>` as a label name.
 fn group_label(field: &str) -> Cow<'static, str> {
     metric_name(&format!("group_{field}")).into()
 }
 
-/// A producer's run metadata, as labels.
+/// A producer's run metadata, as labels: its pid (two producers of one name, such as forked
+/// workers or two runs, are two series, not one that flips between them), its tags.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Tags {
+    pub(crate) pid: Option<u32>,
     pub(crate) session_tag: Option<String>,
     pub(crate) perf_tag: Option<String>,
 }
 
 impl Tags {
     fn push_into(&self, l: &mut Vec<(Cow<'static, str>, String)>) {
+        if let Some(pid) = self.pid {
+            l.push(("pid".into(), pid.to_string()));
+        }
         if let Some(s) = &self.session_tag {
             l.push(("session_tag".into(), s.clone()));
         }
@@ -242,14 +263,16 @@ fn summary_leaf(id: &str, leaf: &str) -> Option<LeafMetric> {
         }
         return Some(LeafMetric {
             family: family.into(),
-            help: format!("Statistics of field {field} in the windows of {id}").into(),
+            help: help_text(&format!(
+                "Statistics of field {field} in the windows of {id}"
+            )),
             stat: Some(stat),
         });
     }
     let family = metric_name(&format!("{id}_{leaf}"));
     (SUMMARY_SCALARS.contains(&leaf) && !reserved(&family)).then(|| LeafMetric {
         family: family.into(),
-        help: format!("The {leaf} of the last window of {id}").into(),
+        help: help_text(&format!("The {leaf} of the last window of {id}")),
         stat: None,
     })
 }
@@ -257,6 +280,29 @@ fn summary_leaf(id: &str, leaf: &str) -> Option<LeafMetric> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn help_text_escapes_what_would_break_the_exposition() {
+        assert_eq!(
+            &*help_text("field a\nb\\c\u{7} of x"),
+            "field a\\nb\\\\c of x"
+        );
+        let map = SchemaMap::new(
+            &snapbus_schemas::SchemaDescriptor::new(
+                "odd.schema",
+                1,
+                snapbus_schemas::TypeDesc::Struct {
+                    fields: vec![snapbus_schemas::Field::new(
+                        "a\nb",
+                        snapbus_schemas::TypeDesc::F64,
+                    )],
+                },
+            )
+            .expect("a field name may hold a line break"),
+        );
+        let help = &map.leaves[0].as_ref().expect("a leaf").help;
+        assert!(!help.contains('\n'), "{help}");
+    }
 
     #[test]
     fn names_are_sanitised() {

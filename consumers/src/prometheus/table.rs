@@ -5,7 +5,7 @@
 //! one pointer swap. Scrapes clone the `Arc` and render without any lock the reader takes.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,12 +50,19 @@ pub struct TableCounters {
     pub expired_producer_end: u64,
 }
 
+/// The fewest refused series remembered before they are forgotten (see `Table::refused`).
+const MIN_REFUSED_REMEMBERED: usize = 4096;
+
 /// The last value of every series, at most `max_series` of them.
 #[derive(Debug)]
 pub(crate) struct Table {
     slots: Vec<Option<Series>>,
     free: Vec<usize>,
     index: HashMap<(Arc<str>, Labels), usize>,
+    /// Series refused by the cap (each counted once, however often it is bound again after
+    /// an epoch bump; forgotten, all at once, when it holds as many as the cap, or
+    /// [`MIN_REFUSED_REMEMBERED`]).
+    refused: HashSet<(Arc<str>, Labels)>,
     max_series: usize,
     ttl: Duration,
     /// The reader's coarse clock (refreshed at each publish: no clock read per record).
@@ -72,6 +79,7 @@ impl Table {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashMap::new(),
+            refused: HashSet::new(),
             max_series,
             ttl,
             now: Instant::now(),
@@ -97,7 +105,15 @@ impl Table {
             return Slot::At(i);
         }
         if self.index.len() >= self.max_series {
-            self.counters.dropped_cardinality += 1;
+            if self.refused.len() >= self.max_series.max(MIN_REFUSED_REMEMBERED) {
+                self.refused.clear();
+            }
+            if self
+                .refused
+                .insert((Arc::clone(family), Arc::clone(labels)))
+            {
+                self.counters.dropped_cardinality += 1;
+            }
             return Slot::Refused;
         }
         let series = Series {
@@ -282,6 +298,8 @@ mod tests {
         assert_eq!(t.bind(&f, &h, &labels("a"), 2), Slot::At(0));
         assert_eq!(t.bind(&f, &h, &labels("c"), 1), Slot::Refused);
         assert_eq!(t.bind(&f, &h, &labels("d"), 1), Slot::Refused);
+        // Bound again (as after an epoch bump), a refused series is not counted twice.
+        assert_eq!(t.bind(&f, &h, &labels("c"), 1), Slot::Refused);
         t.set(0, 1.5);
         let s = t.publish(0);
         assert_eq!(s.counters.series, 2);

@@ -103,12 +103,11 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
         e.flush().expect("flush");
         e
     });
-    let t0 = Instant::now();
+    // Answered (within the scrape's read timeout) while the reader holds the exporter.
     let (status, body) = scrape(server.addr());
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(status, 200);
-    let want =
-        "lab_step_reward{producer=\"trainer\",schema=\"lab.step\",session_tag=\"run1\"} 0.25";
+    let want = "lab_step_reward{producer=\"trainer\",schema=\"lab.step\",pid=\"1\",\
+                session_tag=\"run1\"} 0.25";
     assert!(body.contains(want), "{body}");
     assert!(body.ends_with("# EOF\n"), "{body}");
     assert!(
@@ -131,13 +130,12 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
 }
 
 #[test]
-fn scrapers_that_never_read_do_not_stall_the_reader() {
+fn clients_that_never_send_or_never_read_do_not_stall_the_reader_or_the_endpoint() {
     let mut e = Exporter::new(PrometheusOptions::default());
     let server = e
         .serve("127.0.0.1:0".parse().expect("addr"), None)
         .expect("serve");
-    // 5000 series: a response far larger than a socket buffer, so a scraper that never reads
-    // keeps its request thread writing.
+    // 5000 series: a response far larger than a socket buffer.
     let fields: Vec<String> = (0..500).map(|i| format!("f{i}")).collect();
     let names: Vec<&str> = fields.iter().map(String::as_str).collect();
     let s = schema("wide", &names);
@@ -148,34 +146,41 @@ fn scrapers_that_never_read_do_not_stall_the_reader() {
     }
     e.flush().expect("flush");
     assert_eq!(e.counters().series, 5000);
-    // More stalled scrapers than request threads: each sends a request and never reads.
-    let stalled: Vec<TcpStream> = (0..MAX_REQUESTS + 4)
-        .map(|_| {
-            let mut c = TcpStream::connect(server.addr()).expect("connect");
-            c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-                .expect("write");
-            c
-        })
+    // Every request thread taken: clients that connect and never finish a request, and
+    // clients that ask (several requests on one connection) and never read.
+    let mut stalled: Vec<TcpStream> = (0..MAX_REQUESTS / 2)
+        .map(|_| TcpStream::connect(server.addr()).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
-    // The reader goes on at full speed, publishing as usual.
-    let t0 = Instant::now();
-    for round in 0..20 {
+    for _ in 0..MAX_REQUESTS - MAX_REQUESTS / 2 {
+        let mut c = TcpStream::connect(server.addr()).expect("connect");
+        c.write_all(&b"GET /metrics HTTP/1.1\r\n\r\n".repeat(50))
+            .expect("write");
+        stalled.push(c);
+    }
+    // The next scraper is told at once that the endpoint is busy (a hang fails the scrape's
+    // read timeout) — once every request thread is taken, which it awaits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _) = scrape(server.addr());
+        if status == 503 {
+            break;
+        }
+        assert_eq!(status, 200, "a scrape before the threads were all taken");
+        assert!(
+            Instant::now() < deadline,
+            "the request threads were never all taken"
+        );
+    }
+    // The reader goes on, publishing as usual.
+    for _ in 0..20 {
         for (i, p) in producers.iter().enumerate() {
             feed(&mut e, producer(p, i as u64), &s, &values);
         }
         e.flush().expect("flush");
-        assert!(t0.elapsed() < Duration::from_secs(10), "round {round}");
     }
-    // A new scraper is answered promptly: 200, or 503 if the request threads are all still
-    // writing to the stalled ones (the kernel's socket buffers usually absorb these bodies).
-    let t1 = Instant::now();
-    let (status, _) = scrape(server.addr());
-    assert!(status == 503 || status == 200, "{status}");
-    assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
     drop(stalled);
-    // Once they are gone, scrapes are served again.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Once they are gone, scrapes are served again, with what the reader published.
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = scrape(server.addr());
         if status == 200 {
@@ -214,6 +219,6 @@ fn malformed_payloads_are_counted_not_exported() {
     e.flush().expect("flush");
     assert_eq!(e.board().get("malformed"), Some(StatusValue::Count(1)));
     assert_eq!(e.board().get("last_scrape_secs"), None, "never scraped");
-    // The series exists (bound) but holds no value yet: NaN.
-    assert_eq!(e.counters().series, 1);
+    // No series for a schema none of whose records decoded (not a NaN one).
+    assert_eq!(e.counters().series, 0);
 }
