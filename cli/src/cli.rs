@@ -48,7 +48,8 @@ pub(crate) enum Command {
     Demo(DemoArgs),
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
-    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`.
+    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`,
+    /// `rerun`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.
@@ -305,6 +306,9 @@ pub(crate) enum ExportFormat {
     Parquet,
     /// An MCAP file with JSON messages and JSON Schemas (opens in Foxglove).
     McapJson,
+    /// A rerun `.rrd` file, written by the rerun bridge (`snapbus rerun --help`; a Python with
+    /// rerun-sdk==0.36.3: --python).
+    Rrd,
 }
 
 /// Options of `snapbus export`.
@@ -325,6 +329,10 @@ pub(crate) struct ExportArgs {
     /// Overwrite existing output.
     #[arg(long)]
     pub(crate) force: bool,
+    /// For --format rrd: the Python interpreter of the rerun bridge (default:
+    /// $SNAPBUS_RERUN_PYTHON, else $SNAPBUS_PYTHON, else `python3` on $PATH).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) python: Option<String>,
 }
 
 /// How many workers `spawn` starts.

@@ -31,6 +31,7 @@ use crate::command::aggregate::AggregateArgs;
 use crate::command::plot::PlotArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
+use crate::command::rerun::RerunArgs;
 use crate::command::{attach, spawn};
 
 /// The built-in consumers, in the order `attach --help` lists them.
@@ -39,6 +40,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PlotArgs>(),
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    ConsumerKind::of::<RerunArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
@@ -444,6 +446,10 @@ mod tests {
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
+            "rerun" => {
+                "--schema a.* --connect rerun+http://127.0.0.1:1/proxy --spawn --save OUT/r.rrd \
+                 --timeline ep --from oldest --python /bin/sh"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.split_whitespace()

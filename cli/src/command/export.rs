@@ -80,6 +80,9 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         // Before anything is opened or created.
         bail!(NO_PARQUET);
     }
+    if args.format == ExportFormat::Rrd {
+        return crate::command::rerun::export(args);
+    }
     let globs = crate::bus::globs(&args.schemas)?;
     let input =
         File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
@@ -111,6 +114,7 @@ fn create_sink(args: &ExportArgs) -> anyhow::Result<Box<dyn Sink>> {
         ExportFormat::Csv => Box::new(tables::Tables::new(&args.output, tables::csv_format())),
         ExportFormat::Parquet => parquet_sink(&args.output)?,
         ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(&args.output)?),
+        ExportFormat::Rrd => bail!("the rrd export is the rerun bridge's (command/rerun.rs)"),
     })
 }
 

@@ -16,6 +16,7 @@ pub(crate) mod plot;
 pub(crate) mod python;
 pub(crate) mod record;
 mod replay;
+pub(crate) mod rerun;
 mod schemas;
 mod snapshot;
 pub(crate) mod spawn;
