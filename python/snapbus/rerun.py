@@ -37,6 +37,7 @@ import socket
 import sys
 import time
 import urllib.parse
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .consumer import Consumer, ProducerChange, run
@@ -159,23 +160,38 @@ def check_save_path(path: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Mapping: a per-schema plan of leaves, buffered in columns between flushes.
+# Mapping: a plan per (schema, producer), compiled from its first record; rows buffered in
+# columns between flushes.
 # ---------------------------------------------------------------------------------------------
 
+Path = Tuple[str, ...]
+Getter = Callable[[Any], Any]
 
-def _leaves(value: Any, path: Tuple[str, ...], out: List[Tuple[Tuple[str, ...], Any]]) -> None:
-    """Every leaf of a decoded payload, with its field path."""
+
+def _leaves(value: Any, path: Path, get: Getter, out: List[Tuple[Path, Getter, Any]]) -> None:
+    """Every leaf of a decoded payload: its field path, how to get it from a payload of the
+    same shape, and its value here."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
-            _leaves(getattr(value, f.name), (*path, f.name), out)
+            _leaves(getattr(value, f.name), (*path, f.name), _then(get, attrgetter(f.name)), out)
     elif isinstance(value, dict):
         for k, v in value.items():
-            _leaves(v, (*path, str(k)), out)
+            _leaves(v, (*path, str(k)), _then(get, itemgetter(k)), out)
     elif isinstance(value, (list, tuple)) and value and not _is_numeric_list(value):
         for i, v in enumerate(value):
-            _leaves(v, (*path, str(i)), out)
+            _leaves(v, (*path, str(i)), _then(get, itemgetter(i)), out)
     else:
-        out.append((path, value))
+        out.append((path, get, value))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _then(first: Getter, second: Getter) -> Getter:
+    if first is _identity:
+        return second
+    return lambda value: second(first(value))
 
 
 def _is_numeric_list(value: Sequence[Any]) -> bool:
@@ -183,33 +199,34 @@ def _is_numeric_list(value: Sequence[Any]) -> bool:
 
 
 class _Column:
-    """One entity's buffered rows: the batch rows they belong to and their values."""
+    """One entity's buffered rows: the rows of its batch they belong to (None: every row) and
+    their values."""
 
-    __slots__ = ("kind", "rows", "shape", "values")
+    __slots__ = ("kind", "path", "rows", "shape", "values")
 
-    def __init__(self, kind: str, shape: Tuple[int, ...] = ()) -> None:
+    def __init__(self, path: Path, kind: str, shape: Tuple[int, ...] = ()) -> None:
+        self.path = path
         self.kind = kind
         self.shape = shape
-        self.rows: List[int] = []
+        self.rows: Optional[List[int]] = []
         self.values: List[Any] = []
 
 
 class _Batch:
-    """The records of one (producer, schema) since the last flush, in columns."""
+    """The records of one entity prefix (producer, schema) since the last flush, in columns."""
 
-    __slots__ = ("columns", "seqs", "times")
+    __slots__ = ("columns", "prefix", "seqs", "times")
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: Path) -> None:
+        self.prefix = prefix
         self.times: List[int] = []
         self.seqs: Dict[str, List[int]] = {}
-        self.columns: Dict[Tuple[Tuple[str, ...], str, Tuple[int, ...]], _Column] = {}
+        self.columns: Dict[Tuple[Path, str, Tuple[int, ...]], _Column] = {}
 
 
 def _kind(value: Any, np: Any) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """How a leaf is shown: (kind, shape), or None (not shown)."""
-    if isinstance(value, bool):
-        return ("scalar", ())
-    if isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         return ("scalar", ())
     if isinstance(value, str):
         return ("text", ())
@@ -226,16 +243,55 @@ def _kind(value: Any, np: Any) -> Optional[Tuple[str, Tuple[int, ...]]]:
             return ("scalar", ())
         if nd == 1:
             return ("series" if shape[0] <= SERIES_MAX else "bars", ())
-        dtype = "uint8" if value.dtype.kind == "b" else str(value.dtype)
+        dtype = "uint8" if value.dtype.kind == "b" else value.dtype.name
         if dtype not in _INT_DTYPES:
             return ("tensor", ())
         if nd == 2:
-            kind = "depth" if value.dtype.kind == "f" else "image"
-            return (kind, shape)
+            return ("depth" if value.dtype.kind == "f" else "image", shape)
         if nd == 3 and shape[2] in _COLOR_MODELS:
             return ("image", shape)
         return ("tensor", ())
     return None
+
+
+def _checker(value: Any, kind: str, np: Any) -> Callable[[Any], bool]:
+    """A fast test that a later value of the same leaf is shown the same way."""
+    if kind == "scalar" and not isinstance(value, np.ndarray):
+        scalar_types = (int, float, bool)
+        return lambda v: type(v) in scalar_types
+    if kind == "text":
+        return lambda v: type(v) is str
+    if isinstance(value, np.ndarray):
+        shape, dtype, ndarray = value.shape, value.dtype, np.ndarray
+        return lambda v: type(v) is ndarray and v.shape == shape and v.dtype == dtype
+    t, n = type(value), len(value)
+    return lambda v: type(v) is t and len(v) == n
+
+
+class _Plan:
+    """Where each leaf of the records of one (schema, producer) goes: a dense batch, each
+    record a row of every column. A record that does not fit takes the general path."""
+
+    __slots__ = ("batch", "checks", "columns", "getters", "prefix", "timelines")
+
+    def __init__(self, prefix: Path) -> None:
+        self.prefix = prefix
+        self.getters: List[Getter] = []
+        self.checks: List[Callable[[Any], bool]] = []
+        self.columns: List[Tuple[Path, str, Tuple[int, ...]]] = []
+        self.timelines: List[Tuple[str, Getter]] = []
+        self.batch: Optional[_Batch] = None
+
+    def new_batch(self) -> _Batch:
+        batch = _Batch(self.prefix)
+        for name, _ in self.timelines:
+            batch.seqs[name] = []
+        for path, kind, shape in self.columns:
+            col = _Column(path, kind, shape)
+            col.rows = None
+            batch.columns[(path, kind, shape)] = col
+        self.batch = batch
+        return batch
 
 
 class Bridge(Consumer):
@@ -262,26 +318,46 @@ class Bridge(Consumer):
         self.timelines = tuple(timelines)
         self.events = 0
         """Records received."""
-        self.sent = 0
-        """Records sent to rerun (flushed)."""
         self.lost = 0
         """Records lost before the bridge could read them (`on_lag`)."""
-        self._batches: Dict[Tuple[str, str], _Batch] = {}
-        self._plans: Dict[Tuple[int, str], Callable[[Event], None]] = {}
-        self._paths: Dict[Tuple[str, ...], str] = {}
+        self._plans: Dict[Tuple[int, str], Optional[_Plan]] = {}
+        self._live: List[_Plan] = []
+        self._batches: Dict[Path, _Batch] = {}
+        self._paths: Dict[Path, str] = {}
         self._formats: Dict[str, Any] = {}
-        self._pending = 0
 
     # -- hooks ---------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
         self.events += 1
-        self._pending += 1
         key = (event.schema.fingerprint, event.producer.name)
-        plan = self._plans.get(key)
+        try:
+            plan = self._plans[key]
+        except KeyError:
+            plan = self._plans[key] = self._compile(event)
         if plan is None:
-            plan = self._plans[key] = self._plan(event)
-        plan(event)
+            self._place(event)
+            return
+        payload = event.payload
+        try:
+            values = [get(payload) for get in plan.getters]
+        except (AttributeError, LookupError, TypeError):
+            self._place(event)
+            return
+        for check, v in zip(plan.checks, values):
+            if not check(v):
+                self._place(event)
+                return
+        batch = plan.batch
+        if batch is None:
+            batch = plan.new_batch()
+            self._live.append(plan)
+        batch.times.append(event.t_nanos)
+        seqs = batch.seqs
+        for name, get in plan.timelines:
+            seqs[name].append(get(payload))
+        for col, v in zip(batch.columns.values(), values):
+            col.values.append(v)
 
     def on_lag(self, producer: Producer, lost: int) -> None:
         self.lost += lost
@@ -300,11 +376,14 @@ class Bridge(Consumer):
             self._text(p.name, f"producer {p.name} (pid {p.pid}) {change.kind}", "INFO")
 
     def flush(self) -> None:
+        live, self._live = self._live, []
+        for plan in live:
+            if plan.batch is not None:
+                self._send(plan.batch)
+                plan.batch = None
         batches, self._batches = self._batches, {}
-        for (producer, schema), batch in batches.items():
-            self._send(producer, schema, batch)
-        self.sent += self._pending
-        self._pending = 0
+        for batch in batches.values():
+            self._send(batch)
 
     # -- mapping -------------------------------------------------------------------------------
 
@@ -313,154 +392,124 @@ class Bridge(Consumer):
         self.rec.set_time("time", timestamp=self.np.datetime64(time.time_ns(), "ns"))
         self.rec.log(self._path((producer, "snapbus")), rr.TextLog(text, level=level))
 
-    def _path(self, parts: Tuple[str, ...]) -> str:
+    def _path(self, parts: Path) -> str:
         path = self._paths.get(parts)
         if path is None:
             path = self._paths[parts] = self.rr.new_entity_path(list(parts))
         return path
 
-    def _is_timeline(self, path: Tuple[str, ...], value: Any) -> bool:
+    def _is_timeline(self, path: Path, value: Any) -> bool:
         if not isinstance(value, int) or isinstance(value, bool):
             return False
         return path[-1] in self.timelines or ".".join(path) in self.timelines
 
-    def _plan(self, event: Event) -> Callable[[Event], None]:
-        """What to do with each record of this schema from this producer: where each leaf
-        goes, decided on the first record (and re-decided for a record that differs)."""
+    def _compile(self, event: Event) -> Optional[_Plan]:
+        """The plan of the records like `event` (None: the aggregator's summaries, whose
+        entities depend on their values, take the general path)."""
+        if event.schema.id.endswith(".summary"):
+            return None
+        leaves: List[Tuple[Path, Getter, Any]] = []
+        _leaves(event.payload, (), _identity, leaves)
+        plan = _Plan((event.producer.name, event.schema.id))
+        for path, get, value in leaves:
+            if self._is_timeline(path, value):
+                plan.timelines.append((".".join(path), get))
+            shown = _kind(value, self.np)
+            if shown is None:
+                continue
+            plan.getters.append(get)
+            plan.checks.append(_checker(value, shown[0], self.np))
+            plan.columns.append((path, *shown))
+        return plan
+
+    def _place(self, event: Event) -> None:
+        """The general path: a record's leaves found one by one, into sparse columns."""
         schema = event.schema.id
-        summary = schema.endswith(".summary")
-        np = self.np
+        leaves: List[Tuple[Path, Getter, Any]] = []
+        _leaves(event.payload, (), _identity, leaves)
+        prefix: Path = (event.producer.name, schema)
+        timelines: List[Tuple[str, int]] = []
+        if schema.endswith(".summary"):
+            # `/<summarised producer>/<schema>/<window>/...`, on a timeline named after the
+            # window whose values are the summaries' indexes.
+            top = {p[0]: v for p, _, v in leaves if len(p) == 1}
+            window = str(top.get("window", "window"))
+            prefix = (str(top.get("producer", event.producer.name)), schema, window)
+            index = top.get("index")
+            if isinstance(index, int):
+                timelines.append((window, index))
+            leaves = [leaf for leaf in leaves if leaf[0][0] not in _SUMMARY_SKIP]
+        for path, _, value in leaves:
+            if self._is_timeline(path, value):
+                timelines.append((".".join(path), value))
+        batch = self._batches.get(prefix)
+        if batch is None:
+            batch = self._batches[prefix] = _Batch(prefix)
+        row = len(batch.times)
+        batch.times.append(event.t_nanos)
+        for name, v in timelines:
+            seq = batch.seqs.get(name)
+            if seq is None:
+                seq = batch.seqs[name] = [-1] * row
+            seq.append(v)
+        for seq in batch.seqs.values():
+            if len(seq) <= row:
+                seq.append(-1)
+        for path, _, value in leaves:
+            shown = _kind(value, self.np)
+            if shown is None:
+                continue
+            ckey = (path, *shown)
+            col = batch.columns.get(ckey)
+            if col is None:
+                col = batch.columns[ckey] = _Column(path, *shown)
+            assert col.rows is not None
+            col.rows.append(row)
+            col.values.append(value)
 
-        def place(ev: Event) -> None:
-            payload = ev.payload
-            leaves: List[Tuple[Tuple[str, ...], Any]] = []
-            _leaves(payload, (), leaves)
-            producer = ev.producer.name
-            prefix: Tuple[str, ...] = (producer, schema)
-            timelines: List[Tuple[str, int]] = []
-            if summary:
-                got = dict((p[0], v) for p, v in leaves if len(p) == 1)
-                window = str(got.get("window", "window"))
-                prefix = (str(got.get("producer", producer)), schema, window)
-                index = got.get("index")
-                if isinstance(index, int):
-                    timelines.append((window, index))
-                leaves = [(p, v) for p, v in leaves if p[0] not in _SUMMARY_SKIP]
-            for path, value in leaves:
-                if self._is_timeline(path, value):
-                    timelines.append((".".join(path), value))
-            key = (prefix[0], "/".join(prefix[1:]))
-            batch = self._batches.get(key)
-            if batch is None:
-                batch = self._batches[key] = _Batch()
-            row = len(batch.times)
-            batch.times.append(ev.t_nanos)
-            for name, v in timelines:
-                seq = batch.seqs.get(name)
-                if seq is None:
-                    # A timeline first seen mid-batch: earlier rows get -1 (never happens
-                    # within one schema version).
-                    seq = batch.seqs[name] = [-1] * row
-                seq.append(v)
-            for seq in batch.seqs.values():
-                if len(seq) <= row:
-                    seq.append(-1)
-            for path, value in leaves:
-                shown = _kind(value, np)
-                if shown is None:
-                    continue
-                kind, shape = shown
-                ckey = (path, kind, shape)
-                col = batch.columns.get(ckey)
-                if col is None:
-                    col = batch.columns[ckey] = _Column(kind, shape)
-                col.rows.append(row)
-                col.values.append(value)
-
-        return place
-
-    def _send(self, producer: str, where: str, batch: _Batch) -> None:
+    def _send(self, batch: _Batch) -> None:
         rr, np = self.rr, self.np
         n = len(batch.times)
         if n == 0:
             return
         times = np.asarray(batch.times, dtype=np.int64)
         seqs = {k: np.asarray(v, dtype=np.int64) for k, v in batch.seqs.items()}
-        prefix = (producer, *where.split("/"))
-        for (path, kind, shape), col in batch.columns.items():
-            entity = self._path((*prefix, *path))
-            rows = col.rows
-            if len(rows) == n:
-                t = times
-                s = seqs
+        for col in batch.columns.values():
+            entity = self._path((*batch.prefix, *col.path))
+            if col.rows is None or len(col.rows) == n:
+                t, s = times, seqs
             else:
-                ix = np.asarray(rows, dtype=np.int64)
+                ix = np.asarray(col.rows, dtype=np.int64)
                 t = times[ix]
                 s = {k: v[ix] for k, v in seqs.items()}
             indexes = [rr.TimeColumn("time", timestamp=t.view("datetime64[ns]"))]
             for name, v in s.items():
                 if (v >= 0).all():
                     indexes.append(rr.TimeColumn(name, sequence=v))
-            self._send_column(entity, kind, shape, col.values, indexes, t, s)
+            self._send_column(entity, col, indexes, t, s)
 
     def _send_column(
-        self,
-        entity: str,
-        kind: str,
-        shape: Tuple[int, ...],
-        values: List[Any],
-        indexes: List[Any],
-        t: Any,
-        s: Dict[str, Any],
+        self, entity: str, col: _Column, indexes: List[Any], t: Any, s: Dict[str, Any]
     ) -> None:
         rr, np, rec = self.rr, self.np, self.rec
-        n = len(values)
+        kind, values, n = col.kind, col.values, len(col.values)
         if kind == "scalar":
             arr = np.asarray(values, dtype=np.float64)
             rec.send_columns(entity, indexes=indexes, columns=rr.Scalars.columns(scalars=arr))
         elif kind == "series":
-            lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=n)
-            flat = np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values])
+            arr = np.asarray(values, dtype=np.float64) if _same_length(values) else None
+            if arr is not None and arr.ndim == 2:
+                flat, lengths = arr.ravel(), np.full(n, arr.shape[1], dtype=np.int64)
+            else:
+                flat = np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values])
+                lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=n)
             cols = rr.Scalars.columns(scalars=flat).partition(lengths)
             rec.send_columns(entity, indexes=indexes, columns=cols)
         elif kind == "text":
-            rec.send_columns(
-                entity,
-                indexes=indexes,
-                columns=rr.TextLog.columns(text=[str(v) for v in values]),
-            )
+            text = rr.TextLog.columns(text=[str(v) for v in values])
+            rec.send_columns(entity, indexes=indexes, columns=text)
         elif kind in ("image", "depth"):
-            stack = np.stack(values)
-            if stack.dtype.kind == "b":
-                stack = stack.astype(np.uint8)
-            h, w = shape[0], shape[1]
-            channels = shape[2] if len(shape) == 3 else 1
-            dtype = _INT_DTYPES[str(stack.dtype)]
-            buffers = np.ascontiguousarray(stack).reshape(n, -1).view(np.uint8)
-            archetype = rr.DepthImage if kind == "depth" else rr.Image
-            fmt_key = (w, h, channels, dtype)
-            if kind == "depth":
-                fmt = rr.components.ImageFormat(width=w, height=h, channel_datatype=dtype)
-            else:
-                fmt = rr.components.ImageFormat(
-                    width=w, height=h, color_model=_COLOR_MODELS[channels], channel_datatype=dtype
-                )
-            known = self._formats.get(entity)
-            if known is None:
-                # The common case: one shape per entity, its format sent once (static).
-                self._formats[entity] = fmt_key
-                static = {"format": fmt}
-                if kind == "depth":
-                    static["colormap"] = "viridis"
-                rec.log(entity, archetype.from_fields(**static), static=True)
-                columns = archetype.columns(buffer=buffers)
-            elif known == fmt_key:
-                columns = archetype.columns(buffer=buffers)
-            else:
-                # The shape changed: from now on every row carries its format.
-                self._formats[entity] = "varying"
-                columns = archetype.columns(buffer=buffers, format=[fmt] * n)
-            rec.send_columns(entity, indexes=indexes, columns=columns)
+            rec.send_columns(entity, indexes=indexes, columns=self._images(entity, col))
         else:
             # Tensors and bar charts: rerun has no columns of them; one log call per record.
             for i, v in enumerate(values):
@@ -469,11 +518,48 @@ class Bridge(Consumer):
                     if seq[i] >= 0:
                         rec.set_time(name, sequence=int(seq[i]))
                 arr = np.asarray(v)
-                if kind == "bars":
-                    rec.log(entity, rr.BarChart(arr))
-                else:
-                    rec.log(entity, rr.Tensor(arr))
+                rec.log(entity, rr.BarChart(arr) if kind == "bars" else rr.Tensor(arr))
             rec.reset_time()
+
+    def _images(self, entity: str, col: _Column) -> Any:
+        """The columns of a batch of images (or depth images) of one shape."""
+        rr, np = self.rr, self.np
+        n, shape = len(col.values), col.shape
+        stack = np.stack(col.values)
+        if stack.dtype.kind == "b":
+            stack = stack.astype(np.uint8)
+        h, w = shape[0], shape[1]
+        channels = shape[2] if len(shape) == 3 else 1
+        dtype = _INT_DTYPES[stack.dtype.name]
+        buffers = stack.reshape(n, -1).view(np.uint8)
+        depth = col.kind == "depth"
+        archetype = rr.DepthImage if depth else rr.Image
+        fmt_key = (w, h, channels, dtype)
+        if depth:
+            fmt = rr.components.ImageFormat(width=w, height=h, channel_datatype=dtype)
+        else:
+            model = _COLOR_MODELS[channels]
+            fmt = rr.components.ImageFormat(
+                width=w, height=h, color_model=model, channel_datatype=dtype
+            )
+        known = self._formats.get(entity)
+        if known is None:
+            # The common case: one shape per entity, its format sent once (static).
+            self._formats[entity] = fmt_key
+            static: Dict[str, Any] = {"format": fmt}
+            if depth:
+                static["colormap"] = "viridis"
+            self.rec.log(entity, archetype.from_fields(**static), static=True)
+        elif known != fmt_key:
+            # The shape changed: from now on every row carries its format.
+            self._formats[entity] = "varying"
+            return archetype.columns(buffer=buffers, format=[fmt] * n)
+        return archetype.columns(buffer=buffers)
+
+
+def _same_length(values: List[Any]) -> bool:
+    first = len(values[0])
+    return all(len(v) == first for v in values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,9 +588,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flush-every", type=float, default=0.2, metavar="SECONDS")
     p.add_argument("--from-recording", metavar="FILE.mcap")
     p.add_argument("--recording-name", default=None)
-    p.add_argument(
-        "--check", action="store_true", help="check the arguments and rerun, then exit"
-    )
+    p.add_argument("--check", action="store_true", help="check the arguments and rerun, then exit")
     return p
 
 
