@@ -78,7 +78,8 @@ def drain(rr: Any, out: Path, glob: str, expect: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     rec.disconnect()
     if summary.delivered != expect or summary.lost:
-        raise RuntimeError(f"{glob}: delivered {summary.delivered} of {expect}, lost {summary.lost}")
+        got = f"delivered {summary.delivered} of {expect}, lost {summary.lost}"
+        raise RuntimeError(f"{glob}: {got}")
     return {
         "events": summary.delivered,
         "seconds": round(elapsed, 3),
@@ -143,9 +144,9 @@ def main() -> int:
     try:
         steps = 1000
         episodes = max(1, n // steps)
+        demo = [cli(), "demo", "--no-echo", "--rate", "0", "--episodes", str(episodes)]
         subprocess.run(
-            [cli(), "demo", "--no-echo", "--rate", "0", "--episodes", str(episodes)]
-            + ["--steps", str(steps)],
+            [*demo, "--steps", str(steps)],
             env=env,
             capture_output=True,
             check=True,
