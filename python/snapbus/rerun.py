@@ -40,7 +40,7 @@ import urllib.parse
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .consumer import Consumer, ProducerChange, run
+from .consumer import STOP, Consumer, ProducerChange, run
 from .subscription import Event, Producer
 
 __all__ = ["RERUN_PIN", "Bridge", "main"]
@@ -320,6 +320,8 @@ class Bridge(Consumer):
         """Records received."""
         self.lost = 0
         """Records lost before the bridge could read them (`on_lag`)."""
+        self.stopping = False
+        """Set (by a signal handler) to stop: `on_event` returns STOP, `flush` raises."""
         self._plans: Dict[Tuple[int, str], Optional[_Plan]] = {}
         self._live: List[_Plan] = []
         self._batches: Dict[Path, _Batch] = {}
@@ -328,7 +330,11 @@ class Bridge(Consumer):
 
     # -- hooks ---------------------------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: Event) -> Any:
+        self._on_event(event)
+        return STOP if self.stopping else None
+
+    def _on_event(self, event: Event) -> None:
         self.events += 1
         key = (event.schema.fingerprint, event.producer.name)
         try:
@@ -384,6 +390,9 @@ class Bridge(Consumer):
         batches, self._batches = self._batches, {}
         for batch in batches.values():
             self._send(batch)
+        if self.stopping:
+            self.stopping = False
+            raise _Terminated
 
     # -- mapping -------------------------------------------------------------------------------
 
@@ -568,8 +577,9 @@ def _same_length(values: List[Any]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Terminated(Exception):
-    """SIGTERM (the broker stopping a supervised consumer): flush and exit 0."""
+class _Terminated(BaseException):
+    """Raised by `Bridge.flush` once a stop was asked for (a BaseException: rerun's SDK turns
+    the Exceptions raised inside its calls into warnings)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -675,9 +685,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
 
             def terminated(signum: int, frame: Any) -> None:
-                raise _Terminated
+                # Never raised in the middle of a hook (a batch half-written): the bridge
+                # stops after the record it is on, or at its next flush when idle.
+                bridge.stopping = True
 
             signal.signal(signal.SIGTERM, terminated)
+            signal.signal(signal.SIGINT, terminated)
             try:
                 run(
                     bridge,
@@ -686,7 +699,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     bus=ns.bus,
                     flush_every=ns.flush_every,
                 )
-            except (_Terminated, KeyboardInterrupt):
+            except _Terminated:
                 pass
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -712,6 +725,8 @@ def _entry() -> int:
     except (RerunMissing, ValueError, OSError) as e:
         print(f"snapbus rerun: {e}", file=sys.stderr)
         code = 1
+    except KeyboardInterrupt:
+        code = 130
     finally:
         _report_exit(code)
     return code
