@@ -705,6 +705,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         rec.flush(timeout_sec=30.0)
         rec.disconnect()
+    if ns.from_recording and ns.schema and bridge.events == 0:
+        if ns.save:
+            os.unlink(ns.save)
+        raise ValueError(f"no record of {ns.from_recording} matches --schema {' '.join(ns.schema)}")
     print(
         f"snapbus rerun: {bridge.events} records, {bridge.lost} lost",
         file=sys.stderr,

@@ -165,7 +165,9 @@ def check_demo(tables: Dict[str, Rows], summaries: bool) -> None:
     """The demo's steps, with the right values, timelines and counts."""
     reward = tables["/demo/demo.step/reward"]
     assert len(reward) == EPISODES * STEPS, reward
-    got = sorted((int(r["episode"]), int(r["step"]), numbers(r["Scalars:scalars"])[0]) for r in reward)
+    got = sorted(
+        (int(r["episode"]), int(r["step"]), numbers(r["Scalars:scalars"])[0]) for r in reward
+    )
     want = [
         (e, s, pytest.approx(demo_step_expected(e, s)["reward"]))
         for e in range(EPISODES)
@@ -221,9 +223,9 @@ def test_save_while_the_demo_runs_then_verify_and_print(rbus: Bus, tmp_path: Pat
     total = EPISODES * (STEPS + 1) + EPISODES + 1
     wait_until(f"{total} records at the bridge", lambda: delivered(rbus, cid)[0] >= total)
     detach(rbus, cid)
-    assert "verified without error" in rrd("verify", str(out)).stdout + rrd(
-        "verify", str(out)
-    ).stderr
+    assert (
+        "verified without error" in rrd("verify", str(out)).stdout + rrd("verify", str(out)).stderr
+    )
     tables = rrd_tables(out)
     check_demo(tables, summaries=True)
     log = tables["/demo/snapbus"]
@@ -240,11 +242,8 @@ def test_connect_streams_to_a_rerun_grpc_server(rbus: Bus, tmp_path: Path) -> No
     port = free_port()
     got = tmp_path / "server.rrd"
     # A rerun gRPC server on loopback that writes what it receives into a file.
-    server = Proc(
-        [rerun_cli(), "--serve-grpc", "--bind", "127.0.0.1", "--port", str(port)]
-        + ["--save", str(got)],
-        dict(os.environ),
-    )
+    serve = ["--serve-grpc", "--bind", "127.0.0.1", "--port", str(port)]
+    server = Proc([rerun_cli(), *serve, "--save", str(got)], dict(os.environ))
     rbus.procs.append(server)
 
     def listening() -> bool:
@@ -325,6 +324,12 @@ def test_export_rrd_of_a_ring_snapshot(rbus: Bus, tmp_path: Path) -> None:
     rbus.cli("export", "--format", "rrd", str(snap), "-o", str(out))
     rrd("verify", str(out))
     check_demo(rrd_tables(out), summaries=True)
+    # A --schema that matches nothing fails, and leaves no file.
+    none = tmp_path / "none.rrd"
+    args = ("export", "--format", "rrd", str(snap), "-o", str(none), "--schema", "nope.*")
+    nothing = rbus.cli(*args, check=False)
+    assert nothing.returncode != 0 and "matches --schema nope.*" in nothing.stderr, nothing
+    assert not none.exists()
     # An existing output is refused without --force.
     again = rbus.cli("export", "--format", "rrd", str(snap), "-o", str(out), check=False)
     assert again.returncode != 0 and "--force" in again.stderr
@@ -350,7 +355,14 @@ def test_bad_input_fails_before_attach_returns(rbus: Bus, tmp_path: Path) -> Non
     assert not (tmp_path / "x.rrd").exists()
     snap = tmp_path / "none.mcap"
     exported = rbus.cli(
-        "export", "--format", "rrd", "--python", sys.executable, str(snap), "-o", "y.rrd",
+        "export",
+        "--format",
+        "rrd",
+        "--python",
+        sys.executable,
+        str(snap),
+        "-o",
+        "y.rrd",
         check=False,
     )
     assert exported.returncode != 0 and "none.mcap" in exported.stderr, exported.stderr

@@ -149,6 +149,7 @@ impl BuiltinConsumer for RerunArgs {
     }
 
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+        crate::bus::globs(&self.schemas)?;
         let python = interpreter(self.python.as_deref())?;
         check_bridge(&python, &self.bridge_args())
     }
@@ -181,6 +182,8 @@ impl BuiltinConsumer for RerunArgs {
 /// `snapbus export --format rrd FILE -o OUT.rrd`: the bridge reads the recording
 /// (`--from-recording`) and writes the `.rrd`, with the same mapping.
 pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
+    // The bridge matches with `fnmatch`: the same as a valid glob (only `*` and `?`).
+    crate::bus::globs(&args.schemas)?;
     std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
     if args.output.exists() && !args.force {
         bail!(
