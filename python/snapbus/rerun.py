@@ -168,18 +168,35 @@ Path = Tuple[str, ...]
 Getter = Callable[[Any], Any]
 
 
-def _leaves(value: Any, path: Path, get: Getter, out: List[Tuple[Path, Getter, Any]]) -> None:
+Guard = Tuple[Getter, Callable[[Any], bool]]
+
+
+def _leaves(
+    value: Any,
+    path: Path,
+    get: Getter,
+    out: List[Tuple[Path, Getter, Any]],
+    guards: Optional[List[Guard]] = None,
+) -> None:
     """Every leaf of a decoded payload: its field path, how to get it from a payload of the
-    same shape, and its value here."""
+    same shape, and its value here. `guards`: what a payload must keep for those getters to
+    find the same leaves (a map's keys, a list of structs' length)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
-            _leaves(getattr(value, f.name), (*path, f.name), _then(get, attrgetter(f.name)), out)
+            sub = _then(get, attrgetter(f.name))
+            _leaves(getattr(value, f.name), (*path, f.name), sub, out, guards)
     elif isinstance(value, dict):
+        if guards is not None:
+            keys = set(value)
+            guards.append((get, lambda v: type(v) is dict and v.keys() == keys))
         for k, v in value.items():
-            _leaves(v, (*path, str(k)), _then(get, itemgetter(k)), out)
+            _leaves(v, (*path, str(k)), _then(get, itemgetter(k)), out, guards)
     elif isinstance(value, (list, tuple)) and value and not _is_numeric_list(value):
+        if guards is not None:
+            n = len(value)
+            guards.append((get, lambda v: len(v) == n))
         for i, v in enumerate(value):
-            _leaves(v, (*path, str(i)), _then(get, itemgetter(i)), out)
+            _leaves(v, (*path, str(i)), _then(get, itemgetter(i)), out, guards)
     else:
         out.append((path, get, value))
 
@@ -215,13 +232,15 @@ class _Column:
 class _Batch:
     """The records of one entity prefix (producer, schema) since the last flush, in columns."""
 
-    __slots__ = ("columns", "prefix", "seqs", "times")
+    __slots__ = ("columns", "prefix", "seqs", "slots", "times")
 
     def __init__(self, prefix: Path) -> None:
         self.prefix = prefix
         self.times: List[int] = []
         self.seqs: Dict[str, List[int]] = {}
         self.columns: Dict[Tuple[Path, str, Tuple[int, ...]], _Column] = {}
+        self.slots: List[Optional[_Column]] = []
+        """A planned batch's columns in the order of its plan's getters (None: no column)."""
 
 
 def _kind(value: Any, np: Any) -> Optional[Tuple[str, Tuple[int, ...]]]:
@@ -254,6 +273,17 @@ def _kind(value: Any, np: Any) -> Optional[Tuple[str, Tuple[int, ...]]]:
     return None
 
 
+def _unshown_checker(value: Any) -> Callable[[Any], bool]:
+    """A fast test that a later value of a leaf that is not shown (None, an empty list, bytes)
+    still is not."""
+    if value is None:
+        return lambda v: v is None
+    t = type(value)
+    if isinstance(value, (list, tuple)) and not value:
+        return lambda v: type(v) is t and not v
+    return lambda v: type(v) is t
+
+
 def _checker(value: Any, kind: str, np: Any) -> Callable[[Any], bool]:
     """A fast test that a later value of the same leaf is shown the same way."""
     if kind == "scalar" and not isinstance(value, np.ndarray):
@@ -278,7 +308,8 @@ class _Plan:
         self.prefix = prefix
         self.getters: List[Getter] = []
         self.checks: List[Callable[[Any], bool]] = []
-        self.columns: List[Tuple[Path, str, Tuple[int, ...]]] = []
+        self.columns: List[Optional[Tuple[Path, str, Tuple[int, ...]]]] = []
+        """Per getter: its column, or None (a leaf not shown, a guard)."""
         self.timelines: List[Tuple[str, Getter]] = []
         self.batch: Optional[_Batch] = None
 
@@ -286,10 +317,14 @@ class _Plan:
         batch = _Batch(self.prefix)
         for name, _ in self.timelines:
             batch.seqs[name] = []
-        for path, kind, shape in self.columns:
-            col = _Column(path, kind, shape)
+        for key in self.columns:
+            if key is None:
+                batch.slots.append(None)
+                continue
+            col = _Column(*key)
             col.rows = None
-            batch.columns[(path, kind, shape)] = col
+            batch.columns[key] = col
+            batch.slots.append(col)
         self.batch = batch
         return batch
 
@@ -362,8 +397,9 @@ class Bridge(Consumer):
         seqs = batch.seqs
         for name, get in plan.timelines:
             seqs[name].append(get(payload))
-        for col, v in zip(batch.columns.values(), values):
-            col.values.append(v)
+        for col, v in zip(batch.slots, values):
+            if col is not None:
+                col.values.append(v)
 
     def on_lag(self, producer: Producer, lost: int) -> None:
         self.lost += lost
@@ -418,17 +454,24 @@ class Bridge(Consumer):
         if event.schema.id.endswith(".summary"):
             return None
         leaves: List[Tuple[Path, Getter, Any]] = []
-        _leaves(event.payload, (), _identity, leaves)
+        guards: List[Guard] = []
+        _leaves(event.payload, (), _identity, leaves, guards)
         plan = _Plan((event.producer.name, event.schema.id))
+        for get, check in guards:
+            plan.getters.append(get)
+            plan.checks.append(check)
+            plan.columns.append(None)
         for path, get, value in leaves:
             if self._is_timeline(path, value):
                 plan.timelines.append((".".join(path), get))
             shown = _kind(value, self.np)
-            if shown is None:
-                continue
             plan.getters.append(get)
-            plan.checks.append(_checker(value, shown[0], self.np))
-            plan.columns.append((path, *shown))
+            if shown is None:
+                plan.checks.append(_unshown_checker(value))
+                plan.columns.append(None)
+            else:
+                plan.checks.append(_checker(value, shown[0], self.np))
+                plan.columns.append((path, *shown))
         return plan
 
     def _place(self, event: Event) -> None:

@@ -385,3 +385,91 @@ def test_bad_input_fails_before_attach_returns(rbus: Bus, tmp_path: Path) -> Non
     # A missing interpreter.
     err = refused("--python", str(tmp_path / "nopython"))
     assert "no Python interpreter" in err, err
+
+
+KINDS = """
+sys.path.insert(0, "tests")
+from dataclasses import dataclass
+from typing import ClassVar
+import numpy as np
+from numpy.typing import NDArray
+from rt_schema import row
+
+@dataclass
+class Shapes:
+    schema_id: ClassVar[str] = "rt.shapes"
+    schema_version: ClassVar[int] = 1
+    step: int
+    bars: NDArray[np.float32]
+    cube: NDArray[np.float32]
+    rgba: NDArray[np.uint8]
+
+telemetry = snapbus.get_telemetry("lab.kinds")
+for i in range(6):
+    telemetry.snapshot(snapbus.INFO, row(i))
+    telemetry.snapshot(snapbus.INFO, Shapes(
+        step=i,
+        bars=np.arange(40, dtype=np.float32) * i,
+        cube=np.zeros((2, 3, 4, 5), np.float32) + i,
+        rgba=np.full((3, 2, 4), i, np.uint8),
+    ))
+assert snapbus.stats()["written"] == 12
+"""
+
+
+def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) -> None:
+    """The mapping table of the README, row by row, on the round-trip tests' schema (every
+    field kind; an Optional that is sometimes None, lists of varying length) and on arrays of
+    other shapes."""
+    from conftest import run_producer
+
+    out = tmp_path / "kinds.rrd"
+    cid, _ = attach_rerun(rbus, "--save", str(out), "--schema", "rt.*")
+    run_producer(rbus, KINDS)
+    wait_until("12 records at the bridge", lambda: delivered(rbus, cid)[0] >= 12)
+    detach(rbus, cid)
+    rrd("verify", str(out))
+    t = rrd_tables(out)
+    # The producer's name (the script's: `-c` here) is the first part of every path.
+    producer = next(e.split("/")[1] for e in t if "/rt.row/" in e)
+    row = f"/{producer}/rt.row/"
+
+    def values(entity: str, column: str = "Scalars:scalars") -> List[List[float]]:
+        return [numbers(r[column]) for r in t[row + entity] if column in r]
+
+    # Scalars: ints, floats, bools, unsigned; one row per record.
+    assert values("count") == [[float(-(10**12) + i)] for i in range(6)]
+    assert values("ratio") == [[pytest.approx(i / 3)] for i in range(6)]
+    assert values("flag") == [[1.0 if i % 2 == 0 else 0.0] for i in range(6)]
+    # An Optional: only the records that have a value (i % 3 != 0).
+    assert values("maybe") == [[float(i)] for i in range(6) if i % 3]
+    # Small lists: a series per index; empty ones skipped. Structs and maps by path.
+    assert values("values") == [[float(v) for v in range(i % 5)] for i in range(6) if i % 5]
+    assert values("pose/y") == [[-float(i)] for i in range(6)]
+    assert values("table/a") == [[float(i)] for i in range(6)]
+    assert values("poses/0/x") == [[1.0] for i in range(6) if i % 3]
+    # Strings and enums: text logs.
+    names = [r["TextLog:text"].strip("[]") for r in t[row + "name"]]
+    assert names == [f"row-{i}-é" for i in range(6)]
+    assert len(t[row + "mode"]) == 6 and len(t[row + "heading"]) == 6
+    # 2-D floats: depth images (f32, f64) with a colormap; 3-D with 3 or 4 channels: images.
+    depth = t[row + "patch"]
+    assert sum("DepthImage:buffer" in r for r in depth) == 6
+    static = [r for r in depth if "DepthImage:format" in r]
+    assert len(static) == 1 and "width: 4, height: 3" in static[0]["DepthImage:format"]
+    assert "DepthImage:colormap" in static[0]
+    assert sum("DepthImage:buffer" in r for r in t[row + "grids/g"]) == 6
+    image = t[row + "image"]
+    assert sum("Image:buffer" in r for r in image) == 6
+    fmt = [r["Image:format"] for r in image if "Image:format" in r]
+    assert len(fmt) == 1 and "width: 2, height: 2" in fmt[0] and "color_model: 2" in fmt[0]
+    shapes = f"/{producer}/rt.shapes/"
+    rgba = [r["Image:format"] for r in t[shapes + "rgba"] if "Image:format" in r]
+    assert len(rgba) == 1 and "width: 2, height: 3" in rgba[0] and "color_model: 3" in rgba[0]
+    # Long 1-D arrays: bar charts; other shapes: tensors (one row per record, on `step`).
+    bars = t[shapes + "bars"]
+    assert sorted(int(r["step"]) for r in bars if "BarChart:values" in r) == list(range(6))
+    cube = t[shapes + "cube"]
+    assert sorted(int(r["step"]) for r in cube if "Tensor:data" in r) == list(range(6))
+    # Nothing unshowable (bytes) made an entity.
+    assert row + "blob" not in t
