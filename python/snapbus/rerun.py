@@ -434,6 +434,9 @@ class Bridge(Consumer):
 
     def _text(self, producer: str, text: str, level: str) -> None:
         rr = self.rr
+        if level == "WARN":
+            # Also in the bridge's own log (`snapbus ls` names it for a supervised bridge).
+            print(f"snapbus rerun: warning: {text}", file=sys.stderr, flush=True)
         self.rec.set_time("time", timestamp=self.np.datetime64(time.time_ns(), "ns"))
         self.rec.log(self._path((producer, "snapbus")), rr.TextLog(text, level=level))
 

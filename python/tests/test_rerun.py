@@ -473,3 +473,42 @@ def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) ->
     assert sorted(int(r["step"]) for r in cube if "Tensor:data" in r) == list(range(6))
     # Nothing unshowable (bytes) made an entity.
     assert row + "blob" not in t
+
+
+def test_a_producer_killed_shows_as_a_warning(rbus: Bus, tmp_path: Path) -> None:
+    out = tmp_path / "died.rrd"
+    cid, _ = attach_rerun(rbus, "--save", str(out))
+    code = (
+        "import snapbus, sys, time\n"
+        "assert snapbus.wait_for_bus(30)\n"
+        "from dataclasses import dataclass\n"
+        "from typing import ClassVar\n"
+        "@dataclass\n"
+        "class Beat:\n"
+        "    schema_id: ClassVar[str] = 'rt.beat'\n"
+        "    schema_version: ClassVar[int] = 1\n"
+        "    step: int\n"
+        "snapbus.get_telemetry('lab').snapshot(snapbus.INFO, Beat(step=7))\n"
+        "print('emitted', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    victim = rbus.spawn_py(code)
+    assert victim.popen.stdout is not None
+    assert victim.popen.stdout.readline().strip() == "emitted"
+    wait_until("the record at the bridge", lambda: delivered(rbus, cid)[0] >= 1)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.popen.wait()
+
+    def dead() -> bool:
+        return any(p.get("status") == "dead" for p in rbus.ls()["producers"])  # type: ignore[union-attr]
+
+    wait_until("the producer dead in ls", dead)
+    # The bridge hears of it from the broker, and says so in its log too.
+    log = Path(str(consumer_of(rbus, cid)["log"]))  # type: ignore[index]
+    wait_until("the death in the bridge's log", lambda: "died" in log.read_text())
+    detach(rbus, cid)
+    t = rrd_tables(out)
+    logs = [r for e, rows in t.items() if e.endswith("/snapbus") for r in rows]
+    died = [r for r in logs if "died" in r["TextLog:text"]]
+    assert len(died) == 1 and died[0]["TextLog:level"] == "[WARN]", logs
+    assert f"(pid {victim.pid}) died" in died[0]["TextLog:text"]
