@@ -424,7 +424,9 @@ def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) ->
     from conftest import run_producer
 
     out = tmp_path / "kinds.rrd"
-    cid, _ = attach_rerun(rbus, "--save", str(out), "--schema", "rt.*")
+    # `--timeline` replaces the default names: `small` (a u8 field) and `step` are timelines.
+    timelines = ("--timeline", "small", "--timeline", "step")
+    cid, _ = attach_rerun(rbus, "--save", str(out), "--schema", "rt.*", *timelines)
     run_producer(rbus, KINDS)
     wait_until("12 records at the bridge", lambda: delivered(rbus, cid)[0] >= 12)
     detach(rbus, cid)
@@ -437,8 +439,9 @@ def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) ->
     def values(entity: str, column: str = "Scalars:scalars") -> List[List[float]]:
         return [numbers(r[column]) for r in t[row + entity] if column in r]
 
-    # Scalars: ints, floats, bools, unsigned; one row per record.
+    # Scalars: ints, floats, bools, unsigned; one row per record, on the timelines asked for.
     assert values("count") == [[float(-(10**12) + i)] for i in range(6)]
+    assert [int(r["small"]) for r in t[row + "count"]] == list(range(6))
     assert values("ratio") == [[pytest.approx(i / 3)] for i in range(6)]
     assert values("flag") == [[1.0 if i % 2 == 0 else 0.0] for i in range(6)]
     # An Optional: only the records that have a value (i % 3 != 0).
