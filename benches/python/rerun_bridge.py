@@ -9,7 +9,9 @@ Rows:
   bridge reads them from the oldest (`snapbus.run(..., start="oldest", cut=True,
   until_end=True)`) and sends them to an `.rrd` file (rerun's FileSink): events/s = N / the
   bridge's wall time, flushes included (one `send_columns` per entity per flush, every 0.2 s
-  as `snapbus attach rerun` does). Nothing may be lost.
+  as `snapbus attach rerun` does). Nothing may be lost. Also per CPU second of this process
+  (`time.process_time`, rerun's encoder and file threads included): the figure a shared
+  machine disturbs least.
 - `bench.depth` (a 64x64 f32 depth image, 16 KiB, and a step counter), the same way, from a
   Python producer; N/4 of them (the ring holds them all: 1 GiB lanes).
 - CPU % of a supervised bridge (`snapbus attach rerun --save`) while `snapbus demo` runs at its
@@ -72,10 +74,11 @@ def drain(rr: Any, out: Path, glob: str, expect: int) -> dict[str, Any]:
     rec = rr.RecordingStream("bench")
     rec.set_sinks(rr.FileSink(str(out)))
     bridge = Bridge(rec, rr=rr)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     summary = snapbus.run(bridge, glob, start="oldest", cut=True, until_end=True, flush_every=0.2)
     rec.flush()
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     rec.disconnect()
     if summary.delivered != expect or summary.lost:
         got = f"delivered {summary.delivered} of {expect}, lost {summary.lost}"
@@ -84,6 +87,8 @@ def drain(rr: Any, out: Path, glob: str, expect: int) -> dict[str, Any]:
         "events": summary.delivered,
         "seconds": round(elapsed, 3),
         "events_per_s": round(summary.delivered / elapsed),
+        "cpu_seconds": round(cpu, 3),
+        "events_per_cpu_s": round(summary.delivered / cpu),
         "rrd_bytes": out.stat().st_size,
     }
 
