@@ -659,12 +659,34 @@ def _open_sink(rr: Any, ns: argparse.Namespace, name: str) -> Any:
         check_reachable(ns.connect)
         sinks.append(rr.GrpcSink(ns.connect))
     if ns.spawn or not sinks:
-        # A viewer on rerun's default port (an existing one is reused), then streamed to.
+        # A viewer on rerun's default port (an existing one is reused), then streamed to. The
+        # SDK looks for the viewer on $PATH: the one of this wheel first (a supervised bridge
+        # has the broker's $PATH, which need not name this venv).
+        _viewer_on_path()
         rec.spawn(connect=False)
+        try:
+            check_reachable(DEFAULT_URL)
+        except ConnectionError:
+            raise ConnectionError(
+                "the rerun viewer did not start, or stopped (no display? see above); on a "
+                "machine without one use --save FILE.rrd, or --connect to a `rerun "
+                "--serve-web` (its web viewer in a browser)"
+            ) from None
         if ns.connect != DEFAULT_URL:
             sinks.append(rr.GrpcSink(DEFAULT_URL))
     rec.set_sinks(*sinks)
     return rec
+
+
+def _viewer_on_path() -> None:
+    """Puts the directory of this rerun-sdk's viewer binary first on $PATH."""
+    try:
+        import rerun_cli  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        where = os.path.dirname(os.path.abspath(rerun_cli.__file__))
+    except ImportError:
+        where = os.path.dirname(sys.executable)
+    os.environ["PATH"] = where + os.pathsep + os.environ.get("PATH", "")
 
 
 def _check(ns: argparse.Namespace) -> None:
