@@ -576,6 +576,18 @@ class Bridge(Consumer):
                 rec.log(entity, rr.BarChart(arr) if kind == "bars" else rr.Tensor(arr))
             rec.reset_time()
 
+    def _blobs(self, flat: Any, n: int) -> Any:
+        """`n` equal image buffers, back to back in `flat` (u8), as the arrow list array rerun
+        keeps them in: handed over as is (rerun's own conversion of a 2-D array copies it
+        twice and walks the rows in Python)."""
+        pa, np = _pyarrow(), self.np
+        size = len(flat) // n
+        if len(flat) >= 2**31:
+            return flat.reshape(n, size)  # past 32-bit offsets: rerun's own conversion
+        offsets = pa.array(np.arange(0, (n + 1) * size, size, dtype=np.int32))
+        list_type = self.rr.components.ImageBufferBatch._ARROW_DATATYPE
+        return pa.ListArray.from_arrays(offsets, pa.array(flat), type=list_type)
+
     def _images(self, entity: str, col: _Column) -> Any:
         """The columns of a batch of images (or depth images) of one shape."""
         rr, np = self.rr, self.np
@@ -586,7 +598,7 @@ class Bridge(Consumer):
         h, w = shape[0], shape[1]
         channels = shape[2] if len(shape) == 3 else 1
         dtype = _INT_DTYPES[stack.dtype.name]
-        buffers = stack.reshape(n, -1).view(np.uint8)
+        buffers = self._blobs(stack.reshape(-1).view(np.uint8), n)
         depth = col.kind == "depth"
         archetype = rr.DepthImage if depth else rr.Image
         fmt_key = (w, h, channels, dtype)
@@ -610,6 +622,12 @@ class Bridge(Consumer):
             self._formats[entity] = "varying"
             return archetype.columns(buffer=buffers, format=[fmt] * n)
         return archetype.columns(buffer=buffers)
+
+
+def _pyarrow() -> Any:
+    import pyarrow  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+    return pyarrow
 
 
 def _same_length(values: List[Any]) -> bool:
@@ -709,14 +727,17 @@ def _from_recording(bridge: Bridge, path: str, globs: Sequence[str]) -> int:
     from .recording import open_recording
 
     rec = open_recording(path)
-    count = 0
+    count = pending = 0
     for ev in rec:
         if globs and not any(fnmatch.fnmatchcase(ev.schema.id, g) for g in globs):
             continue
         bridge.on_event(ev)
         count += 1
-        if count % 65536 == 0:
+        pending += len(ev.data)
+        # Batches of at most 64 Ki records or 256 MiB of records, as a live bridge's flushes.
+        if count % 65536 == 0 or pending >= 1 << 28:
             bridge.flush()
+            pending = 0
     bridge.flush()
     lost = int(getattr(rec, "lost", 0) or 0)
     if lost:
