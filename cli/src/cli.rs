@@ -49,7 +49,7 @@ pub(crate) enum Command {
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
     /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
-    /// `otlp`.
+    /// `otlp`, `rerun`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.
@@ -311,6 +311,9 @@ pub(crate) enum ExportFormat {
     /// fields as gauges (the last value per 10 s of recorded time), events as log records,
     /// spans as spans; no file is written.
     Otlp,
+    /// A rerun `.rrd` file, written by the rerun bridge (`snapbus rerun --help`; a Python with
+    /// rerun-sdk==0.36.3: --python).
+    Rrd,
 }
 
 /// Options of `snapbus export`.
@@ -339,6 +342,10 @@ pub(crate) struct ExportArgs {
     /// Overwrite existing output.
     #[arg(long)]
     pub(crate) force: bool,
+    /// For --format rrd: the Python interpreter of the rerun bridge (default:
+    /// $SNAPBUS_RERUN_PYTHON, else $SNAPBUS_PYTHON, else `python3` on $PATH).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) python: Option<String>,
 }
 
 /// How many workers `spawn` starts.

@@ -33,6 +33,7 @@ use crate::command::plot::PlotArgs;
 use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
+use crate::command::rerun::RerunArgs;
 use crate::command::{attach, spawn};
 
 /// The built-in consumers, in the order `attach --help` lists them.
@@ -43,6 +44,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PythonArgs>(),
     ConsumerKind::of::<PrometheusArgs>(),
     ConsumerKind::of::<OtlpArgs>(),
+    ConsumerKind::of::<RerunArgs>(),
 ];
 
 /// A built-in consumer: its flags (this clap `Args` struct), its foreground verb, and what
@@ -457,6 +459,10 @@ mod tests {
                  --logs-endpoint http://h:3/l --traces-endpoint http://h:4/t --signals metrics,logs \
                  --schema a.* --interval 2s --max-queue-bytes 65536 --max-series 50 \
                  --metrics-listen 127.0.0.1:0 --from oldest"
+            }
+            "rerun" => {
+                "--schema a.* --connect rerun+http://127.0.0.1:1/proxy --spawn --save OUT/r.rrd \
+                 --timeline ep --from oldest --python /bin/sh"
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };

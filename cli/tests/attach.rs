@@ -12,11 +12,12 @@ use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, run, run_cmd};
 
 /// The built-in consumers: (`attach` kind, foreground verb).
-const KINDS: [(&str, &str); 4] = [
+const KINDS: [(&str, &str); 5] = [
     ("recorder", "record"),
     ("plotter", "plot"),
     ("aggregator", "aggregate"),
     ("python", "python"),
+    ("rerun", "rerun"),
 ];
 
 /// The `--long` flags a `--help` text lists.

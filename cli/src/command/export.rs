@@ -81,6 +81,9 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
         // Before anything is opened or created.
         bail!(NO_PARQUET);
     }
+    if args.format == ExportFormat::Rrd {
+        return crate::command::rerun::export(args);
+    }
     let globs = crate::bus::globs(&args.schemas)?;
     if args.format == ExportFormat::Otlp {
         return otlp::run(args, &globs);
@@ -122,6 +125,7 @@ fn create_sink(args: &ExportArgs, out: &Path) -> anyhow::Result<Box<dyn Sink>> {
         ExportFormat::Parquet => parquet_sink(out)?,
         ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(out)?),
         ExportFormat::Otlp => bail!("--format otlp writes no file"),
+        ExportFormat::Rrd => bail!("the rrd export is the rerun bridge's (command/rerun.rs)"),
     })
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod prometheus;
 pub(crate) mod python;
 pub(crate) mod record;
 mod replay;
+pub(crate) mod rerun;
 mod schemas;
 mod snapshot;
 pub(crate) mod spawn;

@@ -68,12 +68,13 @@ pub(crate) enum PythonError {
     /// The interpreter is not there.
     #[error(
         "no Python interpreter '{given}' ({from}){where_}; give one with --python PATH or \
-         ${PYTHON_ENV}"
+         ${env}"
     )]
     NoInterpreter {
         given: String,
-        from: &'static str,
+        from: String,
         where_: &'static str,
+        env: &'static str,
     },
     /// The interpreter could not be started.
     #[error("starting {}: {source}", python.display())]
@@ -116,31 +117,7 @@ impl PythonArgs {
 
     /// The interpreter, resolved in this process's environment.
     pub(crate) fn interpreter(&self) -> Result<PathBuf, PythonError> {
-        let env = std::env::var(PYTHON_ENV).ok().filter(|v| !v.is_empty());
-        let (given, from) = match (&self.python, env) {
-            (Some(p), _) => (p.clone(), "--python"),
-            (None, Some(p)) => (p, "$SNAPBUS_PYTHON"),
-            (None, None) => ("python3".to_owned(), "the default"),
-        };
-        let missing = |where_| PythonError::NoInterpreter {
-            given: given.clone(),
-            from,
-            where_,
-        };
-        if given.contains('/') {
-            let path = std::path::absolute(&given).map_err(|_| missing(""))?;
-            return if is_executable(&path) {
-                Ok(path)
-            } else {
-                Err(missing(": not an executable file"))
-            };
-        }
-        std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .map(|dir| dir.join(&given))
-            .find(|p| p.is_absolute() && is_executable(p))
-            .ok_or_else(|| missing(": not found on $PATH"))
+        interpreter(self.python.as_deref(), &[PYTHON_ENV])
     }
 
     /// The command line this consumer runs, with interpreter `python`.
@@ -158,6 +135,114 @@ impl PythonArgs {
         }
         cmd
     }
+}
+
+/// The interpreter `given` (`--python`), else the first of the environment variables `envs`
+/// that is set, else `python3`; a bare name is looked up on `$PATH` of this process.
+pub(crate) fn interpreter(
+    given: Option<&str>,
+    envs: &[&'static str],
+) -> Result<PathBuf, PythonError> {
+    let from_env = envs.iter().find_map(|var| {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| (v, format!("${var}")))
+    });
+    let (given, from) = match (given, from_env) {
+        (Some(p), _) => (p.to_owned(), "--python".to_owned()),
+        (None, Some(found)) => found,
+        (None, None) => ("python3".to_owned(), "the default".to_owned()),
+    };
+    let missing = |where_| PythonError::NoInterpreter {
+        given: given.clone(),
+        from: from.clone(),
+        where_,
+        env: envs.first().copied().unwrap_or(PYTHON_ENV),
+    };
+    if given.contains('/') {
+        let path = std::path::absolute(&given).map_err(|_| missing(""))?;
+        return if is_executable(&path) {
+            Ok(path)
+        } else {
+            Err(missing(": not an executable file"))
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(&given))
+        .find(|p| p.is_absolute() && is_executable(p))
+        .ok_or_else(|| missing(": not found on $PATH"))
+}
+
+/// Replaces this process with `cmd` (interpreter `python`) reading bus `dir`; returns only if
+/// that failed, with an error that tells the broker not to restart it.
+pub(crate) fn exec(mut cmd: Command, python: PathBuf, dir: &BusDir) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    // `exec` returns only if it failed.
+    let source = cmd.env(BUS_ENV, dir.name().as_str()).exec();
+    CannotStart(PythonError::Exec { python, source }).into()
+}
+
+/// Wraps why an interpreter could not be found so that a supervised consumer that failed so
+/// is not restarted.
+pub(crate) fn cannot_start(err: PythonError) -> anyhow::Error {
+    CannotStart(err).into()
+}
+
+/// Runs `cmd` (a check in interpreter `python`, for `target`) to its end, within
+/// [`CHECK_TIMEOUT`]; on failure the error says why: the last line of its stderr.
+pub(crate) fn run_check(mut cmd: Command, python: &Path, target: &str) -> anyhow::Result<()> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let unusable = |why: String| PythonError::Unusable {
+        python: python.to_owned(),
+        target: target.to_owned(),
+        why,
+    };
+    let mut child = cmd.spawn().map_err(|source| PythonError::Exec {
+        python: python.to_owned(),
+        source,
+    })?;
+    // Read stderr while waiting: a long message must not fill the pipe and block the check.
+    let mut pipe = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        if let Some(pipe) = pipe.as_mut() {
+            use std::io::Read;
+            let _ = pipe.read_to_string(&mut err);
+        }
+        err
+    });
+    let deadline = Instant::now() + CHECK_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().context("waiting for the interpreter")? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(unusable(format!(
+                "the check did not finish within {} s",
+                CHECK_TIMEOUT.as_secs()
+            ))
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let err = reader.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    let why = err.trim().lines().last().unwrap_or("").to_owned();
+    Err(unusable(if why.is_empty() {
+        format!("the check exited with {status}")
+    } else {
+        why
+    })
+    .into())
 }
 
 /// A script rather than `module:Class`: ends in `.py`, or names a file.
@@ -207,19 +292,13 @@ impl BuiltinConsumer for PythonArgs {
     }
 
     fn run(&self) -> anyhow::Result<()> {
-        use std::os::unix::process::CommandExt;
         let dir = bus_dir(&self.bus)?;
         let python = self.interpreter().map_err(CannotStart)?;
         let (target, _) = self.split();
         if is_script(target) && !Path::new(target).is_file() {
             return Err(CannotStart(PythonError::NoScript(target.to_owned())).into());
         }
-        // `exec` returns only if it failed.
-        let source = self
-            .command(&python)
-            .env(BUS_ENV, dir.name().as_str())
-            .exec();
-        Err(CannotStart(PythonError::Exec { python, source }).into())
+        Err(exec(self.command(&python), python, &dir))
     }
 
     fn check(&self, dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
@@ -233,53 +312,11 @@ impl BuiltinConsumer for PythonArgs {
         }
         let mut cmd = Command::new(&python);
         cmd.args(["-c", CHECK, target])
-            .env(BUS_ENV, dir.name().as_str())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .env(BUS_ENV, dir.name().as_str());
         if let Some(pp) = &self.pythonpath {
             cmd.env("PYTHONPATH", pp);
         }
-        let unusable = |why: String| PythonError::Unusable {
-            python: python.clone(),
-            target: target.to_owned(),
-            why,
-        };
-        let mut child = cmd.spawn().map_err(|source| PythonError::Exec {
-            python: python.clone(),
-            source,
-        })?;
-        let deadline = Instant::now() + CHECK_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child.try_wait().context("waiting for the interpreter")? {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(unusable(format!(
-                    "it did not import snapbus within {} s",
-                    CHECK_TIMEOUT.as_secs()
-                ))
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        if status.success() {
-            return Ok(());
-        }
-        let mut err = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            use std::io::Read;
-            let _ = pipe.read_to_string(&mut err);
-        }
-        let why = err.trim().lines().last().unwrap_or("").to_owned();
-        Err(unusable(if why.is_empty() {
-            format!("the check exited with {status}")
-        } else {
-            why
-        })
-        .into())
+        run_check(cmd, &python, target)
     }
 
     fn what(&self) -> String {
