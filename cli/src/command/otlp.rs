@@ -1,7 +1,8 @@
 //! `snapbus otlp`: the OTLP exporter in this terminal (`attach otlp` runs it under the
 //! broker). Sends what the subscribed schemas carry to an OpenTelemetry Collector (or any
 //! OTLP/HTTP receiver) as metrics, logs and traces (see `snapbus_consumers::otlp`). Ctrl-C
-//! (or SIGTERM, which `detach` sends) sends what is left for at most 5 s and exits 0.
+//! (or SIGTERM, which `detach` sends) sends what is left until 5 s have passed (a request
+//! already in flight may take up to its 10 s timeout) and exits 0.
 
 use std::time::Duration;
 

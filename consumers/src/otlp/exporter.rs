@@ -512,17 +512,34 @@ impl Consumer for OtlpExporter {
             self.push_metrics();
             self.push_batches();
             self.publish();
+            // A record stamped ahead of this clock (a producer's clock, or garbage in shared
+            // memory) must not make every following record push again.
+            let interval = u64::try_from(self.opts.interval.as_nanos()).unwrap_or(u64::MAX);
+            self.next_push_nanos = self
+                .next_push_nanos
+                .max(r.header.t_nanos.saturating_add(interval));
         }
         Ok(Flow::Continue)
     }
 
     fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
-        match change {
-            ProducerChange::Died(p) => self.end_open_spans(&p, "producer died"),
-            ProducerChange::Ended(p) => {
-                self.end_open_spans(&p, "producer ended with the span open")
+        let ended = match change {
+            ProducerChange::Died(p) => {
+                self.end_open_spans(&p, "producer died");
+                p.lane_id
             }
-            ProducerChange::Joined(_) => {}
+            ProducerChange::Ended(p) => {
+                self.end_open_spans(&p, "producer ended with the span open");
+                p.lane_id
+            }
+            ProducerChange::Joined(_) => return Ok(Flow::Continue),
+        };
+        // Its last values go out, then its series stop counting against the cap (a
+        // long-running exporter sees producers come and go).
+        if let Some(res) = self.resources.remove(&ended) {
+            self.push_metrics();
+            self.metrics.forget(res.key);
+            self.stats.set_series(self.metrics.series() as u64);
         }
         Ok(Flow::Continue)
     }

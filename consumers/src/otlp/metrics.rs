@@ -129,6 +129,40 @@ impl MetricTable {
         Some(i)
     }
 
+    /// Forgets the series of the producer whose resource key is `key` (it ended or died; its
+    /// last values were handed to the outbox first): they no longer count against the cap.
+    /// Their ids are not reused (a row keeps its slot, emptied), so a point still pending in
+    /// the outbox cannot be mistaken for another series'.
+    pub(crate) fn forget(&mut self, key: u64) {
+        let before = self.rows.len();
+        let data = &mut self.data;
+        let mut freed = 0usize;
+        self.rows.retain(|&(k, _), &mut i| {
+            if k != key {
+                return true;
+            }
+            let row = &mut data[i];
+            freed += row.names.len();
+            row.names = Arc::from(Vec::new());
+            row.values = Vec::new();
+            row.dirty = false;
+            false
+        });
+        let keyed = &mut self.keyed;
+        let before_keyed = self.keyed_ids.len();
+        self.keyed_ids.retain(|_, &mut id| {
+            let (point, dirty) = &mut keyed[id as usize];
+            if point.res.key != key {
+                return true;
+            }
+            *dirty = false;
+            false
+        });
+        freed += before_keyed - self.keyed_ids.len();
+        debug_assert!(self.rows.len() <= before);
+        self.series = self.series.saturating_sub(freed);
+    }
+
     /// Sets the last values of row `i` (NaN: absent in this record, the previous value stays).
     #[inline]
     pub(crate) fn set(&mut self, i: usize, t_nanos: u64, values: &[f64]) {
@@ -351,5 +385,51 @@ pub(crate) fn histogram(res: &Arc<Res>, name: Arc<str>, attrs: Vec<KeyValue>, st
             max: f64::NEG_INFINITY,
             buckets: vec![0; DURATION_BOUNDS_SECS.len() + 1],
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(key: u64) -> Arc<Res> {
+        Arc::new(Res {
+            key,
+            resource: Resource::default(),
+        })
+    }
+
+    #[test]
+    fn an_ended_producers_series_stop_counting_against_the_cap() {
+        let mut t = MetricTable::new(3);
+        let names: Arc<[Arc<str>]> = Arc::from(vec![Arc::from("a"), Arc::from("b")]);
+        let (one, two) = (res(1), res(2));
+        let r1 = t.row(&one, 7, &names).expect("room for the first producer");
+        t.set(r1, 10, &[1.0, 2.0]);
+        assert_eq!(t.series(), 2);
+        assert!(t.row(&two, 7, &names).is_none(), "the cap is full");
+        assert!(t.keyed("k1".into(), || gauge(&one), |_| {}));
+        assert_eq!(t.series(), 3);
+        t.forget(1);
+        assert_eq!(t.series(), 0);
+        let r2 = t.row(&two, 7, &names).expect("room again");
+        assert_ne!(r1, r2, "ids are not reused");
+        t.set(r2, 20, &[3.0, 4.0]);
+        let dirty = t.take_dirty();
+        assert_eq!(dirty.len(), 2, "only the live producer's points: {dirty:?}");
+        assert!(dirty.iter().all(|(_, p)| p.res.key == 2));
+    }
+
+    fn gauge(r: &Arc<Res>) -> Point {
+        Point {
+            res: Arc::clone(r),
+            name: Arc::from("s"),
+            unit: "",
+            attrs: Arc::default(),
+            data: PointData::Gauge {
+                t_nanos: 1,
+                value: 1.0,
+            },
+        }
     }
 }

@@ -20,17 +20,22 @@
 //!   latest value and the histograms' totals.
 //! - **Retries as the OTLP specification says.** 429, 502, 503, 504, connection errors and
 //!   timeouts are retried after the `Retry-After` the receiver gave (in seconds), else after
-//!   an exponential backoff with full jitter (1 s doubling to 30 s); every other status (400
+//!   an exponential backoff, jittered (1 s doubling to 30 s); every other status (400
 //!   first) drops the request and counts its items `rejected`, as does a `partial_success`.
 //!   There is no permanent disable: the state goes `ok → backoff → down` and back to `ok` on
 //!   the first success, by itself.
-//! - **Every item is accounted for.** For logs and spans, items made = exported + dropped
-//!   (by reason: `queue_full`, `rejected`, `shutdown`) + still queued, exactly
-//!   ([`ExporterStats`]). When anything was dropped, one `snapbus.exporter.data_gap` log
-//!   record per reason and signal goes out once the receiver answers again (count, first and
-//!   last producer time).
-//! - **Clean shutdown.** [`OtlpExporter::shutdown`] sends what is left for at most
-//!   [`OtlpOptions::shutdown_deadline`] (5 s), then counts the rest `shutdown`.
+//! - **Every log record is accounted for.** For logs, items made = exported + dropped (by
+//!   reason: `queue_full`, `rejected`, `shutdown`) + still queued, exactly
+//!   ([`ExporterStats`]; tested). Spans are counted the same way, except that a span whose
+//!   start the open-span table refused is counted `span_table` and still exported at its end
+//!   (named `(start not seen)`). Metrics are state, not a ledger: a newer value supersedes
+//!   a pending one (not a loss), and cumulative sums carry every count into the next
+//!   export. When anything was dropped, one `snapbus.exporter.data_gap` log record per reason
+//!   and signal goes out once the receiver answers again (count, first and last producer
+//!   time).
+//! - **Clean shutdown.** [`OtlpExporter::shutdown`] sends what is left until
+//!   [`OtlpOptions::shutdown_deadline`] (5 s; a request already in flight may take up to its
+//!   own timeout, 10 s), then counts the rest `shutdown`.
 //!
 //! # Mapping
 //!

@@ -158,10 +158,15 @@ impl Outbox {
 
     /// Queues a batch; while the queue would exceed its byte cap, the oldest batch not being
     /// sent is dropped (counted `queue_full`), and if only the one being sent is left, this
-    /// batch is.
+    /// batch is. A batch larger than the whole cap is dropped by itself, evicting nothing.
     pub(crate) fn push(&self, batch: Batch) {
         let mut g = self.lock();
         let len = batch.body.len();
+        if len > self.cap_bytes {
+            self.drop_batch(&mut g, &batch, DropReason::QueueFull);
+            self.stats.set_queue_bytes(g.queued_bytes as u64);
+            return;
+        }
         while g.queued_bytes + len > self.cap_bytes {
             let inflight = g.inflight;
             let Some(pos) = g.queue.iter().position(|(id, _)| Some(*id) != inflight) else {
@@ -318,5 +323,41 @@ impl Outbox {
         g.metrics_inflight = false;
         self.stats.set_queue_bytes(0);
         self.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(bytes: usize) -> Batch {
+        Batch {
+            signal: Signal::Logs,
+            body: vec![0; bytes],
+            items: 1,
+            first_t: 1,
+            last_t: 2,
+        }
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_cap_is_dropped_alone() {
+        let stats = Arc::new(ExporterStats::default());
+        let outbox = Outbox::new(100, Arc::clone(&stats));
+        outbox.push(batch(40));
+        outbox.push(batch(40));
+        outbox.push(batch(101));
+        let s = stats.snapshot();
+        assert_eq!(s.queue_bytes, 80, "the queued batches are kept");
+        assert_eq!(
+            s.dropped[0][1], 1,
+            "only the oversized one is dropped: {:?}",
+            s.dropped
+        );
+        // A batch that fits evicts the oldest to make room.
+        outbox.push(batch(60));
+        let s = stats.snapshot();
+        assert_eq!(s.queue_bytes, 100);
+        assert_eq!(s.dropped[0][1], 2);
     }
 }

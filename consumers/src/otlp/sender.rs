@@ -229,14 +229,20 @@ impl Sender {
             ExportState::Backoff
         };
         self.stats.set_state(state);
+        // A `Retry-After` is honoured, but never below the first backoff step (`0` would
+        // have the sender loop without pause).
         let delay = match after {
-            Some(d) => d.min(self.policy.max_retry_after),
+            Some(d) => d
+                .min(self.policy.max_retry_after)
+                .max(self.policy.initial_backoff),
             None => self.jittered_backoff(),
         };
         self.backoff_until = Some(Instant::now() + delay);
     }
 
-    /// Full jitter: uniform in [initial, min(max, initial · 2^(failures-1))].
+    /// Jittered: uniform in [exp/2, exp], exp = min(max, initial · 2^(failures-1)) (so that
+    /// exporters that failed together, after a collector restart, do not retry in lockstep,
+    /// from the first retry on).
     fn jittered_backoff(&mut self) -> Duration {
         let p = &self.policy;
         let exp = p
@@ -247,9 +253,8 @@ impl Sender {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        let span = exp.saturating_sub(p.initial_backoff);
         let frac = (self.rng >> 11) as f64 / (1u64 << 53) as f64;
-        p.initial_backoff + span.mul_f64(frac)
+        exp / 2 + (exp / 2).mul_f64(frac)
     }
 
     fn post(&self, url: &str, body: &[u8], signal: Signal) -> Outcome {
