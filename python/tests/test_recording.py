@@ -92,10 +92,19 @@ def test_a_recording_made_by_snapbus_record_and_cut_short(bus: Bus, tmp_path: Pa
     rec_proc = bus.spawn_cli("record", "-o", str(out), "--schema", "demo.*")
     wait_until("the recorder to subscribe", lambda: "record" in str(bus.ls().get("consumers", "")))
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", str(EPISODES), "--steps", str(STEPS))
+    total = EPISODES * (STEPS + 1)
+
+    def read_all() -> bool:
+        consumers = bus.ls().get("consumers", [])
+        assert isinstance(consumers, list)
+        return any(c["info"]["kind"] == "recorder" and c["delivered"] >= total for c in consumers)
+
+    # Ctrl-C stops the recorder where it is: first, it has read what the demo wrote.
+    wait_until("the recorder has read the demo", read_all)
     rec_proc.signal(signal.SIGINT)
     assert rec_proc.wait().returncode == 0
     rec = snapbus.open_recording(out)
-    assert sum(1 for e in rec if e.schema.id.startswith("demo.")) == EPISODES * (STEPS + 1)
+    assert sum(1 for e in rec if e.schema.id.startswith("demo.")) == total
     assert rec.complete
     # The same file cut in the middle: what is there is read, the cut is reported.
     cut = tmp_path / "cut.mcap"
