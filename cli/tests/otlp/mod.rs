@@ -398,7 +398,12 @@ fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
             })
     });
     snapbus::shutdown();
-    let b = board(&bus, &id);
+    // The board is published at the exporter's next flush: awaited.
+    let mut b = Value::Null;
+    wait_until("the board counts what rotel took", WATCHDOG, || {
+        b = board(&bus, &id);
+        b["exported.logs"] == 2 && b["exported.traces"] == 1
+    });
     assert_eq!(b["exported.logs"], 2, "{b}");
     assert_eq!(b["exported.traces"], 1, "{b}");
     assert_eq!(b["state"], "ok", "{b}");

@@ -54,14 +54,16 @@ impl OtlpSink {
 impl Sink for OtlpSink {
     fn message(&mut self, m: &Message, _value: &Value<'_>) -> anyhow::Result<()> {
         let bucket = m.t_nanos / INTERVAL_NANOS;
-        if self.bucket.is_some_and(|b| b != bucket) || self.exporter.queue_half_full() {
+        // Only a later bucket drains: records of several producers arrive slightly out of
+        // order around a boundary, and flipping back and forth cost a round trip each.
+        if self.bucket.is_some_and(|b| bucket > b) || self.exporter.queue_half_full() {
             self.drain();
         }
         if self.stopped.is_some() {
             self.unsent_records += 1;
             return Ok(());
         }
-        self.bucket = Some(bucket);
+        self.bucket = Some(self.bucket.map_or(bucket, |b| b.max(bucket)));
         let c = &m.channel;
         let record = Record {
             producer_id: c.producer_id,
