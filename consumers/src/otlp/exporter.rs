@@ -371,9 +371,15 @@ impl OtlpExporter {
         let key = format!("{:x}/duration/{}", res.key, d.label);
         let name: Arc<str> = Arc::from("snapbus.duration");
         let attrs = vec![kv_str("label", d.label.clone())];
+        // A cumulative histogram counts from the producer's start (known since its first
+        // sample: its start time, when the bus knows it).
+        let start = match r.producer.started_nanos {
+            0 => t,
+            s => s.min(t),
+        };
         let ok = self.metrics.keyed(
             key,
-            || metrics::histogram(res, name, attrs, t),
+            || metrics::histogram(res, name, attrs, start),
             |p| metrics::observe(p, t, secs),
         );
         if !ok {
