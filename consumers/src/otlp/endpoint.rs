@@ -134,9 +134,21 @@ pub fn check(url: &str) -> Result<(), EndpointError> {
     if authority.contains('@') {
         return bad("credentials in the URL are not supported");
     }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (h, Some(p)),
-        _ => (authority, None),
+    // A bracketed IPv6 host (`[::1]`, `[::1]:4318`) first: its colons are not a port's.
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, p)) => match p.strip_prefix(':') {
+                Some(p) => (h, Some(p)),
+                None => return bad("unexpected text after the IPv6 address"),
+            },
+            None => return bad("an IPv6 address without its closing bracket"),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
     };
     if host.is_empty() {
         return bad("no host");
@@ -198,5 +210,9 @@ mod tests {
             assert!(err.contains(why), "{url}: {err}");
         }
         check("http://[::1]:4318/v1/metrics").expect("ipv6");
+        check("http://[::1]/v1/metrics").expect("ipv6 without a port");
+        assert!(check("http://[::1/v1/metrics").is_err());
+        assert!(check("http://[::1]x/v1/metrics").is_err());
+        assert!(check("http://[::1]:0/v1/metrics").is_err());
     }
 }
