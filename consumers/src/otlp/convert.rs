@@ -10,9 +10,14 @@ use snapbus_schemas::{DType, Value};
 
 use crate::runtime::Producer;
 
-/// Packed arrays (and sequences) longer than this go into a log body as a short description
-/// (`"u8[4096]"`), not element by element; tensor data never does (only dtype and shape).
+/// Packed arrays and sequences longer than this go into a log body as a short description
+/// (`"u8[4096]"`, `"seq[5000]"`), not element by element; tensor data never does (only dtype
+/// and shape).
 pub const MAX_BODY_ELEMENTS: usize = 256;
+/// Strings longer than this are cut in a log body (at a character boundary, with
+/// `"…(N bytes)"` after); byte buffers longer than it become `"bytes[N]"`. A record's body is
+/// so bounded by its schema's shape, not by what a producer puts in it.
+pub const MAX_BODY_TEXT_BYTES: usize = 4096;
 
 /// A string attribute.
 pub(crate) fn kv_str(key: &str, v: impl Into<String>) -> KeyValue {
@@ -63,10 +68,23 @@ pub fn any_value(v: &Value<'_>) -> AnyValue {
         Value::I128(x) => any(A::StringValue(x.to_string())),
         Value::F32(x) => any(A::DoubleValue(f64::from(*x))),
         Value::F64(x) => any(A::DoubleValue(*x)),
+        Value::Str(s) if s.len() > MAX_BODY_TEXT_BYTES => {
+            let mut end = MAX_BODY_TEXT_BYTES;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            any(A::StringValue(format!("{}…({} bytes)", &s[..end], s.len())))
+        }
         Value::Str(s) => any(A::StringValue(s.to_string())),
+        Value::Bytes(b) if b.len() > MAX_BODY_TEXT_BYTES => {
+            any(A::StringValue(format!("bytes[{}]", b.len())))
+        }
         Value::Bytes(b) => any(A::BytesValue(b.to_vec())),
         Value::Option(None) | Value::Unit => AnyValue { value: None },
         Value::Option(Some(x)) => any_value(x),
+        Value::Seq(items) if items.len() > MAX_BODY_ELEMENTS => {
+            any(A::StringValue(format!("seq[{}]", items.len())))
+        }
         Value::Seq(items) => array(items.iter().map(any_value).collect()),
         Value::Packed(p) => {
             let n = p.len();
@@ -251,4 +269,32 @@ pub(crate) fn now_nanos() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    fn text(v: &AnyValue) -> &str {
+        match &v.value {
+            Some(any_value::Value::StringValue(s)) => s,
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn long_strings_bytes_and_sequences_are_bounded_in_a_body() {
+        let long = "é".repeat(MAX_BODY_TEXT_BYTES);
+        let v = any_value(&Value::Str(Cow::Owned(long.clone())));
+        let t = text(&v);
+        assert!(t.len() <= MAX_BODY_TEXT_BYTES + 32, "{}", t.len());
+        assert!(t.ends_with(&format!("…({} bytes)", long.len())), "{t:.40}");
+        let v = any_value(&Value::Bytes(Cow::Owned(vec![1; MAX_BODY_TEXT_BYTES + 1])));
+        assert_eq!(text(&v), format!("bytes[{}]", MAX_BODY_TEXT_BYTES + 1));
+        let v = any_value(&Value::Seq(vec![Value::U8(1); MAX_BODY_ELEMENTS + 1]));
+        assert_eq!(text(&v), format!("seq[{}]", MAX_BODY_ELEMENTS + 1));
+        let short = any_value(&Value::Str(Cow::Borrowed("ok")));
+        assert_eq!(text(&short), "ok");
+    }
 }

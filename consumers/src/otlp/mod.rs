@@ -65,7 +65,9 @@ mod signals;
 mod stats;
 mod summary;
 
-pub use convert::{MAX_BODY_ELEMENTS, any_value, host_name, producer_resource, severity};
+pub use convert::{
+    MAX_BODY_ELEMENTS, MAX_BODY_TEXT_BYTES, any_value, host_name, producer_resource, severity,
+};
 pub use endpoint::{DEFAULT_ENDPOINT, EndpointError, Endpoints, check as check_endpoint};
 pub use exporter::{OtlpExporter, OtlpOptions};
 pub use metrics::DURATION_BOUNDS_SECS;
