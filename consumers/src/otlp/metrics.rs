@@ -63,12 +63,14 @@ pub(crate) enum PointData {
     },
 }
 
-/// The last values of one (producer, schema).
+/// The last values of one (producer, schema), each with the time of the record it came from.
 struct Row {
     res: Arc<Res>,
     names: Arc<[Arc<str>]>,
     values: Vec<f64>,
-    t_nanos: u64,
+    times_nanos: Vec<u64>,
+    /// Per field: set since the last `take_dirty`.
+    fresh: Vec<bool>,
     dirty: bool,
 }
 
@@ -122,7 +124,8 @@ impl MetricTable {
             res: Arc::clone(res),
             names: Arc::clone(names),
             values: vec![f64::NAN; names.len()],
-            t_nanos: 0,
+            times_nanos: vec![0; names.len()],
+            fresh: vec![false; names.len()],
             dirty: false,
         });
         self.rows.insert((res.key, fingerprint), i);
@@ -145,6 +148,8 @@ impl MetricTable {
             freed += row.names.len();
             row.names = Arc::from(Vec::new());
             row.values = Vec::new();
+            row.times_nanos = Vec::new();
+            row.fresh = Vec::new();
             row.dirty = false;
             false
         });
@@ -163,16 +168,24 @@ impl MetricTable {
         self.series = self.series.saturating_sub(freed);
     }
 
-    /// Sets the last values of row `i` (NaN: absent in this record, the previous value stays).
+    /// Sets the last values of row `i` (NaN: absent in this record, the previous value stays,
+    /// with its own time: it is not sent again as if new).
     #[inline]
     pub(crate) fn set(&mut self, i: usize, t_nanos: u64, values: &[f64]) {
         let row = &mut self.data[i];
-        for (slot, v) in row.values.iter_mut().zip(values) {
+        for (((slot, t), fresh), v) in row
+            .values
+            .iter_mut()
+            .zip(row.times_nanos.iter_mut())
+            .zip(row.fresh.iter_mut())
+            .zip(values)
+        {
             if !v.is_nan() {
                 *slot = *v;
+                *t = t_nanos;
+                *fresh = true;
             }
         }
-        row.t_nanos = t_nanos;
         row.dirty = true;
     }
 
@@ -211,7 +224,7 @@ impl MetricTable {
                 continue;
             }
             for (l, (name, v)) in row.names.iter().zip(&row.values).enumerate() {
-                if v.is_nan() {
+                if !std::mem::take(&mut row.fresh[l]) {
                     continue;
                 }
                 out.push((
@@ -222,7 +235,7 @@ impl MetricTable {
                         unit: "",
                         attrs: Arc::default(),
                         data: PointData::Gauge {
-                            t_nanos: row.t_nanos,
+                            t_nanos: row.times_nanos[l],
                             value: *v,
                         },
                     },
@@ -418,6 +431,23 @@ mod tests {
         let dirty = t.take_dirty();
         assert_eq!(dirty.len(), 2, "only the live producer's points: {dirty:?}");
         assert!(dirty.iter().all(|(_, p)| p.res.key == 2));
+    }
+
+    #[test]
+    fn a_field_absent_from_the_latest_record_is_not_sent_again_as_new() {
+        let mut t = MetricTable::new(10);
+        let names: Arc<[Arc<str>]> = Arc::from(vec![Arc::from("a"), Arc::from("b")]);
+        let r = t.row(&res(1), 7, &names).expect("room");
+        t.set(r, 10, &[1.0, f64::NAN]);
+        let first = t.take_dirty();
+        assert_eq!(first.len(), 1, "{first:?}");
+        t.set(r, 20, &[f64::NAN, 5.0]);
+        let second = t.take_dirty();
+        assert_eq!(second.len(), 1, "only b is new: {second:?}");
+        let (_, p) = &second[0];
+        assert_eq!(&*p.name, "b");
+        assert!(matches!(p.data, PointData::Gauge { t_nanos: 20, value } if value == 5.0));
+        assert!(t.take_dirty().is_empty(), "nothing new");
     }
 
     fn gauge(r: &Arc<Res>) -> Point {
