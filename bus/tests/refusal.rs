@@ -23,17 +23,18 @@ fn accept(l: &Listener) -> Conn {
     }
 }
 
-#[test]
-fn a_refused_producer_is_not_connected_and_says_why() {
+/// A bus directory with a stand-in broker listening on its socket, and a publisher `name`
+/// started on it (it connects to the stand-in); the root to remove at the end.
+fn stand_in(bus: &str, name: &str) -> (PathBuf, Listener, Publisher) {
     let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("refusal-{}", std::process::id()));
-    let dir = BusDir::locate_in(&root, &BusName::new("refusal").expect("name"));
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{bus}-{}", std::process::id()));
+    let dir = BusDir::locate_in(&root, &BusName::new(bus).expect("name"));
     dir.create().expect("bus dir");
     let listener = Listener::bind(&dir.socket_path()).expect("bind");
     let p = Publisher::start(
-        dir.clone(),
+        dir,
         PublisherConfig {
-            name: "refused".into(),
+            name: name.into(),
             lane: LaneConfig {
                 capacity: 1 << 20,
                 max_frame: 64 << 10,
@@ -44,6 +45,12 @@ fn a_refused_producer_is_not_connected_and_says_why() {
         },
     )
     .expect("publisher");
+    (root, listener, p)
+}
+
+#[test]
+fn a_refused_producer_is_not_connected_and_says_why() {
+    let (root, listener, p) = stand_in("refusal", "refused");
     let mut conn = accept(&listener);
     let (hello, _fds) = conn
         .recv::<ToBroker>(Some(WATCHDOG))
@@ -85,25 +92,7 @@ fn a_refused_producer_is_not_connected_and_says_why() {
 /// clears the refusal.
 #[test]
 fn a_refused_producer_joins_a_broker_that_welcomes_it() {
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("refusal-2-{}", std::process::id()));
-    let dir = BusDir::locate_in(&root, &BusName::new("refusal2").expect("name"));
-    dir.create().expect("bus dir");
-    let listener = Listener::bind(&dir.socket_path()).expect("bind");
-    let p = Publisher::start(
-        dir.clone(),
-        PublisherConfig {
-            name: "refused-then-welcomed".into(),
-            lane: LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let (root, listener, p) = stand_in("refusal2", "refused-then-welcomed");
     let hello = |conn: &mut Conn| {
         let (m, _) = conn
             .recv::<ToBroker>(Some(WATCHDOG))
