@@ -15,7 +15,8 @@ Rows:
   `QueueListener` pipeline (the seed's prototype); the ratios.
 
 Timings are wall-clock medians over repetitions (`timeit`, loop overhead included). The
-process-pair runs pin the producer to CPU 0 and the consumer to CPU 1, as `compare` does.
+process-pair runs pin the producer to the first CPU this process may use and the consumer to the
+second, as `compare` does.
 
 Run by `compare --python PYTHON` (benches/src/bin/compare), which gives it a bus
 (`SNAPBUS_RUNTIME_DIR`, `SNAPBUS_BUS`) and reads its last line, `result {json}`; or alone,
@@ -46,8 +47,8 @@ from numpy.typing import NDArray
 
 INFO = logging.INFO
 DEBUG = logging.DEBUG
-PRODUCER_CPU = 0
-CONSUMER_CPU = 1
+PRODUCER = 0  # the first CPU this process may run on
+CONSUMER = 1  # the second (the first again if there is only one)
 END = -1
 
 
@@ -93,8 +94,22 @@ class Small:
     tag: str
 
 
-def pin(cpu: int) -> None:
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > cpu:
+ALLOWED_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def cpu_of(which: int) -> int | None:
+    """The producer's or the consumer's CPU: the first or the second this process may run on
+    as first seen, before pinning (a container or `taskset` may leave CPU 0 out)."""
+    return ALLOWED_CPUS[which % len(ALLOWED_CPUS)] if ALLOWED_CPUS else None
+
+
+def pin(which: int) -> None:
+    """Pins this process to the producer's (`PRODUCER`) or the consumer's (`CONSUMER`) CPU."""
+    pin_to(cpu_of(which))
+
+
+def pin_to(cpu: int | None) -> None:
+    if cpu is not None:
         os.sched_setaffinity(0, {cpu})
 
 
@@ -250,9 +265,9 @@ def seq_of(payload: object) -> int:
     return int(getattr(payload, "seq"))  # noqa: B009
 
 
-def snapbus_producer(secs: float) -> None:
+def snapbus_producer(secs: float, cpu: int | None) -> None:
     """The producer process of the snapbus pair: emits `Small` events for `secs`, then END."""
-    pin(PRODUCER_CPU)
+    pin_to(cpu)
     if not snapbus.wait_for_bus(10.0):
         sys.exit("the producer found no bus")
     snap = snapbus.get_telemetry("bench.py.pair").snapshot
@@ -267,9 +282,11 @@ def snapbus_producer(secs: float) -> None:
 
 
 def snapbus_pair(secs: float) -> dict[str, float]:
-    pin(CONSUMER_CPU)
+    pin(CONSUMER)
     with snapbus.subscribe(Small.schema_id, start="latest") as sub:
-        producer = subprocess.Popen([sys.executable, __file__, "_producer", "--secs", str(secs)])
+        cpu = cpu_of(PRODUCER)  # passed on: this process's own set is narrowed by now
+        args = ["_producer", "--secs", str(secs)] + ([] if cpu is None else ["--cpu", str(cpu)])
+        producer = subprocess.Popen([sys.executable, __file__, *args])
         try:
             n = 0
             first = last = 0.0
@@ -294,7 +311,7 @@ def snapbus_pair(secs: float) -> dict[str, float]:
 
 
 def mp_queue_producer(q: Any, secs: float) -> None:
-    pin(PRODUCER_CPU)
+    pin(PRODUCER)
     put = q.put
     seq = 0
     deadline = time.monotonic() + secs
@@ -310,7 +327,7 @@ def mp_queue_pair(secs: float) -> dict[str, float]:
     ctx = mp.get_context("fork")
     q = ctx.Queue(maxsize=1024)
     p = ctx.Process(target=mp_queue_producer, args=(q, secs), daemon=True)
-    pin(CONSUMER_CPU)
+    pin(CONSUMER)
     p.start()
     try:
         get = q.get
@@ -329,11 +346,13 @@ def mp_queue_pair(secs: float) -> dict[str, float]:
         if p.is_alive():
             p.kill()
             p.join()
+    if n < 2:
+        raise RuntimeError(f"only {n} events delivered")
     return {"rate": (n - 1) / (last - first), "delivered": float(n), "lost": 0.0}
 
 
 def queue_handler_producer(q: Any, secs: float) -> None:
-    pin(PRODUCER_CPU)
+    pin(PRODUCER)
     logger = logging.getLogger("bench.py.qh")
     logger.propagate = False
     logger.setLevel(INFO)
@@ -372,7 +391,7 @@ def queue_handler_pair(secs: float) -> dict[str, float]:
     q = ctx.Queue()
     handler = _Counting()
     listener = logging.handlers.QueueListener(q, handler)
-    pin(CONSUMER_CPU)
+    pin(CONSUMER)
     p = ctx.Process(target=queue_handler_producer, args=(q, secs), daemon=True)
     p.start()  # before the listener's thread: no fork with threads running
     listener.start()
@@ -385,6 +404,8 @@ def queue_handler_pair(secs: float) -> dict[str, float]:
         if p.is_alive():
             p.kill()
             p.join()
+    if handler.n < 2:
+        raise RuntimeError(f"only {handler.n} events delivered")
     return {
         "rate": (handler.n - 1) / (handler.last - handler.first),
         "delivered": float(handler.n),
@@ -471,7 +492,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["_producer"]:
         a = argparse.ArgumentParser()
         a.add_argument("--secs", type=float, required=True)
-        snapbus_producer(a.parse_args(argv[1:]).secs)
+        a.add_argument("--cpu", type=int, default=None)
+        pa = a.parse_args(argv[1:])
+        snapbus_producer(pa.secs, pa.cpu)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(

@@ -173,7 +173,7 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
     // `--keep-consumers`).
     broker.load_state();
     broker.save_state();
-    eprintln!(
+    crate::say!(
         "snapbus broker: bus '{}' ready at {} (pid {})",
         dir.name(),
         sock.display(),
@@ -183,7 +183,7 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
     while !broker.shutdown && !stop.load(Ordering::Relaxed) {
         broker.turn(&listener);
     }
-    eprintln!("snapbus broker: bus '{}' shutting down", dir.name());
+    crate::say!("snapbus broker: bus '{}' shutting down", dir.name());
     if !broker.keep_consumers && !broker.filter.is_empty() {
         // A plain `down` ends the bus filter (the producers go back to their own now, not at
         // the next `up`); a crash or `down --keep-consumers` does not.

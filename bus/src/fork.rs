@@ -35,7 +35,7 @@ pub fn install() {
         if rc != 0 {
             // ENOMEM only; without the handler a forked child would write its parent's lane,
             // so say it (once). Nothing better can be done here.
-            eprintln!("snapbus: pthread_atfork failed ({rc}); fork detection is off");
+            crate::say!("snapbus: pthread_atfork failed ({rc}); fork detection is off");
         }
     });
 }

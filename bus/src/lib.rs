@@ -66,6 +66,7 @@ pub mod mem;
 pub mod publisher;
 #[cfg(not(loom))]
 pub mod runtime;
+pub mod say;
 #[cfg(not(loom))]
 pub mod segment;
 #[cfg(not(loom))]

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Ok(()) => 0,
         Err(err) if is_broken_pipe(&err) => 0,
         Err(err) => {
-            eprintln!("snapbus: error: {}", bus::error_chain(&err));
+            snapbus_bus::say!("snapbus: error: {}", bus::error_chain(&err));
             if restart_cannot_help(&err)
                 || command::record::is_permanent_write_error(&err)
                 || command::python::restart_cannot_help(&err)

@@ -1,6 +1,6 @@
 //! `snapbus demo` emits exactly the documented deterministic values.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, ErrorKind};
 use std::process::Stdio;
 
 use serde_json::{Value, json};
@@ -228,4 +228,58 @@ fn demo_counts_only_the_events_it_wrote() {
         out.stderr
     );
     assert!(!out.stderr.contains("filtered"), "{}", out.stderr);
+}
+
+/// The demo and the processes it starts (`echo`, the aggregator) share one standard error;
+/// each of their lines reaches it in one write, so no line arrives cut by another process's.
+/// Standard error is a datagram socket here: each `write(2)` is one datagram.
+#[test]
+fn demo_and_its_children_write_whole_lines_to_a_shared_stderr() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixDatagram;
+    use std::time::{Duration, Instant};
+
+    let (ours, theirs) = UnixDatagram::pair().expect("socketpair");
+    let mut child = snapbus()
+        .args(["demo", "--episodes", "3", "--steps", "5", "--rate", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(OwnedFd::from(theirs)))
+        .spawn()
+        .expect("spawn snapbus demo");
+    ours.set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("read timeout");
+    let deadline = Instant::now() + crate::util::WATCHDOG;
+    let mut writes = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut exited = None;
+    loop {
+        match ours.recv(&mut buf) {
+            Ok(n) => writes.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            // Quiet: done once the demo has exited and nothing more is queued.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if exited.is_some() {
+                    break;
+                }
+                exited = child.try_wait().expect("try_wait");
+                assert!(
+                    Instant::now() < deadline || exited.is_some(),
+                    "{:?}",
+                    child.kill()
+                );
+            }
+            Err(e) => panic!("reading the demo's stderr: {e}"),
+        }
+    }
+    assert!(exited.expect("exited").success(), "{writes:?}");
+    assert!(
+        writes
+            .iter()
+            .any(|w| w.contains("snapbus demo: emitted 18 of 18 events")),
+        "{writes:?}"
+    );
+    let cut: Vec<&String> = writes.iter().filter(|w| !w.ends_with('\n')).collect();
+    assert!(
+        cut.is_empty(),
+        "lines written in pieces: {cut:?} (all: {writes:?})"
+    );
 }

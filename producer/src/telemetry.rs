@@ -163,7 +163,7 @@ fn global() -> &'static Global {
         let filter = match Filter::from_env() {
             Ok(f) => f,
             Err(e) => {
-                eprintln!("snapbus: ignoring SNAPBUS_FILTER: {e}");
+                snapbus_bus::say!("snapbus: ignoring SNAPBUS_FILTER: {e}");
                 Filter::default()
             }
         };
@@ -201,7 +201,7 @@ fn start_watcher(g: &'static Global) {
         .name("snapbus-watcher".into())
         .spawn(move || {
             let Ok(name) = BusName::resolve(g.config.bus.as_deref()) else {
-                eprintln!("snapbus: invalid bus name; telemetry stays off");
+                snapbus_bus::say!("snapbus: invalid bus name; telemetry stays off");
                 return;
             };
             let dir = match &g.config.runtime_dir {
@@ -228,11 +228,11 @@ fn start_watcher(g: &'static Global) {
                     let _ = PUBLISHER.set(p);
                     report_filter();
                 }
-                Err(e) => eprintln!("snapbus: telemetry stays off: {e}"),
+                Err(e) => snapbus_bus::say!("snapbus: telemetry stays off: {e}"),
             }
         });
     if let Err(e) = spawned {
-        eprintln!("snapbus: telemetry stays off: {e}");
+        snapbus_bus::say!("snapbus: telemetry stays off: {e}");
     }
 }
 
@@ -249,7 +249,7 @@ fn configured_lane() -> LaneConfig {
     match configured {
         Ok(lane) => lane.unwrap_or_default(),
         Err(e) => {
-            eprintln!(
+            snapbus_bus::say!(
                 "snapbus: ignoring {e}; using the default lane of {DEFAULT_LANE_BYTES} bytes"
             );
             LaneConfig::default()
@@ -295,7 +295,7 @@ fn apply_directives(directives: &str) {
     } else {
         match directives.parse::<Filter>() {
             Ok(f) => install(f),
-            Err(e) => eprintln!("snapbus: ignoring filter from the bus: {e}"),
+            Err(e) => snapbus_bus::say!("snapbus: ignoring filter from the bus: {e}"),
         }
     }
     report_filter();

@@ -148,7 +148,7 @@ impl Broker {
             | ToBroker::ProducerFilter { .. } => None,
         };
         if version != Some(PROTOCOL_VERSION) {
-            eprintln!(
+            crate::say!(
                 "snapbus broker: refused a connection (pid {}) speaking protocol version {} \
                  (this broker speaks {PROTOCOL_VERSION}): another snapbus release",
                 conn.peer_pid()

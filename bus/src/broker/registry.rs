@@ -59,7 +59,7 @@ impl Broker {
     ) {
         let refuse = |conn: &Conn, why: String| {
             // The kernel's word for the pid, not the message's.
-            eprintln!(
+            crate::say!(
                 "snapbus broker: refused producer {:?} (pid {}): {why}",
                 info.name,
                 conn.peer_pid()
@@ -136,9 +136,10 @@ impl Broker {
             gone_at,
             filters: None,
         };
-        eprintln!(
+        crate::say!(
             "snapbus broker: producer {id} '{}' (pid {}) joined ({status})",
-            entry.info.name, entry.info.pid
+            entry.info.name,
+            entry.info.pid
         );
         match existing {
             Some((k, _)) => {
@@ -207,9 +208,11 @@ impl Broker {
         if conn.send(&welcome, &[self.page.fd()]).is_err() {
             return;
         }
-        eprintln!(
+        crate::say!(
             "snapbus broker: consumer {id} '{}' (pid {}) joined, subscriptions {:?}",
-            info.kind, info.pid, info.subscriptions
+            info.kind,
+            info.pid,
+            info.subscriptions
         );
         let c = self.new_slot();
         self.consumers.insert(
@@ -285,9 +288,12 @@ impl Broker {
         } else {
             p.status = ProducerStatus::Disconnected;
         }
-        eprintln!(
+        crate::say!(
             "snapbus broker: producer {} '{}' (pid {}) {}",
-            p.id, p.info.name, p.info.pid, p.status
+            p.id,
+            p.info.name,
+            p.info.pid,
+            p.status
         );
     }
 
@@ -305,9 +311,11 @@ impl Broker {
         }
         p.lane.lane.mark_dead();
         p.status = ProducerStatus::Dead;
-        eprintln!(
+        crate::say!(
             "snapbus broker: producer {} '{}' (pid {}) died",
-            p.id, p.info.name, p.info.pid
+            p.id,
+            p.info.name,
+            p.info.pid
         );
         let id = p.id;
         for c in self.consumers.values() {
@@ -360,9 +368,11 @@ impl Broker {
             s.kept.last = Some(last);
             self.dirty = true;
         }
-        eprintln!(
+        crate::say!(
             "snapbus broker: consumer {} '{}' (pid {}) left",
-            c.id, c.info.kind, c.info.pid
+            c.id,
+            c.info.kind,
+            c.info.pid
         );
         self.update_wake_masks();
     }

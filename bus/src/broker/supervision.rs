@@ -297,7 +297,7 @@ impl Broker {
             }
         };
         let pid = child.id();
-        eprintln!(
+        crate::say!(
             "snapbus broker: started {kind} {id} (pid {pid}): {} {}",
             exe.display(),
             args.join(" ")
@@ -400,7 +400,7 @@ impl Broker {
                         (how, code) = (End::Exited(c), Some(c));
                     }
                 }
-                eprintln!(
+                crate::say!(
                     "snapbus broker: {} {} (pid {}) {how}; log {}",
                     s.kept.kind,
                     s.kept.id,
@@ -455,7 +455,7 @@ impl Broker {
             &self.dir,
         ) {
             Ok((child, pidfd)) => {
-                eprintln!(
+                crate::say!(
                     "snapbus broker: restarted {} {} (pid {}, restart {})",
                     s.kept.kind,
                     s.kept.id,
@@ -546,9 +546,11 @@ impl Broker {
         if keep {
             for s in &self.supervised {
                 if s.running() {
-                    eprintln!(
+                    crate::say!(
                         "snapbus broker: leaving {} {} (pid {}) running",
-                        s.kept.kind, s.kept.id, s.kept.pid
+                        s.kept.kind,
+                        s.kept.id,
+                        s.kept.pid
                     );
                 }
             }
@@ -588,9 +590,11 @@ impl Broker {
             } else {
                 how
             };
-            eprintln!(
+            crate::say!(
                 "snapbus broker: {} {} (pid {}) {how}",
-                s.kept.kind, s.kept.id, s.kept.pid
+                s.kept.kind,
+                s.kept.id,
+                s.kept.pid
             );
             s.end(how, AfterEnd::ByDown);
             s.pidfd = None;

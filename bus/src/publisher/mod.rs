@@ -317,7 +317,7 @@ impl Publisher {
         ) {
             Ok(p) => Some(p),
             Err(e) => {
-                eprintln!("snapbus: this forked process could not create its own lane: {e}");
+                crate::say!("snapbus: this forked process could not create its own lane: {e}");
                 None
             }
         }
@@ -601,7 +601,7 @@ fn refused(inner: &Inner, message: String) {
     };
     // Said after the lock is released: a blocked stderr must not block `stats()`.
     if new {
-        eprintln!(
+        crate::say!(
             "snapbus: the broker of bus '{}' refused this producer ({message}); its records are \
              written to its lane but no consumer can read them until a broker accepts it",
             inner.dir.name(),

@@ -337,7 +337,7 @@ impl Subscriber {
                 let lane_id = info.producer.lane_id;
                 if !self.refused.iter().any(|r| r.lane_id == lane_id) {
                     let producer = format!("'{}' (pid {})", info.producer.name, info.producer.pid);
-                    eprintln!(
+                    crate::say!(
                         "snapbus: not reading producer {producer} of bus '{}': {reason}",
                         self.dir.name()
                     );

@@ -148,7 +148,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     let restart = restart_count();
     let resume = if restart > 0 {
         let r = previous_summaries(&dir, &name, &opts).context("reading earlier summaries")?;
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus aggregate: restart {restart}: {} summaries of {} group(s) from earlier runs \
              are still on the bus; those windows are not emitted again",
             r.summaries,
@@ -171,7 +171,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     // A producer's records overwritten before this worker read them are missing from its
     // experiment summary: say so.
     run_opts.count_history_as_lost = true;
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus aggregate: {name} summarizing bus '{}' per {}{} (Ctrl-C to stop)",
         dir.name(),
         opts.window,
@@ -183,7 +183,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     );
     let result = run_consumer(&dir, &run_opts, &mut aggregator, None);
     let s = aggregator.stats();
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus aggregate: {} records summarized ({} of other workers' groups, {} skipped), {} \
          window and {} experiment summaries emitted, {} not emitted again, {} records lost \
          before they could be read{}; {} window(s) still open were not emitted",
@@ -275,7 +275,7 @@ fn warn_field_mismatches(args: &AggregateArgs, dir: &BusDir, who: &str) -> anyho
             if m.contains("--episode-field") && !explicit_episode {
                 continue;
             }
-            eprintln!("{who}: warning: {m}");
+            snapbus_bus::say!("{who}: warning: {m}");
         }
     }
     Ok(())
@@ -284,7 +284,7 @@ fn warn_field_mismatches(args: &AggregateArgs, dir: &BusDir, who: &str) -> anyho
 fn warn_unmatched(globs: &[Glob], ids: &[String], dir: &BusDir, who: &str) {
     let unmatched = unmatched_globs(globs, ids);
     if !unmatched.is_empty() {
-        eprintln!(
+        snapbus_bus::say!(
             "{who}: warning: {} (records of such schemas are summarized if they appear)",
             no_schema_matches(&unmatched, ids, &format!("bus '{}'", dir.name()))
         );

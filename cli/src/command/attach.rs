@@ -53,7 +53,7 @@ pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<
 pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Started, what: &str) {
     let Started { id, pid, log } = started;
     println!("{id}");
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus attach: {kind} {id} (pid {pid}) is reading bus '{}' into {what}; log {log}; \
          stop it with `snapbus detach {id}{}`",
         dir.name(),
@@ -70,7 +70,7 @@ pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::p
         f.write_all(url.as_bytes())
     });
     println!("{url}");
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus {verb}: serving {url} for bus '{}' (Ctrl-C to stop)",
         dir.name()
     );
@@ -89,7 +89,7 @@ pub(crate) fn announce_url(
     let url = std::fs::read_to_string(url_file)
         .with_context(|| format!("reading the URL of {kind} {id} (log {log})"))?;
     println!("{}", url.trim());
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus attach: {kind} {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop it \
          with `snapbus detach {id}{}`",
         url.trim(),

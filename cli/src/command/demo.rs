@@ -30,15 +30,15 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
     let started_bus = state(&dir).is_err();
     if started_bus {
-        eprintln!("snapbus demo: {}", up::start_detached(&dir, 300)?);
+        snapbus_bus::say!("snapbus demo: {}", up::start_detached(&dir, 300)?);
     }
     // Ctrl-C stops the experiment cleanly (and the bus, if the demo started it).
     let stop = interrupted()?;
     let result = run_on_bus(args, dir.name().as_str(), &stop);
     if started_bus {
         match down::stop(&dir, false) {
-            Ok(msg) => eprintln!("snapbus demo: {msg}"),
-            Err(e) => eprintln!(
+            Ok(msg) => snapbus_bus::say!("snapbus demo: {msg}"),
+            Err(e) => snapbus_bus::say!(
                 "snapbus demo: stopping the bus: {}",
                 crate::bus::error_chain(&e)
             ),
@@ -93,7 +93,7 @@ fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<(
     let result = emit(args, bus, stop, total, summaries);
     if let Some((dir, id)) = aggregator {
         if let Err(e) = detach::stop(&dir, id) {
-            eprintln!(
+            snapbus_bus::say!(
                 "snapbus demo: stopping the aggregator: {}",
                 crate::bus::error_chain(&e)
             );
@@ -116,7 +116,7 @@ fn attach_aggregator(bus: &str) -> anyhow::Result<(snapbus_bus::runtime::BusDir,
     ];
     let attach::Started { id, pid, .. } =
         attach::start(&dir, "aggregator", argv, false).context("attaching the aggregator")?;
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus demo: aggregator {id} (pid {pid}) summarizes demo.step per episode into \
          demo.step.summary"
     );
@@ -186,7 +186,7 @@ fn emit(
     if let Some((schema, e)) = &count.first_error {
         not_written += &format!("; {dropped} not written (first: {schema}: {e})");
     }
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus demo: emitted {written} of {total} events on bus '{bus}' in {:.2?}{not_written}",
         start.elapsed()
     );

@@ -23,13 +23,13 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
         count_history_as_lost: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus echo: subscribed to bus '{}' ({} producers)",
         dir.name(),
         sub.producers().count()
     );
     for glob in sub.unmatched_globs() {
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus echo: warning: no schema on bus '{}' matches '{glob}' yet; waiting for one",
             dir.name()
         );
@@ -53,21 +53,22 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
                 producer_id, lost, ..
             }) => {
                 out.flush()?;
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus echo: lost {lost} records of producer {producer_id} (overwritten before they were read)"
                 );
             }
             Some(Event::Joined(_)) => {}
             Some(Event::Died(p)) => {
                 out.flush()?;
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus echo: producer '{}' (pid {}) died; reading what it wrote",
-                    p.name, p.pid
+                    p.name,
+                    p.pid
                 );
             }
             Some(Event::Ended(p)) => {
                 out.flush()?;
-                eprintln!("snapbus echo: producer '{}' (pid {}) ended", p.name, p.pid);
+                snapbus_bus::say!("snapbus echo: producer '{}' (pid {}) ended", p.name, p.pid);
             }
         }
         if args.until_end && sub.all_ended() {

@@ -207,7 +207,7 @@ impl<'a> Tally<'a> {
                     sink.metadata(&name, &fields)?;
                 }
                 Item::Damaged(d) => {
-                    eprintln!("snapbus export: {}: {d}", file.display());
+                    snapbus_bus::say!("snapbus export: {}: {d}", file.display());
                     self.skipped += 1;
                 }
             }
@@ -291,9 +291,9 @@ impl<'a> Tally<'a> {
             self.losses,
             files,
         );
-        eprintln!("{line}");
+        snapbus_bus::say!("{line}");
         if let Some(no_match) = &no_match {
-            eprintln!("snapbus export: warning: {no_match}");
+            snapbus_bus::say!("snapbus export: warning: {no_match}");
         }
         self.damage_error(args)
     }

@@ -31,9 +31,9 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
         count_history_as_lost: false,
     };
     let mut sub = Subscriber::connect(&dir, opts)?;
-    eprintln!("snapbus hz: subscribed to bus '{}'", dir.name());
+    snapbus_bus::say!("snapbus hz: subscribed to bus '{}'", dir.name());
     for glob in sub.unmatched_globs() {
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus hz: warning: no schema on bus '{}' matches '{glob}' yet; waiting for one",
             dir.name()
         );

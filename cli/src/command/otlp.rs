@@ -166,7 +166,7 @@ pub(crate) fn run(args: &OtlpArgs) -> anyhow::Result<()> {
         Some(addr) => {
             let s = serve_metrics(addr, std::sync::Arc::clone(exporter.stats()))
                 .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
-            eprintln!("snapbus otlp: counters on http://{}/metrics", s.addr());
+            snapbus_bus::say!("snapbus otlp: counters on http://{}/metrics", s.addr());
             Some(s)
         }
         None => None,
@@ -175,7 +175,7 @@ pub(crate) fn run(args: &OtlpArgs) -> anyhow::Result<()> {
         .iter()
         .filter_map(|s| endpoints.get(*s).map(|u| format!("{} → {u}", s.name())))
         .collect();
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus otlp: exporting bus '{}' ({}); metrics every {:?} (Ctrl-C to stop)",
         dir.name(),
         urls.join(", "),
@@ -188,7 +188,7 @@ pub(crate) fn run(args: &OtlpArgs) -> anyhow::Result<()> {
     ropts.status = Some(board);
     let result = run_consumer(&dir, &ropts, &mut exporter, None);
     exporter.shutdown();
-    eprintln!("snapbus otlp: {}", summary(&exporter));
+    snapbus_bus::say!("snapbus otlp: {}", summary(&exporter));
     result?;
     Ok(())
 }

@@ -121,7 +121,7 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
         .serve(addr, Some(dir.clone()))
         .map_err(|e| bind_error(addr, e))?;
     if !server.addr().ip().is_loopback() {
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus prometheus: warning: {} is reachable from other machines; /metrics has no \
              authentication",
             server.addr()

@@ -102,7 +102,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         output = restart_path(&args.output, restart);
         start = match last_recorded_nanos(&args.output) {
             Some(t) => {
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus record: restart {restart}: continuing with the records after {}",
                     crate::bus::utc(t)
                 );
@@ -122,7 +122,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     .map_err(write_error)?;
     let mut opts = recorder.run_options("recorder");
     opts.globs = globs;
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus record: recording bus '{}' into {} (Ctrl-C to stop)",
         dir.name(),
         output_names(&output, args.rotate_mb)
@@ -137,7 +137,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         .map_err(write_error)
         .context("finishing the recording")?;
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus record: {} records ({} lost before they could be read) in {}",
         summary.delivered,
         lost,

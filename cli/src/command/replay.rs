@@ -92,7 +92,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         }
     }
     publisher.close();
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus replay: {} records republished on bus '{}' in {:.2} s{}{}{}",
         summary.emitted,
         dir.name(),
@@ -117,7 +117,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         },
     );
     for d in &summary.damaged {
-        eprintln!("snapbus replay: {d}");
+        snapbus_bus::say!("snapbus replay: {d}");
     }
     match failure {
         Some(e) => Err(e.context("the rest of the recording was not replayed")),
@@ -157,9 +157,11 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                     channel, record, ..
                 } => {
                     out.flush()?;
-                    eprintln!(
+                    snapbus_bus::say!(
                         "snapbus replay: the recording lost {} records of producer '{}' (pid {}) here",
-                        record.lost, channel.producer, record.producer_pid
+                        record.lost,
+                        channel.producer,
+                        record.producer_pid
                     );
                 }
                 Item::Metadata { name, fields } => {
@@ -169,7 +171,7 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                 }
                 Item::Damaged(d) => {
                     out.flush()?;
-                    eprintln!("snapbus replay: {}: {d}", f.display());
+                    snapbus_bus::say!("snapbus replay: {}: {d}", f.display());
                     skipped += 1;
                 }
             }

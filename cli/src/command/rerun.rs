@@ -213,7 +213,7 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
             args.file.display()
         );
     }
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus export: wrote {} (open it with `rerun {}`)",
         output.display(),
         output.display()

@@ -29,7 +29,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
         if unmatched.len() == globs.len() {
             anyhow::bail!("{}", no_schema_matches(&unmatched, &ids, &place));
         } else if !unmatched.is_empty() {
-            eprintln!(
+            snapbus_bus::say!(
                 "snapbus snapshot: warning: {}",
                 no_schema_matches(&unmatched, &ids, &place)
             );
@@ -45,10 +45,10 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
             match state(&dir) {
                 Ok(s) => {
                     for w in short_histories(&s, from, d.as_secs_f64()) {
-                        eprintln!("snapbus snapshot: warning: {w}");
+                        snapbus_bus::say!("snapbus snapshot: warning: {w}");
                     }
                 }
-                Err(e) => eprintln!(
+                Err(e) => snapbus_bus::say!(
                     "snapbus snapshot: warning: cannot tell whether the rings hold {:.1} s: {e:#}",
                     d.as_secs_f64()
                 ),
@@ -87,7 +87,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
             "{lost} overwritten while reading, recorded as loss records"
         ));
     }
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus snapshot: {} records{} from bus '{}' in {}",
         summary.delivered,
         if notes.is_empty() {

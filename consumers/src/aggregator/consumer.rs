@@ -122,7 +122,7 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
 
 /// Says (once per schema: the caller counts) that a payload does not match its descriptor.
 fn warn_malformed(desc: &SchemaDescriptor, r: &Record<'_>) {
-    eprintln!(
+    snapbus_bus::say!(
         "snapbus aggregator: a payload of {} v{} from {} (pid {}) does not match its \
          descriptor; such records are skipped",
         desc.id(),

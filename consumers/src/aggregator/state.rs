@@ -162,7 +162,7 @@ impl<S: SummarySink> Aggregator<S> {
         ) {
             Ok(p) => p,
             Err(e @ PlanError::GroupField(_)) => {
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus aggregator: not summarizing {} v{}: it has {e}",
                     schema.id(),
                     schema.version()
@@ -174,7 +174,7 @@ impl<S: SummarySink> Aggregator<S> {
         let layout = match Layout::new(schema, group, plan.leaves()) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus aggregator: not summarizing {} v{}: {e}",
                     schema.id(),
                     schema.version()
@@ -192,7 +192,7 @@ impl<S: SummarySink> Aggregator<S> {
     fn note_summarized(&mut self, schema: &SchemaDescriptor, plan: &Plan, layout: &Layout) {
         let how = match (self.out.opts.window, plan.has_window_field()) {
             (Window::Episode, false) => {
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus aggregator: warning: {} v{} has no integer field {:?} \
                      (--episode-field): summarized per experiment only",
                     schema.id(),
@@ -213,7 +213,7 @@ impl<S: SummarySink> Aggregator<S> {
             if glob_matches(&self.out.opts, schema, g) {
                 *hit = true;
             } else {
-                eprintln!(
+                snapbus_bus::say!(
                     "snapbus aggregator: warning: --field '{}' matches no numeric field of {} v{}",
                     g.as_str(),
                     schema.id(),
@@ -224,7 +224,7 @@ impl<S: SummarySink> Aggregator<S> {
         m.episode_field |= plan.has_window_field();
         m.summarized
             .push(format!("{} v{}", schema.id(), schema.version()));
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus aggregator: summarizing {} v{} {how} as {}: {} field(s){}",
             schema.id(),
             schema.version(),

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::common::{Mode, Wait};
 use crate::peers::PeerDef;
-use crate::run::{CONSUMER_CPU, Outcome, PRODUCER_CPU, Plan, RefOutcome};
+use crate::run::{Outcome, Plan, RefOutcome, consumer_cpu, producer_cpu};
 
 const BEGIN: &str = "<!-- compare:begin -->";
 const END: &str = "<!-- compare:end -->";
@@ -332,8 +332,10 @@ fn machine(out: &mut String) {
     let _ = writeln!(out, "| Peer crates | {} |", locked_versions());
     let _ = writeln!(
         out,
-        "| Pinning | producer on CPU {PRODUCER_CPU}, consumer on CPU {CONSUMER_CPU} (threads \
-         of the one-process peer likewise) |"
+        "| Pinning | producer on CPU {}, consumer on CPU {} (threads of the one-process peer \
+         likewise) |",
+        producer_cpu(),
+        consumer_cpu()
     );
 }
 
@@ -645,7 +647,9 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     if let Some(s) = rtt {
         let _ = writeln!(
             out,
-            "| cache-line round trip between two processes on CPUs {PRODUCER_CPU} and {CONSUMER_CPU} (one way ≈ half) | {} | {ref_load:.0} % |",
+            "| cache-line round trip between two processes on CPUs {} and {} (one way ≈ half) | {} | {ref_load:.0} % |",
+            producer_cpu(),
+            consumer_cpu(),
             spread_text(s, nanos_text, reps)
         );
     }

@@ -14,9 +14,33 @@ use crate::common::{ConsumerReport, Mode, ProducerReport, RunArgs, Wait, process
 use crate::peers::{self, Layout, PeerDef};
 use crate::refs::{MemcpyReport, PingReport, PongReport};
 
-/// The CPUs producer and consumer are pinned to.
-pub(crate) const PRODUCER_CPU: usize = 0;
-pub(crate) const CONSUMER_CPU: usize = 1;
+/// The CPU the producer is pinned to: the first this process may run on (a container or
+/// `taskset` may leave CPU 0 out).
+pub(crate) fn producer_cpu() -> usize {
+    allowed_cpus()[0]
+}
+
+/// The CPU the consumer is pinned to: the second this process may run on (the first again
+/// when there is only one).
+pub(crate) fn consumer_cpu() -> usize {
+    let cpus = allowed_cpus();
+    cpus[1 % cpus.len()]
+}
+
+/// The CPUs this process may run on, as first asked (before any pinning narrows the set).
+fn allowed_cpus() -> &'static [usize] {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| {
+        let cpus: Vec<usize> = rustix::thread::sched_getaffinity(None)
+            .map(|set| {
+                (0..rustix::thread::CpuSet::MAX_CPU)
+                    .filter(|&c| set.is_set(c))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if cpus.is_empty() { vec![0] } else { cpus }
+    })
+}
 
 /// How long one run and its set-up may take before the watchdog kills it.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -171,7 +195,7 @@ pub(crate) fn run_job(plan: &Plan, job: &Job, root: &Path, n: usize) -> Outcome 
 pub(crate) fn run_refs(plan: &Plan, root: &Path) -> RefOutcome {
     let (out, other_load_pct) = with_load(|| {
         let memcpy = memcpy_child(
-            &["memcpy", "--cpu", &PRODUCER_CPU.to_string()],
+            &["memcpy", "--cpu", &producer_cpu().to_string()],
             plan.ref_secs,
             root,
         );
@@ -316,10 +340,10 @@ fn run_args(plan: &Plan, job: &Job, scratch: &Path, cpu: usize) -> RunArgs {
         count,
         interval_nanos: interval,
         cpu: Some(cpu),
-        other_cpu: Some(if cpu == PRODUCER_CPU {
-            CONSUMER_CPU
+        other_cpu: Some(if cpu == producer_cpu() {
+            consumer_cpu()
         } else {
-            PRODUCER_CPU
+            producer_cpu()
         }),
         rendezvous: String::new(),
         scratch: scratch.to_path_buf(),
@@ -333,12 +357,12 @@ fn run_processes(plan: &Plan, job: &Job, scratch: &Path) -> Result<(ConsumerRepo
         Layout::TwoProcesses => {
             let mut c = Command::new(exe()?);
             c.args(["child", "consumer"])
-                .args(child_args(plan, job, scratch, CONSUMER_CPU));
+                .args(child_args(plan, job, scratch, consumer_cpu()));
             let mut consumer = Proc::spawn(c, "consumer", scratch)?;
             let rendezvous = consumer.expect("ready", deadline)?;
             let mut p = Command::new(exe()?);
             p.args(["child", "producer"])
-                .args(child_args(plan, job, scratch, PRODUCER_CPU))
+                .args(child_args(plan, job, scratch, producer_cpu()))
                 .args(["--rendezvous", &rendezvous]);
             let mut producer = Proc::spawn(p, "producer", scratch)?;
             producer.expect("armed", deadline)?;
@@ -358,7 +382,7 @@ fn run_processes(plan: &Plan, job: &Job, scratch: &Path) -> Result<(ConsumerRepo
         Layout::OneProcess => {
             let mut c = Command::new(exe()?);
             c.args(["child", "both"])
-                .args(child_args(plan, job, scratch, PRODUCER_CPU));
+                .args(child_args(plan, job, scratch, producer_cpu()));
             let mut both = Proc::spawn(c, "process", scratch)?;
             both.expect("armed", deadline)?;
             both.send("go")?;
@@ -367,7 +391,7 @@ fn run_processes(plan: &Plan, job: &Job, scratch: &Path) -> Result<(ConsumerRepo
             Ok((report, 0))
         }
         Layout::Python => {
-            let cmd = peers::python_command(&run_args(plan, job, scratch, PRODUCER_CPU))?;
+            let cmd = peers::python_command(&run_args(plan, job, scratch, producer_cpu()))?;
             let mut py = Proc::spawn(cmd, "python script", scratch)?;
             let report: ConsumerReport = py.json("result", deadline)?;
             py.finish(deadline)?;
@@ -394,12 +418,12 @@ fn memcpy_child(args: &[&str], secs: f64, root: &Path) -> Result<(MemcpyReport, 
 fn ping_pong(secs: f64, root: &Path) -> Result<(PingReport, u64)> {
     let deadline = Instant::now() + RUN_TIMEOUT;
     let mut c = Command::new(exe()?);
-    c.args(["child", "ping", "--cpu", &PRODUCER_CPU.to_string()])
+    c.args(["child", "ping", "--cpu", &producer_cpu().to_string()])
         .args(["--secs", &secs.to_string()]);
     let mut ping = Proc::spawn(c, "ping", root)?;
     let rendezvous = ping.expect("ready", deadline)?;
     let mut c = Command::new(exe()?);
-    c.args(["child", "pong", "--cpu", &CONSUMER_CPU.to_string()])
+    c.args(["child", "pong", "--cpu", &consumer_cpu().to_string()])
         .args(["--rendezvous", &rendezvous]);
     let mut pong = Proc::spawn(c, "pong", root)?;
     let v: PingReport = ping.json("result", deadline)?;

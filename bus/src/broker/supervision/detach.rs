@@ -62,9 +62,10 @@ impl Broker {
             }
             s.stopping = true;
             s.signal(Signal::TERM);
-            eprintln!(
+            crate::say!(
                 "snapbus broker: detaching {} {consumer_id} (pid {})",
-                s.kept.kind, s.kept.pid
+                s.kept.kind,
+                s.kept.pid
             );
             self.detaching.push(Detaching {
                 target: Target::Supervised(consumer_id),
@@ -98,7 +99,7 @@ impl Broker {
             );
         };
         let _ = rustix::process::pidfd_send_signal(&fd, Signal::TERM);
-        eprintln!("snapbus broker: detaching consumer {consumer_id} (pid {pid})");
+        crate::say!("snapbus broker: detaching consumer {consumer_id} (pid {pid})");
         self.detaching.push(Detaching {
             target: Target::Unsupervised,
             pidfd: Some(fd),

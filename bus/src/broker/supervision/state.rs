@@ -104,7 +104,7 @@ impl Broker {
         let saved: SavedState = match postcard::from_bytes::<SavedState>(&bytes) {
             Ok(s) if s.format == STATE_FORMAT => s,
             _ => {
-                eprintln!(
+                crate::say!(
                     "snapbus broker: {} is unreadable; starting without it (consumers \
                      supervised by the earlier broker are not re-adopted)",
                     path.display()
@@ -125,9 +125,11 @@ impl Broker {
                 s.pidfd = pidfd(s.kept.pid)
                     .filter(|_| proc_start_time(s.kept.pid) == Some(s.kept.start_time));
                 if s.pidfd.is_some() {
-                    eprintln!(
+                    crate::say!(
                         "snapbus broker: re-adopted {} {} (pid {})",
-                        s.kept.kind, s.kept.id, s.kept.pid
+                        s.kept.kind,
+                        s.kept.id,
+                        s.kept.pid
                     );
                 } else {
                     let code = exit_note(&self.dir, s.kept.pid, s.kept.start_time);
@@ -135,9 +137,11 @@ impl Broker {
                         Some(code) => End::ExitedUnwatched(code),
                         None => End::EndedUnwatched,
                     };
-                    eprintln!(
+                    crate::say!(
                         "snapbus broker: {} {} (pid {}) {how}",
-                        s.kept.kind, s.kept.id, s.kept.pid
+                        s.kept.kind,
+                        s.kept.id,
+                        s.kept.pid
                     );
                     self.ended(&mut s, how, code, now);
                 }
@@ -195,7 +199,7 @@ impl Broker {
                 std::fs::rename(&tmp, &path)
             });
         if let Err(e) = written {
-            eprintln!("snapbus broker: writing {}: {e}", path.display());
+            crate::say!("snapbus broker: writing {}: {e}", path.display());
         }
     }
 }

@@ -171,7 +171,7 @@ pub(super) fn run(args: &ExportArgs, globs: &[Glob]) -> anyhow::Result<()> {
         .filter_map(|g| endpoints.get(*g))
         .collect();
     line += &format!(" → {}", urls.join(", "));
-    eprintln!("{line}");
+    snapbus_bus::say!("{line}");
     let dropped: u64 = Signal::ALL.iter().map(|g| s.dropped_total(*g)).sum();
     if let Some(why) = &sink.stopped {
         bail!(

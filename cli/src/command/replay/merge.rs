@@ -59,7 +59,7 @@ pub(super) fn items(
         return Ok(Box::new(open(path, 1 << 20)?));
     }
     if producers.len() > MAX_PASSES {
-        eprintln!(
+        snapbus_bus::say!(
             "snapbus replay: {}: {} producers, more than the {MAX_PASSES} this merge reads side \
              by side: printed in file order (each producer's records are in order)",
             path.display(),
