@@ -16,7 +16,7 @@ use std::fmt;
 use std::io::Write;
 
 /// `eprintln!`, formatted first and written to standard error in one piece (see the
-/// [module](crate::say)); errors writing are ignored.
+/// [module](mod@crate::say)); errors writing are ignored.
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
