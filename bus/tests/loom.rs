@@ -46,6 +46,8 @@
 //!   PAD frame at the physical end) while a reader polls; the first lap is written before the
 //!   threads start so the model spends its interleavings on the overwrite race.
 //!   `full_single_writer_all_concurrent`: the whole run, 10 records, is concurrent.
+//!   `single_writer_wraps_under_in_place_reader` (CI): the same race against a reader that
+//!   reads the payload where it lies (`read_in_place`, word by word through the ring view).
 //! - (b) `shared_writers_wrap_under_reader` (CI): two threads claim concurrently through one
 //!   `SharedLaneWriter`, wrapping over the record a reader is reading.
 //!   `full_shared_writers_concurrent`: two threads of 5 records each from an empty lane (they
@@ -81,7 +83,8 @@ use loom::sync::atomic::AtomicU32;
 use loom::thread;
 use snapbus_bus::doorbell::Doorbell;
 use snapbus_bus::lane::{
-    ClaimError, Frame, Lane, LaneConfig, LaneReader, Poll, RecordMeta, SharedLaneWriter, StartAt,
+    ClaimError, Frame, Lane, LaneConfig, LaneReader, NoFrame, Poll, RecordMeta, SharedLaneWriter,
+    StartAt,
 };
 use snapbus_bus::mem::{HeapMem, LaneMem};
 
@@ -415,6 +418,65 @@ fn single_writer_wraps_under_reader() {
         seen.drain(&mut reader, &[], validate_single);
         seen.finish(&reader, 10, &[]);
         assert_eq!(lane.stats().frames_committed, 10);
+    });
+}
+
+/// One read in place, as the `Poll` a copying read gives: the payload is read word by word
+/// through the ring view (atomic loads) inside the closure, and kept only if delivered.
+fn poll_in_place<'b>(reader: &mut LaneReader<HeapMem>, buf: &'b mut Vec<u8>) -> Poll<'b> {
+    let read = reader.read_in_place(|m, view| {
+        (0..m.payload_len.div_ceil(8))
+            .flat_map(|k| view.word(k).unwrap_or(u64::MAX).to_le_bytes())
+            .take(m.payload_len)
+            .collect::<Vec<u8>>()
+    });
+    match read {
+        Ok((meta, bytes)) => {
+            *buf = bytes;
+            Poll::Frame(Frame { meta, payload: buf })
+        }
+        Err(no) => Poll::from(no),
+    }
+}
+
+/// (a', CI) As `single_writer_wraps_under_reader`, with a reader that reads in place
+/// (`read_in_place`, the path of `Subscriber::next_in_place`): what it read of record 0 or 1
+/// while the writer overwrote it must be delivered intact or discarded and counted lost.
+#[test]
+fn single_writer_wraps_under_in_place_reader() {
+    check("single_writer_wraps_under_in_place_reader", 2, || {
+        let lane = Lane::heap(&CONFIG, SALT).expect("lane");
+        let mut writer = lane.writer().expect("writer");
+        let mut reader = lane.reader(StartAt::Oldest);
+        for seq in 0..8 {
+            write_single(&mut writer, seq);
+        }
+        let producer = thread::spawn(move || {
+            write_single(&mut writer, 8);
+            write_single(&mut writer, 9);
+            writer
+        });
+        let mut seen = Seen::default();
+        seen.from_zero.get_or_insert(reader.position() == 0);
+        let mut buf = Vec::new();
+        for _ in 0..3 {
+            let p = poll_in_place(&mut reader, &mut buf);
+            seen.on(p, &[], validate_single);
+        }
+        let mut writer = producer.join().expect("writer");
+        writer.close();
+        loop {
+            match poll_in_place(&mut reader, &mut buf) {
+                Poll::Closed => break,
+                p @ (Poll::Frame(_) | Poll::Lagged(_)) => seen.on(p, &[], validate_single),
+                p => panic!("{p:?} before the end of a closed lane: {seen:?}"),
+            }
+        }
+        seen.finish(&reader, 10, &[]);
+        assert!(matches!(
+            reader.read_in_place(|_, _| ()),
+            Err(NoFrame::Closed)
+        ));
     });
 }
 

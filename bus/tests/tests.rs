@@ -2,6 +2,7 @@
 
 mod dynamic;
 mod fork;
+mod in_place;
 mod level;
 mod model;
 mod multiprocess;

@@ -104,6 +104,52 @@ impl<M: LaneMem> PayloadView<'_, M> {
     pub fn copy_to(&self, dst: &mut [u8]) -> bool {
         dst.len() == self.len && self.lane.mem.copy_out(self.byte_off, dst)
     }
+
+    /// Word `i` of the payload: its bytes `8 i .. 8 i + 8`, little-endian (one atomic load; in
+    /// the last word, the bytes past `len()` are the frame's padding). `None` past the end.
+    pub fn word(&self, i: usize) -> Option<u64> {
+        if i >= self.len.div_ceil(8) {
+            return None;
+        }
+        Some(
+            self.lane
+                .word(self.byte_off / 8 + i)
+                .load(Ordering::Relaxed),
+        )
+    }
+
+    /// Copies the payload's bytes `offset .. offset + dst.len()` into `dst`. `false` (nothing
+    /// copied) if `offset` is not a multiple of 8 or the range goes past the payload.
+    pub fn copy_range_to(&self, offset: usize, dst: &mut [u8]) -> bool {
+        offset % 8 == 0
+            && offset
+                .checked_add(dst.len())
+                .is_some_and(|end| end <= self.len)
+            && self.lane.mem.copy_out(self.byte_off + offset, dst)
+    }
+
+    /// Calls `f` on the whole payload in order, a piece at a time, each piece copied into
+    /// `scratch`: a buffer small enough to stay in the L1 cache (4 KiB, say), so the payload is
+    /// read once and never copied whole. Pieces are `scratch.len()` rounded down to a multiple
+    /// of 8 bytes, the last one shorter. `false` (and `f` not called) if `scratch` is shorter
+    /// than 8 bytes.
+    pub fn for_each_chunk(&self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) -> bool {
+        let piece = scratch.len() / 8 * 8;
+        if piece == 0 {
+            return false;
+        }
+        let mut offset = 0;
+        while offset < self.len {
+            let n = piece.min(self.len - offset);
+            let dst = &mut scratch[..n];
+            if !self.copy_range_to(offset, dst) {
+                return false;
+            }
+            f(dst);
+            offset += n;
+        }
+        true
+    }
 }
 
 /// What one call of [`Cursor::step`] found.

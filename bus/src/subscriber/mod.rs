@@ -20,7 +20,7 @@ use crate::control::{
     ProducerInfo, RefusedLane, ToBroker,
 };
 use crate::doorbell::DoorbellPage;
-use crate::lane::{FrameMeta, LaneReader, NoFrame, ShmLane, StartAt};
+use crate::lane::{FrameMeta, LaneReader, NoFrame, PayloadView, ShmLane, StartAt};
 use crate::mem::ShmMem;
 use crate::runtime::BusDir;
 use crate::status::StatusBoard;
@@ -100,6 +100,47 @@ pub struct Record<'a> {
     pub payload: &'a [u8],
 }
 
+/// A record's payload where it lies in its producer's ring (see
+/// [`Subscriber::next_in_place`]): read through it with atomic loads, never as a `&[u8]`.
+pub type RingPayload<'a> = PayloadView<'a, ShmMem>;
+
+/// A record as [`Subscriber::next_in_place`] shows it to its reading closure: the header and
+/// where its payload lies in the ring, not a copy of it.
+pub struct InPlaceRecord<'a> {
+    /// The broker's id of the producer.
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: &'a ProducerInfo,
+    /// The payload's schema.
+    pub schema: &'a Arc<SchemaDescriptor>,
+    /// The name of the telemetry handle that emitted it, if known.
+    pub emitter: Option<&'a str>,
+    /// The frame header.
+    pub meta: FrameMeta,
+    /// The payload in the ring. What is read through it is only to be trusted if
+    /// [`Subscriber::next_in_place`] delivers the closure's result: the producer may overwrite
+    /// the frame while the closure runs, and then the result is thrown away.
+    pub payload: &'a RingPayload<'a>,
+}
+
+/// What [`Subscriber::next_in_place`] returns.
+#[derive(Debug)]
+pub enum InPlaceEvent<'a, R> {
+    /// What the reading closure made of a record, which was not overwritten while it ran.
+    Record {
+        /// The broker's id of the producer.
+        producer_id: u64,
+        /// The producer.
+        producer: &'a ProducerInfo,
+        /// The frame header.
+        meta: FrameMeta,
+        /// The closure's result.
+        value: R,
+    },
+    /// Anything else: never [`Event::Record`].
+    Other(Event<'a>),
+}
+
 /// What [`Subscriber::next`] returns.
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -177,10 +218,16 @@ impl KeyMap {
     }
 }
 
-enum Found {
-    Record(usize, FrameMeta),
+enum Found<R> {
+    Record(usize, FrameMeta, R),
     Lagged(usize, u64),
     Ended(usize),
+}
+
+/// What one wait of the subscriber found.
+enum Next<R> {
+    Notice(Notice),
+    Found(Found<R>),
 }
 
 enum Notice {
@@ -459,10 +506,106 @@ impl Subscriber {
     /// The next event, waiting up to `timeout` (sleeping on the doorbell, not spinning).
     /// `Ok(None)`: nothing within the timeout. With `Duration::ZERO` it only polls (for a
     /// caller that spins: no system call while nothing arrives; new producers and deaths are
-    /// noticed within 1024 calls or 20 ms).
+    /// noticed within 1024 calls or 20 ms). A record's payload is copied out of the ring
+    /// (once, into a buffer the subscriber reuses); [`Subscriber::next_in_place`] reads it
+    /// where it lies instead.
     pub fn next(&mut self, timeout: Duration) -> Result<Option<Event<'_>>, SubscribeError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let next = self.wait(timeout, &mut |r: &InPlaceRecord<'_>| {
+            scratch.resize(r.payload.len(), 0);
+            // A failed copy is out of bounds, which validation already excludes: skipped.
+            r.payload.copy_to(&mut scratch).then_some(())
+        });
+        self.scratch = scratch;
+        Ok(next.map(|n| match n {
+            Next::Found(Found::Record(k, meta, ())) => {
+                let l = &self.lanes[k];
+                let schema = l
+                    .matches
+                    .get(meta.schema_key)
+                    .and_then(|m| m.as_ref())
+                    .expect("a found record's key matches");
+                Event::Record(Record {
+                    producer_id: l.producer_id,
+                    producer: &l.info,
+                    schema,
+                    emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
+                    meta,
+                    payload: &self.scratch[..meta.payload_len],
+                })
+            }
+            other => self.other_event(other),
+        }))
+    }
+
+    /// [`Subscriber::next`] without copying the payload: `read` looks at the record where it
+    /// lies in the producer's ring (through [`RingPayload`]'s atomic loads: a checksum, the few
+    /// fields a consumer needs, a tensor reduced as it is read), and its result is delivered
+    /// only if the frame was not overwritten while `read` ran. If it was, the result is
+    /// dropped, the loss is counted like any other ([`Event::Lagged`] follows) and `read` runs
+    /// again on the next record: it may run more than once per call, so it must not have side
+    /// effects that matter when its result is thrown away (keep them for the delivered
+    /// value). A record read in place costs one pass over its bytes, not a copy and a pass.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
+    /// # fn f(sub: &mut Subscriber) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut scratch = [0u8; 4096];
+    /// if let Some(InPlaceEvent::Record { value: sum, .. }) =
+    ///     sub.next_in_place(Duration::from_millis(100), |r| {
+    ///         let mut sum = 0u64;
+    ///         r.payload.for_each_chunk(&mut scratch, |piece| {
+    ///             sum = piece.iter().fold(sum, |s, &b| s.wrapping_add(u64::from(b)));
+    ///         });
+    ///         sum
+    ///     })?
+    /// {
+    ///     println!("byte sum {sum}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn next_in_place<R>(
+        &mut self,
+        timeout: Duration,
+        mut read: impl FnMut(&InPlaceRecord<'_>) -> R,
+    ) -> Result<Option<InPlaceEvent<'_, R>>, SubscribeError> {
+        let next = self.wait(timeout, &mut |r: &InPlaceRecord<'_>| Some(read(r)));
+        Ok(next.map(|n| match n {
+            Next::Found(Found::Record(k, meta, value)) => InPlaceEvent::Record {
+                producer_id: self.lanes[k].producer_id,
+                producer: &self.lanes[k].info,
+                meta,
+                value,
+            },
+            other => InPlaceEvent::Other(self.other_event(other)),
+        }))
+    }
+
+    /// The event of anything but a record.
+    fn other_event<R>(&self, next: Next<R>) -> Event<'_> {
+        match next {
+            Next::Notice(Notice::Joined(k)) => Event::Joined(&self.lanes[k].info),
+            Next::Notice(Notice::Died(k)) => Event::Died(&self.lanes[k].info),
+            Next::Found(Found::Lagged(k, lost)) => Event::Lagged {
+                producer_id: self.lanes[k].producer_id,
+                producer: &self.lanes[k].info,
+                lost,
+            },
+            Next::Found(Found::Ended(k)) => Event::Ended(&self.lanes[k].info),
+            Next::Found(Found::Record(..)) => unreachable!("records are mapped by the caller"),
+        }
+    }
+
+    /// Waits up to `timeout` for a notice or a record (`read` makes the latter's value, `None`
+    /// to skip it).
+    fn wait<R>(
+        &mut self,
+        timeout: Duration,
+        read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+    ) -> Option<Next<R>> {
         let mut deadline = None;
-        let found = loop {
+        loop {
             // The control socket (new lanes, deaths) and the counters for `ls` are served when
             // idle, and while busy every few records (a syscall per record would halve the
             // rate of a fast consumer).
@@ -473,18 +616,18 @@ impl Subscriber {
                 self.pump_control();
             }
             if let Some(n) = self.notices.pop_front() {
-                return Ok(Some(match n {
-                    Notice::Joined(k) => Event::Joined(&self.lanes[k].info),
-                    Notice::Died(k) => Event::Died(&self.lanes[k].info),
-                }));
+                return Some(Next::Notice(n));
             }
-            if let Some(f) = self.poll_lanes() {
-                break f;
+            if let Some(f) = self.poll_lanes(read) {
+                if let Found::Record(..) = f {
+                    self.stats.delivered += 1;
+                }
+                return Some(Next::Found(f));
             }
             if timeout.is_zero() {
                 // A caller that spins: no clock read, no system call per empty poll (the
                 // periodic pump above still serves the control socket).
-                return Ok(None);
+                return None;
             }
             self.pump_control();
             if !self.notices.is_empty() {
@@ -493,7 +636,7 @@ impl Subscriber {
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
-                return Ok(None);
+                return None;
             }
             let nap = (deadline - now).min(Duration::from_millis(100));
             match &self.page {
@@ -513,40 +656,18 @@ impl Subscriber {
                 }
                 None => std::thread::sleep(nap.min(Duration::from_millis(10))),
             }
-        };
-        Ok(Some(match found {
-            Found::Record(k, meta) => {
-                self.stats.delivered += 1;
-                let l = &self.lanes[k];
-                let schema = l
-                    .matches
-                    .get(meta.schema_key)
-                    .and_then(|m| m.as_ref())
-                    .expect("a found record's key matches");
-                Event::Record(Record {
-                    producer_id: l.producer_id,
-                    producer: &l.info,
-                    schema,
-                    emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
-                    meta,
-                    payload: &self.scratch[..meta.payload_len],
-                })
-            }
-            Found::Lagged(k, lost) => Event::Lagged {
-                producer_id: self.lanes[k].producer_id,
-                producer: &self.lanes[k].info,
-                lost,
-            },
-            Found::Ended(k) => Event::Ended(&self.lanes[k].info),
-        }))
+        }
     }
 
     /// One round over the lanes, starting after the last one that gave something.
-    fn poll_lanes(&mut self) -> Option<Found> {
+    fn poll_lanes<R>(
+        &mut self,
+        read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+    ) -> Option<Found<R>> {
         let n = self.lanes.len();
         for i in 0..n {
             let k = (self.next_lane + i) % n;
-            if let Some(f) = self.poll_lane(k) {
+            if let Some(f) = self.poll_lane(k, read) {
                 self.next_lane = k + 1;
                 return Some(f);
             }
@@ -554,7 +675,11 @@ impl Subscriber {
         None
     }
 
-    fn poll_lane(&mut self, k: usize) -> Option<Found> {
+    fn poll_lane<R>(
+        &mut self,
+        k: usize,
+        read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+    ) -> Option<Found<R>> {
         let globs = &self.opts.globs;
         let lane = &mut self.lanes[k];
         if lane.ended {
@@ -567,32 +692,43 @@ impl Subscriber {
         // Bounded work per call, so one busy lane cannot starve the others.
         for _ in 0..4096 {
             let SubLane {
-                reader, matches, ..
-            } = lane;
-            let scratch = &mut self.scratch;
+                reader,
+                matches,
+                catalog,
+                info,
+                producer_id,
+                ..
+            } = &mut *lane;
             let res = reader.read_in_place(|m, view| {
-                // Copy records we want, and records we cannot classify yet.
-                let wanted = matches.get(m.schema_key).is_none_or(|d| d.is_some());
-                wanted && {
-                    scratch.resize(view.len(), 0);
-                    view.copy_to(scratch)
+                if matches.get(m.schema_key).is_none() {
+                    // A key not seen before: its schema is in the producer's catalog by now
+                    // (registered before its first record). Only the first record of each
+                    // key pays for this.
+                    catalog.refresh();
+                    for (key, d) in catalog.schemas() {
+                        matches.insert_new(key, || {
+                            (globs.is_empty() || globs.iter().any(|g| g.matches(d.id())))
+                                .then(|| Arc::clone(d))
+                        });
+                    }
                 }
+                let Some(Some(schema)) = matches.get(m.schema_key) else {
+                    return None;
+                };
+                read(&InPlaceRecord {
+                    producer_id: *producer_id,
+                    producer: info,
+                    schema,
+                    emitter: catalog.emitter(m.emitter).map(|n| &**n),
+                    meta: *m,
+                    payload: view,
+                })
             });
             match res {
-                Ok((meta, copied)) => {
-                    if lane.matches.get(meta.schema_key).is_none() {
-                        lane.catalog.refresh();
-                        for (key, d) in lane.catalog.schemas() {
-                            lane.matches.insert_new(key, || {
-                                (globs.is_empty() || globs.iter().any(|g| g.matches(d.id())))
-                                    .then(|| Arc::clone(d))
-                            });
-                        }
-                    }
-                    match lane.matches.get(meta.schema_key) {
-                        Some(Some(_)) if copied => return Some(Found::Record(k, meta)),
-                        Some(_) => {}
-                        None => self.stats.unknown_keys += 1,
+                Ok((meta, Some(value))) => return Some(Found::Record(k, meta, value)),
+                Ok((meta, None)) => {
+                    if matches.get(meta.schema_key).is_none() {
+                        self.stats.unknown_keys += 1;
                     }
                 }
                 Err(NoFrame::Lagged(lost)) => {

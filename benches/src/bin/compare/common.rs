@@ -87,6 +87,10 @@ pub(crate) struct RunArgs {
     /// A private directory for sockets and bus directories, removed by the parent.
     #[arg(long)]
     pub(crate) scratch: PathBuf,
+    /// The consumer reads every byte of every message (a checksum it verifies), not only the
+    /// words it checks: what a consumer that uses the whole payload pays.
+    #[arg(long)]
+    pub(crate) every_byte: bool,
 }
 
 impl RunArgs {
@@ -121,6 +125,9 @@ impl RunArgs {
         }
         if !self.rendezvous.is_empty() {
             v.extend(["--rendezvous".to_owned(), self.rendezvous.clone()]);
+        }
+        if self.every_byte {
+            v.push("--every-byte".to_owned());
         }
         v
     }
@@ -278,10 +285,64 @@ pub(crate) fn run_producer(
     })
 }
 
+/// What a consumer read of one message: its length and the words the tally checks (and, with
+/// `--every-byte`, the sum of all its words).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Head {
+    /// The message's length in bytes.
+    pub(crate) len: usize,
+    /// Word 0: the sequence number.
+    pub(crate) seq: Option<u64>,
+    /// Word 1: the send time.
+    pub(crate) t_nanos: Option<u64>,
+    /// The last word (messages of 24 bytes or more): the sequence number again.
+    pub(crate) trailer: Option<u64>,
+    /// The wrapping sum of every 8-byte little-endian word (the last one zero-padded).
+    pub(crate) sum: Option<u64>,
+}
+
+impl Head {
+    /// The head of a message in a buffer (the sum only if `every_byte`).
+    #[inline]
+    pub(crate) fn of(msg: &[u8], every_byte: bool) -> Head {
+        let word = |at: usize| {
+            msg.get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let n = msg.len();
+        Head {
+            len: n,
+            seq: word(0),
+            t_nanos: word(8),
+            trailer: if n >= 24 { word(n - 8) } else { None },
+            sum: every_byte.then(|| word_sum(msg)),
+        }
+    }
+}
+
+/// The wrapping sum of `bytes` as little-endian 8-byte words, the last one zero-padded.
+#[inline]
+pub(crate) fn word_sum(bytes: &[u8]) -> u64 {
+    let mut words = bytes.chunks_exact(8);
+    let mut sum = words
+        .by_ref()
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .fold(0u64, u64::wrapping_add);
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        sum = sum.wrapping_add(u64::from_le_bytes(last));
+    }
+    sum
+}
+
 /// The consumer's count of one run.
 pub(crate) struct Tally {
     size: usize,
     mode: Mode,
+    every_byte: bool,
     next_seq: u64,
     delivered: u64,
     lost: u64,
@@ -296,6 +357,7 @@ impl Tally {
         Tally {
             size: args.size,
             mode: args.mode,
+            every_byte: args.every_byte,
             next_seq: 0,
             delivered: 0,
             lost: 0,
@@ -314,12 +376,19 @@ impl Tally {
     /// what a 64-byte message does), and for every message of a latency run.
     #[inline]
     pub(crate) fn on_message(&mut self, msg: &[u8]) -> bool {
-        let word = |at: usize| {
-            msg.get(at..at + 8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_le_bytes)
-        };
-        let Some(seq) = word(0) else {
+        self.on_head(Head::of(msg, self.every_byte))
+    }
+
+    /// Whether this run's consumer reads every byte (`--every-byte`).
+    pub(crate) fn every_byte(&self) -> bool {
+        self.every_byte
+    }
+
+    /// [`Tally::on_message`] of a message the consumer read where it lies (only the words the
+    /// tally checks, and the sum with `--every-byte`).
+    #[inline]
+    pub(crate) fn on_head(&mut self, h: Head) -> bool {
+        let Some(seq) = h.seq else {
             self.bad += 1;
             return true;
         };
@@ -327,8 +396,22 @@ impl Tally {
             self.end_nanos = mono_nanos();
             return false;
         }
-        let n = msg.len();
-        if n != self.size || (n >= 24 && word(n - 8) != Some(seq)) || seq < self.next_seq {
+        let n = h.len;
+        // The producer sends header and trailer words and zeros between them. The trailer at
+        // byte n - 8 straddles two words when n is not a multiple of 8: its bits then land in
+        // the two words' sum rotated.
+        let trailer = if n >= 24 {
+            seq.rotate_left(8 * (n % 8) as u32)
+        } else {
+            0
+        };
+        let sum_ok = !self.every_byte
+            || h.sum
+                == Some(
+                    seq.wrapping_add(h.t_nanos.unwrap_or(0))
+                        .wrapping_add(trailer),
+                );
+        if n != self.size || (n >= 24 && h.trailer != Some(seq)) || seq < self.next_seq || !sum_ok {
             self.bad += 1;
             return true;
         }
@@ -345,7 +428,7 @@ impl Tally {
                 let now = mono_nanos();
                 self.first_nanos.get_or_insert(now);
                 self.latencies
-                    .push(now.saturating_sub(word(8).unwrap_or(now)));
+                    .push(now.saturating_sub(h.t_nanos.unwrap_or(now)));
             }
         }
         true
@@ -400,6 +483,7 @@ mod tests {
             other_cpu: None,
             rendezvous: String::new(),
             scratch: PathBuf::from("/nonexistent"),
+            every_byte: false,
         }
     }
 
@@ -426,6 +510,30 @@ mod tests {
         let r = t.report();
         assert_eq!((r.delivered, r.lost, r.bad), (6, 4, 3), "{r:?}");
         assert!(r.p50_nanos.is_none());
+    }
+
+    #[test]
+    fn every_byte_tally_finds_a_damaged_byte_the_checked_words_miss() {
+        let mut a = args(Mode::Throughput, 100);
+        a.every_byte = true;
+        let mut t = Tally::new(&a);
+        assert!(t.every_byte());
+        assert!(t.on_message(&msg(100, 0, 5)));
+        let mut damaged = msg(100, 1, 5);
+        damaged[40] = 1; // between header and trailer
+        assert!(t.on_message(&damaged));
+        // The tail past the last whole word (100 is not a multiple of 8) is summed too.
+        let mut tail = msg(100, 2, 5);
+        tail[90] = 7;
+        assert!(t.on_message(&tail));
+        assert!(t.on_message(&msg(100, 3, 5)));
+        assert!(!t.on_message(&msg(100, END_SEQ, 0)));
+        let r = t.report();
+        assert_eq!((r.delivered, r.lost, r.bad), (2, 2, 2), "{r:?}");
+        // Without --every-byte the same damage goes unseen.
+        let mut t = Tally::new(&args(Mode::Throughput, 100));
+        assert!(t.on_message(&damaged));
+        assert_eq!(t.report().bad, 0);
     }
 
     #[test]
@@ -457,6 +565,7 @@ mod tests {
         let mut a = args(Mode::Latency, 4096);
         a.cpu = Some(1);
         a.rendezvous = "x:1".into();
+        a.every_byte = true;
         let argv = std::iter::once("t".to_owned()).chain(a.to_argv());
         let back = Wrap::parse_from(argv).a;
         assert_eq!(back.to_argv(), a.to_argv());

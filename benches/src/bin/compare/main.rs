@@ -69,6 +69,12 @@ struct Cli {
     /// Print the report only.
     #[arg(long, conflicts_with = "out")]
     no_write: bool,
+    /// Every consumer reads every byte of every message (a checksum it verifies), where by
+    /// default each checks only a message's first words and last: the fair comparison of the
+    /// peers that read in place with those that copy. A full run writes its own section of
+    /// BENCHMARKS.md; the Python rows are not run.
+    #[arg(long)]
+    every_byte: bool,
     /// The interpreter for the Python rows (one with snapbus and numpy installed). Default:
     /// $SNAPBUS_PYTHON, else the test venv `.ci/test` makes (target/py-3.X), if it exists.
     #[arg(long, value_name = "PATH")]
@@ -158,7 +164,7 @@ fn parent(cli: Cli) -> Result<bool> {
         peers::find(name)?;
     }
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        bail!("the harness pins producer and consumer to CPUs 0 and 1: this machine has one");
+        bail!("the harness pins producer and consumer to two CPUs: this process may use one");
     }
     let plan = run::Plan {
         quick: cli.quick,
@@ -167,6 +173,7 @@ fn parent(cli: Cli) -> Result<bool> {
         peers,
         secs: cli.secs.unwrap_or(if cli.quick { 0.1 } else { 1.0 }),
         ref_secs: if cli.quick { 0.1 } else { 0.5 },
+        every_byte: cli.every_byte,
     };
     let full = cli.peers.is_empty() && cli.sizes.is_empty() && !cli.quick;
     let out = match (&cli.out, cli.no_write, full) {
@@ -204,6 +211,7 @@ fn parent(cli: Cli) -> Result<bool> {
         }
     }
     let python = match python_rows::interpreter(cli.python.as_deref()) {
+        _ if plan.every_byte => python_rows::PyOutcome::Skipped("not run with --every-byte".into()),
         Ok(py) => python_rows::run(&py, plan.quick, plan.reps, &bus_dir),
         Err(why) => python_rows::PyOutcome::Skipped(why),
     };
@@ -223,7 +231,7 @@ fn parent(cli: Cli) -> Result<bool> {
     });
     println!("{text}");
     if let Some(path) = out {
-        report::write_section(&path, &text)?;
+        report::write_section(&path, &text, plan.every_byte)?;
         eprintln!("wrote the report into {}", path.display());
     }
     let failed =

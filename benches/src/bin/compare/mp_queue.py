@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 
 END_SEQ = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 HEADER_LEN = 16
 QUEUE_MAXSIZE = 1024
 # Latency samples discarded at the start of a run, as for every peer (WARMUP_FRACTION).
@@ -129,11 +130,32 @@ def cpu_nanos():
     return int(total * 1e9)
 
 
+def word_sum(payload):
+    """The sum (mod 2**64) of the payload's little-endian 8-byte words, the last zero-padded:
+    every byte read (`--every-byte`, as `word_sum` in common.rs)."""
+    whole = len(payload) // 8 * 8
+    total = sum(memoryview(payload)[:whole].cast("Q")) if whole else 0
+    if whole < len(payload):
+        total += int.from_bytes(payload[whole:], "little")
+    return total & MASK64
+
+
+def expected_sum(seq, t_send, n):
+    """What `word_sum` gives for a message as the producer sends it (zeros between header and
+    trailer; a trailer that straddles two words lands in their sum rotated)."""
+    total = seq + t_send
+    if n >= 24:
+        r = 8 * (n % 8)
+        total += ((seq << r) | (seq >> (64 - r))) & MASK64 if r else seq
+    return total & MASK64
+
+
 def consume(q, args):
     """Gets events until the end event, counting as `Tally::on_message` does."""
     size = args.size
     latency = args.mode == "latency"
     trailer_at = size - 8 if size >= 24 else None
+    every_byte = args.every_byte
     get = q.get
     now_ns = time.monotonic_ns
     unpack_header = HEADER.unpack_from
@@ -160,6 +182,7 @@ def consume(q, args):
             or seq < next_seq
             or unpack_header(payload, 0) != (seq, t_send)
             or (trailer_at is not None and unpack_word(payload, trailer_at)[0] != seq)
+            or (every_byte and word_sum(payload) != expected_sum(seq, t_send, n))
         ):
             bad += 1
             continue
@@ -195,6 +218,9 @@ def parse_args(argv):
     )
     ap.add_argument("--producer-cpu", type=int, default=None)
     ap.add_argument("--consumer-cpu", type=int, default=None)
+    ap.add_argument(
+        "--every-byte", action="store_true", help="the consumer sums every byte of every payload"
+    )
     args = ap.parse_args(argv)
     if args.size < HEADER_LEN:
         ap.error(f"--size must be at least {HEADER_LEN} bytes, got {args.size}")

@@ -14,6 +14,9 @@ use crate::run::{Outcome, Plan, RefOutcome, consumer_cpu, producer_cpu};
 
 const BEGIN: &str = "<!-- compare:begin -->";
 const END: &str = "<!-- compare:end -->";
+/// The markers of the `--every-byte` run's section.
+const BEGIN_EVERY_BYTE: &str = "<!-- compare-every-byte:begin -->";
+const END_EVERY_BYTE: &str = "<!-- compare-every-byte:end -->";
 /// Runs whose other-process load exceeds this are flagged.
 const NOISY_PCT: f64 = 10.0;
 
@@ -393,6 +396,21 @@ fn best_peer<'a>(
     best
 }
 
+/// Whether peer `idx` is the plan's main snapbus row (the first), which the others are
+/// compared with; later snapbus rows are its variants.
+fn is_main(peers: &[&'static PeerDef], idx: usize) -> bool {
+    peers.iter().position(|p| p.is_snapbus) == Some(idx)
+}
+
+/// The section markers of a run (`--every-byte` has its own section).
+fn markers(every_byte: bool) -> (&'static str, &'static str) {
+    if every_byte {
+        (BEGIN_EVERY_BYTE, END_EVERY_BYTE)
+    } else {
+        (BEGIN, END)
+    }
+}
+
 fn snapbus_row<'a>(
     rows: &'a BTreeMap<Key, Row>,
     peers: &[&'static PeerDef],
@@ -410,8 +428,21 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     let rows = rows(input);
     let reps = plan.reps;
     let mut out = String::new();
-    let _ = writeln!(out, "{BEGIN}");
-    let _ = writeln!(out, "## Against peers, side by side (`compare`)\n");
+    let (begin, end) = markers(plan.every_byte);
+    let _ = writeln!(out, "{begin}");
+    if plan.every_byte {
+        let _ = writeln!(
+            out,
+            "## Against peers, every consumer reading every byte (`compare --every-byte`)\n\n\
+             As the section above, but every consumer reads every byte of every message (the \
+             sum of its words, checked against what the producer sent), where there each \
+             checks only a message's first two words and its last: peers that hand the \
+             consumer the message where it lies (iceoryx2, snapbus reading in place) no longer \
+             skip the bytes a consumer that copies has to read.\n"
+        );
+    } else {
+        let _ = writeln!(out, "## Against peers, side by side (`compare`)\n");
+    }
     let _ = writeln!(
         out,
         "Written by the harness [`benches/src/bin/compare`](benches/src/bin/compare/main.rs) \
@@ -478,6 +509,16 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     for &size in &plan.sizes {
         let snap = snapbus_row(&rows, &plan.peers, size, Mode::Throughput, Wait::Sleep)
             .and_then(Row::rate);
+        let best = best_peer(
+            &rows,
+            &plan.peers,
+            &Query {
+                size,
+                mode: Mode::Throughput,
+                wait: None,
+                per_message_only: false,
+            },
+        );
         for (idx, p) in plan.peers.iter().enumerate() {
             let Some(row) = rows.get(&(size, Mode::Throughput, idx, Wait::Sleep)) else {
                 continue;
@@ -490,8 +531,12 @@ pub(crate) fn render(input: &Input<'_>) -> String {
             match row.rate() {
                 Some(r) => {
                     let lost = spread(row.lost_pct.clone()).map_or(0.0, |s| s.median);
-                    let ratio = match snap {
-                        Some(s) if !p.is_snapbus => ratio_text(s.median / r.median),
+                    let ratio = match (snap, best) {
+                        (Some(s), _) if !p.is_snapbus => ratio_text(s.median / r.median),
+                        // A snapbus variant: itself against the best peer.
+                        (_, Some((_, b, _))) if p.is_snapbus && !is_main(&plan.peers, idx) => {
+                            format!("{} ÷ best peer", ratio_text(r.median / b))
+                        }
                         _ => "–".into(),
                     };
                     let _ = writeln!(
@@ -548,6 +593,27 @@ pub(crate) fn render(input: &Input<'_>) -> String {
                 ratio_text(s.median / v)
             );
         }
+        let Some((best, v, _)) = best else {
+            continue;
+        };
+        for (idx, p) in plan.peers.iter().enumerate() {
+            if !p.is_snapbus || is_main(&plan.peers, idx) {
+                continue;
+            }
+            let rate = rows
+                .get(&(size, Mode::Throughput, idx, Wait::Sleep))
+                .and_then(Row::rate);
+            if let Some(r) = rate {
+                let _ = writeln!(
+                    out,
+                    "- {}: {} / best cross-process peer ({}) = **{}**",
+                    size_name(size),
+                    p.label,
+                    best.label,
+                    ratio_text(r.median / v)
+                );
+            }
+        }
     }
 
     // Latency.
@@ -572,8 +638,21 @@ pub(crate) fn render(input: &Input<'_>) -> String {
                     (Some(a), Some(b)) => {
                         let snap = snapbus_row(&rows, &plan.peers, size, Mode::Latency, wait)
                             .and_then(Row::p50);
-                        let ratio = match snap {
-                            Some(s) if !p.is_snapbus => ratio_text(s.median / a.median),
+                        let best = best_peer(
+                            &rows,
+                            &plan.peers,
+                            &Query {
+                                size,
+                                mode: Mode::Latency,
+                                wait: Some(wait),
+                                per_message_only: false,
+                            },
+                        );
+                        let ratio = match (snap, best) {
+                            (Some(s), _) if !p.is_snapbus => ratio_text(s.median / a.median),
+                            (_, Some((_, b, _))) if p.is_snapbus && !is_main(&plan.peers, idx) => {
+                                format!("{} ÷ best peer", ratio_text(a.median / b))
+                            }
                             _ => "–".into(),
                         };
                         let _ = writeln!(
@@ -658,7 +737,7 @@ pub(crate) fn render(input: &Input<'_>) -> String {
 
     // Goals.
     goals(&mut out, plan, &rows, memcpy_rot, rtt, input.python);
-    let _ = writeln!(out, "{END}");
+    let _ = writeln!(out, "{end}");
     out
 }
 
@@ -813,17 +892,19 @@ fn goals(
     }
 }
 
-/// Replaces the `compare` section of the Markdown file at `path` with `text` (appending it if
-/// the file has none; creating the file if missing).
-pub(crate) fn write_section(path: &Path, text: &str) -> Result<()> {
+/// Replaces the `compare` section (the `--every-byte` one if `every_byte`) of the Markdown
+/// file at `path` with `text` (appending it if the file has none; creating the file if
+/// missing).
+pub(crate) fn write_section(path: &Path, text: &str, every_byte: bool) -> Result<()> {
+    let (begin, end) = markers(every_byte);
     let old = match std::fs::read_to_string(path) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
     };
-    let new = match (old.find(BEGIN), old.find(END)) {
+    let new = match (old.find(begin), old.find(end)) {
         (Some(b), Some(e)) if e > b => {
-            format!("{}{}{}", &old[..b], text.trim_end(), &old[e + END.len()..])
+            format!("{}{}{}", &old[..b], text.trim_end(), &old[e + end.len()..])
         }
         _ if old.is_empty() => format!("{}\n", text.trim_end()),
         _ => format!("{}\n\n{}\n", old.trim_end(), text.trim_end()),
@@ -854,15 +935,27 @@ mod tests {
             format!("# top\n\n{BEGIN}\nold\n{END}\n\n## rest\nkept\n"),
         )
         .expect("write");
-        write_section(&path, &format!("{BEGIN}\nnew\n{END}\n")).expect("section");
+        write_section(&path, &format!("{BEGIN}\nnew\n{END}\n"), false).expect("section");
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(
             text,
             format!("# top\n\n{BEGIN}\nnew\n{END}\n\n## rest\nkept\n")
         );
+        // The --every-byte section: appended the first time, then replaced; the other kept.
+        let eb = |t: &str| format!("{BEGIN_EVERY_BYTE}\n{t}\n{END_EVERY_BYTE}");
+        write_section(&path, &eb("one"), true).expect("section");
+        write_section(&path, &eb("two"), true).expect("section");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text,
+            format!(
+                "# top\n\n{BEGIN}\nnew\n{END}\n\n## rest\nkept\n\n{}\n",
+                eb("two")
+            )
+        );
         // No markers: appended after what is there.
         std::fs::write(&path, "# only\n").expect("write");
-        write_section(&path, &format!("{BEGIN}\nx\n{END}")).expect("section");
+        write_section(&path, &format!("{BEGIN}\nx\n{END}"), false).expect("section");
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(text, format!("# only\n\n{BEGIN}\nx\n{END}\n"));
         std::fs::remove_dir_all(&dir).expect("cleanup");

@@ -56,6 +56,8 @@ pub(crate) struct Plan {
     pub(crate) secs: f64,
     /// Reference rows: seconds each.
     pub(crate) ref_secs: f64,
+    /// Every consumer reads every byte (`--every-byte`).
+    pub(crate) every_byte: bool,
 }
 
 impl Plan {
@@ -347,6 +349,7 @@ fn run_args(plan: &Plan, job: &Job, scratch: &Path, cpu: usize) -> RunArgs {
         }),
         rendezvous: String::new(),
         scratch: scratch.to_path_buf(),
+        every_byte: plan.every_byte,
     }
 }
 
@@ -457,6 +460,7 @@ mod tests {
             peers: PEERS.iter().collect(),
             secs: 0.1,
             ref_secs: 0.1,
+            every_byte: false,
         };
         let key = |j: &Job| (j.peer.name, j.size, j.mode, j.wait);
         let expected: usize = PEERS

@@ -71,6 +71,32 @@ pub(crate) const PEERS: &[PeerDef] = &[
         available: always,
     },
     PeerDef {
+        name: "snapbus-in-place",
+        label: "snapbus, reading in place",
+        layout: Layout::TwoProcesses,
+        throughput: true,
+        latency_waits: &[Wait::Spin, Wait::Sleep],
+        needs_join: true,
+        is_snapbus: true,
+        upper_bound: false,
+        per_message: false,
+        how: snapbus::HOW_IN_PLACE,
+        available: always,
+    },
+    PeerDef {
+        name: "snapbus-small-ring",
+        label: "snapbus, 16 MiB ring, reading in place",
+        layout: Layout::TwoProcesses,
+        throughput: true,
+        latency_waits: &[Wait::Spin, Wait::Sleep],
+        needs_join: true,
+        is_snapbus: true,
+        upper_bound: false,
+        per_message: false,
+        how: snapbus::HOW_SMALL_RING,
+        available: always,
+    },
+    PeerDef {
         name: "iceoryx2",
         label: "iceoryx2 pub-sub",
         layout: Layout::TwoProcesses,
@@ -164,7 +190,7 @@ pub(crate) fn find(name: &str) -> Result<&'static PeerDef> {
 /// Runs the consumer side of `args.peer` in this process.
 pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
     match args.peer.as_str() {
-        "snapbus" => snapbus::consumer(args),
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" => snapbus::consumer(args),
         "iceoryx2" => iceoryx2::consumer(args),
         "ipc-channel" => ipc::consumer(args),
         "uds" | "uds-batched" => uds::consumer(args),
@@ -175,7 +201,7 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
 /// Runs the producer side of `args.peer` in this process.
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     match args.peer.as_str() {
-        "snapbus" => snapbus::producer(args),
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" => snapbus::producer(args),
         "iceoryx2" => iceoryx2::producer(args),
         "ipc-channel" => ipc::producer(args),
         "uds" => uds::producer(args, false),

@@ -79,5 +79,8 @@ pub(crate) fn command(args: &RunArgs) -> Result<Command> {
             cmd.args([flag.to_owned(), c.to_string()]);
         }
     }
+    if args.every_byte {
+        cmd.arg("--every-byte");
+    }
     Ok(cmd)
 }

@@ -10,10 +10,10 @@ use snapbus_bus::Level;
 use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{Event, InPlaceEvent, RingPayload, SubscribeOptions, Subscriber};
 use snapbus_schemas::{Bytes, Snapshot};
 
-use crate::common::{RunArgs, Tally, Wait, finish_consumer, run_producer, say};
+use crate::common::{Head, RunArgs, Tally, Wait, finish_consumer, run_producer, say};
 
 pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
@@ -21,6 +21,19 @@ pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: byt
     snapbus consumer uses), which validates each record and copies its payload out of the ring \
     (the harness checks that copy); spinning: `next(Duration::ZERO)` in a \
     loop; sleeping: `next(100 ms)`, which spins 64 times, then sleeps on the doorbell futex.";
+
+pub(crate) const HOW_IN_PLACE: &str = "as **snapbus**, but the consumer reads each record where \
+    it lies in the ring (`Subscriber::next_in_place`: the words it checks, or every word with \
+    `--every-byte`, through atomic loads; the result is kept only if the frame was not \
+    overwritten meanwhile), no copy.";
+
+pub(crate) const HOW_SMALL_RING: &str = "as **snapbus, reading in place**, with a 16 MiB lane \
+    (`LaneConfig::capacity`; `SNAPBUS_LANE_BYTES` or `snapbus.init(lane_bytes=)` for a real \
+    producer): the ring stays in the last-level cache, at the price of less history (16 \
+    records of 1 MiB).";
+
+/// The lane of the `snapbus-small-ring` peer.
+const SMALL_RING_BYTES: usize = 16 << 20;
 
 /// The payload type: the message as one `bytes` field.
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -74,6 +87,9 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
         Wait::Sleep => Duration::from_millis(100),
     };
     let mut tally = Tally::new(args);
+    if args.peer != "snapbus" {
+        return consume_in_place(&mut sub, &name, timeout, tally);
+    }
     // The broker's id of this run's producer, from its first record (compared per record:
     // cheaper than its name).
     let mut ours = None;
@@ -105,11 +121,99 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
     finish_consumer(tally)
 }
 
+/// The consumer loop of the in-place peers: `next_in_place`, the message's words read where
+/// they lie.
+fn consume_in_place(
+    sub: &mut Subscriber,
+    name: &str,
+    timeout: Duration,
+    mut tally: Tally,
+) -> Result<()> {
+    let every_byte = tally.every_byte();
+    let mut ours = None;
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        match sub.next_in_place(timeout, |r| head_in_place(r.payload, every_byte))? {
+            Some(InPlaceEvent::Record {
+                producer_id,
+                producer,
+                value,
+                ..
+            }) if Some(producer_id) == ours || producer.name == name => {
+                ours = Some(producer_id);
+                idle_since = None;
+                if !tally.on_head(value) {
+                    break;
+                }
+            }
+            Some(InPlaceEvent::Other(Event::Joined(p))) if p.name == name => say("joined")?,
+            Some(InPlaceEvent::Other(Event::Ended(p) | Event::Died(p))) if p.name == name => {
+                bail!("the producer's lane ended before its end message")
+            }
+            Some(_) => {}
+            None => {
+                if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
+                    bail!("nothing from the producer for 60 s");
+                }
+            }
+        }
+    }
+    finish_consumer(tally)
+}
+
+/// The head of the message in a `bytes` payload where it lies: an 8-byte length, then the
+/// message, so message byte `b` is payload byte `b + 8`.
+fn head_in_place(v: &RingPayload<'_>, every_byte: bool) -> Head {
+    let len = v.len().saturating_sub(8);
+    // The message's 8 bytes at `at` (any offset), from the one or two words they span.
+    let at = |b: usize| -> Option<u64> {
+        if b + 8 > len {
+            return None;
+        }
+        let (i, shift) = ((b + 8) / 8, (b % 8) * 8);
+        let lo = v.word(i)?;
+        if shift == 0 {
+            return Some(lo);
+        }
+        Some(lo >> shift | v.word(i + 1)? << (64 - shift))
+    };
+    let sum = every_byte.then(|| {
+        let words = len.div_ceil(8);
+        let mut sum = 0u64;
+        for i in 1..words {
+            sum = sum.wrapping_add(v.word(i).unwrap_or(0));
+        }
+        if words > 0 {
+            // The last word, its bytes past the message (the frame's padding) masked off.
+            let keep = len - 8 * (words - 1);
+            let mask = u64::MAX >> (64 - 8 * keep);
+            sum = sum.wrapping_add(v.word(words).unwrap_or(0) & mask);
+        }
+        sum
+    });
+    Head {
+        len,
+        seq: at(0),
+        t_nanos: at(8),
+        trailer: if len >= 24 { at(len - 8) } else { None },
+        sum,
+    }
+}
+
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     let dir = bus_dir(root(args)?)?;
     let lane = LaneConfig {
-        capacity: 64 << 20,
-        max_frame: 4 << 20,
+        capacity: if args.peer == "snapbus-small-ring" {
+            SMALL_RING_BYTES
+        } else {
+            64 << 20
+        },
+        // At most an eighth of the ring (the lane's rule): 2 MiB in the small one.
+        max_frame: if args.peer == "snapbus-small-ring" {
+            SMALL_RING_BYTES / 8
+        } else {
+            4 << 20
+        },
         block_size: 64 << 10,
     };
     let publisher = snapbus_benches::connected_publisher(dir, &args.rendezvous, lane)

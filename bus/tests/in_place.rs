@@ -1,0 +1,284 @@
+//! Reading records where they lie in the ring (`Subscriber::next_in_place`): what it delivers
+//! is what a copying read delivers, and a record overwritten while it was being read in place
+//! is never delivered, but counted as lost. A real broker (threads of this process), a
+//! producer thread writing into shared memory, a real subscriber.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use snapbus_bus::Level;
+use snapbus_bus::broker;
+use snapbus_bus::lane::{LaneConfig, StartAt};
+use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc};
+use snapbus_bus::subscriber::{
+    Event, Glob, InPlaceEvent, SubscribeOptions, Subscriber, SubscriberStats,
+};
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// A broker and a producer on a bus of their own; removed on drop.
+struct Bus {
+    root: PathBuf,
+    dir: BusDir,
+    broker: Option<broker::InProcess>,
+}
+
+impl Bus {
+    fn start(name: &str) -> Bus {
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
+        let dir = BusDir::locate_in(&root, &BusName::new(name).expect("name"));
+        let broker =
+            broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
+        Bus {
+            root,
+            dir,
+            broker: Some(broker),
+        }
+    }
+
+    fn publisher(&self, capacity: usize) -> (Publisher, EmitMeta) {
+        let p = Publisher::start(
+            self.dir.clone(),
+            PublisherConfig {
+                name: "inplace".into(),
+                lane: LaneConfig {
+                    capacity,
+                    max_frame: 16 << 10,
+                    block_size: 64 << 10,
+                },
+                session_tag: None,
+                perf_tag: None,
+            },
+        )
+        .expect("publisher");
+        let desc = SchemaDescriptor::new(
+            "test.words",
+            1,
+            TypeDesc::Struct {
+                fields: vec![Field::new("data", TypeDesc::Bytes)],
+            },
+        )
+        .expect("schema");
+        let key = p.register_schema(&desc).expect("register");
+        let meta = EmitMeta {
+            schema_key: key,
+            schema_version: 1,
+            level: Level::INFO,
+            emitter: 0,
+        };
+        (p, meta)
+    }
+
+    fn subscribe(&self) -> Subscriber {
+        Subscriber::connect(
+            &self.dir,
+            SubscribeOptions {
+                kind: "test".into(),
+                globs: vec![Glob::new("test.words").expect("glob")],
+                start: StartAt::Oldest,
+                cut: false,
+                skip_lanes: Vec::new(),
+                count_history_as_lost: true,
+            },
+        )
+        .expect("subscribe")
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        if let Some(b) = self.broker.take() {
+            let _ = b.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Record `i`: `len` bytes, every 8-byte word `i`, then a tail of bytes `i as u8` (so a
+/// payload that is not a whole number of words is covered too).
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = std::iter::repeat_n(i.to_le_bytes(), len / 8)
+        .flatten()
+        .collect();
+    v.resize(len, i as u8);
+    v
+}
+
+#[test]
+fn in_place_reads_deliver_what_copying_reads_do() {
+    let bus = Bus::start("inplace-same");
+    let (p, meta) = bus.publisher(1 << 20);
+    let lens = [0usize, 1, 7, 8, 9, 100, 4096, 4099, 16_003];
+    for (i, len) in lens.iter().enumerate() {
+        p.emit_raw(meta, &payload(i as u64, *len)).expect("emit");
+    }
+    p.close();
+
+    // A copying subscriber and an in-place one over the same records.
+    let mut copied = Vec::new();
+    let mut sub = bus.subscribe();
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "copies: {} records", copied.len());
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => copied.push((r.meta, r.payload.to_vec())),
+            Some(Event::Ended(_)) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(copied.len(), lens.len());
+
+    let mut in_place = Vec::new();
+    let mut sub = bus.subscribe();
+    // A piece size that is not a power of two, so pieces straddle the payloads unevenly.
+    let mut scratch = [0u8; 24];
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < WATCHDOG,
+            "in place: {} records",
+            in_place.len()
+        );
+        let next = sub
+            .next_in_place(Duration::from_millis(100), |r| {
+                assert_eq!(r.schema.id(), "test.words");
+                assert_eq!(r.producer.name, "inplace");
+                let v = r.payload;
+                // Piece by piece, and word by word: the same bytes.
+                let mut bytes = Vec::with_capacity(v.len());
+                assert!(v.for_each_chunk(&mut scratch, |piece| bytes.extend_from_slice(piece)));
+                let words: Vec<u64> = (0..v.len().div_ceil(8))
+                    .map(|i| v.word(i).expect("in range"))
+                    .collect();
+                assert_eq!(v.word(words.len()), None, "past the end");
+                // A range: aligned and inside, unaligned, past the end.
+                let mut two = [0u8; 2];
+                let aligned = v.copy_range_to(8, &mut two).then_some(two);
+                assert!(!v.copy_range_to(1, &mut two), "unaligned");
+                assert!(!v.copy_range_to(v.len().saturating_sub(1), &mut two) || v.len() < 2);
+                (r.meta, bytes, words, aligned)
+            })
+            .expect("next_in_place");
+        match next {
+            Some(InPlaceEvent::Record { value, meta, .. }) => {
+                assert_eq!(meta, value.0);
+                in_place.push(value);
+            }
+            Some(InPlaceEvent::Other(Event::Ended(_))) => break,
+            Some(InPlaceEvent::Other(Event::Record(_))) => panic!("a record as Other"),
+            _ => {}
+        }
+    }
+    assert_eq!(in_place.len(), copied.len());
+    for ((meta, bytes, words, aligned), (cmeta, cbytes)) in in_place.iter().zip(&copied) {
+        assert_eq!(meta, cmeta);
+        assert_eq!(bytes, cbytes);
+        for (i, w) in words.iter().enumerate() {
+            // Whole words equal the copy; the last one's bytes past the payload are padding.
+            let have = &w.to_le_bytes()[..(cbytes.len() - 8 * i).min(8)];
+            assert_eq!(have, &cbytes[8 * i..(8 * i + 8).min(cbytes.len())]);
+        }
+        let want = (cbytes.len() >= 10).then(|| [cbytes[8], cbytes[9]]);
+        assert_eq!(
+            *aligned,
+            want,
+            "bytes 8..10 of a {}-byte payload",
+            cbytes.len()
+        );
+    }
+    let stats: SubscriberStats = sub.stats();
+    assert_eq!((stats.delivered, stats.lost), (lens.len() as u64, 0));
+}
+
+#[test]
+fn a_record_overwritten_while_read_in_place_is_never_delivered_and_is_counted_lost() {
+    let bus = Bus::start("inplace-torn");
+    // A 256 KiB ring of 4 KiB records: the producer laps it every 64 records.
+    let (p, meta) = bus.publisher(256 << 10);
+    let len = 4096;
+    let mut sub = bus.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (stop, written) = (Arc::clone(&stop), Arc::clone(&written));
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut i = 0u64;
+            // Until the reader has seen enough overwrites (or the watchdog).
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < WATCHDOG {
+                p.emit_raw(meta, &payload(i, len)).expect("emit");
+                i += 1;
+            }
+            written.store(i, Ordering::Relaxed);
+            p.close();
+        })
+    };
+
+    // The reader reads the first word, dawdles, then reads the last: while it dawdles the
+    // producer overwrites the frame now and then, and what it read is then inconsistent.
+    let (mut delivered, mut lost, mut inconsistent_seen, mut runs) = (0u64, 0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < WATCHDOG * 2,
+            "no end after {delivered} records"
+        );
+        let next = sub
+            .next_in_place(Duration::from_millis(100), |r| {
+                runs += 1;
+                let v = r.payload;
+                let first = v.word(0).expect("word 0");
+                for _ in 0..2_000 {
+                    std::hint::spin_loop();
+                }
+                let middle = v.word(len / 16).expect("a middle word");
+                let last = v.word(len / 8 - 1).expect("the last word");
+                if first != last || first != middle {
+                    inconsistent_seen += 1;
+                    if inconsistent_seen >= 20 {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                (first, middle, last)
+            })
+            .expect("next_in_place");
+        match next {
+            Some(InPlaceEvent::Record { value, meta, .. }) => {
+                let (first, middle, last) = value;
+                assert!(
+                    first == middle && middle == last,
+                    "record {} delivered torn: {value:?}",
+                    meta.seq
+                );
+                assert_eq!(first, meta.seq, "the record's own number");
+                delivered += 1;
+            }
+            Some(InPlaceEvent::Other(Event::Lagged { lost: n, .. })) => lost += n,
+            Some(InPlaceEvent::Other(Event::Ended(_))) => break,
+            _ => {}
+        }
+    }
+    producer.join().expect("producer");
+    let written = written.load(Ordering::Relaxed);
+    assert!(
+        inconsistent_seen >= 20,
+        "only {inconsistent_seen} overwrites seen in {written} records"
+    );
+    assert!(
+        runs > delivered,
+        "results thrown away: {runs} runs, {delivered} delivered"
+    );
+    // Every record is accounted for: delivered, or reported lost.
+    assert_eq!(
+        delivered + lost,
+        written,
+        "delivered {delivered} + lost {lost}"
+    );
+    let stats = sub.stats();
+    assert_eq!((stats.delivered, stats.lost), (delivered, lost));
+}
