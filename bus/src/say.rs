@@ -6,17 +6,17 @@
 //! mid-line, and a line a script or a test reads (`snapbus demo: emitted 18 of 18 events`)
 //! arrives cut in two with another process's line inside it. `say!` formats the whole line
 //! first and writes it at once: a line of up to `PIPE_BUF` (4 KiB) bytes reaches a pipe whole.
-//! It also never panics: a closed standard error loses the line, where `eprintln!` panics.
+//! It goes through `eprint!` (one argument: one write), so a test harness that captures a
+//! test's output captures it too.
 //!
 //! ```
 //! snapbus_bus::say!("snapbus demo: emitted {} of {} events", 18, 18);
 //! ```
 
 use std::fmt;
-use std::io::Write;
 
 /// `eprintln!`, formatted first and written to standard error in one piece (see the
-/// [module](mod@crate::say)); errors writing are ignored.
+/// [module](mod@crate::say)).
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
@@ -24,9 +24,9 @@ macro_rules! say {
     };
 }
 
-/// Writes `args` and a newline to standard error in one `write_all` (what [`say!`] calls).
+/// Writes `args` and a newline to standard error in one write (what [`say!`] calls).
 pub fn line(args: fmt::Arguments<'_>) {
     let mut text = fmt::format(args);
     text.push('\n');
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    eprint!("{text}");
 }

@@ -21,14 +21,14 @@ use snapbus_bus::subscriber::{
 const WATCHDOG: Duration = Duration::from_secs(60);
 
 /// A broker and a producer on a bus of their own; removed on drop.
-struct Bus {
+pub(crate) struct Bus {
     root: PathBuf,
     dir: BusDir,
     broker: Option<broker::InProcess>,
 }
 
 impl Bus {
-    fn start(name: &str) -> Bus {
+    pub(crate) fn start(name: &str) -> Bus {
         let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("{name}-{}", std::process::id()));
         let dir = BusDir::locate_in(&root, &BusName::new(name).expect("name"));
@@ -41,7 +41,7 @@ impl Bus {
         }
     }
 
-    fn publisher(&self, capacity: usize) -> (Publisher, EmitMeta) {
+    pub(crate) fn publisher(&self, capacity: usize) -> (Publisher, EmitMeta) {
         let p = Publisher::start(
             self.dir.clone(),
             PublisherConfig {
@@ -74,7 +74,7 @@ impl Bus {
         (p, meta)
     }
 
-    fn subscribe(&self) -> Subscriber {
+    pub(crate) fn subscribe(&self) -> Subscriber {
         Subscriber::connect(
             &self.dir,
             SubscribeOptions {
@@ -101,7 +101,7 @@ impl Drop for Bus {
 
 /// Record `i`: `len` bytes, every 8-byte word `i`, then a tail of bytes `i as u8` (so a
 /// payload that is not a whole number of words is covered too).
-fn payload(i: u64, len: usize) -> Vec<u8> {
+pub(crate) fn payload(i: u64, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = std::iter::repeat_n(i.to_le_bytes(), len / 8)
         .flatten()
         .collect();

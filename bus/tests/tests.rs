@@ -1,5 +1,6 @@
 //! Integration tests of snapbus-bus (one test binary, a module per area).
 
+mod batch;
 mod dynamic;
 mod fork;
 mod in_place;

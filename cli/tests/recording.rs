@@ -997,3 +997,54 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
     drop(demo);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ctrl_c_on_record_first_records_what_was_emitted_before_it() {
+    let bus = TestBus::up();
+    let file = out_path("drain.mcap");
+    let mut rec = bus.spawn(
+        "record",
+        &["record", "-o", s(&file), "--schema", "demo.step"],
+    );
+    rec.expect_stderr("recording bus");
+    let pid = rec.pid();
+    wait_until("the recorder reads the bus", WATCHDOG, || {
+        bus.ls()["consumers"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["info"]["pid"].as_u64() == Some(u64::from(pid)))
+        })
+    });
+    let signal = |sig| {
+        let p = rustix::process::Pid::from_raw(pid as i32).expect("pid");
+        rustix::process::kill_process(p, sig).expect("signal the recorder");
+    };
+    // The recorder is stopped while the demo emits 1000 steps of 4 KiB: all of them wait in
+    // the ring when it is told to stop (Ctrl-C, then it runs again).
+    signal(rustix::process::Signal::STOP);
+    let out = bus.run(&[
+        "demo",
+        "--no-echo",
+        "--episodes",
+        "50",
+        "--steps",
+        "20",
+        "--image",
+        "64x64",
+        "--rate",
+        "0",
+    ]);
+    assert!(out.status.success(), "demo: {}", out.stderr);
+    signal(rustix::process::Signal::INT);
+    signal(rustix::process::Signal::CONT);
+    let (status, _) = rec.wait();
+    let log = rec.log();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("snapbus record: 1000 records (0 lost"),
+        "{log}"
+    );
+    assert!(!log.contains("not read"), "{log}");
+    let (lines, ok, err) = printed(&bus, &file);
+    assert!(ok, "{err}");
+    assert_eq!(lines.len(), 1000);
+}

@@ -70,9 +70,10 @@ pub mod replay;
 mod runtime;
 
 pub use runtime::{
-    Consumer, Flow, HookError, Producer, ProducerChange, Record, RecordHeader, RunError,
-    RunOptions, RunSummary, StopReason, run,
+    Consumer, DRAIN_ON_STOP, Flow, HookError, Producer, ProducerChange, Record, RecordHeader,
+    RunError, RunOptions, RunSummary, StopReason, run,
 };
+pub use snapbus_bus::subscriber::BatchReads;
 
 /// What a consumer needs, in one import: `use snapbus_consumers::prelude::*;`.
 pub mod prelude {

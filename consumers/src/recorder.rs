@@ -13,7 +13,7 @@ use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
 
 use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
-use crate::{Consumer, Flow, HookError, Producer, Record, RunOptions};
+use crate::{BatchReads, Consumer, Flow, HookError, Producer, Record, RunOptions};
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -121,6 +121,9 @@ impl Recorder {
         o.start = self.opts.start;
         o.count_history_as_lost = self.opts.start == StartAt::Oldest;
         o.status = Some(self.board.clone());
+        // A file needs no microseconds: read a batch behind the producers (a stop still
+        // reads up to where they were, `RunOptions::drain_on_stop`).
+        o.batch = Some(BatchReads::default());
         o
     }
 

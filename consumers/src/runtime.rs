@@ -11,7 +11,9 @@ use snapbus_bus::lane::{FrameMeta, StartAt};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
-use snapbus_bus::subscriber::{self, Event, Glob, SubscribeError, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{
+    self, BatchReads, Event, Glob, SubscribeError, SubscribeOptions, Subscriber,
+};
 use thiserror::Error;
 
 /// What a hook asks the run loop to do next.
@@ -214,6 +216,14 @@ pub struct RunOptions {
     /// The consumer's own status board, sent with its counters so that `snapbus ls` shows it
     /// (see [`snapbus_bus::status`]); keep a clone to update it from any thread.
     pub status: Option<StatusBoard>,
+    /// Read in batches (see [`BatchReads`]): for consumers that do not need microseconds (a
+    /// recorder, an aggregator, an exporter). `None` (the default): each record at once.
+    pub batch: Option<BatchReads>,
+    /// On a signal or the stop flag, first read what the producers had emitted until then
+    /// (their lanes cut where they were, [`Subscriber::cut_now`]), for at most this long;
+    /// what is left unread then is reported ([`RunSummary::unread_bytes`]). Zero: stop at
+    /// once.
+    pub drain_on_stop: Duration,
 }
 
 impl RunOptions {
@@ -230,9 +240,14 @@ impl RunOptions {
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
             status: None,
+            batch: None,
+            drain_on_stop: DRAIN_ON_STOP,
         }
     }
 }
+
+/// How long a stopped run goes on reading what was emitted before the stop, by default.
+pub const DRAIN_ON_STOP: Duration = Duration::from_secs(2);
 
 /// Why the run loop stopped with an error.
 #[derive(Debug, Error)]
@@ -257,6 +272,10 @@ pub struct RunSummary {
     pub lost: u64,
     /// Why it returned.
     pub reason: StopReason,
+    /// Bytes of records emitted before a stop (signal or stop flag) that were still unread
+    /// when the run returned (the drain ran out of time, or was off): lost to this consumer.
+    /// Zero when it read everything up to the stop, and when it stopped for another reason.
+    pub unread_bytes: u64,
 }
 
 /// See [`RunSummary`].
@@ -304,13 +323,36 @@ pub fn run<C: Consumer + ?Sized>(
     let mut schemas = SeenSchemas::default();
     let mut last_flush = Instant::now();
     let mut since_clock = 0u32;
+    if let Some(batch) = opts.batch {
+        sub.read_in_batches(Some(batch));
+    }
     let (mut delivered, mut lost) = (0u64, 0u64);
+    // Told to stop: why, and until when what was emitted before is read.
+    let mut draining: Option<(StopReason, Instant)> = None;
     let result = loop {
-        if signalled.load(Ordering::Relaxed) {
-            break Ok(StopReason::Signal);
-        }
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            break Ok(StopReason::Stopped);
+        match draining {
+            None => {
+                let why = if signalled.load(Ordering::Relaxed) {
+                    Some(StopReason::Signal)
+                } else if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    Some(StopReason::Stopped)
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    if opts.drain_on_stop.is_zero() {
+                        break Ok(why);
+                    }
+                    sub.cut_now();
+                    sub.read_in_batches(None);
+                    draining = Some((why, Instant::now() + opts.drain_on_stop));
+                }
+            }
+            Some((why, until)) => {
+                if sub.all_ended() || Instant::now() >= until {
+                    break Ok(why);
+                }
+            }
         }
         // The clock is read every 64 records (and after every idle wait).
         since_clock += 1;
@@ -339,15 +381,22 @@ pub fn run<C: Consumer + ?Sized>(
             Ok(Flow::Stop) => break Ok(StopReason::Consumer),
             Err(e) => break Err(e),
         }
-        if opts.until_end && sub.all_ended() {
+        if opts.until_end && draining.is_none() && sub.all_ended() {
             break Ok(StopReason::AllEnded);
         }
     };
+    let unread_bytes =
+        if draining.is_some() || matches!(result, Ok(StopReason::Signal | StopReason::Stopped)) {
+            sub.unread_bytes()
+        } else {
+            0
+        };
     let result = result
         .map(|reason| RunSummary {
             delivered,
             lost,
             reason,
+            unread_bytes,
         })
         .map_err(RunError::Hook);
     flush_then(consumer, result)

@@ -181,3 +181,112 @@ fn without_a_bus_run_fails_with_the_message_users_see() {
         "{err}"
     );
 }
+
+/// Tells the run to stop at its first record (through the caller's flag), and emits `more`
+/// records at its second (the run has seen the stop by then: they come after it); optionally
+/// slow (a consumer that takes `per_record` over each record).
+struct StopsAtFirst<'a> {
+    stop: &'a AtomicBool,
+    publisher: &'a Publisher,
+    more: u64,
+    per_record: Duration,
+    ticks: Vec<u64>,
+}
+
+impl Consumer for StopsAtFirst<'_> {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.ticks.push(Tick::decode_exact(r.payload)?.i);
+        if self.ticks.len() == 1 {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if self.ticks.len() == 2 {
+            // Emitted after the run saw the stop: not for this run.
+            for i in 0..self.more {
+                self.publisher
+                    .emit(Level::INFO, 0, &Tick { i: 1_000_000 + i })?;
+            }
+        }
+        std::thread::sleep(self.per_record);
+        Ok(Flow::Continue)
+    }
+}
+
+#[test]
+fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after() {
+    let bus = Bus::start("rt-drain");
+    let p = bus.publisher();
+    for i in 0..2000u64 {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+    }
+    let stop = AtomicBool::new(false);
+    let mut c = StopsAtFirst {
+        stop: &stop,
+        publisher: &p,
+        more: 50,
+        per_record: Duration::ZERO,
+        ticks: Vec::new(),
+    };
+    let mut o = opts(StartAt::Oldest);
+    o.until_end = false;
+    // A drain longer than the test: it ends because everything before the stop was read.
+    o.drain_on_stop = Duration::from_secs(3600);
+    let summary = run(bus.dir(), &o, &mut c, Some(&stop)).expect("run");
+    assert_eq!(summary.reason, StopReason::Stopped);
+    assert_eq!(
+        c.ticks.len(),
+        2000,
+        "records after the stop read: {:?}",
+        &c.ticks[1990..]
+    );
+    assert!(c.ticks.iter().copied().eq(0..2000));
+    assert_eq!((summary.delivered, summary.unread_bytes), (2000, 0));
+
+    // No drain: it stops at once, and says how much it left unread.
+    let stop = AtomicBool::new(false);
+    let mut c = StopsAtFirst {
+        stop: &stop,
+        publisher: &p,
+        more: 0,
+        per_record: Duration::ZERO,
+        ticks: Vec::new(),
+    };
+    o.drain_on_stop = Duration::ZERO;
+    let summary = run(bus.dir(), &o, &mut c, Some(&stop)).expect("run");
+    assert_eq!(summary.reason, StopReason::Stopped);
+    assert!(c.ticks.len() < 2050, "{} read", c.ticks.len());
+    assert!(summary.unread_bytes > 0, "{summary:?}");
+    drop(p);
+}
+
+#[test]
+fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
+    let bus = Bus::start("rt-drain-slow");
+    let p = bus.publisher();
+    for i in 0..1000u64 {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+    }
+    let stop = AtomicBool::new(false);
+    // 2 ms a record: 1000 records take 2 s, the drain has 100 ms.
+    let mut c = StopsAtFirst {
+        stop: &stop,
+        publisher: &p,
+        more: 0,
+        per_record: Duration::from_millis(2),
+        ticks: Vec::new(),
+    };
+    let mut o = opts(StartAt::Oldest);
+    o.until_end = false;
+    o.drain_on_stop = Duration::from_millis(100);
+    let summary = run(bus.dir(), &o, &mut c, Some(&stop)).expect("run");
+    assert_eq!(summary.reason, StopReason::Stopped);
+    let read = c.ticks.len() as u64;
+    assert!(read < 1000, "{read} read");
+    assert!(c.ticks.iter().copied().eq(0..read));
+    // Every record not read is in the unread bytes (a frame is at least its 40-byte header
+    // and the 8-byte payload).
+    assert!(
+        summary.unread_bytes >= (1000 - read) * 48,
+        "{summary:?} after {read} records"
+    );
+    drop(p);
+}

@@ -166,6 +166,12 @@ impl<M: LaneMem> LaneReader<M> {
         self.tail() > self.cur.pos
     }
 
+    /// How many bytes the lane has claimed ahead of the cursor (records not read yet, and
+    /// the frames' headers and padding; more than the ring holds once the reader is lapped).
+    pub fn pending_bytes(&self) -> u64 {
+        self.tail().saturating_sub(self.cur.pos)
+    }
+
     fn tail(&self) -> u64 {
         tail_of(&self.lane)
     }

@@ -24,7 +24,7 @@ use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::aggregator::{
     Aggregator, AggregatorOptions, PublisherSink, Resume, option_mismatches, previous_summaries,
 };
-use snapbus_consumers::{RunOptions, run as run_consumer};
+use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{BusArgs, From};
@@ -171,6 +171,8 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     // A producer's records overwritten before this worker read them are missing from its
     // experiment summary: say so.
     run_opts.count_history_as_lost = true;
+    // Summaries per episode need no microseconds: read a batch behind the producers.
+    run_opts.batch = Some(BatchReads::default());
     snapbus_bus::say!(
         "snapbus aggregate: {name} summarizing bus '{}' per {}{} (Ctrl-C to stop)",
         dir.name(),

@@ -13,7 +13,7 @@ use snapbus_consumers::otlp::{
     DropReason, Endpoints, OtlpExporter, OtlpOptions, Signal, serve_metrics,
 };
 use snapbus_consumers::prelude::StatusBoard;
-use snapbus_consumers::{RunOptions, run as run_consumer};
+use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
@@ -186,6 +186,8 @@ pub(crate) fn run(args: &OtlpArgs) -> anyhow::Result<()> {
     ropts.start = args.from.start();
     ropts.flush_every = Duration::from_millis(500).min(args.interval);
     ropts.status = Some(board);
+    // A push every interval needs no microseconds: read a batch behind the producers.
+    ropts.batch = Some(BatchReads::default());
     let result = run_consumer(&dir, &ropts, &mut exporter, None);
     exporter.shutdown();
     snapbus_bus::say!("snapbus otlp: {}", summary(&exporter));

@@ -143,6 +143,14 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         lost,
         names.join(", ")
     );
+    if summary.unread_bytes > 0 {
+        snapbus_bus::say!(
+            "snapbus record: warning: {} bytes of records emitted before the stop were not \
+             read within {:?}, and are not in the recording",
+            summary.unread_bytes,
+            opts.drain_on_stop
+        );
+    }
     debug_assert!(messages >= summary.delivered);
     Ok(())
 }

@@ -73,7 +73,7 @@ pub use http::{
 pub use table::TableCounters;
 
 use crate::fields::{Extracted, decode_group};
-use crate::{Consumer, Flow, HookError, ProducerChange, Record, RunOptions};
+use crate::{BatchReads, Consumer, Flow, HookError, ProducerChange, Record, RunOptions};
 use names::{SchemaMap, Tags};
 use table::{Labels, Shared, Slot, Table};
 
@@ -159,6 +159,8 @@ impl Exporter {
         let mut o = RunOptions::new("prometheus");
         o.flush_every = PUBLISH_EVERY;
         o.status = Some(self.board.clone());
+        // Scrapes every few seconds need no microseconds: read a batch behind the producers.
+        o.batch = Some(BatchReads::default());
         o
     }
 

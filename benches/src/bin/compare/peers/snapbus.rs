@@ -10,7 +10,9 @@ use snapbus_bus::Level;
 use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Event, InPlaceEvent, RingPayload, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{
+    BatchReads, Event, InPlaceEvent, RingPayload, SubscribeOptions, Subscriber,
+};
 use snapbus_schemas::{Bytes, Snapshot};
 
 use crate::common::{Head, RunArgs, Tally, Wait, finish_consumer, run_producer, say};
@@ -31,6 +33,12 @@ pub(crate) const HOW_SMALL_RING: &str = "as **snapbus, reading in place**, with 
     (`LaneConfig::capacity`; `SNAPBUS_LANE_BYTES` or `snapbus.init(lane_bytes=)` for a real \
     producer): the ring stays in the last-level cache, at the price of less history (16 \
     records of 1 MiB).";
+
+pub(crate) const HOW_BATCH: &str = "as **snapbus, reading in place**, with the subscriber \
+    reading in batches (`Subscriber::read_in_batches`, `BatchReads::default()`: a lane is read \
+    once it holds 64 KiB not yet read, or its oldest unread byte has waited 5 ms), the mode of \
+    the recorder, the aggregator and the exporters; no latency row (it holds records back by \
+    design).";
 
 /// The lane of the `snapbus-small-ring` peer.
 const SMALL_RING_BYTES: usize = 16 << 20;
@@ -87,6 +95,9 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
         Wait::Sleep => Duration::from_millis(100),
     };
     let mut tally = Tally::new(args);
+    if args.peer == "snapbus-batch" {
+        sub.read_in_batches(Some(BatchReads::default()));
+    }
     if args.peer != "snapbus" {
         return consume_in_place(&mut sub, &name, timeout, tally);
     }
