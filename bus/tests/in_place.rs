@@ -48,7 +48,7 @@ impl Bus {
                 name: "inplace".into(),
                 lane: LaneConfig {
                     capacity,
-                    max_frame: 16 << 10,
+                    max_frame: (capacity / 8).min(2 << 20),
                     block_size: 64 << 10,
                 },
                 session_tag: None,
@@ -281,4 +281,61 @@ fn a_record_overwritten_while_read_in_place_is_never_delivered_and_is_counted_lo
     );
     let stats = sub.stats();
     assert_eq!((stats.delivered, stats.lost), (delivered, lost));
+}
+
+#[test]
+fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
+    let bus = Bus::start("inplace-loan");
+    let (p, meta) = bus.publisher(16 << 20);
+    let len = 1 << 20;
+    let mut sub = bus.subscribe();
+    // Three loans: the first and third filled and committed, the second given up half-way.
+    for (i, commit) in [(0u64, true), (1, false), (2, true)] {
+        let got = p
+            .emit_in_place(meta, len, |buf| {
+                assert_eq!(buf.len(), len);
+                if !commit {
+                    buf[..len / 2].fill(0xee);
+                    return false;
+                }
+                buf.copy_from_slice(&payload(i, len));
+                true
+            })
+            .expect("emit_in_place");
+        assert_eq!(got.is_some(), commit);
+    }
+    p.close();
+    let lane = p.lane().lane.stats();
+    assert_eq!((lane.frames_committed, lane.aborted), (2, 1));
+
+    let mut scratch = vec![0u8; 4096];
+    let (mut seen, mut lost) = (Vec::new(), 0);
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "no end after {seen:?}");
+        let next = sub
+            .next_in_place(Duration::from_millis(100), |r| {
+                // Every byte, as it lies in the ring.
+                let mut bytes = Vec::with_capacity(r.payload.len());
+                r.payload
+                    .for_each_chunk(&mut scratch, |piece| bytes.extend_from_slice(piece));
+                bytes
+            })
+            .expect("next_in_place");
+        match next {
+            Some(InPlaceEvent::Record { value, .. }) => {
+                let i = u64::from_le_bytes(value[..8].try_into().expect("a word"));
+                assert!(value == payload(i, len), "record {i} not whole");
+                seen.push(i);
+            }
+            Some(InPlaceEvent::Other(Event::Lagged { lost: n, .. })) => lost += n,
+            Some(InPlaceEvent::Other(Event::Ended(_))) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        (seen, lost),
+        (vec![0, 2], 0),
+        "the aborted loan is skipped, not lost"
+    );
 }

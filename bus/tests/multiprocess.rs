@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::process::Signal;
 use snapbus_bus::doorbell::{DoorbellPage, SLEEPING};
-use snapbus_bus::lane::{LaneConfig, LaneReader, LaneState, Poll, ShmLane, StartAt};
+use snapbus_bus::lane::{Frame, LaneConfig, LaneReader, LaneState, Poll, ShmLane, StartAt};
 use snapbus_bus::mem::ShmMem;
 
 use harness::{Deadline, Proc, Watchdog, bell_word, open_lane, proc_fd_path, spawn};
@@ -334,8 +334,31 @@ fn paced_stream_10m_delivers_every_checksummed_frame() {
 // (b) The producer killed at every crash point, and at random moments.
 
 /// Polls `r` once and checks the outcome. Returns `(idle, empty, closed)`.
+/// One read: every other call in place (`read_in_place`, the payload read word by word
+/// through the ring view, as `Subscriber::next_in_place` does), the others copying (`poll`),
+/// so the crash cases check both paths. Returns (idle, empty, closed).
 fn read_step(r: &mut LaneReader<ShmMem>, chk: &mut Checker) -> (bool, bool, bool) {
-    let poll = r.poll();
+    chk.steps += 1;
+    let mut buf = Vec::new();
+    let poll = if chk.steps % 2 == 0 {
+        match r.read_in_place(|m, view| {
+            (0..m.payload_len.div_ceil(8))
+                .flat_map(|k| view.word(k).unwrap_or(u64::MAX).to_le_bytes())
+                .take(m.payload_len)
+                .collect::<Vec<u8>>()
+        }) {
+            Ok((meta, bytes)) => {
+                buf = bytes;
+                Poll::Frame(Frame {
+                    meta,
+                    payload: &buf,
+                })
+            }
+            Err(no) => Poll::from(no),
+        }
+    } else {
+        r.poll()
+    };
     let kind = (
         matches!(poll, Poll::Empty | Poll::Pending),
         matches!(poll, Poll::Empty),

@@ -145,6 +145,37 @@ impl Publisher {
         })
     }
 
+    /// Emits a payload of `payload_len` bytes that `fill` writes in place, in the ring (a
+    /// loan): a camera frame read straight into it, a tensor computed into it, so the one copy
+    /// of a large payload is the one `fill` makes. `fill` returning `true` commits the record
+    /// (`Ok(Some(seq))`); `false` aborts it (`Ok(None)`: readers skip it, nothing is counted
+    /// lost). As with [`emit_raw`](Self::emit_raw), what `fill` writes must be a payload of
+    /// the schema registered as `meta.schema_key` (for a `bytes` field alone: its `u64`
+    /// length, then the bytes). `fill` has the bytes only while it runs; they are the ring's
+    /// old contents until it writes them.
+    pub fn emit_in_place(
+        &self,
+        meta: EmitMeta,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<u64>, EmitError> {
+        if !self.is_own() {
+            return match self.forked() {
+                Some(p) => p.emit_in_place(meta, payload_len, fill),
+                None => Err(self.count_no_lane()),
+            };
+        }
+        let mut claim = self.claim(payload_len, meta.record())?;
+        if !fill(claim.payload_mut()) {
+            // Dropping the claim turns it into an aborted frame.
+            return Ok(None);
+        }
+        let seq = claim.seq();
+        claim.commit();
+        self.ring();
+        Ok(Some(seq))
+    }
+
     /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.
     /// Never waits for a consumer; failures are counted and returned.
     #[inline]

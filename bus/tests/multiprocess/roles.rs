@@ -137,6 +137,8 @@ pub(super) struct Checker {
     /// Frames whose seq is not `last + 1 + lagged since`: loss not reported exactly.
     pub(super) acct_err: u64,
     pub(super) first_err: Option<String>,
+    /// Reads made (the crash cases alternate the copying and the in-place path by it).
+    pub(super) steps: u64,
 }
 
 impl Checker {
