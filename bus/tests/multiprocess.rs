@@ -339,7 +339,7 @@ fn paced_stream_10m_delivers_every_checksummed_frame() {
 /// so the crash cases check both paths. Returns (idle, empty, closed).
 fn read_step(r: &mut LaneReader<ShmMem>, chk: &mut Checker) -> (bool, bool, bool) {
     chk.steps += 1;
-    let mut buf = Vec::new();
+    let buf: Vec<u8>;
     let poll = if chk.steps % 2 == 0 {
         match r.read_in_place(|m, view| {
             (0..m.payload_len.div_ceil(8))
