@@ -12,7 +12,11 @@
 //! - **Nothing torn, nothing twice, loss exact.** A reader validates every frame after reading
 //!   it and discards what was overwritten meanwhile; it reports
 //!   [`Poll::Lagged`](lane::Poll::Lagged) with the exact number of records it missed (from
-//!   64-bit sequence numbers).
+//!   64-bit sequence numbers). The same holds for reads in place
+//!   ([`Subscriber::next_in_place`](subscriber::Subscriber::next_in_place): what the closure
+//!   made of a frame overwritten while it ran is dropped) and writes in place
+//!   ([`Publisher::emit_in_place`](publisher::Publisher::emit_in_place): readers see a loan
+//!   only once committed; a loan given up is skipped, not lost).
 //! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
 //!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
 //!   lanes read-only and refuse segments that are not sealed against resizing (no SIGBUS).

@@ -1,9 +1,13 @@
 //! Reading in batches (`Subscriber::read_in_batches`): a lane is read once it holds a batch
 //! or its oldest unread byte has waited long enough, then to its end; nothing is lost or
-//! reordered by it, and a lane's end is still seen.
+//! reordered by it, and a lane's end is still seen. And a cut made while reading
+//! (`Subscriber::cut_now`): read up to it, not a record past it, and no end reported.
 
 use std::time::{Duration, Instant};
 
+use snapbus_bus::Level;
+use snapbus_bus::publisher::EmitMeta;
+use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc};
 use snapbus_bus::subscriber::{BatchReads, Event, Subscriber};
 
 use crate::in_place::{Bus, payload};
@@ -100,4 +104,55 @@ fn a_small_batch_is_read_after_the_longest_wait_and_the_end_is_seen() {
     assert!(t0.elapsed() >= max_wait, "read after {:?}", t0.elapsed());
     assert_eq!((seen, lost), (vec![0, 1, 2], 0));
     assert_eq!(sub.stats().delivered, 3);
+}
+
+#[test]
+fn a_cut_while_reading_stops_at_the_cut_even_behind_unsubscribed_records() {
+    let bus = Bus::start("cut-now");
+    let (p, words) = bus.publisher(1 << 20);
+    let other = SchemaDescriptor::new(
+        "test.other",
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new("x", TypeDesc::U64)],
+        },
+    )
+    .expect("schema");
+    let other = EmitMeta {
+        schema_key: p.register_schema(&other).expect("register"),
+        schema_version: 1,
+        level: Level::INFO,
+        emitter: 0,
+    };
+    // The subscriber takes `test.words` only.
+    let mut sub = bus.subscribe();
+    p.emit_raw(words, &payload(0, 64)).expect("emit");
+    for i in 0..5u64 {
+        p.emit_raw(other, &i.to_le_bytes()).expect("emit");
+    }
+    sub.cut_now();
+    // Past the cut: never read, although only unsubscribed records lie between.
+    p.emit_raw(words, &payload(1, 64)).expect("emit");
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while !sub.all_ended() {
+        assert!(t0.elapsed() < WATCHDOG, "the cut never reached: {seen:?}");
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => seen.push(u64::from_le_bytes(
+                r.payload[..8].try_into().expect("a word"),
+            )),
+            Some(Event::Ended(who)) => panic!("producer {} reported ended at a cut", who.name),
+            _ => {}
+        }
+    }
+    assert_eq!(seen, vec![0]);
+    // Its producer goes on: nothing more for this subscriber.
+    p.emit_raw(words, &payload(2, 64)).expect("emit");
+    assert!(
+        sub.next(Duration::from_millis(50))
+            .expect("next")
+            .is_none_or(|e| !matches!(e, Event::Record(_))),
+        "read past the cut"
+    );
+    assert_eq!(sub.unread_bytes(), 0);
 }

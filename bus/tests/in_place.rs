@@ -56,6 +56,12 @@ impl Bus {
             },
         )
         .expect("publisher");
+        // Connected, so that a subscriber made next maps its lane at once.
+        let t0 = Instant::now();
+        while !p.is_connected() {
+            assert!(t0.elapsed() < WATCHDOG, "the publisher never joined");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let desc = SchemaDescriptor::new(
             "test.words",
             1,

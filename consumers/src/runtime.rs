@@ -220,9 +220,10 @@ pub struct RunOptions {
     /// recorder, an aggregator, an exporter). `None` (the default): each record at once.
     pub batch: Option<BatchReads>,
     /// On a signal or the stop flag, first read what the producers had emitted until then
-    /// (their lanes cut where they were, [`Subscriber::cut_now`]), for at most this long;
-    /// what is left unread then is reported ([`RunSummary::unread_bytes`]). Zero: stop at
-    /// once.
+    /// (their lanes cut where they were, [`Subscriber::cut_now`]), for at most this long (a
+    /// second signal ends it); what is left unread then is reported
+    /// ([`RunSummary::unread_bytes`]). Zero: stop at once. Lanes reaching their cut are not
+    /// reported to the consumer as ended: their producers go on.
     pub drain_on_stop: Duration,
 }
 
@@ -272,9 +273,10 @@ pub struct RunSummary {
     pub lost: u64,
     /// Why it returned.
     pub reason: StopReason,
-    /// Bytes of records emitted before a stop (signal or stop flag) that were still unread
-    /// when the run returned (the drain ran out of time, or was off): lost to this consumer.
-    /// Zero when it read everything up to the stop, and when it stopped for another reason.
+    /// Bytes of frames (records, their headers and padding) emitted before a stop (signal or
+    /// stop flag) that were still unread when the run returned (the drain ran out of time, was
+    /// cut short by a second signal, or was off): lost to this consumer. Zero when it read
+    /// everything up to the stop, and when it never was told to stop.
     pub unread_bytes: u64,
 }
 
@@ -340,16 +342,20 @@ pub fn run<C: Consumer + ?Sized>(
                     None
                 };
                 if let Some(why) = why {
+                    // Where the producers are now: what is read from here on is what was
+                    // emitted before the stop.
+                    sub.cut_now();
                     if opts.drain_on_stop.is_zero() {
                         break Ok(why);
                     }
-                    sub.cut_now();
                     sub.read_in_batches(None);
+                    // A second signal ends the drain.
+                    signalled.store(false, Ordering::Relaxed);
                     draining = Some((why, Instant::now() + opts.drain_on_stop));
                 }
             }
             Some((why, until)) => {
-                if sub.all_ended() || Instant::now() >= until {
+                if sub.all_ended() || Instant::now() >= until || signalled.load(Ordering::Relaxed) {
                     break Ok(why);
                 }
             }

@@ -191,9 +191,18 @@ struct StopsAtFirst<'a> {
     more: u64,
     per_record: Duration,
     ticks: Vec<u64>,
+    /// Producers reported ended.
+    ended: u32,
 }
 
 impl Consumer for StopsAtFirst<'_> {
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(_) = change {
+            self.ended += 1;
+        }
+        Ok(Flow::Continue)
+    }
+
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         self.ticks.push(Tick::decode_exact(r.payload)?.i);
         if self.ticks.len() == 1 {
@@ -225,6 +234,7 @@ fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after(
         more: 50,
         per_record: Duration::ZERO,
         ticks: Vec::new(),
+        ended: 0,
     };
     let mut o = opts(StartAt::Oldest);
     o.until_end = false;
@@ -240,6 +250,8 @@ fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after(
     );
     assert!(c.ticks.iter().copied().eq(0..2000));
     assert_eq!((summary.delivered, summary.unread_bytes), (2000, 0));
+    // Its producer goes on: the cut is not its end.
+    assert_eq!(c.ended, 0, "a producer reported ended at the cut");
 
     // No drain: it stops at once, and says how much it left unread.
     let stop = AtomicBool::new(false);
@@ -249,6 +261,7 @@ fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after(
         more: 0,
         per_record: Duration::ZERO,
         ticks: Vec::new(),
+        ended: 0,
     };
     o.drain_on_stop = Duration::ZERO;
     let summary = run(bus.dir(), &o, &mut c, Some(&stop)).expect("run");
@@ -273,6 +286,7 @@ fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
         more: 0,
         per_record: Duration::from_millis(2),
         ticks: Vec::new(),
+        ended: 0,
     };
     let mut o = opts(StartAt::Oldest);
     o.until_end = false;

@@ -152,7 +152,9 @@ impl Publisher {
     /// lost). As with [`emit_raw`](Self::emit_raw), what `fill` writes must be a payload of
     /// the schema registered as `meta.schema_key` (for a `bytes` field alone: its `u64`
     /// length, then the bytes). `fill` has the bytes only while it runs; they are the ring's
-    /// old contents until it writes them.
+    /// old contents until it writes them. Keep `fill` short: until it returns, readers of the
+    /// lane wait at this record (past the lane's stall timeout, 5 s, they skip it as a hole),
+    /// and other threads' records that would lap it are dropped.
     pub fn emit_in_place(
         &self,
         meta: EmitMeta,

@@ -215,8 +215,11 @@ struct SubLane {
     matches: KeyMap,
     dead: bool,
     ended: bool,
-    /// With [`SubscribeOptions::cut`]: the lane position to stop at.
+    /// With [`SubscribeOptions::cut`] or [`Subscriber::cut_now`]: the lane position to stop at.
     cut_at: Option<u64>,
+    /// The cut is [`Subscriber::cut_now`]'s: reaching it ends the lane silently (no
+    /// [`Event::Ended`]: its producer has not ended).
+    cut_silently: bool,
     /// The reader's damaged-record count already split out of a `Lagged`.
     damaged_seen: u64,
     /// Reading in batches: since when the lane has held bytes not yet read (`None`: nothing
@@ -448,6 +451,7 @@ impl Subscriber {
             dead: info.dead,
             ended: false,
             cut_at,
+            cut_silently: false,
             damaged_seen: 0,
             pending_since: None,
             in_batch: false,
@@ -732,19 +736,18 @@ impl Subscriber {
         if lane.ended {
             return None;
         }
-        if lane.cut_at.is_some_and(|cut| lane.reader.position() >= cut) {
-            lane.ended = true;
-            return Some(Found::Ended(k));
-        }
         if let Some(b) = self.batch
             && !lane.in_batch
+            && lane.cut_at.is_none()
         {
             // Not before a batch is there, or its first byte has waited long enough (a lane
-            // with nothing pending is read as usual: its end, or its producer's death).
+            // with nothing pending is read as usual: its end, or its producer's death). A
+            // batch is at most a quarter of the ring, so a small ring is read before it wraps.
             let pending = lane.reader.pending_bytes();
             if pending > 0 {
                 let since = *lane.pending_since.get_or_insert_with(Instant::now);
-                if pending < b.min_bytes && since.elapsed() < b.max_wait {
+                let min = b.min_bytes.min(lane.reader.lane().geometry().capacity / 4);
+                if pending < min && since.elapsed() < b.max_wait {
                     return None;
                 }
                 lane.in_batch = true;
@@ -752,6 +755,15 @@ impl Subscriber {
         }
         // Bounded work per call, so one busy lane cannot starve the others.
         for _ in 0..4096 {
+            // At the cut (checked before every frame: skipped records must not carry the
+            // reader past it).
+            if lane.cut_at.is_some_and(|cut| lane.reader.position() >= cut) {
+                lane.ended = true;
+                if lane.cut_silently {
+                    return None;
+                }
+                return Some(Found::Ended(k));
+            }
             let SubLane {
                 reader,
                 matches,
@@ -872,20 +884,27 @@ impl Subscriber {
     }
 
     /// Stops where the producers are now: each lane is read up to what its producer has
-    /// claimed at this moment, then reported [`Event::Ended`]; lanes that appear later are not
-    /// read (what [`SubscribeOptions::cut`] does at subscription time). For a consumer told to
-    /// stop (a recorder on Ctrl-C) that first takes in what was emitted before it was told.
+    /// claimed at this moment, then no further; lanes that appear later are not read (what
+    /// [`SubscribeOptions::cut`] does at subscription time). For a consumer told to stop (a
+    /// recorder on Ctrl-C) that first takes in what was emitted before it was told. A lane
+    /// that reaches its cut ends without an [`Event::Ended`] (its producer has not ended; one
+    /// that does end before the cut is reported as usual); [`Subscriber::all_ended`] is true
+    /// once every lane is at its cut or ended.
     pub fn cut_now(&mut self) {
+        // Lanes the broker has announced but this subscriber has not taken yet are cut too.
+        self.pump_control();
         self.opts.cut = true;
         for l in &mut self.lanes {
-            if l.cut_at.is_none() {
+            if l.cut_at.is_none() && !l.ended {
                 l.cut_at = Some(l.reader.lane().stats().claim_tail);
+                l.cut_silently = true;
             }
         }
     }
 
-    /// Bytes of records claimed in the lanes not read to their end (up to their cut, if
-    /// any), not read yet: what a consumer that stops now leaves behind.
+    /// Bytes of frames (records with their headers and padding) claimed in the lanes not read
+    /// to their end (up to their cut, if any) and not read yet: what a consumer that stops now
+    /// leaves behind.
     pub fn unread_bytes(&self) -> u64 {
         self.lanes
             .iter()
