@@ -733,10 +733,11 @@ pub(crate) fn render(input: &Input<'_>) -> String {
         );
     }
 
-    crate::python_rows::render(&mut out, input.python);
-
-    // Goals.
-    goals(&mut out, plan, &rows, memcpy_rot, rtt, input.python);
+    // The Python rows and the goals belong to the main run (not the --every-byte one).
+    if !plan.every_byte {
+        crate::python_rows::render(&mut out, input.python);
+        goals(&mut out, plan, &rows, memcpy_rot, rtt, input.python);
+    }
     let _ = writeln!(out, "{end}");
     out
 }

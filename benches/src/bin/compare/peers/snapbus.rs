@@ -11,11 +11,11 @@ use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{
-    BatchReads, Event, InPlaceEvent, RingPayload, SubscribeOptions, Subscriber,
+    BatchReads, Event, InPlaceEvent, InPlaceRecord, RingPayload, SubscribeOptions, Subscriber,
 };
 use snapbus_schemas::{Bytes, Snapshot};
 
-use crate::common::{Head, RunArgs, Tally, Wait, finish_consumer, run_producer, say};
+use crate::common::{Head, RunArgs, Tally, Wait, finish_consumer, run_producer, say, word_sum};
 
 pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
@@ -143,8 +143,12 @@ fn consume_in_place(
     let every_byte = tally.every_byte();
     let mut ours = None;
     let mut idle_since: Option<Instant> = None;
+    // A buffer that stays in L1, made once (not per record).
+    let mut scratch = [0u8; 4096];
     loop {
-        match sub.next_in_place(timeout, |r| head_in_place(r.payload, every_byte))? {
+        let read =
+            |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch));
+        match sub.next_in_place(timeout, read)? {
             Some(InPlaceEvent::Record {
                 producer_id,
                 producer,
@@ -173,8 +177,9 @@ fn consume_in_place(
 }
 
 /// The head of the message in a `bytes` payload where it lies: an 8-byte length, then the
-/// message, so message byte `b` is payload byte `b + 8`.
-fn head_in_place(v: &RingPayload<'_>, every_byte: bool) -> Head {
+/// message, so message byte `b` is payload byte `b + 8`. With a `scratch` buffer, every byte
+/// too (`--every-byte`).
+fn head_in_place(v: &RingPayload<'_>, scratch: Option<&mut [u8; 4096]>) -> Head {
     let len = v.len().saturating_sub(8);
     // The message's 8 bytes at `at` (any offset), from the one or two words they span.
     let at = |b: usize| -> Option<u64> {
@@ -188,19 +193,16 @@ fn head_in_place(v: &RingPayload<'_>, every_byte: bool) -> Head {
         }
         Some(lo >> shift | v.word(i + 1)? << (64 - shift))
     };
-    let sum = every_byte.then(|| {
-        let words = len.div_ceil(8);
+    // Every byte: the payload a piece at a time through a buffer that stays in L1 (the
+    // ring's bytes read once, with the atomic loads the view makes), summed as the copying
+    // consumers sum theirs. The payload's words are the message's, shifted by the length
+    // word in front.
+    let sum = scratch.map(|scratch| {
         let mut sum = 0u64;
-        for i in 1..words {
-            sum = sum.wrapping_add(v.word(i).unwrap_or(0));
-        }
-        if words > 0 {
-            // The last word, its bytes past the message (the frame's padding) masked off.
-            let keep = len - 8 * (words - 1);
-            let mask = u64::MAX >> (64 - 8 * keep);
-            sum = sum.wrapping_add(v.word(words).unwrap_or(0) & mask);
-        }
-        sum
+        v.for_each_chunk(scratch, |piece| {
+            sum = sum.wrapping_add(word_sum(piece));
+        });
+        sum.wrapping_sub(v.word(0).unwrap_or(0))
     });
     Head {
         len,
