@@ -411,6 +411,24 @@ fn markers(every_byte: bool) -> (&'static str, &'static str) {
     }
 }
 
+/// The best cross-process peer's throughput row at `size`.
+fn best_throughput_peer<'a>(
+    rows: &'a BTreeMap<Key, Row>,
+    peers: &[&'static PeerDef],
+    size: usize,
+) -> Option<(&'static PeerDef, f64, &'a Row)> {
+    best_peer(
+        rows,
+        peers,
+        &Query {
+            size,
+            mode: Mode::Throughput,
+            wait: None,
+            per_message_only: false,
+        },
+    )
+}
+
 fn snapbus_row<'a>(
     rows: &'a BTreeMap<Key, Row>,
     peers: &[&'static PeerDef],
@@ -509,16 +527,7 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     for &size in &plan.sizes {
         let snap = snapbus_row(&rows, &plan.peers, size, Mode::Throughput, Wait::Sleep)
             .and_then(Row::rate);
-        let best = best_peer(
-            &rows,
-            &plan.peers,
-            &Query {
-                size,
-                mode: Mode::Throughput,
-                wait: None,
-                per_message_only: false,
-            },
-        );
+        let best = best_throughput_peer(&rows, &plan.peers, size);
         for (idx, p) in plan.peers.iter().enumerate() {
             let Some(row) = rows.get(&(size, Mode::Throughput, idx, Wait::Sleep)) else {
                 continue;
@@ -574,16 +583,7 @@ pub(crate) fn render(input: &Input<'_>) -> String {
     for &size in &plan.sizes {
         let snap = snapbus_row(&rows, &plan.peers, size, Mode::Throughput, Wait::Sleep)
             .and_then(Row::rate);
-        let best = best_peer(
-            &rows,
-            &plan.peers,
-            &Query {
-                size,
-                mode: Mode::Throughput,
-                wait: None,
-                per_message_only: false,
-            },
-        );
+        let best = best_throughput_peer(&rows, &plan.peers, size);
         if let (Some(s), Some((p, v, _))) = (snap, best) {
             let _ = writeln!(
                 out,
