@@ -345,3 +345,41 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
         "the aborted loan is skipped, not lost"
     );
 }
+
+#[test]
+fn large_payloads_streamed_into_a_lane_larger_than_the_caches_read_back_whole() {
+    let bus = Bus::start("inplace-stream");
+    // A lane larger than the last-level cache: `emit_raw` copies payloads from
+    // `STREAM_MIN_BYTES` on with non-temporal stores.
+    let capacity = (2 * snapbus_bus::stream::last_level_cache_bytes()).next_power_of_two();
+    let (p, meta) = bus.publisher(capacity);
+    assert!(p.streams_large_payloads(), "a {capacity}-byte lane");
+    let min = snapbus_bus::stream::STREAM_MIN_BYTES;
+    // Around the threshold, odd lengths (a tail that is not whole lines or words), and large.
+    let lens = [min - 1, min, min + 3, 3 * min + 61, (1 << 20) + 5];
+    let mut sub = bus.subscribe();
+    for (i, &len) in lens.iter().enumerate() {
+        p.emit_raw(meta, &payload(i as u64, len)).expect("emit_raw");
+    }
+    p.close();
+    let (mut seen, mut lost) = (Vec::new(), 0);
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "no end after {seen:?}");
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => {
+                let i = seen.len();
+                assert!(
+                    r.payload == payload(i as u64, lens[i]).as_slice(),
+                    "record {i} ({} bytes) not what was emitted",
+                    lens[i]
+                );
+                seen.push(r.payload.len());
+            }
+            Some(Event::Lagged { lost: n, .. }) => lost += n,
+            Some(Event::Ended(_)) => break,
+            _ => {}
+        }
+    }
+    assert_eq!((seen.as_slice(), lost), (&lens[..], 0));
+}

@@ -132,6 +132,12 @@ impl Publisher {
     /// Emits an already-encoded payload of the schema registered as `meta.schema_key`. The
     /// payload is not checked against the schema: it must be a payload some producer wrote
     /// with that schema (replay copies them from a CRC-checked recording).
+    ///
+    /// A payload of [`STREAM_MIN_BYTES`](crate::stream::STREAM_MIN_BYTES) or more, into a lane
+    /// larger than the last-level cache ([`streams_large_payloads`](Self::streams_large_payloads)),
+    /// is copied with non-temporal stores ([`crate::stream`]), as the Python binding copies
+    /// arrays: a 1 MiB payload costs the producer about a third of a plain copy (`BENCHMARKS.md`,
+    /// "Against peers"), and the lines reach memory instead of the producer's caches.
     pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
         if !self.is_own() {
             return match self.forked() {
@@ -139,8 +145,16 @@ impl Publisher {
                 None => Err(self.count_no_lane()),
             };
         }
+        // A large payload into a lane larger than the caches goes with stores that bypass
+        // them (`crate::stream`): no read-for-ownership of lines about to be overwritten.
+        let stream =
+            payload.len() >= crate::stream::STREAM_MIN_BYTES && self.streams_large_payloads();
         self.write_record(meta.record(), payload.len(), |buf| {
-            buf.copy_from_slice(payload);
+            if stream {
+                crate::stream::copy(buf, payload);
+            } else {
+                buf.copy_from_slice(payload);
+            }
             Ok(())
         })
     }
