@@ -21,6 +21,12 @@
 //! with ≥ 1 M events/s of 64 B-class events using ≤ 1 core, i.e. ≤ 10 % of a core per
 //! 100 k events/s.
 //!
+//! A second bus holds [`NF`] = 10,000 records of 64 KiB ([`Frame`]: two scalars and a 128 × 128
+//! `f32` tensor, 5 gauges: the tensor reduced to mean, min and max): `count, 64 KiB frames`
+//! and `prometheus, 64 KiB frames` read it the same way. The exporter reads records of
+//! `fields::IN_PLACE_MIN_BYTES` (1 KiB) or more where they lie in the ring, smaller ones from
+//! a copy: the frames rows are the in-place path, the 64-byte rows the copying one.
+//!
 //! Run: `cargo bench -p snapbus-benches --bench exporter_cpu` (about 2 minutes). With `--test`
 //! (as `cargo bench -- --test` runs every bench), one repetition.
 
@@ -42,9 +48,34 @@ use snapbus_consumers::prometheus::{Exporter, PrometheusOptions};
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::{Consumer, Flow, HookError, Record, RunOptions, run};
+use snapbus_schemas::{Snapshot, Tensor};
 
 /// Events in the lane.
 const N: u64 = 1_000_000;
+/// Frames in the frames lane.
+const NF: u64 = 10_000;
+
+/// A 64 KiB record: a camera-like frame with two scalars.
+#[derive(Snapshot)]
+#[snapshot(id = "bench.frame", version = 1)]
+struct Frame {
+    step: u64,
+    reward: f64,
+    obs: Tensor<f32>,
+}
+
+impl Frame {
+    fn sample(i: u64) -> Frame {
+        let px: Vec<f32> = (0..128 * 128)
+            .map(|k| ((k as u64 + i) % 251) as f32)
+            .collect();
+        Frame {
+            step: i,
+            reward: i as f64 * 0.5,
+            obs: Tensor::new(vec![128, 128], px).unwrap(),
+        }
+    }
+}
 /// Repetitions per consumer.
 const REPS: usize = 5;
 
@@ -85,17 +116,17 @@ fn opts(kind: &str) -> RunOptions {
     }
 }
 
-fn run_count(dir: &BusDir) -> (Duration, Duration, Duration) {
+fn run_count(dir: &BusDir, n: u64) -> (Duration, Duration, Duration) {
     let mut c = Count::default();
     let t = timed(|| {
         let s = run(dir, &opts("count"), &mut c, None).unwrap();
-        assert_eq!((s.delivered, s.lost), (N, 0));
+        assert_eq!((s.delivered, s.lost), (n, 0));
     });
-    assert_eq!(c.0, N);
+    assert_eq!(c.0, n);
     t
 }
 
-fn run_prometheus(dir: &BusDir) -> (Duration, Duration, Duration) {
+fn run_prometheus(dir: &BusDir, n: u64, series: u64) -> (Duration, Duration, Duration) {
     let mut e = Exporter::new(PrometheusOptions::default());
     let server = e.serve("127.0.0.1:0".parse().unwrap(), None).unwrap();
     let addr = server.addr();
@@ -121,12 +152,12 @@ fn run_prometheus(dir: &BusDir) -> (Duration, Duration, Duration) {
     o.handle_signals = false;
     let t = timed(|| {
         let s = run(dir, &o, &mut e, None).unwrap();
-        assert_eq!((s.delivered, s.lost), (N, 0));
+        assert_eq!((s.delivered, s.lost), (n, 0));
     });
     stop.store(true, Ordering::Relaxed);
     scraper.join().unwrap();
     assert!(scrapes.load(Ordering::Relaxed) >= 1);
-    assert_eq!(e.counters().series, 14, "{:?}", e.counters());
+    assert_eq!(e.counters().series, series, "{:?}", e.counters());
     t
 }
 
@@ -172,29 +203,51 @@ fn main() {
         publisher.emit(Level::INFO, 0, &Event::sample(i)).unwrap();
     }
     publisher.close();
+    // The frames, on a bus of their own (a 1 GiB lane: sparse, only what is written is used).
+    let fdir = BusDir::locate_in(&tmp.path().join("fbus"), &BusName::new("frames").unwrap());
+    let fbroker = broker::InProcess::start(fdir.clone(), Duration::from_secs(600)).unwrap();
+    let flane = LaneConfig {
+        capacity: 1 << 30,
+        max_frame: 1 << 20,
+        block_size: 64 << 10,
+    };
+    let frames = connected_publisher(fdir.clone(), "frames", flane).unwrap();
+    for i in 0..NF {
+        frames.emit(Level::INFO, 0, &Frame::sample(i)).unwrap();
+    }
+    frames.close();
 
-    let names = ["count", "prometheus", "recorder"];
-    let mut rows: Vec<Vec<(Duration, Duration, Duration)>> = vec![Vec::new(); 3];
+    let names = [
+        "count",
+        "prometheus",
+        "recorder",
+        "count, 64 KiB frames",
+        "prometheus, 64 KiB frames",
+    ];
+    let counts = [N, N, N, NF, NF];
+    let mut rows: Vec<Vec<(Duration, Duration, Duration)>> = vec![Vec::new(); names.len()];
     for rep in 0..reps {
-        for k in 0..3 {
-            let which = (k + rep) % 3;
+        for k in 0..names.len() {
+            let which = (k + rep) % names.len();
             let t = match which {
-                0 => run_count(&dir),
-                1 => run_prometheus(&dir),
-                _ => run_recorder(&dir, &tmp, rep),
+                0 => run_count(&dir, N),
+                1 => run_prometheus(&dir, N, 14),
+                2 => run_recorder(&dir, &tmp, rep),
+                3 => run_count(&fdir, NF),
+                _ => run_prometheus(&fdir, NF, 5),
             };
             rows[which].push(t);
         }
     }
     println!(
-        "{:<11} {:>12} {:>14} {:>22} {:>16}",
+        "{:<26} {:>12} {:>14} {:>22} {:>16}",
         "consumer", "events/s", "CPU ns/event", "% core per 100k ev/s", "other threads %"
     );
-    for (name, ts) in names.iter().zip(&rows) {
-        let rate = median(ts.iter().map(|t| N as f64 / t.0.as_secs_f64()).collect());
+    for ((name, ts), &n) in names.iter().zip(&rows).zip(&counts) {
+        let rate = median(ts.iter().map(|t| n as f64 / t.0.as_secs_f64()).collect());
         let ns = median(
             ts.iter()
-                .map(|t| t.1.as_nanos() as f64 / N as f64)
+                .map(|t| t.1.as_nanos() as f64 / n as f64)
                 .collect(),
         );
         let other = median(
@@ -204,8 +257,9 @@ fn main() {
         );
         // CPU per event × 100,000 events/s, as a share of one core.
         let per_100k = ns * 1e-9 * 100_000.0 * 100.0;
-        println!("{name:<11} {rate:>12.0} {ns:>14.1} {per_100k:>21.2}% {other:>15.1}%");
+        println!("{name:<26} {rate:>12.0} {ns:>14.1} {per_100k:>21.2}% {other:>15.1}%");
     }
-    drop(publisher);
+    drop((publisher, frames));
     broker.stop().unwrap();
+    fbroker.stop().unwrap();
 }

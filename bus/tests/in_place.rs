@@ -383,3 +383,52 @@ fn large_payloads_streamed_into_a_lane_larger_than_the_caches_read_back_whole() 
     }
     assert_eq!((seen.as_slice(), lost), (&lens[..], 0));
 }
+
+#[test]
+fn a_payload_read_in_place_from_any_offset_gives_the_bytes_a_copy_gives() {
+    let bus = Bus::start("inplace-read-at");
+    let (p, meta) = bus.publisher(1 << 20);
+    let lens = [1usize, 9, 31, 100];
+    // Every byte different from its neighbours, so a shifted or reordered read shows.
+    let bytes = |i: usize, len: usize| -> Vec<u8> {
+        (0..len).map(|k| (k * 7 + i * 13 + 1) as u8).collect()
+    };
+    for (i, len) in lens.iter().enumerate() {
+        p.emit_raw(meta, &bytes(i, *len)).expect("emit");
+    }
+    p.close();
+    let mut sub = bus.subscribe();
+    let mut seen = 0;
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "{seen} records");
+        let next = sub
+            .next_in_place(Duration::from_millis(100), |r| {
+                let v = r.payload;
+                let mut reads = Vec::new();
+                for offset in 0..=v.len() {
+                    for n in 0..=(v.len() - offset).min(19) {
+                        let mut dst = vec![0u8; n];
+                        assert!(v.read_at(offset, &mut dst), "{offset}+{n} of {}", v.len());
+                        reads.push((offset, dst));
+                    }
+                    let mut past = vec![0u8; v.len() - offset + 1];
+                    assert!(!v.read_at(offset, &mut past), "past the end");
+                }
+                reads
+            })
+            .expect("next_in_place");
+        match next {
+            Some(InPlaceEvent::Record { value, .. }) => {
+                let want = bytes(seen, lens[seen]);
+                for (offset, got) in value {
+                    assert_eq!(got, want[offset..offset + got.len()], "record {seen}");
+                }
+                seen += 1;
+            }
+            Some(InPlaceEvent::Other(Event::Ended(_))) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, lens.len());
+}

@@ -70,16 +70,16 @@ pub mod replay;
 mod runtime;
 
 pub use runtime::{
-    Consumer, DRAIN_ON_STOP, Flow, HookError, Producer, ProducerChange, Record, RecordHeader,
-    RunError, RunOptions, RunSummary, StopReason, run,
+    Consumer, DRAIN_ON_STOP, Flow, HookError, InPlace, Producer, ProducerChange, Record,
+    RecordHeader, RunError, RunOptions, RunSummary, StopReason, run,
 };
-pub use snapbus_bus::subscriber::BatchReads;
+pub use snapbus_bus::subscriber::{BatchReads, RingPayload};
 
 /// What a consumer needs, in one import: `use snapbus_consumers::prelude::*;`.
 pub mod prelude {
     pub use crate::runtime::{
-        Consumer, Flow, HookError, Producer, ProducerChange, Record, RecordHeader, RunOptions,
-        RunSummary, run,
+        Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record, RecordHeader,
+        RunOptions, RunSummary, run,
     };
     pub use snapbus_bus::Level;
     pub use snapbus_bus::lane::StartAt;

@@ -12,7 +12,8 @@ use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
 use snapbus_bus::subscriber::{
-    self, BatchReads, Event, Glob, SubscribeError, SubscribeOptions, Subscriber,
+    self, BatchReads, Event, Glob, InPlaceEvent, RingPayload, SubscribeError, SubscribeOptions,
+    Subscriber,
 };
 use thiserror::Error;
 
@@ -125,6 +126,27 @@ impl<'a> From<&subscriber::Record<'a>> for Record<'a> {
     }
 }
 
+/// A record of a subscribed schema where it lies in its producer's ring, as
+/// [`Consumer::read_in_place`] sees it: the header, and the payload to read through
+/// (numbers with [`Plan::extract_from`](crate::fields::Plan::extract_from), or
+/// [`RingPayload`]'s own methods), not a copy of it.
+#[derive(Clone, Copy)]
+pub struct InPlace<'a> {
+    /// The broker's id of the producer (for display: see [`Consumer::on_lag`]).
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: Producer<'a>,
+    /// The payload's schema.
+    pub schema: &'a Arc<SchemaDescriptor>,
+    /// The name of the telemetry handle that emitted it, if known.
+    pub emitter: Option<&'a str>,
+    /// Its header.
+    pub header: RecordHeader,
+    /// The payload in the ring (wire format of `schema`). What is read through it is only to
+    /// be trusted once the record is delivered ([`Consumer::on_read_in_place`]).
+    pub payload: &'a RingPayload<'a>,
+}
+
 /// A producer's lane appearing or going.
 #[derive(Debug, Clone, Copy)]
 pub enum ProducerChange<'a> {
@@ -146,6 +168,39 @@ pub trait Consumer {
     fn on_event(&mut self, record: &Record<'_>) -> Result<Flow, HookError> {
         let _ = record;
         Ok(Flow::Continue)
+    }
+
+    /// `Some(min_bytes)`: this consumer takes what it needs from records of at least
+    /// `min_bytes` where they lie in the ring ([`Consumer::read_in_place`]) instead of from a
+    /// copy (smaller ones cost less to copy once than to read field by field from the ring:
+    /// see [`IN_PLACE_MIN_BYTES`](crate::fields::IN_PLACE_MIN_BYTES)). `None` (the default):
+    /// every record is copied. Asked once, when the run starts.
+    fn reads_in_place(&self) -> Option<usize> {
+        None
+    }
+
+    /// A record of a subscribed schema, where it lies in its producer's ring (only if
+    /// [`Consumer::reads_in_place`], for records of the size it says). Take what [`Consumer::on_read_in_place`] will need into
+    /// the consumer's own scratch (numbers with
+    /// [`Plan::extract_from`](crate::fields::Plan::extract_from): one pass over the bytes, no
+    /// copy of the payload) and return `true`; or return `false`, and the record is copied
+    /// and given to [`Consumer::on_event`] as usual.
+    ///
+    /// It runs **before** the record is validated. If the producer overwrote the record
+    /// meanwhile, what was taken is garbage: the record is not delivered (it counts as lost,
+    /// and [`Consumer::on_lag`] follows) and this runs again on the next record. So it must
+    /// change nothing but that scratch, which the next call overwrites. The first record of
+    /// each schema goes to [`Consumer::on_event`], after [`Consumer::on_schema`].
+    fn read_in_place(&mut self, record: &InPlace<'_>) -> bool {
+        let _ = record;
+        false
+    }
+
+    /// The record [`Consumer::read_in_place`] took from the ring was not overwritten while it
+    /// did: use what it took. `record.payload` is empty. The default hands it to
+    /// [`Consumer::on_event`].
+    fn on_read_in_place(&mut self, record: &Record<'_>) -> Result<Flow, HookError> {
+        self.on_event(record)
     }
 
     /// `lost` records of a producer were overwritten before they could be read.
@@ -329,6 +384,9 @@ pub fn run<C: Consumer + ?Sized>(
         sub.read_in_batches(Some(batch));
     }
     let (mut delivered, mut lost) = (0u64, 0u64);
+    // Consumers that read in place: the copy of a record they do not take (reused).
+    let in_place_from = consumer.reads_in_place();
+    let mut copy = Vec::new();
     // Told to stop: why, and until when what was emitted before is read.
     let mut draining: Option<(StopReason, Instant)> = None;
     let result = loop {
@@ -371,16 +429,79 @@ pub fn run<C: Consumer + ?Sized>(
                 }
             }
         }
-        let event = match sub.next(Duration::from_millis(100)) {
-            Ok(e) => e,
-            Err(e) => return flush_then(consumer, Err(RunError::Subscribe(e))),
-        };
-        let flow = match event {
-            None => {
-                since_clock = 64;
-                Ok(Flow::Continue)
+        let timeout = Duration::from_millis(100);
+        let flow = if let Some(min_bytes) = in_place_from {
+            let read = |r: &subscriber::InPlaceRecord<'_>| {
+                if r.payload.len() >= min_bytes && schemas.announced(r.schema) {
+                    let rec = InPlace {
+                        producer_id: r.producer_id,
+                        producer: Producer::from(r.producer),
+                        schema: r.schema,
+                        emitter: r.emitter,
+                        header: RecordHeader::from(&r.meta),
+                        payload: r.payload,
+                    };
+                    if consumer.read_in_place(&rec) {
+                        return Read::Taken;
+                    }
+                }
+                copy.resize(r.payload.len(), 0);
+                // A failed copy is out of bounds, which validation already excludes.
+                if r.payload.copy_to(&mut copy) {
+                    Read::Copied
+                } else {
+                    Read::Unreadable
+                }
+            };
+            match sub.next_in_place(timeout, read) {
+                Ok(None) => {
+                    since_clock = 64;
+                    Ok(Flow::Continue)
+                }
+                Ok(Some(InPlaceEvent::Record {
+                    producer_id,
+                    producer,
+                    schema,
+                    emitter,
+                    meta,
+                    value,
+                })) => {
+                    let mut record = Record {
+                        producer_id,
+                        producer: Producer::from(producer),
+                        schema,
+                        emitter,
+                        header: RecordHeader::from(&meta),
+                        payload: &[],
+                    };
+                    match value {
+                        Read::Taken => {
+                            delivered += 1;
+                            consumer.on_read_in_place(&record)
+                        }
+                        Read::Copied => {
+                            record.payload = &copy[..meta.payload_len];
+                            deliver(consumer, &record, &mut schemas, &mut delivered)
+                        }
+                        Read::Unreadable => Ok(Flow::Continue),
+                    }
+                }
+                Ok(Some(InPlaceEvent::Other(event))) => {
+                    dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost)
+                }
+                Err(e) => return flush_then(consumer, Err(RunError::Subscribe(e))),
             }
-            Some(event) => dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost),
+        } else {
+            match sub.next(timeout) {
+                Ok(None) => {
+                    since_clock = 64;
+                    Ok(Flow::Continue)
+                }
+                Ok(Some(event)) => {
+                    dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost)
+                }
+                Err(e) => return flush_then(consumer, Err(RunError::Subscribe(e))),
+            }
         };
         match flow {
             Ok(Flow::Continue) => {}
@@ -416,6 +537,48 @@ struct SeenSchemas {
     last: Option<Arc<SchemaDescriptor>>,
 }
 
+impl SeenSchemas {
+    /// Whether [`Consumer::on_schema`] was called for `schema`.
+    fn announced(&self, schema: &Arc<SchemaDescriptor>) -> bool {
+        self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, schema))
+            || self.fingerprints.contains(&schema.fingerprint())
+    }
+}
+
+/// How a record read in place was read.
+enum Read {
+    /// [`Consumer::read_in_place`] took what it needs.
+    Taken,
+    /// Copied (into the run loop's buffer) for [`Consumer::on_event`].
+    Copied,
+    /// Not readable (out of bounds: never, once validated).
+    Unreadable,
+}
+
+/// Hands a record to [`Consumer::on_event`] (`on_schema` first for a schema not seen yet),
+/// counting it delivered.
+fn deliver<C: Consumer + ?Sized>(
+    consumer: &mut C,
+    record: &Record<'_>,
+    schemas: &mut SeenSchemas,
+    delivered: &mut u64,
+) -> Result<Flow, HookError> {
+    if !schemas
+        .last
+        .as_ref()
+        .is_some_and(|l| Arc::ptr_eq(l, record.schema))
+    {
+        schemas.last = Some(Arc::clone(record.schema));
+        if schemas.fingerprints.insert(record.schema.fingerprint())
+            && consumer.on_schema(record.schema)? == Flow::Stop
+        {
+            return Ok(Flow::Stop);
+        }
+    }
+    *delivered += 1;
+    consumer.on_event(record)
+}
+
 /// Hands one subscriber event to the consumer's hook (`on_schema` first for a schema not seen
 /// yet), counting records delivered and lost.
 fn dispatch<C: Consumer + ?Sized>(
@@ -426,22 +589,7 @@ fn dispatch<C: Consumer + ?Sized>(
     lost: &mut u64,
 ) -> Result<Flow, HookError> {
     match event {
-        Event::Record(r) => {
-            if !schemas
-                .last
-                .as_ref()
-                .is_some_and(|l| Arc::ptr_eq(l, r.schema))
-            {
-                schemas.last = Some(Arc::clone(r.schema));
-                if schemas.fingerprints.insert(r.schema.fingerprint())
-                    && consumer.on_schema(r.schema)? == Flow::Stop
-                {
-                    return Ok(Flow::Stop);
-                }
-            }
-            *delivered += 1;
-            consumer.on_event(&Record::from(&r))
-        }
+        Event::Record(r) => deliver(consumer, &Record::from(&r), schemas, delivered),
         Event::Lagged {
             producer_id,
             producer,

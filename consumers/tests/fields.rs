@@ -219,3 +219,143 @@ fn the_field_tree_names_every_part_and_tensors_are_found_through_structs() {
     // `maybe.1` is inside an option: `Value::path` does not reach it, neither does this.
     assert_eq!(tensor_paths(root), ["image"]);
 }
+
+/// Numbers and keys extracted from a payload where it lies in the ring are those extracted
+/// from a copy: strings of every length shift what follows off the word boundaries, and
+/// sequences and tensors long enough to be read in several pieces.
+#[test]
+fn extraction_from_the_ring_equals_extraction_from_a_copy() {
+    use std::time::{Duration, Instant};
+
+    use snapbus_bus::Level;
+    use snapbus_bus::lane::StartAt;
+    use snapbus_bus::subscriber::{Event, InPlaceEvent, SubscribeOptions, Subscriber};
+    use snapbus_consumers::fields::Malformed;
+
+    let bus = crate::runtime::Bus::start("fields-ring");
+    let p = bus.publisher();
+    let mut sent = 0;
+    for n in 0..24usize {
+        let mut s = step(
+            (n % 3 != 0).then_some(n as f32),
+            (0..n * n * 11).map(|k| (k % 97) as f32 - 40.0).collect(),
+        );
+        s.env = "e".repeat(n % 9);
+        s.obs = Tensor::new(
+            vec![n as u64 * 61 + 1],
+            (0..n * 61 + 1).map(|k| (k * 7 % 1000) as u16).collect(),
+        )
+        .expect("tensor");
+        p.emit(Level::INFO, 0, &s).expect("emit");
+        sent += 1;
+    }
+    p.close();
+    let numeric = Plan::numeric(Step::descriptor().root());
+    let keyed = Plan::compile(
+        Step::descriptor().root(),
+        &["env".to_owned(), "mode".to_owned()],
+        Some("episode"),
+        &[],
+    )
+    .expect("compile");
+    let mut sub = Subscriber::connect(
+        bus.dir(),
+        SubscribeOptions {
+            kind: "test".into(),
+            globs: vec![Glob::new("fields.step").expect("glob")],
+            start: StartAt::Oldest,
+            cut: false,
+            skip_lanes: Vec::new(),
+            count_history_as_lost: true,
+        },
+    )
+    .expect("subscribe");
+    type Out = (Vec<f64>, Vec<u8>, Option<u64>);
+    fn run(plan: &Plan, from: impl FnOnce(&Plan, &mut Extracted) -> Result<(), Malformed>) -> Out {
+        let mut out = Extracted::default();
+        from(plan, &mut out).expect("extract");
+        (out.values, out.group, out.window)
+    }
+    let mut seen = 0;
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no end after {seen}"
+        );
+        let next = sub
+            .next_in_place(Duration::from_millis(100), |r| {
+                let mut copy = vec![0u8; r.payload.len()];
+                assert!(r.payload.copy_to(&mut copy));
+                [&numeric, &keyed].map(|plan| {
+                    (
+                        run(plan, |p, out| p.extract_from(r.payload, out)),
+                        run(plan, |p, out| p.extract(&copy, out)),
+                    )
+                })
+            })
+            .expect("next_in_place");
+        match next {
+            Some(InPlaceEvent::Record { value, .. }) => {
+                for (in_ring, from_copy) in value {
+                    // NaN is not equal to itself: compare the bits.
+                    let bits = |o: &Out| {
+                        let v: Vec<u64> = o.0.iter().map(|x| x.to_bits()).collect();
+                        (v, o.1.clone(), o.2)
+                    };
+                    assert_eq!(bits(&in_ring), bits(&from_copy), "record {seen}");
+                }
+                seen += 1;
+            }
+            Some(InPlaceEvent::Other(Event::Ended(_))) => break,
+            Some(InPlaceEvent::Other(Event::Lagged { lost, .. })) => panic!("{lost} lost"),
+            _ => {}
+        }
+    }
+    assert_eq!(seen, sent);
+}
+
+/// Reductions over every length around the four-way split, NaN anywhere: the mean, minimum and
+/// maximum of what is not NaN (all NaN when nothing is).
+#[test]
+fn reductions_ignore_nan_at_every_length_and_position() {
+    let plan = Plan::numeric(Step::descriptor().root());
+    let at = |leaf: &str| plan.leaves().iter().position(|l| l == leaf).expect("leaf");
+    let (mean, min, max) = (at("hist.mean"), at("hist.min"), at("hist.max"));
+    let mut out = Extracted::default();
+    for len in 0..40usize {
+        for nan_every in [0usize, 1, 2, 3, 5, 7] {
+            let hist: Vec<f32> = (0..len)
+                .map(|k| {
+                    if nan_every > 0 && k % nan_every == nan_every - 1 {
+                        f32::NAN
+                    } else {
+                        ((k * 37 + len) % 97) as f32 - 40.0
+                    }
+                })
+                .collect();
+            let payload = step(None, hist.clone()).encode_to_vec().expect("encode");
+            plan.extract(&payload, &mut out).expect("extract");
+            let kept: Vec<f64> = hist
+                .iter()
+                .filter(|v| !v.is_nan())
+                .map(|&v| f64::from(v))
+                .collect();
+            let got = (out.values[mean], out.values[min], out.values[max]);
+            if kept.is_empty() {
+                assert!(
+                    got.0.is_nan() && got.1.is_nan() && got.2.is_nan(),
+                    "{len} {got:?}"
+                );
+                continue;
+            }
+            // Small integers: every partial sum is exact, whatever the order.
+            let want = (
+                kept.iter().sum::<f64>() / kept.len() as f64,
+                kept.iter().copied().fold(f64::INFINITY, f64::min),
+                kept.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            );
+            assert_eq!(got, want, "{len} elements, NaN every {nan_every}");
+        }
+    }
+}

@@ -304,3 +304,192 @@ fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
     );
     drop(p);
 }
+
+/// A consumer that reads ticks in place: the tick number from the payload's first word.
+#[derive(Default)]
+struct InPlaceTicks<'a> {
+    /// Read in place (delivered), and read from a copy.
+    in_place: Vec<u64>,
+    copied: Vec<u64>,
+    staged: Option<u64>,
+    /// Read in place, whether delivered or not.
+    looked_at: Vec<u64>,
+    /// When it reads this tick in place, the producer laps the ring before it returns.
+    lap_at: Option<(u64, &'a Publisher, u64)>,
+}
+
+impl Consumer for InPlaceTicks<'_> {
+    fn reads_in_place(&self) -> Option<usize> {
+        Some(0)
+    }
+    fn read_in_place(&mut self, r: &snapbus_consumers::InPlace<'_>) -> bool {
+        let i = r.payload.word(0).expect("a tick is one word");
+        self.looked_at.push(i);
+        if let Some((at, p, more)) = self.lap_at {
+            if i == at {
+                // Overwritten while it is being read: more than a ring's worth of records.
+                for j in 0..more {
+                    p.emit(Level::INFO, 0, &Tick { i: 1_000_000 + j })
+                        .expect("emit");
+                }
+            }
+        }
+        self.staged = Some(i);
+        true
+    }
+    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        assert!(r.payload.is_empty(), "the payload was read in place");
+        self.in_place
+            .push(self.staged.take().expect("read before delivered"));
+        Ok(Flow::Continue)
+    }
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.copied.push(Tick::decode_exact(r.payload)?.i);
+        Ok(Flow::Continue)
+    }
+}
+
+#[test]
+fn a_consumer_that_reads_in_place_gets_the_first_record_of_a_schema_copied_and_the_rest_in_place() {
+    let bus = Bus::start("rt-inplace");
+    let p = bus.publisher();
+    for i in 0..500u64 {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+        p.emit(Level::INFO, 0, &Other { x: i as f32 })
+            .expect("emit");
+    }
+    p.close();
+    let mut c = InPlaceTicks::default();
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
+    assert_eq!((summary.delivered, summary.lost), (500, 0));
+    // The first after `on_schema`, from a copy; every other one in place, in order.
+    assert_eq!(c.copied, [0]);
+    assert_eq!(c.in_place, (1..500).collect::<Vec<_>>());
+    drop(p);
+}
+
+#[test]
+fn a_record_overwritten_while_a_consumer_reads_it_in_place_is_never_delivered_but_counted_lost() {
+    let bus = Bus::start("rt-inplace-lap");
+    let p = bus.publisher();
+    for i in 0..100u64 {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+    }
+    // A tick's frame is at least 48 bytes: 30,000 of them lap the 1 MiB ring.
+    let more = 30_000u64;
+    let mut c = InPlaceTicks {
+        lap_at: Some((10, &p, more)),
+        ..InPlaceTicks::default()
+    };
+    let mut o = opts(StartAt::Oldest);
+    o.until_end = false;
+    // Stops once the last of the lapping records is in.
+    struct Until<'a, 'b>(&'a mut InPlaceTicks<'b>, u64);
+    impl Consumer for Until<'_, '_> {
+        fn reads_in_place(&self) -> Option<usize> {
+            Some(0)
+        }
+        fn read_in_place(&mut self, r: &snapbus_consumers::InPlace<'_>) -> bool {
+            self.0.read_in_place(r)
+        }
+        fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+            self.0.on_read_in_place(r)?;
+            Ok(if self.0.in_place.last() == Some(&self.1) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            })
+        }
+        fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+            self.0.on_event(r)
+        }
+    }
+    let last = 1_000_000 + more - 1;
+    let summary = run(bus.dir(), &o, &mut Until(&mut c, last), None).expect("run");
+    assert!(c.looked_at.contains(&10), "tick 10 was read in place");
+    assert!(
+        !c.in_place.contains(&10),
+        "tick 10 was overwritten while it was read, yet delivered"
+    );
+    let delivered: Vec<u64> = c.copied.iter().chain(&c.in_place).copied().collect();
+    assert!(delivered.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert_eq!(delivered.last(), Some(&last));
+    // Exact books: every record emitted is delivered or counted lost.
+    assert_eq!(summary.delivered, delivered.len() as u64);
+    assert_eq!(summary.delivered + summary.lost, 100 + more, "{summary:?}");
+    assert!(summary.lost > 0);
+    drop(p);
+}
+
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "rt.big", version = 1, crate = "snapbus_bus::schemas")]
+struct Big {
+    step: u64,
+    hist: Vec<f32>,
+}
+
+/// The Prometheus exporter reads records of `IN_PLACE_MIN_BYTES` and more in place: what it
+/// serves is what the records held.
+#[test]
+fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
+    use std::io::{Read, Write};
+
+    use snapbus_consumers::fields::IN_PLACE_MIN_BYTES;
+    use snapbus_consumers::prometheus::{Exporter, PrometheusOptions};
+
+    let bus = Bus::start("rt-prom-inplace");
+    let p = bus.publisher();
+    let n = 50u64;
+    let big = |i: u64| Big {
+        step: i,
+        hist: (0..512)
+            .map(|k| ((k * 3 + i) % 101) as f32 - 50.0)
+            .collect(),
+    };
+    assert!(big(0).encode_to_vec().expect("encode").len() >= IN_PLACE_MIN_BYTES);
+    for i in 0..n {
+        p.emit(Level::INFO, 0, &big(i)).expect("emit");
+    }
+    p.close();
+    let mut e = Exporter::new(PrometheusOptions::default());
+    let server = e
+        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .expect("serve");
+    let mut o = e.run_options();
+    o.start = StartAt::Oldest;
+    o.until_end = true;
+    o.handle_signals = false;
+    let summary = run(bus.dir(), &o, &mut e, None).expect("run");
+    assert_eq!((summary.delivered, summary.lost), (n, 0));
+    // `run` flushed, so the last values are published.
+    let mut s = std::net::TcpStream::connect(server.addr()).expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let value = |suffix: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| {
+                !l.starts_with('#')
+                    && l.split(['{', ' '])
+                        .next()
+                        .is_some_and(|m| m.ends_with(suffix))
+            })
+            .unwrap_or_else(|| panic!("no {suffix} in {text}"));
+        line.rsplit(' ')
+            .next()
+            .expect("a value")
+            .parse()
+            .expect("a number")
+    };
+    let last = big(n - 1).hist;
+    let mean = last.iter().map(|&v| f64::from(v)).sum::<f64>() / last.len() as f64;
+    let min = last.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = last.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    assert_eq!(value("step"), (n - 1) as f64);
+    assert_eq!(value("hist_mean"), mean);
+    assert_eq!(value("hist_min"), f64::from(min));
+    assert_eq!(value("hist_max"), f64::from(max));
+    drop(p);
+}

@@ -128,6 +128,31 @@ impl<M: LaneMem> PayloadView<'_, M> {
             && self.lane.mem.copy_out(self.byte_off + offset, dst)
     }
 
+    /// Copies the payload's bytes `offset .. offset + dst.len()` into `dst`, from any offset
+    /// (the bytes up to the next word boundary from one word, then whole words). `false`
+    /// (nothing copied) if the range goes past the payload.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        if dst.is_empty() {
+            return true;
+        }
+        let in_word = offset % 8;
+        if in_word == 0 {
+            return self.copy_range_to(offset, dst);
+        }
+        let Some(w) = self.word(offset / 8) else {
+            return false;
+        };
+        let k = (8 - in_word).min(dst.len());
+        dst[..k].copy_from_slice(&w.to_le_bytes()[in_word..in_word + k]);
+        k == dst.len() || self.copy_range_to(offset + k, &mut dst[k..])
+    }
+
     /// Calls `f` on the whole payload in order, a piece at a time, each piece copied into
     /// `scratch`: a buffer small enough to stay in the L1 cache (4 KiB, say), so the payload is
     /// read once and never copied whole. Pieces are `scratch.len()` rounded down to a multiple

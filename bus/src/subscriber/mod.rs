@@ -132,6 +132,10 @@ pub enum InPlaceEvent<'a, R> {
         producer_id: u64,
         /// The producer.
         producer: &'a ProducerInfo,
+        /// The payload's schema.
+        schema: &'a Arc<SchemaDescriptor>,
+        /// The name of the telemetry handle that emitted it, if known.
+        emitter: Option<&'a str>,
         /// The frame header.
         meta: FrameMeta,
         /// The closure's result.
@@ -612,12 +616,21 @@ impl Subscriber {
     ) -> Result<Option<InPlaceEvent<'_, R>>, SubscribeError> {
         let next = self.wait(timeout, &mut |r: &InPlaceRecord<'_>| Some(read(r)));
         Ok(next.map(|n| match n {
-            Next::Found(Found::Record(k, meta, value)) => InPlaceEvent::Record {
-                producer_id: self.lanes[k].producer_id,
-                producer: &self.lanes[k].info,
-                meta,
-                value,
-            },
+            Next::Found(Found::Record(k, meta, value)) => {
+                let l = &self.lanes[k];
+                InPlaceEvent::Record {
+                    producer_id: l.producer_id,
+                    producer: &l.info,
+                    schema: l
+                        .matches
+                        .get(meta.schema_key)
+                        .and_then(|m| m.as_ref())
+                        .expect("a found record's key matches"),
+                    emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
+                    meta,
+                    value,
+                }
+            }
             other => InPlaceEvent::Other(self.other_event(other)),
         }))
     }

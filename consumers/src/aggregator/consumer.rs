@@ -11,11 +11,74 @@ use super::resume::Resume;
 use super::sink::SummarySink;
 use super::state::{Aggregator, ProducerState, SchemaState};
 use super::summary::Acc;
-use crate::fields::{Plan, decode_group};
-use crate::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
+use crate::fields::{IN_PLACE_MIN_BYTES, Plan, decode_group};
+use crate::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
 
 impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.record(r, None)
+    }
+
+    /// Records of [`IN_PLACE_MIN_BYTES`] or more are read in place: the plan's numbers and
+    /// keys are extracted from the ring, one pass over the payload, no copy of it.
+    fn reads_in_place(&self) -> Option<usize> {
+        Some(IN_PLACE_MIN_BYTES)
+    }
+
+    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
+        let Some(si) = self.known_schema_index(r.schema) else {
+            return false;
+        };
+        let Some((plan, _)) = &self.schemas[si].plan else {
+            return false;
+        };
+        self.taken = Some(plan.extract_from(r.payload, &mut self.scratch).is_ok());
+        true
+    }
+
+    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        match self.taken.take() {
+            Some(ok) => self.record(r, Some(ok)),
+            // Never: the run loop delivers a record read in place right after reading it.
+            None => Ok(Flow::Continue),
+        }
+    }
+
+    fn on_lag(
+        &mut self,
+        _producer_id: u64,
+        producer: Producer<'_>,
+        lost: u64,
+    ) -> Result<Flow, HookError> {
+        self.out.stats.lost += lost;
+        self.producer(producer).lost += lost;
+        self.last_producer = None;
+        Ok(Flow::Continue)
+    }
+
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(p) = change {
+            self.end_producer(p.lane_id)?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        self.close_stale()?;
+        for s in &mut self.schemas {
+            if let Some(w) = s.csv.as_mut() {
+                w.flush()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Says (once per schema: the caller counts) that a payload does not match its descriptor.
+impl<S: SummarySink> Aggregator<S> {
+    /// Summarizes a record: its numbers are extracted from its payload, or were already
+    /// (`taken`: read in place into `scratch`, and whether that succeeded).
+    fn record(&mut self, r: &Record<'_>, taken: Option<bool>) -> Result<Flow, HookError> {
         self.out.stats.records += 1;
         let lane_id = r.producer.lane_id;
         let si = self.schema_index(r.schema, lane_id);
@@ -40,7 +103,11 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
             self.out.stats.skipped += 1;
             return Ok(Flow::Continue);
         };
-        if plan.extract(r.payload, &mut self.scratch).is_err() {
+        let extracted = match taken {
+            Some(ok) => ok,
+            None => plan.extract(r.payload, &mut self.scratch).is_ok(),
+        };
+        if !extracted {
             self.out.stats.skipped += 1;
             *malformed += 1;
             if *malformed == 1 {
@@ -89,38 +156,8 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         }
         Ok(Flow::Continue)
     }
-
-    fn on_lag(
-        &mut self,
-        _producer_id: u64,
-        producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
-        self.out.stats.lost += lost;
-        self.producer(producer).lost += lost;
-        self.last_producer = None;
-        Ok(Flow::Continue)
-    }
-
-    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
-        if let ProducerChange::Ended(p) = change {
-            self.end_producer(p.lane_id)?;
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn flush(&mut self) -> Result<(), HookError> {
-        self.close_stale()?;
-        for s in &mut self.schemas {
-            if let Some(w) = s.csv.as_mut() {
-                w.flush()?;
-            }
-        }
-        Ok(())
-    }
 }
 
-/// Says (once per schema: the caller counts) that a payload does not match its descriptor.
 fn warn_malformed(desc: &SchemaDescriptor, r: &Record<'_>) {
     snapbus_bus::say!(
         "snapbus aggregator: a payload of {} v{} from {} (pid {}) does not match its \

@@ -33,6 +33,8 @@ pub struct Aggregator<S: SummarySink> {
     pub(super) last_producer: Option<(u64, u64)>,
     pub(super) resume: Resume,
     pub(super) scratch: Extracted,
+    /// Whether the last record read in place extracted (into `scratch`) without error.
+    pub(super) taken: Option<bool>,
     pub(super) key: Vec<u8>,
     /// What the options named that the schemas summarized so far lack (see
     /// [`Aggregator::unmatched_options`]).
@@ -73,6 +75,7 @@ impl<S: SummarySink> Aggregator<S> {
             last_producer: None,
             resume: Resume::default(),
             scratch: Extracted::default(),
+            taken: None,
             key: Vec::new(),
             matches: OptionMatches::default(),
         }
@@ -108,6 +111,15 @@ impl<S: SummarySink> Aggregator<S> {
             .flat_map(|s| &s.groups)
             .filter(|g| g.open.is_some())
             .count()
+    }
+
+    /// The index of `schema`'s state if it has one (no state is made).
+    pub(super) fn known_schema_index(&self, schema: &Arc<SchemaDescriptor>) -> Option<usize> {
+        let ptr = Arc::as_ptr(schema) as usize;
+        match self.last_schema {
+            Some((p, i)) if p == ptr => Some(i),
+            _ => self.by_ptr.get(&ptr).map(|(i, _, _)| *i),
+        }
     }
 
     pub(super) fn schema_index(&mut self, schema: &Arc<SchemaDescriptor>, lane_id: u64) -> usize {

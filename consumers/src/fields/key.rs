@@ -67,6 +67,16 @@ pub(super) fn encode_str(bytes: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(bytes);
 }
 
+/// Appends a string key of `len` bytes as [`encode_str`] does, with zeros for its bytes; returns
+/// where they are, for the caller to fill.
+pub(super) fn reserve_str(len: usize, out: &mut Vec<u8>) -> std::ops::Range<usize> {
+    out.push(STR_TAG);
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    let start = out.len();
+    out.resize(start + len, 0);
+    start..start + len
+}
+
 /// A group-by (or window) field's type, as it appears in a summary schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {

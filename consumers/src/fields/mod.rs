@@ -55,6 +55,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// Payloads from this size on are read where they lie in the ring by the built-in consumers
+/// that extract numbers (the aggregator, the Prometheus exporter: `Plan::extract_from`);
+/// smaller ones are copied first. Field by field from the ring costs more than one copy of a
+/// small record and reads from it (64 B events: about 10 % more CPU per event), and less than
+/// a copy of a large one (`BENCHMARKS.md`, "Prometheus exporter").
+pub const IN_PLACE_MIN_BYTES: usize = 1024;
+
 mod key;
 mod plan;
 mod read;
@@ -62,5 +69,5 @@ mod tree;
 
 pub use key::{KeyType, KeyValue, decode_group};
 pub use plan::{Extracted, MAX_ELEMENTWISE, Plan, PlanError};
-pub use read::Malformed;
+pub use read::{Malformed, Source};
 pub use tree::{FieldNode, Parts, REDUCTIONS, TENSOR_SHAPE, join, tensor_paths};

@@ -5,8 +5,8 @@ use snapbus_schemas::{DType, TypeDesc, VariantKind};
 
 #[cfg(doc)]
 use super::key::decode_group;
-use super::key::{KeyType, KeyValue, encode_str};
-use super::read::{Cursor, Malformed, Scalar, fixed_size, reduce, skip_value, tensor_bytes};
+use super::key::{KeyType, KeyValue, encode_str, reserve_str};
+use super::read::{Cursor, Malformed, Scalar, Source, fixed_size, skip_value, tensor_count};
 use super::tree::{FieldNode, Parts, REDUCTIONS, join};
 
 /// Fixed-size numeric arrays up to this length are extracted element by element
@@ -142,6 +142,19 @@ impl Plan {
 
     /// Runs the plan over `payload`, filling `out` (its vectors are reused).
     pub fn extract(&self, payload: &[u8], out: &mut Extracted) -> Result<(), Malformed> {
+        self.extract_from(payload, out)
+    }
+
+    /// [`extract`](Plan::extract) from any [`Source`]: a record's payload where it lies in the
+    /// ring ([`RingPayload`](snapbus_bus::subscriber::RingPayload)), read once, a few bytes at
+    /// a time for numbers and a piece at a time for reductions, never copied whole. What it
+    /// extracts from a ring payload is only to be trusted once the read is validated (see
+    /// [`Subscriber::next_in_place`](snapbus_bus::subscriber::Subscriber::next_in_place)).
+    pub fn extract_from<S: Source + ?Sized>(
+        &self,
+        payload: &S,
+        out: &mut Extracted,
+    ) -> Result<(), Malformed> {
         if out.values.len() == self.leaves.len() {
             out.values.fill(f64::NAN);
         } else {
@@ -152,7 +165,7 @@ impl Plan {
         out.window = None;
         let window_slot = self.window_slot();
         let mut cur = Cursor {
-            buf: payload,
+            src: payload,
             pos: 0,
         };
         for op in &self.ops {
@@ -170,17 +183,16 @@ impl Plan {
                         Some(n) => *n,
                         None => cur.u64()?,
                     };
-                    let bytes = cur.take_elems(n, dtype.size_bytes())?;
-                    reduce(*dtype, bytes, &mut out.values[*leaf..*leaf + 3]);
+                    cur.reduce(*dtype, n, &mut out.values[*leaf..*leaf + 3])?;
                 }
                 Op::Tensor { dtype, leaf } => {
-                    let bytes = tensor_bytes(*dtype, &mut cur)?;
-                    reduce(*dtype, bytes, &mut out.values[*leaf..*leaf + 3]);
+                    let n = tensor_count(&mut cur)?;
+                    cur.reduce(*dtype, n, &mut out.values[*leaf..*leaf + 3])?;
                 }
                 Op::Key { scalar, slot } => {
-                    let start = cur.pos;
-                    cur.skip(scalar.size())?;
-                    let key = KeyValue::read(*scalar, &payload[start..cur.pos]);
+                    let size = scalar.size();
+                    let b = cur.bytes8(size)?;
+                    let key = KeyValue::read(*scalar, &b[..size]);
                     if Some(*slot) == window_slot {
                         out.window = match key {
                             KeyValue::U64(v) => Some(v),
@@ -194,9 +206,12 @@ impl Plan {
                 }
                 Op::KeyStr { slot } => {
                     let n = cur.u64()?;
-                    let bytes = cur.take_elems(n, 1)?;
-                    std::str::from_utf8(bytes).map_err(|_| Malformed)?;
-                    push_str_key(&mut out.group, *slot, bytes);
+                    let (at, len) = cur.take_elems(n, 1)?;
+                    // Read straight into the group bytes, after the slot, tag and length.
+                    out.group.push(*slot as u8);
+                    let bytes = reserve_str(len, &mut out.group);
+                    payload.read(at, &mut out.group[bytes.clone()])?;
+                    std::str::from_utf8(&out.group[bytes]).map_err(|_| Malformed)?;
                 }
                 Op::Enum { slot, variants } => {
                     let idx = cur.u32()? as usize;

@@ -1,6 +1,7 @@
 //! Reading a payload: a bounds-checked cursor, little-endian numbers as `f64`, reductions of
 //! packed numbers, and skipping values of any type (no allocation).
 
+use snapbus_bus::subscriber::RingPayload;
 use snapbus_schemas::{DType, TypeDesc, VariantKind};
 
 /// A payload that is not what its descriptor says (shorter than it says, a bad tag, a tensor
@@ -42,17 +43,95 @@ pub(super) fn fixed_size(desc: &TypeDesc) -> Option<usize> {
     }
 }
 
+/// Where a payload's bytes are read from: a slice (a copy of the payload) or the payload where
+/// it lies in a producer's ring ([`RingPayload`], read with atomic loads). The cursor checks
+/// bounds before every read, so `at .. at + n` is always within [`len`](Source::len).
+pub trait Source {
+    /// The payload's length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the payload is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies bytes `at .. at + dst.len()` into `dst`.
+    fn read(&self, at: usize, dst: &mut [u8]) -> Result<(), Malformed>;
+
+    /// Calls `f` on bytes `at .. at + n` in order, in pieces whose lengths are multiples of 8
+    /// (but the last), so elements of up to 8 bytes never straddle two pieces.
+    fn pieces(&self, at: usize, n: usize, f: &mut dyn FnMut(&[u8])) -> Result<(), Malformed>;
+}
+
+impl Source for [u8] {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    #[inline(always)]
+    fn read(&self, at: usize, dst: &mut [u8]) -> Result<(), Malformed> {
+        let src = self.get(at..at + dst.len()).ok_or(Malformed)?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn pieces(&self, at: usize, n: usize, f: &mut dyn FnMut(&[u8])) -> Result<(), Malformed> {
+        f(self.get(at..at + n).ok_or(Malformed)?);
+        Ok(())
+    }
+}
+
+/// Bytes a ring payload is read through at a time: small enough to stay in the L1 cache.
+const PIECE_BYTES: usize = 4096;
+
+impl Source for RingPayload<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        RingPayload::len(self)
+    }
+
+    #[inline]
+    fn read(&self, at: usize, dst: &mut [u8]) -> Result<(), Malformed> {
+        if self.read_at(at, dst) {
+            Ok(())
+        } else {
+            Err(Malformed)
+        }
+    }
+
+    fn pieces(&self, at: usize, n: usize, f: &mut dyn FnMut(&[u8])) -> Result<(), Malformed> {
+        let mut scratch = [0u8; PIECE_BYTES];
+        let mut done = 0;
+        while done < n {
+            let k = PIECE_BYTES.min(n - done);
+            let piece = &mut scratch[..k];
+            self.read(at + done, piece)?;
+            f(piece);
+            done += k;
+        }
+        Ok(())
+    }
+}
+
 /// A read position in a payload; every read is bounds-checked.
-pub(super) struct Cursor<'a> {
-    pub(super) buf: &'a [u8],
+pub(super) struct Cursor<'a, S: Source + ?Sized> {
+    pub(super) src: &'a S,
     pub(super) pos: usize,
 }
 
-impl<'a> Cursor<'a> {
+impl<'a, S: Source + ?Sized> Cursor<'a, S> {
+    /// Bytes left after the position.
+    #[inline(always)]
+    pub(super) fn left(&self) -> usize {
+        self.src.len() - self.pos
+    }
+
     #[inline(always)]
     pub(super) fn skip(&mut self, n: usize) -> Result<(), Malformed> {
         let end = self.pos.checked_add(n).ok_or(Malformed)?;
-        if end > self.buf.len() {
+        if end > self.src.len() {
             return Err(Malformed);
         }
         self.pos = end;
@@ -61,25 +140,37 @@ impl<'a> Cursor<'a> {
 
     #[inline(always)]
     fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
-        let bytes = self
-            .buf
-            .get(self.pos..self.pos + N)
-            .ok_or(Malformed)?
-            .try_into()
-            .map_err(|_| Malformed)?;
-        self.pos += N;
+        let mut bytes = [0u8; N];
+        let at = self.pos;
+        self.skip(N)?;
+        self.src.read(at, &mut bytes)?;
         Ok(bytes)
     }
 
+    /// Skips `count` elements of `size` bytes; returns where they start and their length.
     #[inline(always)]
-    pub(super) fn take_elems(&mut self, count: u64, size: usize) -> Result<&'a [u8], Malformed> {
+    pub(super) fn take_elems(
+        &mut self,
+        count: u64,
+        size: usize,
+    ) -> Result<(usize, usize), Malformed> {
         let n = usize::try_from(count)
             .ok()
             .and_then(|c| c.checked_mul(size))
             .ok_or(Malformed)?;
         let start = self.pos;
         self.skip(n)?;
-        Ok(&self.buf[start..self.pos])
+        Ok((start, n))
+    }
+
+    /// A fixed-width value of `size` (at most 8) bytes, in the first `size` bytes returned.
+    #[inline(always)]
+    pub(super) fn bytes8(&mut self, size: usize) -> Result<[u8; 8], Malformed> {
+        let mut b = [0u8; 8];
+        let at = self.pos;
+        self.skip(size)?;
+        self.src.read(at, b.get_mut(..size).ok_or(Malformed)?)?;
+        Ok(b)
     }
 
     #[inline(always)]
@@ -106,11 +197,25 @@ impl<'a> Cursor<'a> {
                 _ => Err(Malformed),
             },
             Scalar::Num(d) => {
-                let start = self.pos;
-                self.skip(d.size_bytes())?;
-                Ok(num(d, &self.buf[start..self.pos]))
+                let b = self.bytes8(d.size_bytes())?;
+                Ok(num(d, &b))
             }
         }
+    }
+
+    /// Mean, min and max of `count` packed elements of `d` at the position (see [`Reduce`])
+    /// into `out[0..3]`; moves past them.
+    pub(super) fn reduce(
+        &mut self,
+        d: DType,
+        count: u64,
+        out: &mut [f64],
+    ) -> Result<(), Malformed> {
+        let (at, n) = self.take_elems(count, d.size_bytes())?;
+        let mut acc = Reduce::default();
+        self.src.pieces(at, n, &mut |piece| acc.add(d, piece))?;
+        acc.finish(out);
+        Ok(())
     }
 }
 
@@ -136,29 +241,91 @@ pub(super) fn num(d: DType, b: &[u8]) -> f64 {
     }
 }
 
-/// Mean, min and max of packed elements (NaN elements ignored) into `out[0..3]`; all NaN
-/// when there is no element.
-pub(super) fn reduce(d: DType, bytes: &[u8], out: &mut [f64]) {
-    let size = d.size_bytes();
-    let (mut sum, mut min, mut max, mut n) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY, 0u64);
-    for chunk in bytes.chunks_exact(size) {
-        let v = num(d, chunk);
-        if v.is_nan() {
-            continue;
+/// Mean, min and max of packed numbers, NaN elements ignored, added a piece at a time.
+///
+/// Four partial sums, minima and maxima, with no branch per element: a single running sum
+/// waits for each addition before the next (about 1.8 ns an element, measured), four do not.
+struct Reduce {
+    sum: [f64; 4],
+    min: [f64; 4],
+    max: [f64; 4],
+    n: u64,
+}
+
+impl Default for Reduce {
+    fn default() -> Reduce {
+        Reduce {
+            sum: [0.0; 4],
+            min: [f64::INFINITY; 4],
+            max: [f64::NEG_INFINITY; 4],
+            n: 0,
         }
-        sum += v;
-        min = min.min(v);
-        max = max.max(v);
-        n += 1;
-    }
-    if n > 0 {
-        out[0] = sum / n as f64;
-        out[1] = min;
-        out[2] = max;
     }
 }
 
-pub(super) fn tensor_bytes<'a>(d: DType, cur: &mut Cursor<'a>) -> Result<&'a [u8], Malformed> {
+impl Reduce {
+    #[inline]
+    fn add(&mut self, d: DType, bytes: &[u8]) {
+        match d {
+            DType::U8 => self.add_as(bytes, |b: [u8; 1]| f64::from(b[0])),
+            DType::I8 => self.add_as(bytes, |b: [u8; 1]| f64::from(b[0] as i8)),
+            DType::U16 => self.add_as(bytes, |b| f64::from(u16::from_le_bytes(b))),
+            DType::I16 => self.add_as(bytes, |b| f64::from(i16::from_le_bytes(b))),
+            DType::U32 => self.add_as(bytes, |b| f64::from(u32::from_le_bytes(b))),
+            DType::I32 => self.add_as(bytes, |b| f64::from(i32::from_le_bytes(b))),
+            DType::U64 => self.add_as(bytes, |b| u64::from_le_bytes(b) as f64),
+            DType::I64 => self.add_as(bytes, |b| i64::from_le_bytes(b) as f64),
+            DType::F32 => self.add_as(bytes, |b| f64::from(f32::from_le_bytes(b))),
+            DType::F64 => self.add_as(bytes, f64::from_le_bytes),
+        }
+    }
+
+    #[inline(always)]
+    fn add_as<const N: usize>(&mut self, bytes: &[u8], value: impl Fn([u8; N]) -> f64) {
+        let elem = |c: &[u8]| {
+            let mut b = [0u8; N];
+            b.copy_from_slice(c);
+            value(b)
+        };
+        let mut n = 0u64;
+        let mut quads = bytes.chunks_exact(4 * N);
+        for q in &mut quads {
+            for (k, c) in q.chunks_exact(N).enumerate() {
+                let v = elem(c);
+                let ok = !v.is_nan();
+                self.sum[k] += if ok { v } else { 0.0 };
+                // `f64::min`/`max` ignore a NaN operand.
+                self.min[k] = self.min[k].min(v);
+                self.max[k] = self.max[k].max(v);
+                n += u64::from(ok);
+            }
+        }
+        for c in quads.remainder().chunks_exact(N) {
+            let v = elem(c);
+            if !v.is_nan() {
+                self.sum[0] += v;
+                self.min[0] = self.min[0].min(v);
+                self.max[0] = self.max[0].max(v);
+                n += 1;
+            }
+        }
+        self.n += n;
+    }
+
+    /// Into `out[0..3]`; left as they are (NaN) when there was no element.
+    fn finish(&self, out: &mut [f64]) {
+        if self.n > 0 {
+            let [a, b, c, d] = self.sum;
+            out[0] = ((a + b) + (c + d)) / self.n as f64;
+            out[1] = self.min.iter().copied().fold(f64::INFINITY, f64::min);
+            out[2] = self.max.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        }
+    }
+}
+
+/// Moves past a tensor's header (rank, dimensions, element count, checked against each other);
+/// returns its element count.
+pub(super) fn tensor_count<S: Source + ?Sized>(cur: &mut Cursor<'_, S>) -> Result<u64, Malformed> {
     let rank = cur.u64()?;
     if rank > snapbus_schemas::MAX_TENSOR_RANK as u64 {
         return Err(Malformed);
@@ -171,13 +338,13 @@ pub(super) fn tensor_bytes<'a>(d: DType, cur: &mut Cursor<'a>) -> Result<&'a [u8
     if count != product {
         return Err(Malformed);
     }
-    cur.take_elems(count, d.size_bytes())
+    Ok(count)
 }
 
 /// Skips one value of type `desc` (descriptors are at most 64 deep, so is this recursion).
-pub(super) fn skip_value(
+pub(super) fn skip_value<S: Source + ?Sized>(
     desc: &TypeDesc,
-    cur: &mut Cursor<'_>,
+    cur: &mut Cursor<'_, S>,
     depth: usize,
 ) -> Result<(), Malformed> {
     if depth > 64 {
@@ -203,7 +370,7 @@ pub(super) fn skip_value(
                 None => {
                     // Every element takes at least one byte: a count beyond the payload is
                     // malformed, not a reason to loop.
-                    if n > (cur.buf.len() - cur.pos) as u64 {
+                    if n > cur.left() as u64 {
                         return Err(Malformed);
                     }
                     (0..n).try_for_each(|_| skip_value(elem, cur, depth + 1))
@@ -211,7 +378,7 @@ pub(super) fn skip_value(
             }
         }
         TypeDesc::Array { len, elem } => {
-            if *len > (cur.buf.len() - cur.pos) as u64 {
+            if *len > cur.left() as u64 {
                 return Err(Malformed);
             }
             (0..*len).try_for_each(|_| skip_value(elem, cur, depth + 1))
@@ -234,7 +401,7 @@ pub(super) fn skip_value(
         }
         TypeDesc::Map { key, value } => {
             let n = cur.u64()?;
-            if n > (cur.buf.len() - cur.pos) as u64 {
+            if n > cur.left() as u64 {
                 return Err(Malformed);
             }
             (0..n).try_for_each(|_| {
@@ -242,7 +409,10 @@ pub(super) fn skip_value(
                 skip_value(value, cur, depth + 1)
             })
         }
-        TypeDesc::Tensor { dtype } => tensor_bytes(*dtype, cur).map(drop),
+        TypeDesc::Tensor { dtype } => {
+            let count = tensor_count(cur)?;
+            cur.take_elems(count, dtype.size_bytes()).map(drop)
+        }
         _ => Err(Malformed),
     }
 }

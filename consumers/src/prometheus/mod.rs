@@ -72,8 +72,8 @@ pub use http::{
 };
 pub use table::TableCounters;
 
-use crate::fields::{Extracted, decode_group};
-use crate::{BatchReads, Consumer, Flow, HookError, ProducerChange, Record, RunOptions};
+use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, decode_group};
+use crate::{BatchReads, Consumer, Flow, HookError, InPlace, ProducerChange, Record, RunOptions};
 use names::{SchemaMap, Tags};
 use table::{Labels, Shared, Slot, Table};
 
@@ -121,6 +121,8 @@ pub struct Exporter {
     summaries: HashMap<(u64, u16), HashMap<Vec<u8>, Binding>>,
     /// The table epoch the bindings belong to.
     epoch: u64,
+    /// Whether the last record read in place extracted (into `extracted`) without error.
+    taken: Option<bool>,
     tags: HashMap<u64, Tags>,
     extracted: Extracted,
     records: u64,
@@ -140,6 +142,7 @@ impl Exporter {
             plain: HashMap::new(),
             summaries: HashMap::new(),
             epoch: 0,
+            taken: None,
             tags: HashMap::new(),
             extracted: Extracted::default(),
             records: 0,
@@ -261,15 +264,73 @@ fn bind_leaves(
         .collect()
 }
 
-impl Consumer for Exporter {
-    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        self.records += 1;
+impl Exporter {
+    /// Bindings are for one table epoch: series removed since, slot numbers may be reused;
+    /// bind again.
+    fn check_epoch(&mut self) {
         if self.table.epoch != self.epoch {
-            // Series were removed: slot numbers may be reused; bind again.
             self.plain.clear();
             self.summaries.clear();
             self.epoch = self.table.epoch;
         }
+    }
+
+    /// Sets the series of a plain (not summary) record from `self.extracted`.
+    fn set_plain(&mut self, key: (u64, u16)) {
+        let b = &self.plain[&key];
+        for (slot, v) in b.slots.iter().zip(&self.extracted.values) {
+            if let Some(i) = slot {
+                self.table.set(*i, *v);
+            }
+        }
+    }
+}
+
+impl Consumer for Exporter {
+    /// Records of a schema already bound, of [`IN_PLACE_MIN_BYTES`] or more, are read in place:
+    /// their numbers are extracted from the ring, one pass over the payload, no copy of it.
+    fn reads_in_place(&self) -> Option<usize> {
+        Some(IN_PLACE_MIN_BYTES)
+    }
+
+    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
+        let key = (r.producer.lane_id, r.header.schema_key);
+        let Some(b) = self.plain.get(&key) else {
+            return false;
+        };
+        self.taken = Some(
+            b.map
+                .plan
+                .extract_from(r.payload, &mut self.extracted)
+                .is_ok(),
+        );
+        true
+    }
+
+    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        let Some(ok) = self.taken.take() else {
+            // Never: the run loop delivers a record read in place right after reading it.
+            return Ok(Flow::Continue);
+        };
+        self.records += 1;
+        self.check_epoch();
+        if !ok {
+            self.malformed += 1;
+            return Ok(Flow::Continue);
+        }
+        let key = (r.producer.lane_id, r.header.schema_key);
+        if !self.plain.contains_key(&key) {
+            // Bound again after an epoch change (only plain records are read in place).
+            let b = self.bind_plain(r);
+            self.plain.insert(key, b);
+        }
+        self.set_plain(key);
+        Ok(Flow::Continue)
+    }
+
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.records += 1;
+        self.check_epoch();
         let key = (r.producer.lane_id, r.header.schema_key);
         if !self.plain.contains_key(&key) {
             let map = self.map_of(r);
@@ -290,11 +351,7 @@ impl Consumer for Exporter {
             self.malformed += 1;
             return Ok(Flow::Continue);
         }
-        for (slot, v) in b.slots.iter().zip(&self.extracted.values) {
-            if let Some(i) = slot {
-                self.table.set(*i, *v);
-            }
-        }
+        self.set_plain(key);
         Ok(Flow::Continue)
     }
 
