@@ -878,3 +878,57 @@ fn a_quiet_time_window_is_closed_by_the_wall_clock_a_second_after_its_end() {
     let got: Vec<(&str, u64)> = all.iter().map(|s| (s.window.as_str(), s.count)).collect();
     assert_eq!(got, [("secs:1", 1), ("secs:1", 1), (EXPERIMENT, 3)]);
 }
+
+/// Steps of 1 KiB and more are read in place (`fields::IN_PLACE_MIN_BYTES`): the summaries of a
+/// run over a real lane are the statistics computed here from the steps emitted.
+#[test]
+fn summaries_of_steps_read_in_place_equal_statistics_computed_here() {
+    let bus = Bus::start("agg-inplace");
+    let p = bus.publisher();
+    let mut opts = AggregatorOptions::new(Window::Episode);
+    opts.group_by = vec!["env".into()];
+    let mut agg = Aggregator::new(opts, Sink::new());
+    let mut sent: BTreeMap<u32, Vec<(u32, Step)>> = BTreeMap::new();
+    for episode in 0..3u32 {
+        for s in 0..5u32 {
+            for env in [0, 1] {
+                let mut st = step(1, env, episode, s);
+                st.hist = (0..300).map(|k| (k as f32 * 0.5) - s as f32).collect();
+                let len = st.encode_to_vec().expect("encode").len();
+                assert!(
+                    len >= snapbus_consumers::fields::IN_PLACE_MIN_BYTES,
+                    "{len}"
+                );
+                p.emit(Level::INFO, 0, &st).expect("emit");
+                sent.entry(env).or_default().push((episode, st));
+            }
+        }
+    }
+    p.close();
+    let mut o = RunOptions::new("aggregator");
+    o.start = StartAt::Oldest;
+    o.until_end = true;
+    o.handle_signals = false;
+    let summary = run(bus.dir(), &o, &mut agg, None).expect("run");
+    assert_eq!((summary.delivered, summary.lost), (30, 0));
+    let all = summaries(agg.sink());
+    for (env, steps) in &sent {
+        for episode in 0..3u32 {
+            let w = all
+                .iter()
+                .find(|s| {
+                    s.group == [format!("env{env}")]
+                        && s.window == "episode"
+                        && s.index == u64::from(episode)
+                })
+                .expect("episode summary");
+            let of: Vec<Step> = steps
+                .iter()
+                .filter(|(e, _)| *e == episode)
+                .map(|(_, s)| s.clone())
+                .collect();
+            check(w, &of);
+        }
+    }
+    assert_eq!(agg.stats().summarized, 30);
+}
