@@ -43,6 +43,7 @@ use snapbus_benches::{Event, TempDir, connected_publisher};
 use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::lane::{LaneConfig, StartAt};
+use snapbus_bus::publisher::Publisher;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_consumers::prometheus::{Exporter, PrometheusOptions};
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
@@ -182,6 +183,27 @@ fn run_recorder(dir: &BusDir, tmp: &TempDir, rep: usize) -> (Duration, Duration,
     t
 }
 
+/// A bus of its own in `tmp` (an in-process broker) with one producer `name` of a
+/// `capacity`-byte lane, filled by `fill`, then closed.
+fn filled_bus(
+    tmp: &TempDir,
+    name: &str,
+    capacity: usize,
+    fill: impl FnOnce(&Publisher),
+) -> (BusDir, broker::InProcess, Publisher) {
+    let dir = BusDir::locate_in(&tmp.path().join(name), &BusName::new(name).unwrap());
+    let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(600)).unwrap();
+    let lane = LaneConfig {
+        capacity,
+        max_frame: 1 << 20,
+        block_size: 64 << 10,
+    };
+    let publisher = connected_publisher(dir.clone(), name, lane).unwrap();
+    fill(&publisher);
+    publisher.close();
+    (dir, broker, publisher)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -191,31 +213,17 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--test");
     let reps = if quick { 1 } else { REPS };
     let tmp = TempDir::new("bench-exporter").unwrap();
-    let dir = BusDir::locate_in(&tmp.path().join("bus"), &BusName::new("bench").unwrap());
-    let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(600)).unwrap();
-    let lane = LaneConfig {
-        capacity: 128 << 20,
-        max_frame: 1 << 20,
-        block_size: 64 << 10,
-    };
-    let publisher = connected_publisher(dir.clone(), "steps", lane).unwrap();
-    for i in 0..N {
-        publisher.emit(Level::INFO, 0, &Event::sample(i)).unwrap();
-    }
-    publisher.close();
+    let (dir, broker, publisher) = filled_bus(&tmp, "steps", 128 << 20, |p| {
+        for i in 0..N {
+            p.emit(Level::INFO, 0, &Event::sample(i)).unwrap();
+        }
+    });
     // The frames, on a bus of their own (a 1 GiB lane: sparse, only what is written is used).
-    let fdir = BusDir::locate_in(&tmp.path().join("fbus"), &BusName::new("frames").unwrap());
-    let fbroker = broker::InProcess::start(fdir.clone(), Duration::from_secs(600)).unwrap();
-    let flane = LaneConfig {
-        capacity: 1 << 30,
-        max_frame: 1 << 20,
-        block_size: 64 << 10,
-    };
-    let frames = connected_publisher(fdir.clone(), "frames", flane).unwrap();
-    for i in 0..NF {
-        frames.emit(Level::INFO, 0, &Frame::sample(i)).unwrap();
-    }
-    frames.close();
+    let (fdir, fbroker, frames) = filled_bus(&tmp, "frames", 1 << 30, |p| {
+        for i in 0..NF {
+            p.emit(Level::INFO, 0, &Frame::sample(i)).unwrap();
+        }
+    });
 
     let names = [
         "count",

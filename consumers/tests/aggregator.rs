@@ -295,6 +295,15 @@ fn summaries(sink: &Sink) -> Vec<Summary> {
         .collect()
 }
 
+/// The steps of `episode` among `(episode, step)` pairs.
+fn of_episode(steps: &[(u32, Step)], episode: u32) -> Vec<Step> {
+    steps
+        .iter()
+        .filter(|(e, _)| *e == episode)
+        .map(|(_, s)| s.clone())
+        .collect()
+}
+
 /// Checks one summary's statistics against the reference over `steps`.
 fn check(s: &Summary, steps: &[Step]) {
     assert_eq!(s.count, steps.len() as u64, "{:?}", s.key());
@@ -374,12 +383,7 @@ fn episode_summaries_per_group_and_experiment_equal_statistics_computed_here() {
                 .iter()
                 .find(|s| s.window == "episode" && s.index == u64::from(episode))
                 .expect("episode summary");
-            let of: Vec<Step> = steps
-                .iter()
-                .filter(|(e, _)| *e == episode)
-                .map(|(_, s)| s.clone())
-                .collect();
-            check(w, &of);
+            check(w, &of_episode(steps, episode));
             assert_eq!(w.lost, 0);
             assert!(!w.stats.keys().any(|k| k.starts_with("episode.")));
         }
@@ -922,12 +926,7 @@ fn summaries_of_steps_read_in_place_equal_statistics_computed_here() {
                         && s.index == u64::from(episode)
                 })
                 .expect("episode summary");
-            let of: Vec<Step> = steps
-                .iter()
-                .filter(|(e, _)| *e == episode)
-                .map(|(_, s)| s.clone())
-                .collect();
-            check(w, &of);
+            check(w, &of_episode(steps, episode));
         }
     }
     assert_eq!(agg.stats().summarized, 30);

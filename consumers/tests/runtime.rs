@@ -120,16 +120,21 @@ fn opts(start: StartAt) -> RunOptions {
     o
 }
 
-#[test]
-fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
-    let bus = Bus::start("rt1");
-    let p = bus.publisher();
-    for i in 0..500u64 {
+/// `n` ticks, each followed by a record of another schema, then the lane's end.
+fn emit_ticks_and_others(p: &Publisher, n: u64) {
+    for i in 0..n {
         p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
         p.emit(Level::INFO, 0, &Other { x: i as f32 })
             .expect("emit");
     }
     p.close();
+}
+
+#[test]
+fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
+    let bus = Bus::start("rt1");
+    let p = bus.publisher();
+    emit_ticks_and_others(&p, 500);
     let mut c = Recorder::default();
     let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!(summary.reason, StopReason::AllEnded);
@@ -353,12 +358,7 @@ impl Consumer for InPlaceTicks<'_> {
 fn a_consumer_that_reads_in_place_gets_the_first_record_of_a_schema_copied_and_the_rest_in_place() {
     let bus = Bus::start("rt-inplace");
     let p = bus.publisher();
-    for i in 0..500u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-        p.emit(Level::INFO, 0, &Other { x: i as f32 })
-            .expect("emit");
-    }
-    p.close();
+    emit_ticks_and_others(&p, 500);
     let mut c = InPlaceTicks::default();
     let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!((summary.delivered, summary.lost), (500, 0));
