@@ -350,7 +350,9 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
 fn large_payloads_streamed_into_a_lane_larger_than_the_caches_read_back_whole() {
     let bus = Bus::start("inplace-stream");
     // A lane larger than the last-level cache: `emit_raw` copies payloads from
-    // `STREAM_MIN_BYTES` on with non-temporal stores.
+    // `STREAM_MIN_BYTES` on with non-temporal stores. This checks the bytes (lengths around the
+    // threshold, odd tails), read after the lane is closed; the fences that order the streamed
+    // stores before the commit are the stream module's (`bus/src/stream.rs`), not tested here.
     let capacity = (2 * snapbus_bus::stream::last_level_cache_bytes()).next_power_of_two();
     let (p, meta) = bus.publisher(capacity);
     assert!(p.streams_large_payloads(), "a {capacity}-byte lane");

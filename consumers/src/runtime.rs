@@ -190,7 +190,9 @@ pub trait Consumer {
     /// meanwhile, what was taken is garbage: the record is not delivered (it counts as lost,
     /// and [`Consumer::on_lag`] follows) and this runs again on the next record. So it must
     /// change nothing but that scratch, which the next call overwrites. The first record of
-    /// each schema goes to [`Consumer::on_event`], after [`Consumer::on_schema`].
+    /// each schema goes to [`Consumer::on_event`], after [`Consumer::on_schema`]. A consumer
+    /// that implements this implements [`Consumer::on_read_in_place`] too: its default hands
+    /// [`Consumer::on_event`] an empty payload.
     fn read_in_place(&mut self, record: &InPlace<'_>) -> bool {
         let _ = record;
         false
@@ -322,8 +324,10 @@ pub enum RunError {
 /// Why the run loop returned normally, and what it saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunSummary {
-    /// Records delivered to `on_event`.
+    /// Records delivered (to `on_event`, or to `on_read_in_place`).
     pub delivered: u64,
+    /// Of those, the records read where they lay in the ring (`on_read_in_place`).
+    pub read_in_place: u64,
     /// Records lost (reported to `on_lag`).
     pub lost: u64,
     /// Why it returned.
@@ -383,7 +387,7 @@ pub fn run<C: Consumer + ?Sized>(
     if let Some(batch) = opts.batch {
         sub.read_in_batches(Some(batch));
     }
-    let (mut delivered, mut lost) = (0u64, 0u64);
+    let (mut delivered, mut lost, mut read_in_place) = (0u64, 0u64, 0u64);
     // Consumers that read in place: the copy of a record they do not take (reused).
     let in_place_from = consumer.reads_in_place();
     let mut copy = Vec::new();
@@ -477,6 +481,7 @@ pub fn run<C: Consumer + ?Sized>(
                     match value {
                         Read::Taken => {
                             delivered += 1;
+                            read_in_place += 1;
                             consumer.on_read_in_place(&record)
                         }
                         Read::Copied => {
@@ -521,6 +526,7 @@ pub fn run<C: Consumer + ?Sized>(
     let result = result
         .map(|reason| RunSummary {
             delivered,
+            read_in_place,
             lost,
             reason,
             unread_bytes,

@@ -915,6 +915,8 @@ fn summaries_of_steps_read_in_place_equal_statistics_computed_here() {
     o.handle_signals = false;
     let summary = run(bus.dir(), &o, &mut agg, None).expect("run");
     assert_eq!((summary.delivered, summary.lost), (30, 0));
+    // All but the first (copied, after `on_schema`).
+    assert_eq!(summary.read_in_place, 29);
     let all = summaries(agg.sink());
     for (env, steps) in &sent {
         for episode in 0..3u32 {

@@ -332,11 +332,13 @@ impl Consumer for InPlaceTicks<'_> {
         self.looked_at.push(i);
         if let Some((at, p, more)) = self.lap_at {
             if i == at {
-                // Overwritten while it is being read: more than a ring's worth of records.
+                // Overwritten while it is being read: more than a ring's worth of records,
+                // the lane's last.
                 for j in 0..more {
                     p.emit(Level::INFO, 0, &Tick { i: 1_000_000 + j })
                         .expect("emit");
                 }
+                p.close();
             }
         }
         self.staged = Some(i);
@@ -362,6 +364,7 @@ fn a_consumer_that_reads_in_place_gets_the_first_record_of_a_schema_copied_and_t
     let mut c = InPlaceTicks::default();
     let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
     assert_eq!((summary.delivered, summary.lost), (500, 0));
+    assert_eq!(summary.read_in_place, 499);
     // The first after `on_schema`, from a copy; every other one in place, in order.
     assert_eq!(c.copied, [0]);
     assert_eq!(c.in_place, (1..500).collect::<Vec<_>>());
@@ -381,31 +384,27 @@ fn a_record_overwritten_while_a_consumer_reads_it_in_place_is_never_delivered_bu
         lap_at: Some((10, &p, more)),
         ..InPlaceTicks::default()
     };
-    let mut o = opts(StartAt::Oldest);
-    o.until_end = false;
-    // Stops once the last of the lapping records is in.
-    struct Until<'a, 'b>(&'a mut InPlaceTicks<'b>, u64);
-    impl Consumer for Until<'_, '_> {
-        fn reads_in_place(&self) -> Option<usize> {
-            Some(0)
-        }
-        fn read_in_place(&mut self, r: &snapbus_consumers::InPlace<'_>) -> bool {
-            self.0.read_in_place(r)
-        }
-        fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-            self.0.on_read_in_place(r)?;
-            Ok(if self.0.in_place.last() == Some(&self.1) {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            })
-        }
-        fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-            self.0.on_event(r)
-        }
-    }
+    // The lapping records are the lane's last: the run ends at the lane's end. A watchdog
+    // stops it if tick 10 is never read in place (then the lane is never closed).
+    let stop = AtomicBool::new(false);
+    let (done, watchdog) = std::sync::mpsc::channel::<()>();
+    let summary = std::thread::scope(|s| {
+        let stop = &stop;
+        s.spawn(move || {
+            if watchdog.recv_timeout(Duration::from_secs(60)).is_err() {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, Some(stop));
+        let _ = done.send(());
+        summary.expect("run")
+    });
+    assert_eq!(
+        summary.reason,
+        StopReason::AllEnded,
+        "the watchdog stopped the run"
+    );
     let last = 1_000_000 + more - 1;
-    let summary = run(bus.dir(), &o, &mut Until(&mut c, last), None).expect("run");
     assert!(c.looked_at.contains(&10), "tick 10 was read in place");
     assert!(
         !c.in_place.contains(&10),
@@ -461,6 +460,8 @@ fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
     o.handle_signals = false;
     let summary = run(bus.dir(), &o, &mut e, None).expect("run");
     assert_eq!((summary.delivered, summary.lost), (n, 0));
+    // All but the first (copied, after `on_schema`).
+    assert_eq!(summary.read_in_place, n - 1);
     // `run` flushed, so the last values are published.
     let mut s = std::net::TcpStream::connect(server.addr()).expect("connect");
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")

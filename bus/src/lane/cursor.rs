@@ -129,8 +129,8 @@ impl<M: LaneMem> PayloadView<'_, M> {
     }
 
     /// Copies the payload's bytes `offset .. offset + dst.len()` into `dst`, from any offset
-    /// (the bytes up to the next word boundary from one word, then whole words). `false`
-    /// (nothing copied) if the range goes past the payload.
+    /// (the bytes up to the next word boundary from one word, then whole words). `false` if
+    /// the range goes past the payload (checked before anything is copied).
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
         if offset
             .checked_add(dst.len())

@@ -147,8 +147,7 @@ impl Publisher {
         }
         // A large payload into a lane larger than the caches goes with stores that bypass
         // them (`crate::stream`): no read-for-ownership of lines about to be overwritten.
-        let stream =
-            payload.len() >= crate::stream::STREAM_MIN_BYTES && self.streams_large_payloads();
+        let stream = payload.len() >= crate::stream::STREAM_MIN_BYTES && self.inner.streams;
         self.write_record(meta.record(), payload.len(), |buf| {
             if stream {
                 crate::stream::copy(buf, payload);

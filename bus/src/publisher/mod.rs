@@ -153,6 +153,10 @@ struct Inner {
     catalog_errors: AtomicU64,
     closed_drops: AtomicU64,
     no_lane_drops: AtomicU64,
+    /// Whether large payloads go into the lane with non-temporal stores (the lane is larger
+    /// than the last-level cache): decided when the lane is made, so that no emit reads
+    /// `/sys` (nor waits for another thread doing so, which a fork could leave waiting).
+    streams: bool,
     info: ProducerInfo,
     dir: BusDir,
     config: PublisherConfig,
@@ -216,6 +220,9 @@ impl Publisher {
             lane_id: lane.lane.geometry().salt,
             started_nanos: now_realtime_nanos(),
         };
+        let streams = crate::stream::worth_streaming(
+            usize::try_from(lane.lane.geometry().capacity).unwrap_or(usize::MAX),
+        );
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             lane,
@@ -238,6 +245,7 @@ impl Publisher {
             catalog_errors: AtomicU64::new(0),
             closed_drops: AtomicU64::new(0),
             no_lane_drops: AtomicU64::new(0),
+            streams,
             info,
             dir,
             config,
@@ -375,10 +383,7 @@ impl Publisher {
     /// Whether large payloads should be written into this process's lane with stores that
     /// bypass the caches ([`crate::stream`]): the lane is larger than the last-level cache.
     pub fn streams_large_payloads(&self) -> bool {
-        self.existing().is_some_and(|p| {
-            let capacity = p.inner.lane.lane.geometry().capacity;
-            crate::stream::worth_streaming(usize::try_from(capacity).unwrap_or(usize::MAX))
-        })
+        self.existing().is_some_and(|p| p.inner.streams)
     }
 
     /// Counters: records written, and records not written by reason.

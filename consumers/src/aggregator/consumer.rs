@@ -74,7 +74,6 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     }
 }
 
-/// Says (once per schema: the caller counts) that a payload does not match its descriptor.
 impl<S: SummarySink> Aggregator<S> {
     /// Summarizes a record: its numbers are extracted from its payload, or were already
     /// (`taken`: read in place into `scratch`, and whether that succeeded).
@@ -158,6 +157,7 @@ impl<S: SummarySink> Aggregator<S> {
     }
 }
 
+/// Says (once per schema: the caller counts) that a payload does not match its descriptor.
 fn warn_malformed(desc: &SchemaDescriptor, r: &Record<'_>) {
     snapbus_bus::say!(
         "snapbus aggregator: a payload of {} v{} from {} (pid {}) does not match its \
