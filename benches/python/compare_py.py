@@ -154,6 +154,11 @@ def rate_text(per_s: float) -> str:
 def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     number, repeat = (20_000, 3) if quick else (1_000_000, 7)
+    # Connected first: a snapshot before this process has its lane is counted as `no_bus`
+    # and costs less than one written (its timing would flatter, and a record read back
+    # would never come).
+    if not snapbus.wait_for_bus(30.0):
+        raise RuntimeError("no bus within 30 s")
     telemetry = snapbus.get_telemetry("bench.py")
     snap = telemetry.snapshot
     ev = Step(episode=1, timestamp=0.5, step=7, lm_id=2, mode="explore")
@@ -183,6 +188,9 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
     )
 
     rows += array_rows(quick, telemetry)
+    stats = snapbus.stats()
+    if stats["not_written"]:
+        raise RuntimeError(f"snapshots timed were not all written: {stats}")
     return rows
 
 
