@@ -70,6 +70,11 @@
 //!   `full_shared_abort_concurrent`: one thread aborts while another commits, through a shared
 //!   writer.
 //!
+//! - (e) `run_wraps_under_reader` (CI): a run of records (`write_run`), cut in two by its
+//!   span limit, wraps the ring over the record a reader is reading.
+//!   `full_run_beside_claims`: a run and single claims of another thread through one shared
+//!   writer, from an empty lane, against a reader: a run's records are never interleaved.
+//!
 //! loom caveats: it does not explore load-buffering executions and models SeqCst accesses as
 //! AcqRel (the protocol uses SeqCst *fences* for its Dekker points, which loom models), so
 //! these models complement, not replace, the stress tests on weakly ordered hardware.
@@ -569,6 +574,112 @@ fn full_shared_writers_concurrent() {
         writer.close();
         seen.drain(&mut reader, &[], validate_shared);
         seen.finish(&reader, written, &[]);
+    });
+}
+
+// ---- (e) runs: several records in one claim (`write_run`) ----
+
+/// The lane of the run models: twice the others', so a run may span two 64-byte frames
+/// (a run spans at most `max_frame`, here 128 B).
+const RUN_CONFIG: LaneConfig = LaneConfig {
+    capacity: 1024,
+    max_frame: 128,
+    block_size: 128,
+};
+
+/// (e, CI) 14 records are written first (tail 896); then a thread writes a run of 3 records
+/// (sequence numbers 14–16) through the shared writer: the run's span limit cuts it into a
+/// run of 2 ([896, 1024)) and a run of 1 at the ring's start, which overwrites record 0, while
+/// the reader, positioned at record 0, polls 3 times. Every record must arrive intact or be
+/// counted lost, and the lane must drain.
+#[test]
+fn run_wraps_under_reader() {
+    check("run_wraps_under_reader", 2, || {
+        let lane = Lane::heap(&RUN_CONFIG, SALT).expect("lane");
+        let writer = Arc::new(lane.shared_writer().expect("writer"));
+        let mut reader = lane.reader(StartAt::Oldest);
+        for i in 0..14 {
+            assert_eq!(write_shared(&writer, 0, i), Some(u64::from(i)));
+        }
+        let w = Arc::clone(&writer);
+        let t = thread::spawn(move || {
+            let payloads: Vec<Vec<u8>> = (14..17).map(|s| payload(s, 1, SHARED_LEN)).collect();
+            let first = w.write_run(shared_meta(1, 0), &payloads);
+            assert_eq!(
+                (first.first_seq, first.written, first.refused),
+                (14, 2, None)
+            );
+            let second = w.write_run(shared_meta(1, 0), &payloads[2..]);
+            assert_eq!(
+                (second.first_seq, second.written, second.refused),
+                (16, 1, None)
+            );
+        });
+        let mut seen = Seen::default();
+        seen.poll_n(&mut reader, 3, &[], validate_shared);
+        t.join().expect("run thread");
+        writer.close();
+        seen.drain(&mut reader, &[], validate_shared);
+        seen.finish(&reader, 17, &[]);
+        assert_eq!(lane.stats().frames_committed, 17);
+    });
+}
+
+/// Payload of the `k`-th record of a run written by `thread` in [`full_run_beside_claims`]
+/// (its sequence number is not known before the run is claimed).
+fn run_payload(thread: u16, k: u64) -> Vec<u8> {
+    payload(100 + k, thread, SHARED_LEN)
+}
+
+/// A run record (emitter 1) is one of the run's payloads, in order; any other record is a
+/// single claim's (`validate_shared`).
+fn validate_run_or_shared(f: &Frame<'_>) {
+    if f.meta.emitter != 1 {
+        return validate_shared(f);
+    }
+    let seq = f.meta.seq;
+    assert_eq!(f.meta.pos, 64 * seq, "seq {seq} at a wrong position");
+    assert_eq!(f.meta.payload_len, SHARED_LEN, "seq {seq}: length");
+    assert!(
+        (0..2).any(|k| f.payload == &run_payload(1, k)[..]),
+        "seq {seq}: torn or stale run payload"
+    );
+}
+
+/// (e, full) From an empty lane, one thread writes a run of 2 records while another claims and
+/// commits 2 single records, through one shared writer, and the reader polls 3 times: the
+/// run's records are claimed back to back (nothing between them), every record arrives intact,
+/// and the lane drains.
+#[test]
+fn full_run_beside_claims() {
+    check("full_run_beside_claims", 2, || {
+        let lane = Lane::heap(&RUN_CONFIG, SALT).expect("lane");
+        let writer = Arc::new(lane.shared_writer().expect("writer"));
+        let mut reader = lane.reader(StartAt::Oldest);
+        let w = Arc::clone(&writer);
+        let runner = thread::spawn(move || {
+            let payloads: Vec<Vec<u8>> = (0..2).map(|k| run_payload(1, k)).collect();
+            let run = w.write_run(shared_meta(1, 0), &payloads);
+            assert_eq!((run.written, run.refused), (2, None));
+            run.first_seq
+        });
+        let w = Arc::clone(&writer);
+        let single = thread::spawn(move || {
+            (0..2)
+                .map(|i| write_shared(&w, 2, i).expect("no lap"))
+                .collect::<Vec<u64>>()
+        });
+        let mut seen = Seen::default();
+        seen.poll_n(&mut reader, 3, &[], validate_run_or_shared);
+        let first = runner.join().expect("run thread");
+        let singles = single.join().expect("claim thread");
+        assert!(
+            !singles.contains(&(first + 1)),
+            "a claim between a run's records: run at {first}, claims {singles:?}"
+        );
+        writer.close();
+        seen.drain(&mut reader, &[], validate_run_or_shared);
+        seen.finish(&reader, 4, &[]);
     });
 }
 

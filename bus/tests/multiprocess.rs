@@ -565,6 +565,110 @@ fn shared_writer_killed_after_commit() {
     crash_at("shared_writer_killed_after_commit", "after_commit", true);
 }
 
+/// A producer writing runs of `RUN` records (`write_run`) dies in its `k`-th run, right after
+/// the run's first record is committed (`run_after_first_commit`): the reader gets every
+/// record up to that one, intact, counts the rest of the run (claimed, never begun) as one
+/// hole, and reads to the claimed tail. No wrap (`cap` 4 MiB), then many laps (1 MiB).
+fn run_crash_case(k: u64, cap: u64, fits: bool, shared: bool, dl: Deadline) {
+    const RUN: u64 = 4;
+    let bells = bells();
+    let mut env = producer_env(cap, &bells, 1);
+    env.push(("MP_MODE", "runs".into()));
+    env.push(("MP_RUN", RUN.to_string()));
+    if shared {
+        env.push(("MP_WRITER", "shared".into()));
+    }
+    env.push(("SNAPBUS_CRASH_AT", format!("run_after_first_commit:{k}")));
+    let mut producer = spawn(&format!("producer[runs:{k}]"), "producer", &env);
+    let lane = open_lane(&lane_path(&mut producer, dl));
+    let mut r = lane.lane.reader(StartAt::Oldest);
+    let bell = bells.page.bell(0).expect("bell");
+    let nap = Duration::from_millis(5);
+    let mut chk = Checker::default();
+    chk.run_len = RUN;
+    producer.send(&format!("write {}", (k + 1000) * RUN));
+    let status = loop {
+        assert!(!dl.passed(), "producer did not die\n{}", producer.log());
+        let (idle, _, closed) = read_step(&mut r, &mut chk);
+        assert!(!closed, "the lane was closed\n{}", producer.log());
+        if idle {
+            if let Some(status) = producer.try_status() {
+                break status;
+            }
+            bell.wait_until(|| r.has_pending_bytes(), 100, nap);
+        }
+    };
+    assert_eq!(
+        status.signal(),
+        Some(Signal::KILL.as_raw()),
+        "producer should die of SIGKILL in run {k}, got {status}\n{}",
+        producer.log()
+    );
+    r.set_writer_gone(true);
+    loop {
+        assert!(!dl.passed(), "the reader does not get past the dead run");
+        let (_, empty, closed) = read_step(&mut r, &mut chk);
+        assert!(!closed);
+        if empty && !r.has_pending_bytes() {
+            break;
+        }
+    }
+    // Runs 1..k-1 whole, and the first record of run k.
+    let committed = (k - 1) * RUN + 1;
+    let s = r.stats();
+    let ls = lane.lane.stats();
+    let ctx = format!("run {k} (cap {cap}, shared writer: {shared}): {s:?} {ls:?} {chk:?}");
+    assert_eq!(
+        (chk.corrupt, chk.order_err, chk.acct_err),
+        (0, 0, 0),
+        "{ctx}"
+    );
+    assert_eq!(
+        chk.last,
+        Some(committed - 1),
+        "last committed record: {ctx}"
+    );
+    assert_eq!(s.delivered + s.lost, committed, "exact loss: {ctx}");
+    assert_eq!(s.lost, chk.lagged, "{ctx}");
+    assert_eq!(s.holes, 1, "the rest of the run is one hole: {ctx}");
+    assert_eq!(s.garbage, 0, "{ctx}");
+    if fits {
+        assert_eq!((s.lost, s.lapped), (0, 0), "{ctx}");
+    }
+    // The shared writer counts a run's claims when it makes them, the single writer after
+    // its last commit.
+    let counted = if shared { k * RUN } else { (k - 1) * RUN };
+    assert_eq!(ls.frames_committed, counted, "{ctx}");
+    assert_eq!(r.position(), ls.claim_tail, "read to the end: {ctx}");
+    eprintln!("crash in run {k} cap={cap}: {s:?}");
+}
+
+fn run_crash(test: &'static str, shared: bool) {
+    let wd = Watchdog::new(test, secs(180));
+    let (k, cap) = (300, 4 << 20);
+    assert!((0..k * 4).map(frame_bytes).sum::<u64>() < cap);
+    run_crash_case(k, cap, true, shared, wd.deadline);
+    run_crash_case(4000, 1 << 20, false, shared, wd.deadline);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "testpoints"),
+    ignore = "needs --features testpoints (inside a run)"
+)]
+fn writer_killed_mid_run() {
+    run_crash("writer_killed_mid_run", false);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "testpoints"),
+    ignore = "needs --features testpoints (inside a run)"
+)]
+fn shared_writer_killed_mid_run() {
+    run_crash("shared_writer_killed_mid_run", true);
+}
+
 fn time_seed() -> u64 {
     std::env::var("SNAPBUS_MP_SEED")
         .ok()

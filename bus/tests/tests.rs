@@ -8,3 +8,4 @@ mod level;
 mod model;
 mod multiprocess;
 mod refusal;
+mod runs;

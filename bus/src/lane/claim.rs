@@ -70,7 +70,7 @@ pub enum WriteError {
 }
 
 /// Where a claim goes: the arithmetic of step 1, made on the writer's local state.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Reservation {
     pad_at: u64,
     pad_len: u64,
@@ -249,6 +249,136 @@ pub(super) fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
     })
 }
 
+/// Most records one run ([`write_run`]) claims in one pass through the claim gate.
+pub const RUN_RECORDS: usize = 64;
+
+/// How a run of records ended: how many were written (from the first), and why the run
+/// stopped before the next one, if it was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunWritten {
+    /// Sequence number of the first record written (meaningless when `written` is 0).
+    pub first_seq: u64,
+    /// Records written and committed, from the first of the slice.
+    pub written: usize,
+    /// Why the record after them was not written (counted by the lane as for a single
+    /// claim; that record is consumed: a caller goes on with the one after it). `None`: the
+    /// run ended at [`RUN_RECORDS`], at the end of the slice, or at the run's span limit.
+    pub refused: Option<ClaimError>,
+}
+
+/// Claims, fills and commits a run of records with the same metadata, `payloads` from the
+/// first, with **one** pass through the gate: one clock read (the records share a
+/// timestamp), one tail intent, one lock for a shared writer; then per record the same steps
+/// 2–4 as a single claim (pad, header, BUSY, payload, anchors, commit), in order. A run takes
+/// at most [`RUN_RECORDS`] records and spans at most `max_frame` bytes (a run is never more
+/// of a jump for readers' lap checks than one largest frame); it always takes at least one
+/// record unless that record is refused. `fill(lane, start, payload)` writes a frame's payload
+/// at position `start`.
+///
+/// Each record is admitted by the gate like a single claim (lap guard, in-flight slot), so
+/// the protocol a reader sees is unchanged: a run is records claimed back to back, none of
+/// which another claim can interleave. A writer that dies mid-run leaves its committed
+/// records readable, a BUSY frame (a hole) and the rest of its claimed range unwritten
+/// (skipped like a claim that died before its header, `after_intent`).
+#[inline(always)]
+pub(super) fn write_run<'w, M, G, P>(
+    lane: &'w Lane<M>,
+    mut gate: G,
+    meta: RecordMeta,
+    payloads: &[P],
+    mut fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
+) -> RunWritten
+where
+    M: LaneMem,
+    G: ClaimGate<'w, M>,
+    P: AsRef<[u8]>,
+{
+    let payloads = &payloads[..payloads.len().min(RUN_RECORDS)];
+    let mut res = [Reservation::default(); RUN_RECORDS];
+    let mut inflight: [Option<Inflight<'w>>; RUN_RECORDS] = [None; RUN_RECORDS];
+    let mut n = 0usize;
+    let mut refused = None;
+    if gate.local().closed {
+        return RunWritten {
+            first_seq: 0,
+            written: 0,
+            refused: Some(ClaimError::Closed),
+        };
+    }
+    let now = now_realtime_nanos();
+    let first_seq = gate.local().seq;
+    let mut run_start = None;
+    for p in payloads {
+        let r = match gate.local().reserve(&lane.geo, p.as_ref().len(), now) {
+            Ok(r) => r,
+            Err(e) => {
+                lane.word(word!(dropped_oversize))
+                    .fetch_add(1, Ordering::Relaxed);
+                // The refused record is consumed (its caller goes on after it).
+                refused = Some(e);
+                break;
+            }
+        };
+        let from = *run_start.get_or_insert(r.pad_at);
+        if n > 0 && r.end - from > lane.geo.max_frame {
+            break;
+        }
+        match gate.admit(lane, &r) {
+            Ok(f) => inflight[n] = f,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        res[n] = r;
+        n += 1;
+    }
+    if n == 0 {
+        return RunWritten {
+            first_seq,
+            written: 0,
+            refused,
+        };
+    }
+    lane.publish_intent(res[n - 1].end);
+    drop(gate);
+    for (i, r) in res[..n].iter().enumerate() {
+        if r.pad_len > 0 {
+            lane.write_pad(r.pad_at, r.pad_len);
+        }
+        if i == 0 {
+            testpoint::hit("after_intent");
+        }
+        let payload = payloads[i].as_ref();
+        lane.begin_frame(
+            r.start,
+            (FRAME_HEADER_LEN + payload.len()) as u64,
+            FrameKind::Data,
+            meta,
+            r.seq,
+            r.t_nanos,
+        );
+        fill(lane, r.start, payload);
+        lane.finish_frame(r.start, r.end);
+        if i == 0 && n > 1 {
+            testpoint::hit("run_after_first_commit");
+        }
+    }
+    if inflight[0].is_none() {
+        // The single writer: counted at commit, as `Claim::commit` does (a load and a store).
+        let w = lane.word(word!(frames_committed));
+        w.store(w.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
+    }
+    for (r, f) in res[..n].iter().zip(&inflight[..n]) {
+        release_inflight(*f, r.seq);
+    }
+    RunWritten {
+        first_seq,
+        written: n,
+        refused,
+    }
+}
+
 impl<M: LaneMem> Lane<M> {
     /// Publishes the tail intent: `claim_tail = end` and, when `end` passes it, a new
     /// `write_limit` (the next granule boundary after `end`, plus a granule), then a release
@@ -420,13 +550,20 @@ impl<M: LaneMem> Claim<'_, M> {
 
     /// Retires the claim: after this, other claims may reuse its bytes.
     fn release(&self) {
-        match self.inflight {
-            Some(Inflight::Slot(slot, _)) => slot.store(RETIRED, Ordering::Release),
-            Some(Inflight::Overflow(state)) => {
-                state.lock().overflow.retain(|&(seq, _)| seq != self.seq);
-            }
-            None => {}
+        release_inflight(self.inflight, self.seq);
+    }
+}
+
+/// Retires claim `seq` (a shared writer's; `None`: the single writer's, nothing to do): after
+/// this, other claims may reuse its bytes.
+#[inline]
+fn release_inflight(inflight: Option<Inflight<'_>>, seq: u64) {
+    match inflight {
+        Some(Inflight::Slot(slot, _)) => slot.store(RETIRED, Ordering::Release),
+        Some(Inflight::Overflow(state)) => {
+            state.lock().overflow.retain(|&(s, _)| s != seq);
         }
+        None => {}
     }
 }
 
@@ -454,17 +591,35 @@ impl<M: LaneMem> Drop for Claim<'_, M> {
 impl Claim<'_, crate::mem::ShmMem> {
     /// The payload bytes, in the ring. Nothing else in this process can see them until commit.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let off = self.lane.geo.byte_off(self.start) + FRAME_HEADER_LEN;
+        // SAFETY: this claim is the frame at `start`, uncommitted, with `payload_len` payload
+        // bytes, and `&mut self` keeps a second slice of it from being made while this one
+        // lives (see `claimed_payload_mut`).
+        unsafe { self.lane.claimed_payload_mut(self.start, self.payload_len) }
+    }
+}
+
+#[cfg(not(loom))]
+impl Lane<crate::mem::ShmMem> {
+    /// The payload bytes of the frame claimed at `start`, `len` of them, in the ring.
+    ///
+    /// # Safety
+    /// The caller holds the claim of the frame at `start` (made by this lane's writer, with a
+    /// `len`-byte payload, not yet committed or aborted) and makes no other slice of it while
+    /// this one lives.
+    #[inline]
+    pub(crate) unsafe fn claimed_payload_mut(&self, start: u64, len: usize) -> &mut [u8] {
+        let off = self.geo.byte_off(start) + FRAME_HEADER_LEN;
         // SAFETY:
         // - the claim owns `[start, end)` exclusively in this process: claims hand out disjoint
-        //   ranges, the lap guard (shared writer) and `&mut self` (single writer) keep any
-        //   later claim from reaching these bytes while the claim lives, and readers in this
-        //   process only use atomic loads and never form references to lane memory;
-        // - frames never cross the physical end of the ring, so `off + payload_len` is within
-        //   the mapping (`Geometry` places the data area inside the segment), which stays
-        //   mapped while `self.lane` (borrowed for the claim's lifetime) lives;
+        //   ranges, the lap guard (shared writer) and `&mut` (single writer) keep any later
+        //   claim from reaching these bytes while the claim lives, the caller makes one slice
+        //   of them at a time, and readers in this process only use atomic loads and never
+        //   form references to lane memory;
+        // - frames never cross the physical end of the ring, so `off + len` is within the
+        //   mapping (`Geometry` places the data area inside the segment), which stays mapped
+        //   while `self` (borrowed for the slice's lifetime) lives;
         // - the mapping is writable: only the creator holds a writer (`Lane::writer` checks).
-        unsafe { std::slice::from_raw_parts_mut(self.lane.mem.base().add(off), self.payload_len) }
+        unsafe { std::slice::from_raw_parts_mut(self.mem.base().add(off), len) }
     }
 }
 

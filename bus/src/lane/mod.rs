@@ -9,7 +9,7 @@ mod writer;
 
 use std::sync::Arc;
 
-pub use claim::{Claim, ClaimError, WriteError};
+pub use claim::{Claim, ClaimError, RUN_RECORDS, RunWritten, WriteError};
 pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, PayloadView, ReaderStats, StartAt};
 pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
 pub use reader::{Frame, LaneReader, LaneStats, NoFrame, Poll};

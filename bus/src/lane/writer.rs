@@ -9,9 +9,9 @@ use snapbus_schemas::Wire;
 
 use super::claim::{
     Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, Reservation,
-    SharedLocal, WriteError, claim_frame,
+    RunWritten, SharedLocal, WriteError, claim_frame, write_run,
 };
-use super::layout::word;
+use super::layout::{FRAME_HEADER_LEN, word};
 use super::{Lane, RecordMeta};
 use crate::doorbell::DoorbellPage;
 use crate::mem::LaneMem;
@@ -64,6 +64,17 @@ impl<M: LaneMem> LaneWriter<M> {
         meta: RecordMeta,
     ) -> Result<Claim<'_, M>, ClaimError> {
         claim_frame(&self.lane, &mut self.local, payload_len, meta)
+    }
+
+    /// Writes a run of records with the same metadata, `payloads` from the first, in one
+    /// claim ([`RunWritten`] says how many: at most [`RUN_RECORDS`](super::RUN_RECORDS); see
+    /// [`SharedLaneWriter::write_run`]), then rings the doorbells once.
+    pub fn write_run<P: AsRef<[u8]>>(&mut self, meta: RecordMeta, payloads: &[P]) -> RunWritten {
+        let run = write_run(&self.lane, &mut self.local, meta, payloads, copy_payload);
+        if run.written > 0 {
+            self.ring();
+        }
+        run
     }
 
     /// Closes the lane: an end-of-stream frame, `final_tail`, state CLOSED. Later claims fail.
@@ -156,6 +167,33 @@ impl<M: LaneMem> SharedLaneWriter<M> {
         claim_frame(&self.lane, gate, payload_len, meta)
     }
 
+    /// Writes a run of records with the same metadata, `payloads` from the first, with one
+    /// pass through the claim lock, one clock read (the records share a timestamp) and one
+    /// tail intent: the way to write many small records at once. A run takes at most
+    /// [`RUN_RECORDS`](super::RUN_RECORDS) records and spans at most the lane's largest frame; it stops before a
+    /// record that is refused ([`RunWritten::refused`], counted as for a single claim).
+    /// Readers see records claimed back to back. Doorbells are not rung (see
+    /// [`LaneWriter::ring`]).
+    pub fn write_run<P: AsRef<[u8]>>(&self, meta: RecordMeta, payloads: &[P]) -> RunWritten {
+        self.write_run_with(meta, payloads, copy_payload)
+    }
+
+    /// [`write_run`](Self::write_run) with `fill(lane, start, payload)` writing each frame's
+    /// payload at position `start`.
+    #[inline]
+    pub(crate) fn write_run_with<'w, P: AsRef<[u8]>>(
+        &'w self,
+        meta: RecordMeta,
+        payloads: &[P],
+        fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
+    ) -> RunWritten {
+        let gate = Held {
+            st: self.state.lock(),
+            writer: self,
+        };
+        write_run(&self.lane, gate, meta, payloads, fill)
+    }
+
     /// Closes the lane (see [`LaneWriter::close`]).
     pub fn close(&self) {
         self.state.lock().local.close(&self.lane);
@@ -240,4 +278,11 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
         claim.commit();
         Ok(seq)
     }
+}
+
+/// Writes a frame's payload with atomic word stores (any lane memory; the publisher copies
+/// into shared memory directly).
+fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
+    let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
+    lane.mem.copy_in(off, payload);
 }

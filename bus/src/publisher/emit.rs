@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value, ValueEncoder};
 
-use super::{EmitError, Keys, Publisher};
+use super::{EmitError, EmitManyError, Keys, Publisher};
 use crate::doorbell::DoorbellPage;
 use crate::lane::{ClaimError, RecordMeta};
 use crate::level::Level;
@@ -156,6 +156,88 @@ impl Publisher {
             }
             Ok(())
         })
+    }
+
+    /// Emits many records of one schema and metadata at once, `payloads` in order, each an
+    /// encoded payload as for [`emit_raw`](Self::emit_raw): the way to emit a burst of small
+    /// records (a step's samples, a buffer of events from a device). The records are claimed
+    /// in runs of up to [`RUN_RECORDS`](crate::lane::RUN_RECORDS), each with one pass through
+    /// the claim lock, one clock read (a run's records share a timestamp) and one tail intent;
+    /// the doorbells are rung once at the end. A record the lane refuses (too large, a lap of
+    /// an in-flight record, a closed lane) is counted as a single emit's would be, and the
+    /// ones after it are still tried; the error then says how many were written.
+    pub fn emit_many_raw<P: AsRef<[u8]>>(
+        &self,
+        meta: EmitMeta,
+        payloads: &[P],
+    ) -> Result<(), EmitManyError> {
+        if !self.is_own() {
+            return match self.forked() {
+                Some(p) => p.emit_many_raw(meta, payloads),
+                None => {
+                    let first = self.count_no_lane();
+                    self.inner
+                        .no_lane_drops
+                        .fetch_add(payloads.len().saturating_sub(1) as u64, Ordering::Relaxed);
+                    Err(EmitManyError {
+                        written: 0,
+                        total: payloads.len(),
+                        first,
+                    })
+                }
+            };
+        }
+        let streams = self.inner.streams;
+        let mut rest = payloads;
+        let mut written = 0usize;
+        let mut first = None;
+        while !rest.is_empty() {
+            let run = self.inner.writer.write_run_with(
+                meta.record(),
+                rest,
+                |lane, start, payload: &[u8]| {
+                    // SAFETY: `write_run` calls this once per frame it claimed at `start`, for
+                    // its `payload.len()`-byte payload, before committing it, and makes no other
+                    // slice of it.
+                    let dst = unsafe { lane.claimed_payload_mut(start, payload.len()) };
+                    if streams && payload.len() >= crate::stream::STREAM_MIN_BYTES {
+                        crate::stream::copy(dst, payload);
+                    } else {
+                        dst.copy_from_slice(payload);
+                    }
+                },
+            );
+            written += run.written;
+            let mut taken = run.written;
+            if let Some(e) = run.refused {
+                if e == ClaimError::Closed {
+                    // Nothing after it can be written either: all of them are counted.
+                    let n = rest.len() - taken;
+                    self.inner
+                        .closed_drops
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    first.get_or_insert(EmitError::Claim(e));
+                    break;
+                }
+                first.get_or_insert(EmitError::Claim(e));
+                taken += 1;
+            }
+            // A run of a non-empty slice writes its first record or refuses it (`write_run`):
+            // every pass takes at least one.
+            debug_assert!(taken > 0);
+            rest = &rest[taken..];
+        }
+        if written > 0 {
+            self.ring();
+        }
+        match first {
+            None => Ok(()),
+            Some(first) => Err(EmitManyError {
+                written,
+                total: payloads.len(),
+                first,
+            }),
+        }
     }
 
     /// Emits a payload of `payload_len` bytes that `fill` writes in place, in the ring (a

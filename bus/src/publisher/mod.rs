@@ -72,6 +72,20 @@ pub enum EmitError {
     NoLane(&'static str),
 }
 
+/// Why [`Publisher::emit_many_raw`] did not write every record: how many it wrote and the
+/// first refusal (every refused record is counted, as for single emits).
+#[derive(Debug, Error)]
+#[error("{written} of {total} records written; the first refusal: {first}")]
+pub struct EmitManyError {
+    /// Records written.
+    pub written: usize,
+    /// Records given.
+    pub total: usize,
+    /// Why the first record that was not written was refused.
+    #[source]
+    pub first: EmitError,
+}
+
 /// Settings of a publisher.
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {

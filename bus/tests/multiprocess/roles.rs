@@ -15,7 +15,7 @@ use rustix::process::Signal;
 use snapbus_bus::doorbell::DoorbellPage;
 use snapbus_bus::lane::{
     Claim, ClaimError, Frame, FrameMeta, LaneConfig, LaneWriter, Poll, ReaderStats, RecordMeta,
-    SharedLaneWriter, ShmLane, StartAt,
+    RunWritten, SharedLaneWriter, ShmLane, StartAt,
 };
 use snapbus_bus::mem::{LaneMem, ShmMem};
 
@@ -85,10 +85,20 @@ pub(super) fn fill(seq: u64, buf: &mut [u8]) {
     rest.copy_from_slice(&rng.next().to_le_bytes()[..n]);
 }
 
-/// Checks a delivered frame against record `meta.seq`.
-pub(super) fn verify(meta: &FrameMeta, payload: &[u8]) -> Result<(), String> {
+/// Metadata of record `seq` written in runs of `run_len` records (`write_run`: a run's
+/// records share the metadata of its first, `seq - seq % run_len`); 0: one record at a time.
+pub(super) fn run_meta(seq: u64, run_len: u64) -> RecordMeta {
+    meta(if run_len == 0 {
+        seq
+    } else {
+        seq - seq % run_len
+    })
+}
+
+/// Checks a delivered frame against record `meta.seq` (written in runs of `run_len`).
+pub(super) fn verify(meta: &FrameMeta, payload: &[u8], run_len: u64) -> Result<(), String> {
     let seq = meta.seq;
-    let want = self::meta(seq);
+    let want = run_meta(seq, run_len);
     let got = RecordMeta {
         schema_key: meta.schema_key,
         schema_version: meta.schema_version,
@@ -139,6 +149,8 @@ pub(super) struct Checker {
     pub(super) first_err: Option<String>,
     /// Reads made (the crash cases alternate the copying and the in-place path by it).
     pub(super) steps: u64,
+    /// The producer writes runs of this many records (`MP_MODE=runs`); 0: one at a time.
+    pub(super) run_len: u64,
 }
 
 impl Checker {
@@ -185,7 +197,7 @@ impl Checker {
             );
             self.err(seq, msg, |c| &mut c.acct_err);
         }
-        if let Err(e) = verify(&f.meta, f.payload) {
+        if let Err(e) = verify(&f.meta, f.payload, self.run_len) {
             self.err(seq, e, |c| &mut c.corrupt);
         }
         self.lag = 0;
@@ -264,6 +276,13 @@ impl Writer {
         match self {
             Writer::Single(w) => w.claim(len, meta),
             Writer::Shared(w, _) => w.claim(len, meta),
+        }
+    }
+
+    fn write_run(&mut self, meta: RecordMeta, payloads: &[Vec<u8>]) -> RunWritten {
+        match self {
+            Writer::Single(w) => w.write_run(meta, payloads),
+            Writer::Shared(w, _) => w.write_run(meta, payloads),
         }
     }
 
@@ -346,7 +365,13 @@ fn producer() {
         w.set_doorbells(bells);
         Writer::Single(w)
     };
-    let mixed = env_str("MP_MODE").as_deref() != Some("bytes");
+    let mixed = !matches!(env_str("MP_MODE").as_deref(), Some("bytes" | "runs"));
+    // `MP_MODE=runs`: records written `MP_RUN` at a time (`write_run`), runs starting at
+    // multiples of `MP_RUN`, each with the metadata of its first record.
+    let run_len = match env_str("MP_MODE").as_deref() {
+        Some("runs") => env_u64("MP_RUN").unwrap_or(4),
+        _ => 0,
+    };
     let selfkill = env_str("MP_SELFKILL").map(|v| {
         let (point, n) = v.split_once(':').expect("MP_SELFKILL=<point>:<n>");
         (point.to_owned(), n.parse::<u64>().expect("n"))
@@ -368,7 +393,26 @@ fn producer() {
                     .next()
                     .and_then(|n| n.parse().ok())
                     .expect("write <n>");
-                for _ in 0..n {
+                let end = seq + n;
+                while run_len > 0 && seq < end {
+                    let r = (run_len - seq % run_len).min(end - seq);
+                    let payloads: Vec<Vec<u8>> = (seq..seq + r)
+                        .map(|s| {
+                            let mut b = vec![0u8; payload_len(s)];
+                            fill(s, &mut b);
+                            b
+                        })
+                        .collect();
+                    let run = w.write_run(run_meta(seq, run_len), &payloads);
+                    assert_eq!(
+                        (run.first_seq, run.written, run.refused),
+                        (seq, r as usize, None),
+                        "a run of {r} from seq {seq}"
+                    );
+                    w.ring();
+                    seq += r;
+                }
+                for _ in 0..if run_len > 0 { 0 } else { n } {
                     if let Some((point, k)) = &selfkill {
                         if seq + 1 == *k {
                             crash_emulated(&mut w, seq, point);

@@ -285,6 +285,52 @@ pub(crate) fn run_producer(
     })
 }
 
+/// [`run_producer`] for a producer that sends `batch` messages at a time (`send_many` gets
+/// them, each with `prefix` before it): throughput mode only (a batching transport holds
+/// messages back, so it has no latency row). The end message goes alone.
+pub(crate) fn run_producer_batched(
+    args: &RunArgs,
+    prefix: &[u8],
+    batch: usize,
+    mut send_many: impl FnMut(&[Vec<u8>]) -> Result<()>,
+) -> Result<ProducerReport> {
+    if args.size < HEADER_LEN {
+        bail!("--size must be at least {HEADER_LEN} bytes");
+    }
+    if args.mode != Mode::Throughput {
+        bail!("a batching producer has no latency run");
+    }
+    let mut bufs = vec![vec![0u8; prefix.len() + args.size]; batch];
+    for b in &mut bufs {
+        b[..prefix.len()].copy_from_slice(prefix);
+    }
+    let at = prefix.len();
+    say("armed")?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != "go" {
+        bail!("expected `go` from the parent, got {line:?}");
+    }
+    let mut sent = 0u64;
+    let deadline = mono_nanos() + (args.secs * 1e9) as u64;
+    loop {
+        for b in &mut bufs {
+            stamp(&mut b[at..], sent, 0);
+            sent += 1;
+        }
+        send_many(&bufs)?;
+        if mono_nanos() >= deadline {
+            break;
+        }
+    }
+    stamp(&mut bufs[0][at..], END_SEQ, 0);
+    send_many(&bufs[..1])?;
+    Ok(ProducerReport {
+        sent,
+        cpu_nanos: process_cpu_nanos("self"),
+    })
+}
+
 /// What a consumer read of one message: its length and the words the tally checks (and, with
 /// `--every-byte`, the sum of all its words).
 #[derive(Clone, Copy, Debug, Default)]

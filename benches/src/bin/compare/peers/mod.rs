@@ -110,6 +110,19 @@ pub(crate) const PEERS: &[PeerDef] = &[
         available: always,
     },
     PeerDef {
+        name: "snapbus-emit-many",
+        label: "snapbus, emit_many, batch reads, in place",
+        layout: Layout::TwoProcesses,
+        throughput: true,
+        latency_waits: &[],
+        needs_join: true,
+        is_snapbus: true,
+        upper_bound: false,
+        per_message: false,
+        how: snapbus::HOW_EMIT_MANY,
+        available: always,
+    },
+    PeerDef {
         name: "iceoryx2",
         label: "iceoryx2 pub-sub",
         layout: Layout::TwoProcesses,
@@ -203,9 +216,8 @@ pub(crate) fn find(name: &str) -> Result<&'static PeerDef> {
 /// Runs the consumer side of `args.peer` in this process.
 pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
     match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch" => {
-            snapbus::consumer(args)
-        }
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
+        | "snapbus-emit-many" => snapbus::consumer(args),
         "iceoryx2" => iceoryx2::consumer(args),
         "ipc-channel" => ipc::consumer(args),
         "uds" | "uds-batched" => uds::consumer(args),
@@ -216,9 +228,8 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
 /// Runs the producer side of `args.peer` in this process.
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch" => {
-            snapbus::producer(args)
-        }
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
+        | "snapbus-emit-many" => snapbus::producer(args),
         "iceoryx2" => iceoryx2::producer(args),
         "ipc-channel" => ipc::producer(args),
         "uds" => uds::producer(args, false),

@@ -1,0 +1,220 @@
+//! Runs of records in one claim: `LaneWriter::write_run` / `SharedLaneWriter::write_run` (the
+//! lane) and `Publisher::emit_many_raw` (the publisher). A run's records arrive like records
+//! claimed one at a time (in order, intact, framed on their own, padded at the ring's end);
+//! a run stops at its limits (`RUN_RECORDS` records, a span of `max_frame` bytes) and before a
+//! refused record, which is counted once; nothing is lost without being counted.
+
+use std::time::{Duration, Instant};
+
+use snapbus_bus::lane::{
+    ClaimError, Lane, LaneConfig, LaneReader, Poll, RUN_RECORDS, RecordMeta, StartAt,
+};
+use snapbus_bus::mem::HeapMem;
+use snapbus_bus::publisher::EmitError;
+use snapbus_bus::subscriber::Event;
+
+use crate::in_place::{Bus, payload};
+
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+const META: RecordMeta = RecordMeta {
+    schema_key: 3,
+    schema_version: 2,
+    level: 4,
+    emitter: 9,
+};
+
+/// Everything the reader has now: `(seq, t_nanos, payload)`, and the loss it reported.
+fn drain(r: &mut LaneReader<HeapMem>) -> (Vec<(u64, u64, Vec<u8>)>, u64) {
+    let (mut got, mut lost) = (Vec::new(), 0);
+    loop {
+        match r.poll() {
+            Poll::Frame(f) => {
+                assert_eq!(
+                    (f.meta.schema_key, f.meta.schema_version, f.meta.level),
+                    (3, 2, 4),
+                    "seq {}: the run's metadata",
+                    f.meta.seq
+                );
+                assert_eq!(f.meta.emitter, 9);
+                got.push((f.meta.seq, f.meta.t_nanos, f.payload.to_vec()));
+            }
+            Poll::Lagged(n) => lost += n,
+            Poll::Empty => return (got, lost),
+            p => panic!("unexpected {p:?}"),
+        }
+    }
+}
+
+/// 64 KiB lane, frames up to 8 KiB.
+fn heap_lane() -> std::sync::Arc<Lane<HeapMem>> {
+    let config = LaneConfig {
+        capacity: 64 << 10,
+        max_frame: 8 << 10,
+        block_size: 4 << 10,
+    };
+    Lane::heap(&config, 0x5eed).expect("lane")
+}
+
+#[test]
+fn a_run_stops_at_its_record_count_and_its_span() {
+    let lane = heap_lane();
+    let mut w = lane.writer().expect("writer");
+    let mut r = lane.reader(StartAt::Oldest);
+    // 100 records of 64 bytes (104-byte frames: 64 of them span 6.5 KiB): a run takes
+    // RUN_RECORDS of them.
+    let small: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 64)).collect();
+    let run = w.write_run(META, &small);
+    assert_eq!(
+        (run.first_seq, run.written, run.refused),
+        (0, RUN_RECORDS, None)
+    );
+    let rest = w.write_run(META, &small[RUN_RECORDS..]);
+    assert_eq!(
+        (rest.first_seq, rest.written, rest.refused),
+        (RUN_RECORDS as u64, 100 - RUN_RECORDS, None)
+    );
+    let (got, lost) = drain(&mut r);
+    assert_eq!(lost, 0);
+    assert_eq!(got.len(), 100);
+    for (i, (seq, _, p)) in got.iter().enumerate() {
+        assert_eq!((*seq, p), (i as u64, &small[i]));
+    }
+    // One clock read per run: its records share a time, and times never go backwards.
+    assert!(got[..RUN_RECORDS].iter().all(|g| g.1 == got[0].1));
+    assert!(got[RUN_RECORDS..].iter().all(|g| g.1 == got[RUN_RECORDS].1));
+    assert!(got[RUN_RECORDS].1 >= got[0].1);
+    // 3000-byte records (3040-byte frames): two fit a run's 8 KiB span, three do not.
+    let big: Vec<Vec<u8>> = (100..105).map(|i| payload(i, 3000)).collect();
+    let run = w.write_run(META, &big);
+    assert_eq!((run.first_seq, run.written, run.refused), (100, 2, None));
+    let (got, _) = drain(&mut r);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [100, 101]);
+    assert_eq!(lane.stats().frames_committed, 102);
+}
+
+#[test]
+fn runs_wrap_the_ring_and_arrive_whole() {
+    let lane = heap_lane();
+    let writer = lane.shared_writer().expect("writer");
+    let mut r = lane.reader(StartAt::Oldest);
+    // Lengths that do not divide the ring, so runs meet its end mid-run (a PAD frame there).
+    let mut next = 0u64;
+    let mut seen = 0u64;
+    for round in 0..200u64 {
+        let batch: Vec<Vec<u8>> = (0..(round % 50 + 1))
+            .map(|k| payload(next + k, 8 + ((next + k) * 37 % 700) as usize))
+            .collect();
+        let mut rest = &batch[..];
+        while !rest.is_empty() {
+            let run = writer.write_run(META, rest);
+            assert_eq!(run.refused, None);
+            assert_eq!(run.first_seq, next);
+            next += run.written as u64;
+            rest = &rest[run.written..];
+        }
+        // The reader keeps up: nothing lost, every payload as written.
+        let (got, lost) = drain(&mut r);
+        assert_eq!(lost, 0, "round {round}");
+        for (seq, _, p) in got {
+            assert_eq!(seq, seen, "round {round}");
+            assert_eq!(p, payload(seq, 8 + (seq * 37 % 700) as usize), "seq {seq}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, next);
+    assert!(
+        lane.stats().claim_tail > 4 * (64 << 10),
+        "the test wraps the ring"
+    );
+    writer.close();
+    assert_eq!(
+        writer.write_run(META, &[payload(0, 8)]).refused,
+        Some(ClaimError::Closed)
+    );
+}
+
+#[test]
+fn a_refused_record_is_counted_once_and_the_ones_after_it_written() {
+    let lane = heap_lane();
+    let mut w = lane.writer().expect("writer");
+    let mut r = lane.reader(StartAt::Oldest);
+    let mut batch: Vec<Vec<u8>> = (0..6).map(|i| payload(i, 64)).collect();
+    batch[3] = vec![0u8; 9 << 10]; // above the 8 KiB frame
+    let run = w.write_run(META, &batch);
+    assert_eq!(
+        (run.first_seq, run.written),
+        (0, 3),
+        "the run stops before the refused record"
+    );
+    assert!(matches!(run.refused, Some(ClaimError::Oversize { .. })));
+    let run = w.write_run(META, &batch[4..]);
+    assert_eq!((run.first_seq, run.written, run.refused), (3, 2, None));
+    assert_eq!(lane.stats().dropped_oversize, 1);
+    let (got, lost) = drain(&mut r);
+    assert_eq!(lost, 0, "a refused record consumes no sequence number");
+    let payloads: Vec<_> = got.into_iter().map(|g| g.2).collect();
+    let want: Vec<Vec<u8>> = [0, 1, 2, 4, 5].iter().map(|&i| batch[i].clone()).collect();
+    assert_eq!(payloads, want);
+}
+
+/// The record number in a payload's first word.
+fn first_word(p: &[u8]) -> u64 {
+    u64::from_le_bytes(p[..8].try_into().expect("a word"))
+}
+
+#[test]
+fn emit_many_delivers_every_record_to_a_subscriber() {
+    let bus = Bus::start("runs-emit-many");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    let lens = |i: u64| 8 + (i * 53 % 900) as usize;
+    let batch: Vec<Vec<u8>> = (0..1000).map(|i| payload(i, lens(i))).collect();
+    p.emit_many_raw(meta, &batch).expect("every record written");
+    assert_eq!(p.stats().written, 1000);
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 1000 {
+        assert!(t0.elapsed() < WATCHDOG, "only {} records", got.len());
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => {
+                let i = first_word(&r.payload);
+                assert_eq!(r.payload, batch[i as usize], "record {i}");
+                got.push(i);
+            }
+            Some(Event::Lagged { lost, .. }) => panic!("{lost} lost"),
+            _ => {}
+        }
+    }
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+}
+
+#[test]
+fn emit_many_counts_what_it_could_not_write_and_says_so() {
+    let bus = Bus::start("runs-refused");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    // The lane's largest frame is 128 KiB: records 2 and 7 are refused, the rest written.
+    let mut batch: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 200)).collect();
+    batch[2] = payload(2, 200 << 10);
+    batch[7] = payload(7, 200 << 10);
+    let err = p.emit_many_raw(meta, &batch).expect_err("two refused");
+    assert_eq!((err.written, err.total), (8, 10));
+    assert!(matches!(
+        err.first,
+        EmitError::Claim(ClaimError::Oversize { .. })
+    ));
+    let stats = p.stats();
+    assert_eq!((stats.written, stats.oversize), (8, 2));
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 8 {
+        assert!(t0.elapsed() < WATCHDOG, "only {got:?}");
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => got.push(first_word(&r.payload)),
+            Some(Event::Lagged { lost, .. }) => panic!("{lost} lost"),
+            _ => {}
+        }
+    }
+    assert_eq!(got, [0, 1, 3, 4, 5, 6, 8, 9]);
+}
