@@ -607,6 +607,8 @@ impl Lane<crate::mem::ShmMem> {
     /// `len`-byte payload, not yet committed or aborted) and makes no other slice of it while
     /// this one lives.
     #[inline]
+    // The claim, not `&self`, is what owns the bytes (see # Safety).
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn claimed_payload_mut(&self, start: u64, len: usize) -> &mut [u8] {
         let off = self.geo.byte_off(start) + FRAME_HEADER_LEN;
         // SAFETY:
