@@ -178,7 +178,7 @@ fn emit_many_delivers_every_record_to_a_subscriber() {
         assert!(t0.elapsed() < WATCHDOG, "only {} records", got.len());
         match sub.next(Duration::from_millis(100)).expect("next") {
             Some(Event::Record(r)) => {
-                let i = first_word(&r.payload);
+                let i = first_word(r.payload);
                 assert_eq!(r.payload, batch[i as usize], "record {i}");
                 got.push(i);
             }
@@ -211,7 +211,7 @@ fn emit_many_counts_what_it_could_not_write_and_says_so() {
     while got.len() < 8 {
         assert!(t0.elapsed() < WATCHDOG, "only {got:?}");
         match sub.next(Duration::from_millis(100)).expect("next") {
-            Some(Event::Record(r)) => got.push(first_word(&r.payload)),
+            Some(Event::Record(r)) => got.push(first_word(r.payload)),
             Some(Event::Lagged { lost, .. }) => panic!("{lost} lost"),
             _ => {}
         }
