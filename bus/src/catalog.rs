@@ -122,7 +122,9 @@ impl CatalogWriter {
 pub struct Catalog {
     reader: LaneReader<ShmMem>,
     schemas: HashMap<u16, Arc<SchemaDescriptor>>,
-    emitters: HashMap<u16, Arc<str>>,
+    /// Emitter names by id: an index per record, not a hash (a consumer looks one up for
+    /// every record it reads).
+    emitters: Vec<Option<Arc<str>>>,
     damaged: u64,
 }
 
@@ -133,7 +135,7 @@ impl Catalog {
         Ok(Catalog {
             reader: lane.lane.reader(StartAt::Oldest),
             schemas: HashMap::new(),
-            emitters: HashMap::new(),
+            emitters: Vec::new(),
             damaged: 0,
         })
     }
@@ -154,7 +156,11 @@ impl Catalog {
                         }
                     }
                     Ok(Entry::Emitter { id, name }) => {
-                        self.emitters.insert(id, Arc::from(name));
+                        let i = usize::from(id);
+                        if self.emitters.len() <= i {
+                            self.emitters.resize(i + 1, None);
+                        }
+                        self.emitters[i] = Some(Arc::from(name));
                         any = true;
                     }
                     Err(_) => self.damaged += 1,
@@ -179,8 +185,9 @@ impl Catalog {
     }
 
     /// The name of emitter `id`.
+    #[inline]
     pub fn emitter(&self, id: u16) -> Option<&Arc<str>> {
-        self.emitters.get(&id)
+        self.emitters.get(usize::from(id)).and_then(Option::as_ref)
     }
 
     /// Entries that did not decode (a corrupt or hostile catalog).
@@ -225,7 +232,7 @@ mod tests {
         let mut c = Catalog::open(w.fd().try_clone_to_owned().expect("dup")).expect("open");
         c.refresh();
         assert_eq!(
-            c.emitters.len(),
+            c.emitters.iter().flatten().count(),
             usize::from(n),
             "every accepted entry is readable"
         );

@@ -2,7 +2,9 @@
 //! lane) and `Publisher::emit_many_raw` (the publisher). A run's records arrive like records
 //! claimed one at a time (in order, intact, framed on their own, padded at the ring's end);
 //! a run stops at its limits (`RUN_RECORDS` records, a span of `max_frame` bytes) and before a
-//! refused record, which is counted once; nothing is lost without being counted.
+//! refused record, which is counted once; nothing is lost without being counted. And
+//! `Subscriber::drain_in_place`, the batch consumer's read: every record, in order, the loss
+//! of a lap counted exactly, the lane's end.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::HeapMem;
 use snapbus_bus::publisher::EmitError;
-use snapbus_bus::subscriber::Event;
+use snapbus_bus::subscriber::{Event, InPlaceEvent, Subscriber};
 
 use crate::in_place::{Bus, payload};
 
@@ -217,4 +219,71 @@ fn emit_many_counts_what_it_could_not_write_and_says_so() {
         }
     }
     assert_eq!(got, [0, 1, 3, 4, 5, 6, 8, 9]);
+}
+
+/// Drains `sub` with `drain_in_place` (at most `max` events a call) until the producer's lane
+/// ends: the first word of every record, in order, and the loss reported.
+fn drain_to_end(sub: &mut Subscriber, max: usize) -> (Vec<u64>, u64) {
+    let (mut seen, mut lost, mut ended) = (Vec::new(), 0, false);
+    let t0 = Instant::now();
+    while !ended {
+        assert!(
+            t0.elapsed() < WATCHDOG,
+            "no end after {} records",
+            seen.len()
+        );
+        let n = sub
+            .drain_in_place(
+                Duration::from_millis(100),
+                max,
+                |r| r.payload.word(0),
+                |ev| match ev {
+                    InPlaceEvent::Record { value, .. } => {
+                        seen.push(value.expect("an 8-byte payload"));
+                    }
+                    InPlaceEvent::Other(Event::Lagged { lost: n, .. }) => lost += n,
+                    InPlaceEvent::Other(Event::Ended(_)) => ended = true,
+                    InPlaceEvent::Other(_) => {}
+                },
+            )
+            .expect("drain");
+        assert!(n <= max, "{n} events from a call allowed {max}");
+    }
+    (seen, lost)
+}
+
+#[test]
+fn drain_in_place_hands_over_every_record_then_the_end() {
+    let bus = Bus::start("runs-drain");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    let batch: Vec<Vec<u8>> = (0..3000)
+        .map(|i| payload(i, 8 + (i % 5) as usize * 8))
+        .collect();
+    p.emit_many_raw(meta, &batch).expect("written");
+    p.close();
+    let (seen, lost) = drain_to_end(&mut sub, 100);
+    assert_eq!(lost, 0);
+    assert_eq!(seen, (0..3000).collect::<Vec<_>>());
+    assert_eq!(sub.stats().delivered, 3000);
+}
+
+#[test]
+fn drain_in_place_counts_a_lap_exactly() {
+    let bus = Bus::start("runs-drain-lap");
+    // A 256 KiB ring; 20,000 records of 64 bytes (104-byte frames) lap it seven times.
+    let (p, meta) = bus.publisher(256 << 10);
+    let mut sub = bus.subscribe();
+    let batch: Vec<Vec<u8>> = (0..5000).map(|i| payload(i, 64)).collect();
+    p.emit_many_raw(meta, &batch).expect("written");
+    p.close();
+    let (seen, lost) = drain_to_end(&mut sub, usize::MAX);
+    assert!(lost > 0, "the ring was lapped");
+    assert_eq!(
+        seen.len() as u64 + lost,
+        5000,
+        "every record delivered or counted"
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order");
+    assert_eq!(seen.last(), Some(&4999), "the newest record");
 }

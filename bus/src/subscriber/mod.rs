@@ -615,7 +615,12 @@ impl Subscriber {
         mut read: impl FnMut(&InPlaceRecord<'_>) -> R,
     ) -> Result<Option<InPlaceEvent<'_, R>>, SubscribeError> {
         let next = self.wait(timeout, &mut |r: &InPlaceRecord<'_>| Some(read(r)));
-        Ok(next.map(|n| match n {
+        Ok(next.map(|n| self.in_place_event(n)))
+    }
+
+    /// The in-place event of what a wait found.
+    fn in_place_event<R>(&self, next: Next<R>) -> InPlaceEvent<'_, R> {
+        match next {
             Next::Found(Found::Record(k, meta, value)) => {
                 let l = &self.lanes[k];
                 InPlaceEvent::Record {
@@ -632,7 +637,7 @@ impl Subscriber {
                 }
             }
             other => InPlaceEvent::Other(self.other_event(other)),
-        }))
+        }
     }
 
     /// The event of anything but a record.
@@ -640,13 +645,7 @@ impl Subscriber {
         match next {
             Next::Notice(Notice::Joined(k)) => Event::Joined(&self.lanes[k].info),
             Next::Notice(Notice::Died(k)) => Event::Died(&self.lanes[k].info),
-            Next::Found(Found::Lagged(k, lost)) => Event::Lagged {
-                producer_id: self.lanes[k].producer_id,
-                producer: &self.lanes[k].info,
-                lost,
-            },
-            Next::Found(Found::Ended(k)) => Event::Ended(&self.lanes[k].info),
-            Next::Found(Found::Record(..)) => unreachable!("records are mapped by the caller"),
+            Next::Found(f) => lane_event(&self.lanes[found_lane(&f)], f),
         }
     }
 
@@ -786,29 +785,7 @@ impl Subscriber {
                 ..
             } = &mut *lane;
             let res = reader.read_in_place(|m, view| {
-                if matches.get(m.schema_key).is_none() {
-                    // A key not seen before: its schema is in the producer's catalog by now
-                    // (registered before its first record). Only the first record of each
-                    // key pays for this.
-                    catalog.refresh();
-                    for (key, d) in catalog.schemas() {
-                        matches.insert_new(key, || {
-                            (globs.is_empty() || globs.iter().any(|g| g.matches(d.id())))
-                                .then(|| Arc::clone(d))
-                        });
-                    }
-                }
-                let Some(Some(schema)) = matches.get(m.schema_key) else {
-                    return None;
-                };
-                read(&InPlaceRecord {
-                    producer_id: *producer_id,
-                    producer: info,
-                    schema,
-                    emitter: catalog.emitter(m.emitter).map(|n| &**n),
-                    meta: *m,
-                    payload: view,
-                })
+                visit(globs, matches, catalog, info, *producer_id, m, view, read)
             });
             match res {
                 Ok((meta, Some(value))) => return Some(Found::Record(k, meta, value)),
@@ -817,33 +794,120 @@ impl Subscriber {
                         self.stats.unknown_keys += 1;
                     }
                 }
-                Err(NoFrame::Lagged(lost)) => {
-                    // Split what the reader counted as damage from overwrite loss.
-                    let damaged = lane.reader.stats().damaged;
-                    let new_damage = damaged.saturating_sub(lane.damaged_seen).min(lost);
-                    lane.damaged_seen = damaged;
-                    self.stats.damaged += new_damage;
-                    self.stats.lost += lost - new_damage;
-                    return Some(Found::Lagged(k, lost));
-                }
-                Err(NoFrame::Closed) => {
-                    lane.ended = true;
-                    return Some(Found::Ended(k));
-                }
-                Err(NoFrame::Empty) => {
-                    // A batch read to the end of what was there.
-                    lane.in_batch = false;
-                    lane.pending_since = None;
-                    if lane.dead && !lane.reader.has_pending_bytes() {
-                        lane.ended = true;
-                        return Some(Found::Ended(k));
-                    }
-                    return None;
-                }
-                Err(NoFrame::Pending) => return None,
+                Err(no) => return no_frame(lane, &mut self.stats, k, no),
             }
         }
         None
+    }
+
+    /// Reads records in place, like [`next_in_place`](Self::next_in_place), but hands `on`
+    /// every event it finds in one call, up to `max`: it waits up to `timeout` for the first,
+    /// then goes on reading that record's lane, record after record, until the lane has
+    /// nothing more to give now (its end, a lap, a record being written), `max` events, or the
+    /// subscriber's periodic service of the control socket is due. Records come straight from
+    /// the lane's reader to `on`, without the per-call work of `next_in_place` (the wait, the
+    /// round over the lanes): the way to read many small records, as the batch mode's
+    /// consumers do. Returns how many events `on` got (0: nothing within the timeout). `read`
+    /// may run more than once per record, as with `next_in_place`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
+    /// # fn f(sub: &mut Subscriber) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut seqs = Vec::new();
+    /// sub.drain_in_place(Duration::from_millis(100), 4096, |r| r.payload.word(0), |ev| {
+    ///     if let InPlaceEvent::Record { meta, .. } = ev {
+    ///         seqs.push(meta.seq);
+    ///     }
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn drain_in_place<R>(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        mut read: impl FnMut(&InPlaceRecord<'_>) -> R,
+        mut on: impl FnMut(InPlaceEvent<'_, R>),
+    ) -> Result<usize, SubscribeError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let mut read = |r: &InPlaceRecord<'_>| Some(read(r));
+        let Some(first) = self.wait(timeout, &mut read) else {
+            return Ok(0);
+        };
+        let lane_k = match first {
+            Next::Found(Found::Record(k, ..)) => Some(k),
+            _ => None,
+        };
+        on(self.in_place_event(first));
+        let mut n = 1;
+        let Some(k) = lane_k else {
+            return Ok(n);
+        };
+        let Subscriber {
+            lanes,
+            stats,
+            opts,
+            since_pump,
+            ..
+        } = self;
+        let globs = &opts.globs;
+        let lane = &mut lanes[k];
+        // A cut is checked before every frame by the general path: leave cut lanes to it.
+        while n < max && *since_pump < PUMP_EVERY_RECORDS && lane.cut_at.is_none() && !lane.ended {
+            *since_pump += 1;
+            let SubLane {
+                reader,
+                matches,
+                catalog,
+                info,
+                producer_id,
+                ..
+            } = &mut *lane;
+            let res = reader.read_in_place(|m, view| {
+                visit(
+                    globs,
+                    matches,
+                    catalog,
+                    info,
+                    *producer_id,
+                    m,
+                    view,
+                    &mut read,
+                )
+            });
+            match res {
+                Ok((meta, Some(value))) => {
+                    stats.delivered += 1;
+                    n += 1;
+                    on(InPlaceEvent::Record {
+                        producer_id: *producer_id,
+                        producer: info,
+                        schema: matches
+                            .get(meta.schema_key)
+                            .and_then(|m| m.as_ref())
+                            .expect("a found record's key matches"),
+                        emitter: catalog.emitter(meta.emitter).map(|n| &**n),
+                        meta,
+                        value,
+                    });
+                }
+                Ok((meta, None)) => {
+                    if matches.get(meta.schema_key).is_none() {
+                        stats.unknown_keys += 1;
+                    }
+                }
+                Err(no) => {
+                    if let Some(f) = no_frame::<R>(lane, stats, k, no) {
+                        n += 1;
+                        on(InPlaceEvent::Other(lane_event(lane, f)));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Sends `board`'s entries with this subscriber's counters from now on (about twice a
@@ -955,5 +1019,100 @@ impl Drop for Subscriber {
     /// The final counters, so that `snapbus ls` shows what a consumer that left had done.
     fn drop(&mut self) {
         self.report();
+    }
+}
+
+/// The lane a find is of.
+fn found_lane<R>(f: &Found<R>) -> usize {
+    match f {
+        Found::Record(k, ..) | Found::Lagged(k, _) | Found::Ended(k) => *k,
+    }
+}
+
+/// The event of a lane's find other than a record.
+fn lane_event<R>(l: &SubLane, f: Found<R>) -> Event<'_> {
+    match f {
+        Found::Lagged(_, lost) => Event::Lagged {
+            producer_id: l.producer_id,
+            producer: &l.info,
+            lost,
+        },
+        Found::Ended(_) => Event::Ended(&l.info),
+        Found::Record(..) => unreachable!("records are mapped by the caller"),
+    }
+}
+
+/// Looks at a record where it lies for [`Subscriber::poll_lane`] and
+/// [`Subscriber::drain_in_place`]: classifies a key seen for the first time (its schema is in
+/// the producer's catalog by then: registered before its first record; only the first record
+/// of each key pays for this), skips a record no glob matches (`None`), else what `read` makes
+/// of it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn visit<R>(
+    globs: &[Glob],
+    matches: &mut KeyMap,
+    catalog: &mut Catalog,
+    info: &ProducerInfo,
+    producer_id: u64,
+    m: &FrameMeta,
+    view: &RingPayload<'_>,
+    read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+) -> Option<R> {
+    if matches.get(m.schema_key).is_none() {
+        catalog.refresh();
+        for (key, d) in catalog.schemas() {
+            matches.insert_new(key, || {
+                (globs.is_empty() || globs.iter().any(|g| g.matches(d.id()))).then(|| Arc::clone(d))
+            });
+        }
+    }
+    let Some(Some(schema)) = matches.get(m.schema_key) else {
+        return None;
+    };
+    read(&InPlaceRecord {
+        producer_id,
+        producer: info,
+        schema,
+        emitter: catalog.emitter(m.emitter).map(|n| &**n),
+        meta: *m,
+        payload: view,
+    })
+}
+
+/// What a lane's reader said other than a record: counted, and what it makes the subscriber
+/// report, if anything. `Empty` ends a batch being read (and, of a dead producer's lane read
+/// to its end, the lane).
+fn no_frame<R>(
+    lane: &mut SubLane,
+    stats: &mut SubscriberStats,
+    k: usize,
+    no: NoFrame,
+) -> Option<Found<R>> {
+    match no {
+        NoFrame::Lagged(lost) => {
+            // Split what the reader counted as damage from overwrite loss.
+            let damaged = lane.reader.stats().damaged;
+            let new_damage = damaged.saturating_sub(lane.damaged_seen).min(lost);
+            lane.damaged_seen = damaged;
+            stats.damaged += new_damage;
+            stats.lost += lost - new_damage;
+            Some(Found::Lagged(k, lost))
+        }
+        NoFrame::Closed => {
+            lane.ended = true;
+            Some(Found::Ended(k))
+        }
+        NoFrame::Empty => {
+            // A batch read to the end of what was there.
+            lane.in_batch = false;
+            lane.pending_since = None;
+            if lane.dead && !lane.reader.has_pending_bytes() {
+                lane.ended = true;
+                return Some(Found::Ended(k));
+            }
+            None
+        }
+        NoFrame::Pending => None,
     }
 }

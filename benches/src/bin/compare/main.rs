@@ -212,6 +212,9 @@ fn parent(cli: Cli) -> Result<bool> {
     }
     let python = match python_rows::interpreter(cli.python.as_deref()) {
         _ if plan.every_byte => python_rows::PyOutcome::Skipped("not run with --every-byte".into()),
+        _ if !cli.peers.is_empty() && !cli.peers.iter().any(|p| p.starts_with("python")) => {
+            python_rows::PyOutcome::Skipped("no Python peer among the --peer filter".into())
+        }
         Ok(py) => python_rows::run(&py, plan.quick, plan.reps, &bus_dir),
         Err(why) => python_rows::PyOutcome::Skipped(why),
     };

@@ -40,8 +40,8 @@ pub(crate) const HOW_SMALL_RING: &str = "as **snapbus, reading in place**, with 
 pub(crate) const HOW_BATCH: &str = "as **snapbus, reading in place**, with the subscriber \
     reading in batches (`Subscriber::read_in_batches`, `BatchReads::default()`: a lane is read \
     once it holds 64 KiB not yet read, or its oldest unread byte has waited 5 ms), the mode of \
-    the recorder, the aggregator and the exporters; no latency row (it holds records back by \
-    design).";
+    the recorder, the aggregator and the exporters, and handing over all a batch holds in one \
+    call (`Subscriber::drain_in_place`); no latency row (it holds records back by design).";
 
 pub(crate) const HOW_EMIT_MANY: &str = "as **snapbus, batch reads, in place**, with the \
     producer emitting 64 messages at a time (`Publisher::emit_many_raw`: one claim-lock pass, one \
@@ -109,6 +109,9 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
     let mut tally = Tally::new(args);
     if args.peer == "snapbus-batch" || args.peer == "snapbus-emit-many" {
         sub.read_in_batches(Some(BatchReads::default()));
+    }
+    if args.peer == "snapbus-batch" || args.peer == "snapbus-emit-many" {
+        return consume_drained(&mut sub, &name, timeout, tally);
     }
     if args.peer != "snapbus" {
         return consume_in_place(&mut sub, &name, timeout, tally);
@@ -183,6 +186,57 @@ fn consume_in_place(
                     bail!("nothing from the producer for 60 s");
                 }
             }
+        }
+    }
+    finish_consumer(tally)
+}
+
+/// The consumer loop of the batch peers: `drain_in_place`, every record there is handed over
+/// in one call, each message's words read where they lie.
+fn consume_drained(
+    sub: &mut Subscriber,
+    name: &str,
+    timeout: Duration,
+    mut tally: Tally,
+) -> Result<()> {
+    let every_byte = tally.every_byte();
+    let mut ours = None;
+    let mut idle_since: Option<Instant> = None;
+    let mut scratch = [0u8; 4096];
+    let mut done = false;
+    let mut failed = None;
+    while !done {
+        let read =
+            |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch));
+        let n = sub.drain_in_place(timeout, usize::MAX, read, |ev| match ev {
+            InPlaceEvent::Record {
+                producer_id,
+                producer,
+                value,
+                ..
+            } if !done && (Some(producer_id) == ours || producer.name == name) => {
+                ours = Some(producer_id);
+                if !tally.on_head(value) {
+                    done = true;
+                }
+            }
+            InPlaceEvent::Other(Event::Joined(p)) if p.name == name => {
+                if let Err(e) = say("joined") {
+                    failed.get_or_insert(e);
+                }
+            }
+            InPlaceEvent::Other(Event::Ended(p) | Event::Died(p)) if p.name == name && !done => {
+                failed.get_or_insert(anyhow!("the producer's lane ended before its end message"));
+            }
+            _ => {}
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if n > 0 {
+            idle_since = None;
+        } else if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
+            bail!("nothing from the producer for 60 s");
         }
     }
     finish_consumer(tally)
