@@ -6,6 +6,7 @@
 //! `Subscriber::drain_in_place`, the batch consumer's read: every record, in order, the loss
 //! of a lap counted exactly, the lane's end.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::lane::{
@@ -237,13 +238,16 @@ fn drain_to_end(sub: &mut Subscriber, max: usize) -> (Vec<u64>, u64) {
                 Duration::from_millis(100),
                 max,
                 |r| r.payload.word(0),
-                |ev| match ev {
-                    InPlaceEvent::Record { value, .. } => {
-                        seen.push(value.expect("an 8-byte payload"));
+                |ev| {
+                    match ev {
+                        InPlaceEvent::Record { value, .. } => {
+                            seen.push(value.expect("an 8-byte payload"));
+                        }
+                        InPlaceEvent::Other(Event::Lagged { lost: n, .. }) => lost += n,
+                        InPlaceEvent::Other(Event::Ended(_)) => ended = true,
+                        InPlaceEvent::Other(_) => {}
                     }
-                    InPlaceEvent::Other(Event::Lagged { lost: n, .. }) => lost += n,
-                    InPlaceEvent::Other(Event::Ended(_)) => ended = true,
-                    InPlaceEvent::Other(_) => {}
+                    ControlFlow::Continue(())
                 },
             )
             .expect("drain");
@@ -286,4 +290,41 @@ fn drain_in_place_counts_a_lap_exactly() {
     );
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order");
     assert_eq!(seen.last(), Some(&4999), "the newest record");
+}
+
+#[test]
+fn drain_in_place_stops_where_its_callback_says() {
+    let bus = Bus::start("runs-drain-break");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    let batch: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 8)).collect();
+    p.emit_many_raw(meta, &batch).expect("written");
+    // Up to the tenth record: the call ends there, and the next one goes on after it.
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while seen.len() < 10 {
+        assert!(t0.elapsed() < WATCHDOG, "only {seen:?}");
+        sub.drain_in_place(
+            Duration::from_millis(100),
+            usize::MAX,
+            |r| r.payload.word(0),
+            |ev| match ev {
+                InPlaceEvent::Record { value, .. } => {
+                    seen.push(value.expect("a word"));
+                    if seen.len() == 10 {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                }
+                InPlaceEvent::Other(_) => ControlFlow::Continue(()),
+            },
+        )
+        .expect("drain");
+    }
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+    p.close();
+    let (rest, lost) = drain_to_end(&mut sub, usize::MAX);
+    assert_eq!(lost, 0);
+    assert_eq!(rest, (10..100).collect::<Vec<_>>());
 }

@@ -8,6 +8,7 @@
 //! broker goes away the lanes keep being read, and the subscriber rejoins a new broker.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -807,10 +808,12 @@ impl Subscriber {
     /// subscriber's periodic service of the control socket is due. Records come straight from
     /// the lane's reader to `on`, without the per-call work of `next_in_place` (the wait, the
     /// round over the lanes): the way to read many small records, as the batch mode's
-    /// consumers do. Returns how many events `on` got (0: nothing within the timeout). `read`
-    /// may run more than once per record, as with `next_in_place`.
+    /// consumers do. `on` returning [`ControlFlow::Break`] ends the call after that event.
+    /// Returns how many events `on` got (0: nothing within the timeout). `read` may run more
+    /// than once per record, as with `next_in_place`.
     ///
     /// ```no_run
+    /// # use std::ops::ControlFlow;
     /// # use std::time::Duration;
     /// # use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
     /// # fn f(sub: &mut Subscriber) -> Result<(), Box<dyn std::error::Error>> {
@@ -819,6 +822,7 @@ impl Subscriber {
     ///     if let InPlaceEvent::Record { meta, .. } = ev {
     ///         seqs.push(meta.seq);
     ///     }
+    ///     ControlFlow::Continue(())
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -827,7 +831,7 @@ impl Subscriber {
         timeout: Duration,
         max: usize,
         mut read: impl FnMut(&InPlaceRecord<'_>) -> R,
-        mut on: impl FnMut(InPlaceEvent<'_, R>),
+        mut on: impl FnMut(InPlaceEvent<'_, R>) -> ControlFlow<()>,
     ) -> Result<usize, SubscribeError> {
         if max == 0 {
             return Ok(0);
@@ -840,8 +844,11 @@ impl Subscriber {
             Next::Found(Found::Record(k, ..)) => Some(k),
             _ => None,
         };
-        on(self.in_place_event(first));
+        let flow = on(self.in_place_event(first));
         let mut n = 1;
+        if flow.is_break() {
+            return Ok(n);
+        }
         let Some(k) = lane_k else {
             return Ok(n);
         };
@@ -881,7 +888,7 @@ impl Subscriber {
                 Ok((meta, Some(value))) => {
                     stats.delivered += 1;
                     n += 1;
-                    on(InPlaceEvent::Record {
+                    let flow = on(InPlaceEvent::Record {
                         producer_id: *producer_id,
                         producer: info,
                         schema: matches
@@ -892,6 +899,9 @@ impl Subscriber {
                         meta,
                         value,
                     });
+                    if flow.is_break() {
+                        break;
+                    }
                 }
                 Ok((meta, None)) => {
                     if matches.get(meta.schema_key).is_none() {
@@ -901,7 +911,8 @@ impl Subscriber {
                 Err(no) => {
                     if let Some(f) = no_frame::<R>(lane, stats, k, no) {
                         n += 1;
-                        on(InPlaceEvent::Other(lane_event(lane, f)));
+                        // The last event of this call either way.
+                        let _ = on(InPlaceEvent::Other(lane_event(lane, f)));
                     }
                     break;
                 }

@@ -2,6 +2,7 @@
 //! in the consumer process reads it; the broker (a thread of the harness, as `snapbus up`
 //! would be) introduces them.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -214,21 +215,27 @@ fn consume_drained(
                 producer,
                 value,
                 ..
-            } if !done && (Some(producer_id) == ours || producer.name == name) => {
+            } if Some(producer_id) == ours || producer.name == name => {
                 ours = Some(producer_id);
-                if !tally.on_head(value) {
+                if tally.on_head(value) {
+                    ControlFlow::Continue(())
+                } else {
                     done = true;
+                    ControlFlow::Break(())
                 }
             }
-            InPlaceEvent::Other(Event::Joined(p)) if p.name == name => {
-                if let Err(e) = say("joined") {
-                    failed.get_or_insert(e);
+            InPlaceEvent::Other(Event::Joined(p)) if p.name == name => match say("joined") {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    failed = Some(e);
+                    ControlFlow::Break(())
                 }
+            },
+            InPlaceEvent::Other(Event::Ended(p) | Event::Died(p)) if p.name == name => {
+                failed = Some(anyhow!("the producer's lane ended before its end message"));
+                ControlFlow::Break(())
             }
-            InPlaceEvent::Other(Event::Ended(p) | Event::Died(p)) if p.name == name && !done => {
-                failed.get_or_insert(anyhow!("the producer's lane ended before its end message"));
-            }
-            _ => {}
+            _ => ControlFlow::Continue(()),
         })?;
         if let Some(e) = failed {
             return Err(e);
