@@ -35,6 +35,8 @@
 //!   lane, the lane's end (the aggregator then closes the last window and emits the
 //!   experiment summary), the final flush:
 //!   - `count`: a counting consumer (what subscribing and reading alone cost);
+//!   - `count_in_place`: the same, reading every record in place (`Consumer::reads_in_place`,
+//!     taking nothing: the run loop's in-place path, `Subscriber::drain_in_place`);
 //!   - `all_fields`: the aggregator as in `core/all_fields`; asserts `summarized == N`, 1,000
 //!     windows and 1 experiment summary.
 //!
@@ -63,7 +65,7 @@ use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
-use snapbus_consumers::{Consumer, Flow, HookError, RunOptions, run};
+use snapbus_consumers::{Consumer, Flow, HookError, InPlace, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 
 use snapbus_benches::{Event, TempDir, connected_publisher};
@@ -86,6 +88,28 @@ impl Consumer for Count {
         self.0 += 1;
         black_box(r);
         Ok(Flow::Continue)
+    }
+}
+
+/// A counting consumer that reads every record in place (and takes nothing from it): what
+/// the run loop's in-place path costs.
+#[derive(Default)]
+struct CountInPlace(u64);
+
+impl Consumer for CountInPlace {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        self.0 += 1;
+        black_box(r);
+        Ok(Flow::Continue)
+    }
+
+    fn reads_in_place(&self) -> Option<usize> {
+        Some(0)
+    }
+
+    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
+        black_box(r.header.seq);
+        true
     }
 }
 
@@ -276,6 +300,21 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
                 total += t0.elapsed();
                 assert_eq!((summary.delivered, summary.lost), (N as u64, 0));
                 assert_eq!(count.0, N as u64);
+            }
+            total
+        })
+    });
+    g.bench_function("count_in_place", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let mut count = CountInPlace::default();
+                let t0 = Instant::now();
+                let summary = run(&dir, &count_opts, &mut count, None).unwrap();
+                total += t0.elapsed();
+                assert_eq!((summary.delivered, summary.lost), (N as u64, 0));
+                // The first record of a schema is copied (it comes after `on_schema`).
+                assert_eq!((count.0, summary.read_in_place), (N as u64, N as u64 - 1));
             }
             total
         })

@@ -1,6 +1,8 @@
 //! The consumer trait and the run loop every consumer uses.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -435,8 +437,21 @@ pub fn run<C: Consumer + ?Sized>(
         }
         let timeout = Duration::from_millis(100);
         let flow = if let Some(min_bytes) = in_place_from {
+            // Everything a batch holds, in one call (`drain_in_place`): the reading closure
+            // and the event callback both reach the consumer (never at the same time: a
+            // record is read, then handed over), so it is shared through a `RefCell`.
+            let st = RefCell::new(InPlaceState {
+                consumer: &mut *consumer,
+                schemas: &mut schemas,
+                copy: &mut copy,
+                delivered: &mut delivered,
+                read_in_place: &mut read_in_place,
+                lost: &mut lost,
+            });
+            let mut flow = Ok(Flow::Continue);
             let read = |r: &subscriber::InPlaceRecord<'_>| {
-                if r.payload.len() >= min_bytes && schemas.announced(r.schema) {
+                let st = &mut *st.borrow_mut();
+                if r.payload.len() >= min_bytes && st.schemas.announced(r.schema) {
                     let rec = InPlace {
                         producer_id: r.producer_id,
                         producer: Producer::from(r.producer),
@@ -445,54 +460,33 @@ pub fn run<C: Consumer + ?Sized>(
                         header: RecordHeader::from(&r.meta),
                         payload: r.payload,
                     };
-                    if consumer.read_in_place(&rec) {
+                    if st.consumer.read_in_place(&rec) {
                         return Read::Taken;
                     }
                 }
-                copy.resize(r.payload.len(), 0);
+                st.copy.resize(r.payload.len(), 0);
                 // A failed copy is out of bounds, which validation already excludes.
-                if r.payload.copy_to(&mut copy) {
+                if r.payload.copy_to(st.copy) {
                     Read::Copied
                 } else {
                     Read::Unreadable
                 }
             };
-            match sub.next_in_place(timeout, read) {
-                Ok(None) => {
+            let on = |ev: InPlaceEvent<'_, Read>| {
+                flow = st.borrow_mut().on_event(ev);
+                match flow {
+                    Ok(Flow::Continue) => ControlFlow::Continue(()),
+                    _ => ControlFlow::Break(()),
+                }
+            };
+            match sub.drain_in_place(timeout, usize::MAX, read, on) {
+                Ok(0) => {
                     since_clock = 64;
                     Ok(Flow::Continue)
                 }
-                Ok(Some(InPlaceEvent::Record {
-                    producer_id,
-                    producer,
-                    schema,
-                    emitter,
-                    meta,
-                    value,
-                })) => {
-                    let mut record = Record {
-                        producer_id,
-                        producer: Producer::from(producer),
-                        schema,
-                        emitter,
-                        header: RecordHeader::from(&meta),
-                        payload: &[],
-                    };
-                    match value {
-                        Read::Taken => {
-                            delivered += 1;
-                            read_in_place += 1;
-                            consumer.on_read_in_place(&record)
-                        }
-                        Read::Copied => {
-                            record.payload = &copy[..meta.payload_len];
-                            deliver(consumer, &record, &mut schemas, &mut delivered)
-                        }
-                        Read::Unreadable => Ok(Flow::Continue),
-                    }
-                }
-                Ok(Some(InPlaceEvent::Other(event))) => {
-                    dispatch(consumer, event, &mut schemas, &mut delivered, &mut lost)
+                Ok(n) => {
+                    since_clock = since_clock.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+                    flow
                 }
                 Err(e) => return flush_then(consumer, Err(RunError::Subscribe(e))),
             }
@@ -548,6 +542,62 @@ impl SeenSchemas {
     fn announced(&self, schema: &Arc<SchemaDescriptor>) -> bool {
         self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, schema))
             || self.fingerprints.contains(&schema.fingerprint())
+    }
+}
+
+/// What the run loop's in-place reading and its event callback share (through a `RefCell`:
+/// both reach the consumer, one after the other).
+struct InPlaceState<'a, C: ?Sized> {
+    consumer: &'a mut C,
+    schemas: &'a mut SeenSchemas,
+    /// The copy of a record the consumer did not take in place (reused).
+    copy: &'a mut Vec<u8>,
+    delivered: &'a mut u64,
+    read_in_place: &'a mut u64,
+    lost: &'a mut u64,
+}
+
+impl<C: Consumer + ?Sized> InPlaceState<'_, C> {
+    /// Hands one event of an in-place read to the consumer's hooks.
+    fn on_event(&mut self, ev: InPlaceEvent<'_, Read>) -> Result<Flow, HookError> {
+        match ev {
+            InPlaceEvent::Record {
+                producer_id,
+                producer,
+                schema,
+                emitter,
+                meta,
+                value,
+            } => {
+                let mut record = Record {
+                    producer_id,
+                    producer: Producer::from(producer),
+                    schema,
+                    emitter,
+                    header: RecordHeader::from(&meta),
+                    payload: &[],
+                };
+                match value {
+                    Read::Taken => {
+                        *self.delivered += 1;
+                        *self.read_in_place += 1;
+                        self.consumer.on_read_in_place(&record)
+                    }
+                    Read::Copied => {
+                        record.payload = &self.copy[..meta.payload_len];
+                        deliver(self.consumer, &record, self.schemas, self.delivered)
+                    }
+                    Read::Unreadable => Ok(Flow::Continue),
+                }
+            }
+            InPlaceEvent::Other(event) => dispatch(
+                self.consumer,
+                event,
+                self.schemas,
+                self.delivered,
+                self.lost,
+            ),
+        }
     }
 }
 
