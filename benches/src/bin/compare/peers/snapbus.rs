@@ -45,13 +45,15 @@ pub(crate) const HOW_BATCH: &str = "as **snapbus, reading in place**, with the s
     call (`Subscriber::drain_in_place`); no latency row (it holds records back by design).";
 
 pub(crate) const HOW_EMIT_MANY: &str = "as **snapbus, batch reads, in place**, with the \
-    producer emitting 64 messages at a time (`Publisher::emit_many_raw`: one claim-lock pass, one \
-    clock read and one tail intent per run of records; each record still framed, stamped and \
-    committed on its own, so readers see the same records), as the batched socket writes 64 KiB \
-    at a time; no latency row.";
+    producer emitting 64 KiB of messages at a time, as the batched socket writes them (1,024 \
+    of 64 B, 16 of 4 KiB, one of 1 MiB: `Publisher::emit_many_raw`, which claims them in runs of \
+    up to 64 records, each run with one pass through the claim lock, one clock read and one \
+    tail intent; every record is still framed, stamped and committed on its own, so readers see \
+    the same records); no latency row.";
 
-/// Messages per `emit_many_raw` call of the `snapbus-emit-many` peer.
-const EMIT_MANY_BATCH: usize = 64;
+/// Bytes of messages per `emit_many_raw` call of the `snapbus-emit-many` peer, as the batched
+/// socket's 64 KiB buffer: 1,024 messages of 64 B, 16 of 4 KiB, one of 1 MiB.
+const EMIT_MANY_BYTES: usize = 64 << 10;
 
 /// The lane of the `snapbus-small-ring` peer.
 const SMALL_RING_BYTES: usize = 16 << 20;
@@ -313,7 +315,8 @@ pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     };
     let prefix = (args.size as u64).to_le_bytes();
     if args.peer == "snapbus-emit-many" {
-        let report = run_producer_batched(args, &prefix, EMIT_MANY_BATCH, |payloads| {
+        let batch = (EMIT_MANY_BYTES / args.size).max(1);
+        let report = run_producer_batched(args, &prefix, batch, |payloads| {
             publisher.emit_many_raw(meta, payloads)?;
             Ok(())
         })?;
