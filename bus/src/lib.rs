@@ -16,7 +16,10 @@
 //!   ([`Subscriber::next_in_place`](subscriber::Subscriber::next_in_place): what the closure
 //!   made of a frame overwritten while it ran is dropped) and writes in place
 //!   ([`Publisher::emit_in_place`](publisher::Publisher::emit_in_place): readers see a loan
-//!   only once committed; a loan given up is skipped, not lost).
+//!   only once committed; a loan given up is skipped, not lost), and runs of records written
+//!   in one claim ([`Publisher::emit_many_raw`](publisher::Publisher::emit_many_raw): each
+//!   record is still framed and committed on its own; a writer killed mid-run leaves the
+//!   records it committed readable and the rest of the run a counted hole).
 //! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
 //!   garbage is skipped and counted, never a panic, never an out-of-bounds access. Readers map
 //!   lanes read-only and refuse segments that are not sealed against resizing (no SIGBUS).

@@ -620,6 +620,7 @@ impl Subscriber {
     }
 
     /// The in-place event of what a wait found.
+    #[inline]
     fn in_place_event<R>(&self, next: Next<R>) -> InPlaceEvent<'_, R> {
         match next {
             Next::Found(Found::Record(k, meta, value)) => {
@@ -1093,7 +1094,8 @@ fn visit<R>(
 
 /// What a lane's reader said other than a record: counted, and what it makes the subscriber
 /// report, if anything. `Empty` ends a batch being read (and, of a dead producer's lane read
-/// to its end, the lane).
+/// to its end, the lane). Inlined: a spinning reader meets `Empty` at every poll.
+#[inline(always)]
 fn no_frame<R>(
     lane: &mut SubLane,
     stats: &mut SubscriberStats,
