@@ -23,8 +23,8 @@ use super::sender::{RetryPolicy, Sender};
 use super::signals::{self, Open, Pending, SpanTable};
 use super::stats::{DropReason, ExporterStats, Signal, StatEntry};
 use crate::aggregator::SUMMARY_SUFFIX;
-use crate::fields::{Extracted, Plan};
-use crate::runtime::{Consumer, Flow, HookError, Producer, ProducerChange, Record};
+use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, Plan};
+use crate::runtime::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
 
 /// How the exporter runs.
 #[derive(Debug, Clone)]
@@ -98,6 +98,9 @@ pub struct OtlpExporter {
     spans: Pending<Span>,
     open: SpanTable,
     extracted: Extracted,
+    /// What [`Consumer::read_in_place`] took for the record about to be delivered: whether
+    /// its numbers were extracted (`None`: nothing taken).
+    taken: Option<bool>,
     last_metrics: Instant,
     /// When the next export is due, in producer time: the run loop reads the clock only
     /// every 64 records, so a slow stream is also checked against its records' own times.
@@ -137,6 +140,7 @@ impl OtlpExporter {
             logs: Pending::new(Signal::Logs, cap),
             spans: Pending::new(Signal::Traces, cap),
             extracted: Extracted::default(),
+            taken: None,
             last_metrics: Instant::now(),
             next_push_nanos,
             board: None,
@@ -324,18 +328,7 @@ impl OtlpExporter {
             && plan.extract(r.payload, &mut self.extracted).is_ok()
         {
             let names = Arc::clone(names);
-            match self.metrics.row(res, fp, &names) {
-                Some(i) => self
-                    .metrics
-                    .set(i, r.header.t_nanos, &self.extracted.values),
-                None => self.outbox.note_dropped(
-                    Signal::Metrics,
-                    DropReason::Cardinality,
-                    names.len() as u64,
-                    r.header.t_nanos,
-                    r.header.t_nanos,
-                ),
-            }
+            self.set_gauges(res, fp, &names, r.header.t_nanos);
         }
         if as_log && self.enabled(Signal::Logs) {
             if let Ok(v) = decode(r.schema.root(), r.payload) {
@@ -344,6 +337,35 @@ impl OtlpExporter {
             }
         }
         Ok(())
+    }
+
+    /// Sets the gauges of a numeric record from `self.extracted` (or counts them dropped,
+    /// over the series cap).
+    fn set_gauges(&mut self, res: &Arc<Res>, fp: u64, names: &Arc<[Arc<str>]>, t_nanos: u64) {
+        match self.metrics.row(res, fp, names) {
+            Some(i) => self.metrics.set(i, t_nanos, &self.extracted.values),
+            None => self.outbox.note_dropped(
+                Signal::Metrics,
+                DropReason::Cardinality,
+                names.len() as u64,
+                t_nanos,
+                t_nanos,
+            ),
+        }
+    }
+
+    /// Exports what is due, judged by a record's time as well as the clock (see
+    /// `next_push_nanos`).
+    fn push_if_due(&mut self, t_nanos: u64) {
+        if t_nanos >= self.next_push_nanos {
+            self.push_metrics();
+            self.push_batches();
+            self.publish();
+            // A record stamped ahead of this clock (a producer's clock, or garbage in shared
+            // memory) must not make every following record push again.
+            let interval = u64::try_from(self.opts.interval.as_nanos()).unwrap_or(u64::MAX);
+            self.next_push_nanos = self.next_push_nanos.max(t_nanos.saturating_add(interval));
+        }
     }
 
     fn on_summary(&mut self, r: &Record<'_>, res: &Arc<Res>) {
@@ -514,17 +536,44 @@ impl Consumer for OtlpExporter {
             Some(Kind::SpanEvent) => self.on_span(r, &res, SpanKind::Event),
             _ => {}
         }
-        if r.header.t_nanos >= self.next_push_nanos {
-            self.push_metrics();
-            self.push_batches();
-            self.publish();
-            // A record stamped ahead of this clock (a producer's clock, or garbage in shared
-            // memory) must not make every following record push again.
-            let interval = u64::try_from(self.opts.interval.as_nanos()).unwrap_or(u64::MAX);
-            self.next_push_nanos = self
-                .next_push_nanos
-                .max(r.header.t_nanos.saturating_add(interval));
+        self.push_if_due(r.header.t_nanos);
+        Ok(Flow::Continue)
+    }
+
+    /// Numeric records of [`IN_PLACE_MIN_BYTES`] or more that only become gauges (not also
+    /// a log record: their level is below `log_level`) are read in place: their numbers are
+    /// extracted from the ring, one pass over the payload, no copy of it.
+    fn reads_in_place(&self) -> Option<usize> {
+        Some(IN_PLACE_MIN_BYTES)
+    }
+
+    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
+        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&r.schema.fingerprint()) else {
+            return false;
+        };
+        // A record that is also logged needs all its bytes decoded: copied.
+        if names.is_empty()
+            || r.header.level >= self.opts.log_level
+            || !self.enabled(Signal::Metrics)
+        {
+            return false;
         }
+        self.taken = Some(plan.extract_from(r.payload, &mut self.extracted).is_ok());
+        true
+    }
+
+    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        let Some(ok) = self.taken.take() else {
+            // Never: the run loop delivers a record read in place right after reading it.
+            return Ok(Flow::Continue);
+        };
+        let fp = r.schema.fingerprint();
+        if ok && let Some(Kind::Numeric { names, .. }) = self.kinds.get(&fp) {
+            let names = Arc::clone(names);
+            let res = self.resource(&r.producer);
+            self.set_gauges(&res, fp, &names, r.header.t_nanos);
+        }
+        self.push_if_due(r.header.t_nanos);
         Ok(Flow::Continue)
     }
 

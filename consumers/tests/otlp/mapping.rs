@@ -339,3 +339,80 @@ fn a_burst_over_a_small_queue_cap_keeps_the_newest_batches() {
         assert!(a.body.len() <= CAP, "a {} byte request", a.body.len());
     }
 }
+
+/// A numeric record of 1 KiB or more (a long label besides its numbers).
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "otlp.frame", version = 1)]
+struct Frame {
+    step: u64,
+    label: String,
+    reward: f64,
+}
+
+/// Numeric records of 1 KiB and more below the log level are read where they lie in the ring
+/// (`Consumer::read_in_place`): through a real lane, the gauges exported hold the values of the
+/// last record, read in place; a record at the log level (also a log record) is copied.
+#[test]
+fn gauges_of_records_read_in_place_carry_the_values_emitted() {
+    let r = Receiver::start();
+    let mut o = options(&r.url());
+    o.log_level = Level::WARN;
+    let mut x = OtlpExporter::start(o).expect("start");
+    let bus = crate::runtime::Bus::start("otlp-inplace");
+    let p = bus.publisher();
+    let frame = |i: u64| Frame {
+        step: i,
+        label: "x".repeat(1100),
+        reward: i as f64 * 0.5 + 0.25,
+    };
+    assert!(frame(0).encode_to_vec().expect("encode").len() >= 1024);
+    // The first of the schema is copied anyway (after `on_schema`): make it the logged one.
+    p.emit(Level::WARN, 0, &frame(0)).expect("emit");
+    for i in 1..=20 {
+        p.emit(Level::INFO, 0, &frame(i)).expect("emit");
+    }
+    p.close();
+    let mut ro = RunOptions::new("otlp");
+    ro.start = snapbus_bus::lane::StartAt::Oldest;
+    ro.until_end = true;
+    ro.handle_signals = false;
+    let summary = run(bus.dir(), &ro, &mut x, None).expect("run");
+    assert_eq!((summary.delivered, summary.lost), (21, 0));
+    assert_eq!(summary.read_in_place, 20, "every INFO record read in place");
+    x.shutdown();
+    let arrivals = r.arrivals();
+    let last_point = |name: &str| {
+        arrivals
+            .iter()
+            .filter(|a| a.accepted() && a.path == "/v1/metrics")
+            .flat_map(|a| a.metrics().resource_metrics)
+            .flat_map(|r| r.scope_metrics)
+            .flat_map(|s| s.metrics)
+            .filter(|m| m.name == name)
+            .flat_map(|m| match m.data {
+                Some(metric::Data::Gauge(g)) => g.data_points,
+                _ => Vec::new(),
+            })
+            .max_by_key(|p| p.time_unix_nano)
+            .and_then(|p| p.value)
+    };
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as V;
+    assert_eq!(
+        last_point("otlp.frame.reward"),
+        Some(V::AsDouble(20.0 * 0.5 + 0.25))
+    );
+    assert_eq!(last_point("otlp.frame.step"), Some(V::AsDouble(20.0)));
+    let logged: Vec<String> = arrivals
+        .iter()
+        .filter(|a| a.accepted() && a.path == "/v1/logs")
+        .flat_map(|a| a.logs().resource_logs)
+        .flat_map(|r| r.scope_logs)
+        .flat_map(|s| s.log_records)
+        .map(|l| l.event_name)
+        .collect();
+    assert_eq!(
+        logged,
+        ["otlp.frame"],
+        "the WARN record, and only it, is a log record"
+    );
+}
