@@ -345,3 +345,69 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
     assert_eq!(series["stats"]["lost"], summary.lost);
     stop.store(true, Ordering::Relaxed);
 }
+
+/// A record of 1 KiB and more without images (a long label besides its number).
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "plot.big", version = 1, crate = "snapbus_bus::schemas")]
+struct Big {
+    loss: f64,
+    label: String,
+}
+
+/// Records of 1 KiB and more without images are read where they lie in the ring
+/// (`Consumer::read_in_place`): every value emitted is a point of its series, as the
+/// brute-force reference says.
+#[test]
+fn series_of_records_read_in_place_hold_every_value() {
+    let bus = Bus::start("plot-inplace");
+    let p = bus.publisher();
+    let n = 300u64;
+    let big = |i: u64| Big {
+        loss: (i as f64 * 0.37).sin() * 10.0 + (i % 17) as f64,
+        label: "y".repeat(1100),
+    };
+    for i in 0..n {
+        p.emit(Level::INFO, 0, &big(i)).expect("emit");
+    }
+    p.close();
+    let mut plotter = Plotter::new(PlotterOptions {
+        history_points: 4000,
+        max_frame_hz: 1000.0,
+    });
+    let server = serve(plotter.store(), 0).expect("serve");
+    let api = Api::of(&server);
+    let mut opts = RunOptions::new("plotter");
+    opts.start = StartAt::Oldest;
+    opts.until_end = true;
+    opts.handle_signals = false;
+    let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
+    assert_eq!((summary.delivered, summary.lost), (n, 0));
+    // All but the first (copied: it sets up the schema's series).
+    assert_eq!(summary.read_in_place, n - 1);
+    let series = api.json("/api/series");
+    assert_eq!(series["series"][0]["field"], "loss");
+    assert_eq!(series["series"][0]["samples"].as_u64(), Some(n));
+    let held: Vec<(f64, f64)> = (0..n).map(|i| (i as f64, big(i).loss)).collect();
+    let (from, to, width) = (0.0, (n - 1) as f64, n as usize);
+    let d = api.json(&format!(
+        "/api/data?ids=0&x=step&from={from}&to={to}&width={width}"
+    ));
+    let got: Vec<(f64, f64)> = d["series"][0]["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| (c[1].as_f64().expect("min"), c[2].as_f64().expect("max")))
+        .collect();
+    let want: Vec<(f64, f64)> = reference(&held, from, to, width)
+        .into_iter()
+        .map(|(_, lo, hi)| (lo, hi))
+        .collect();
+    assert_eq!(got.len(), n as usize, "one column a point");
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            close(g.0, w.0) && close(g.1, w.1),
+            "point {i}: {g:?}, want {w:?}"
+        );
+    }
+}
