@@ -19,9 +19,11 @@
 //!   ([`Consumer::on_schema`] is called once per schema before its first record), so a
 //!   consumer needs none of the producer's types.
 //! - **Nothing torn is delivered.** A consumer may read large records where they lie in the
-//!   ring ([`Consumer::read_in_place`]: no copy; the aggregator and the Prometheus exporter do
-//!   from 1 KiB on); a record the producer overwrote while it was being read is never handed
-//!   to [`Consumer::on_read_in_place`], and counts as lost like any other.
+//!   ring ([`Consumer::read_in_place`]: no copy; the aggregator, the plotter and both
+//!   exporters do from 1 KiB on, for the records whose numbers are all they need; the
+//!   recorder, which writes every byte to its file, and `echo`, which decodes every byte, copy
+//!   them); a record the producer overwrote while it was being read is never handed to
+//!   [`Consumer::on_read_in_place`], and counts as lost like any other.
 //! - **Clean exits.** SIGINT and SIGTERM make [`run`] flush and return; a broker restart is
 //!   survived (lanes keep being read and the subscription rejoins the new broker).
 //! - **Summaries say what they miss.** Every aggregator summary carries the number of the
