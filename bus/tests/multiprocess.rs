@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::process::Signal;
-use snapbus_bus::doorbell::{DoorbellPage, SLEEPING};
+use snapbus_bus::doorbell::{Doorbell, DoorbellPage, SLEEPING};
 use snapbus_bus::lane::{Frame, LaneConfig, LaneReader, LaneState, Poll, ShmLane, StartAt};
 use snapbus_bus::mem::ShmMem;
 
@@ -386,6 +386,53 @@ fn first_padded_seq(cap: u64, from: u64) -> u64 {
     unreachable!()
 }
 
+/// Reads `r` while the producer writes, until it dies; asserts it died of SIGKILL (`at`: where,
+/// for the message).
+fn read_until_killed(
+    producer: &mut Proc,
+    r: &mut LaneReader<ShmMem>,
+    chk: &mut Checker,
+    bell: &Doorbell<'_>,
+    dl: Deadline,
+    at: &str,
+) {
+    let nap = Duration::from_millis(5);
+    let status = loop {
+        assert!(!dl.passed(), "producer did not die\n{}", producer.log());
+        let (idle, _, closed) = read_step(r, chk);
+        assert!(!closed, "the lane was closed\n{}", producer.log());
+        if idle {
+            if let Some(status) = producer.try_status() {
+                break status;
+            }
+            bell.wait_until(|| r.has_pending_bytes(), 100, nap);
+        }
+    };
+    assert_eq!(
+        status.signal(),
+        Some(Signal::KILL.as_raw()),
+        "producer should die of SIGKILL {at}, got {status}\n{}",
+        producer.log()
+    );
+}
+
+/// Once the test saw the writer's death (waitpid): tells the reader, which may now skip what
+/// the writer left claimed, and reads to the end.
+fn read_past_dead_writer(r: &mut LaneReader<ShmMem>, chk: &mut Checker, dl: Deadline) {
+    r.set_writer_gone(true);
+    loop {
+        assert!(
+            !dl.passed(),
+            "the reader does not get past the dead writer's claim"
+        );
+        let (_, empty, closed) = read_step(r, chk);
+        assert!(!closed);
+        if empty && !r.has_pending_bytes() {
+            break;
+        }
+    }
+}
+
 /// Reads (in this process, with a lane mapped before anything is written) from a producer
 /// that crashes at its `k`-th pass through `point`, then checks what the reader got. `shared`:
 /// the producer writes through the shared writer (a `Publisher`'s) instead of `write_bytes`.
@@ -417,22 +464,13 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadl
     }
     producer.send(&format!("write {}", k + 1000));
     // Read while it writes, until it dies.
-    let status = loop {
-        assert!(!dl.passed(), "producer did not die\n{}", producer.log());
-        let (idle, _, closed) = read_step(&mut r, &mut chk);
-        assert!(!closed, "the lane was closed\n{}", producer.log());
-        if idle {
-            if let Some(status) = producer.try_status() {
-                break status;
-            }
-            bell.wait_until(|| r.has_pending_bytes(), 100, nap);
-        }
-    };
-    assert_eq!(
-        status.signal(),
-        Some(Signal::KILL.as_raw()),
-        "producer should die of SIGKILL at {point}:{k}, got {status}\n{}",
-        producer.log()
+    read_until_killed(
+        &mut producer,
+        &mut r,
+        &mut chk,
+        &bell,
+        dl,
+        &format!("at {point}:{k}"),
     );
     while let Some(w) = producer.try_expect("wrote") {
         assert_eq!(
@@ -442,19 +480,7 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadl
             w.line
         );
     }
-    // The test saw the death (waitpid); now the reader may skip what the writer left claimed.
-    r.set_writer_gone(true);
-    loop {
-        assert!(
-            !dl.passed(),
-            "the reader does not get past the dead writer's claim"
-        );
-        let (_, empty, closed) = read_step(&mut r, &mut chk);
-        assert!(!closed);
-        if empty && !r.has_pending_bytes() {
-            break;
-        }
-    }
+    read_past_dead_writer(&mut r, &mut chk, dl);
     let committed = if point == "after_commit" { k } else { k - 1 };
     let s = r.stats();
     let ls = lane.lane.stats();
@@ -583,36 +609,18 @@ fn run_crash_case(k: u64, cap: u64, fits: bool, shared: bool, dl: Deadline) {
     let lane = open_lane(&lane_path(&mut producer, dl));
     let mut r = lane.lane.reader(StartAt::Oldest);
     let bell = bells.page.bell(0).expect("bell");
-    let nap = Duration::from_millis(5);
     let mut chk = Checker::default();
     chk.run_len = RUN;
     producer.send(&format!("write {}", (k + 1000) * RUN));
-    let status = loop {
-        assert!(!dl.passed(), "producer did not die\n{}", producer.log());
-        let (idle, _, closed) = read_step(&mut r, &mut chk);
-        assert!(!closed, "the lane was closed\n{}", producer.log());
-        if idle {
-            if let Some(status) = producer.try_status() {
-                break status;
-            }
-            bell.wait_until(|| r.has_pending_bytes(), 100, nap);
-        }
-    };
-    assert_eq!(
-        status.signal(),
-        Some(Signal::KILL.as_raw()),
-        "producer should die of SIGKILL in run {k}, got {status}\n{}",
-        producer.log()
+    read_until_killed(
+        &mut producer,
+        &mut r,
+        &mut chk,
+        &bell,
+        dl,
+        &format!("in run {k}"),
     );
-    r.set_writer_gone(true);
-    loop {
-        assert!(!dl.passed(), "the reader does not get past the dead run");
-        let (_, empty, closed) = read_step(&mut r, &mut chk);
-        assert!(!closed);
-        if empty && !r.has_pending_bytes() {
-            break;
-        }
-    }
+    read_past_dead_writer(&mut r, &mut chk, dl);
     // Runs 1..k-1 whole, and the first record of run k.
     let committed = (k - 1) * RUN + 1;
     let s = r.stats();

@@ -238,12 +238,7 @@ pub(crate) fn run_producer(
     let mut buf = vec![0u8; prefix.len() + args.size];
     buf[..prefix.len()].copy_from_slice(prefix);
     let at = prefix.len();
-    say("armed")?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if line.trim() != "go" {
-        bail!("expected `go` from the parent, got {line:?}");
-    }
+    armed_then_go()?;
     let mut sent = 0u64;
     match args.mode {
         Mode::Throughput => {
@@ -285,6 +280,17 @@ pub(crate) fn run_producer(
     })
 }
 
+/// Tells the parent the producer is armed, then waits for its `go`.
+fn armed_then_go() -> Result<()> {
+    say("armed")?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != "go" {
+        bail!("expected `go` from the parent, got {line:?}");
+    }
+    Ok(())
+}
+
 /// [`run_producer`] for a producer that sends `batch` messages at a time (`send_many` gets
 /// them, each with `prefix` before it): throughput mode only (a batching transport holds
 /// messages back, so it has no latency row). The end message goes alone.
@@ -305,12 +311,7 @@ pub(crate) fn run_producer_batched(
         b[..prefix.len()].copy_from_slice(prefix);
     }
     let at = prefix.len();
-    say("armed")?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if line.trim() != "go" {
-        bail!("expected `go` from the parent, got {line:?}");
-    }
+    armed_then_go()?;
     let mut sent = 0u64;
     let deadline = mono_nanos() + (args.secs * 1e9) as u64;
     loop {
