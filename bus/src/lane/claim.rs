@@ -249,7 +249,7 @@ pub(super) fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
     })
 }
 
-/// Most records one run ([`write_run`]) claims in one pass through the claim gate.
+/// Most records one run ([`SharedLaneWriter::write_run`](super::SharedLaneWriter::write_run)) claims in one pass through the claim gate.
 pub const RUN_RECORDS: usize = 64;
 
 /// How a run of records ended: how many were written (from the first), and why the run
