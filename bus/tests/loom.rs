@@ -72,6 +72,8 @@
 //!
 //! - (e) `run_wraps_under_reader` (CI): a run of records (`write_run`), cut in two by its
 //!   span limit, wraps the ring over the record a reader is reading.
+//!   `run_pads_between_its_records_under_reader` (CI): a run with a PAD frame between its
+//!   records, the second overwriting the record a reader is reading.
 //!   `full_run_beside_claims`: a run and single claims of another thread through one shared
 //!   writer, from an empty lane, against a reader: a run's records are never interleaved.
 //!
@@ -625,6 +627,66 @@ fn run_wraps_under_reader() {
     });
 }
 
+/// Any record of the pad model: its payload is its sequence number's, of the length it says
+/// (8 or 24 bytes), from the writer it names.
+fn validate_any_len(f: &Frame<'_>) {
+    let seq = f.meta.seq;
+    let len = f.meta.payload_len;
+    assert!(len == 8 || len == SHARED_LEN, "seq {seq}: length {len}");
+    assert_eq!(
+        f.payload,
+        &payload(seq, f.meta.emitter, len)[..],
+        "seq {seq}: torn payload"
+    );
+}
+
+/// The lane of the pad model: a run's span (at most `max_frame`, 256 B here) holds two frames
+/// and an explicit PAD frame (at least a header, 40 B) between them.
+const PAD_CONFIG: LaneConfig = LaneConfig {
+    capacity: 2048,
+    max_frame: 256,
+    block_size: 256,
+};
+
+/// (e, CI) A run meets the ring's end between its records: 3 records of 8 bytes (48-byte
+/// frames) and 28 of 24 bytes (64-byte frames) are written first (tail 1936); then a thread
+/// writes a run of 2: [1936, 2000), a PAD frame to the end (48 bytes), and [2048, 2112), which
+/// overwrites record 0 and the start of record 1, while the reader, at record 0, polls 3
+/// times.
+#[test]
+fn run_pads_between_its_records_under_reader() {
+    check("run_pads_between_its_records_under_reader", 2, || {
+        let lane = Lane::heap(&PAD_CONFIG, SALT).expect("lane");
+        let writer = Arc::new(lane.shared_writer().expect("writer"));
+        let mut reader = lane.reader(StartAt::Oldest);
+        for seq in 0..31u64 {
+            let len = if seq < 3 { 8 } else { SHARED_LEN };
+            let mut c = writer.claim(len, shared_meta(0, 0)).expect("claim");
+            assert_eq!(c.seq(), seq);
+            c.write_payload(&payload(seq, 0, len));
+            c.commit();
+        }
+        assert_eq!(lane.stats().claim_tail, 1936);
+        let w = Arc::clone(&writer);
+        let t = thread::spawn(move || {
+            let payloads: Vec<Vec<u8>> = (31..33).map(|s| payload(s, 1, SHARED_LEN)).collect();
+            let run = w.write_run(shared_meta(1, 0), &payloads);
+            assert_eq!((run.first_seq, run.written, run.refused), (31, 2, None));
+        });
+        let mut seen = Seen::default();
+        seen.poll_n(&mut reader, 3, &[], validate_any_len);
+        t.join().expect("run thread");
+        assert_eq!(
+            lane.stats().claim_tail,
+            2112,
+            "a PAD between the run's records"
+        );
+        writer.close();
+        seen.drain(&mut reader, &[], validate_any_len);
+        seen.finish(&reader, 33, &[]);
+    });
+}
+
 /// Payload of the `k`-th record of a run written by `thread` in [`full_run_beside_claims`]
 /// (its sequence number is not known before the run is claimed).
 fn run_payload(thread: u16, k: u64) -> Vec<u8> {
@@ -677,6 +739,22 @@ fn full_run_beside_claims() {
             !singles.contains(&(first + 1)),
             "a claim between a run's records: run at {first}, claims {singles:?}"
         );
+        // The run's records in order: record `first + k` holds the run's `k`-th payload.
+        for k in 0..2u64 {
+            let g = lane.geometry();
+            let base = ((g.data_off + (64 * (first + k)) % g.capacity) / 8) as usize;
+            let want = run_payload(1, k);
+            for (w, chunk) in want.chunks(8).enumerate() {
+                let got = lane
+                    .mem()
+                    .get(base + (HEADER / 8) as usize + w)
+                    .expect("in the lane")
+                    .load(StdOrdering::Relaxed);
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                assert_eq!(got, u64::from_le_bytes(word), "run record {k}, word {w}");
+            }
+        }
         writer.close();
         seen.drain(&mut reader, &[], validate_run_or_shared);
         seen.finish(&reader, 4, &[]);

@@ -275,21 +275,21 @@ fn drain_in_place_hands_over_every_record_then_the_end() {
 #[test]
 fn drain_in_place_counts_a_lap_exactly() {
     let bus = Bus::start("runs-drain-lap");
-    // A 256 KiB ring; 20,000 records of 64 bytes (104-byte frames) lap it seven times.
+    // A 256 KiB ring; 20,000 records of 64 bytes (104-byte frames) lap it about eight times.
     let (p, meta) = bus.publisher(256 << 10);
     let mut sub = bus.subscribe();
-    let batch: Vec<Vec<u8>> = (0..5000).map(|i| payload(i, 64)).collect();
+    let batch: Vec<Vec<u8>> = (0..20_000).map(|i| payload(i, 64)).collect();
     p.emit_many_raw(meta, &batch).expect("written");
     p.close();
     let (seen, lost) = drain_to_end(&mut sub, usize::MAX);
     assert!(lost > 0, "the ring was lapped");
     assert_eq!(
         seen.len() as u64 + lost,
-        5000,
+        20_000,
         "every record delivered or counted"
     );
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order");
-    assert_eq!(seen.last(), Some(&4999), "the newest record");
+    assert_eq!(seen.last(), Some(&19_999), "the newest record");
 }
 
 #[test]
@@ -327,4 +327,149 @@ fn drain_in_place_stops_where_its_callback_says() {
     let (rest, lost) = drain_to_end(&mut sub, usize::MAX);
     assert_eq!(lost, 0);
     assert_eq!(rest, (10..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_run_meets_the_ring_s_end_with_a_pad_between_its_records() {
+    let lane = heap_lane();
+    let mut w = lane.writer().expect("writer");
+    let mut r = lane.reader(StartAt::Oldest);
+    // 600 records of 100 bytes (144-byte frames) fill 86,400 bytes: the 64 KiB ring's end is
+    // met after 455 of them (65,520 bytes), 16 bytes short of a frame: a PAD, then the next
+    // record at the ring's start, inside the run of records 448..512.
+    let batch: Vec<Vec<u8>> = (0..600).map(|i| payload(i, 100)).collect();
+    let mut rest = &batch[..];
+    let mut wrapped_mid_run = false;
+    while !rest.is_empty() {
+        let run = w.write_run(META, rest);
+        assert_eq!(run.refused, None);
+        let first = run.first_seq;
+        // What the reader gets of this run: positions, in order, intact.
+        let mut positions = Vec::new();
+        loop {
+            match r.poll() {
+                Poll::Frame(f) => {
+                    assert_eq!(f.payload, &batch[f.meta.seq as usize][..]);
+                    positions.push((f.meta.seq, f.meta.pos));
+                }
+                Poll::Empty => break,
+                p => panic!("unexpected {p:?}"),
+            }
+        }
+        assert_eq!(positions.len(), run.written, "the whole run, at once");
+        assert_eq!(positions[0].0, first);
+        for pair in positions.windows(2) {
+            let ((_, a), (_, b)) = (pair[0], pair[1]);
+            if b - a != 144 {
+                // The gap is the PAD to the ring's end.
+                assert_eq!(b % (64 << 10), 0, "a record after a pad starts the ring");
+                wrapped_mid_run = true;
+            }
+        }
+        rest = &rest[run.written..];
+    }
+    assert!(wrapped_mid_run, "some run met the ring's end");
+}
+
+#[test]
+fn a_run_refused_by_the_lap_guard_mid_run_keeps_what_it_wrote() {
+    let lane = heap_lane();
+    let writer = lane.shared_writer().expect("writer");
+    // A claim held in flight at the ring's start (seq 0, [0, 104)).
+    let mut held = writer.claim(64, META).expect("claim");
+    held.write_payload(&payload(0, 64));
+    // Runs of 64-byte records (104-byte frames) from seq 1: record 630 would start a lap on
+    // (after a PAD at 65,520) and overwrite the held claim, so the run of seqs 577..641 stops
+    // there, with 53 written.
+    let batch: Vec<Vec<u8>> = (1..=700).map(|i| payload(i, 64)).collect();
+    let mut rest = &batch[..];
+    let mut refused_mid_run = None;
+    while !rest.is_empty() && refused_mid_run.is_none() {
+        let run = writer.write_run(META, rest);
+        if let Some(e) = run.refused {
+            refused_mid_run = Some((run.first_seq, run.written, e));
+        }
+        rest = &rest[run.written..];
+    }
+    assert_eq!(
+        refused_mid_run,
+        Some((577, 53, ClaimError::Lapped)),
+        "the run stops at the record that would lap the held claim"
+    );
+    assert_eq!(lane.stats().dropped_wrap, 1, "counted once");
+    held.commit();
+    // Records 1..=629 and the held record 0 are all there to read, intact.
+    let mut r = lane.reader(StartAt::Oldest);
+    let (got, lost) = drain(&mut r);
+    assert_eq!(lost, 0);
+    assert_eq!(got.len(), 630);
+    for (i, (seq, _, p)) in got.iter().enumerate() {
+        assert_eq!((*seq, p), (i as u64, &payload(i as u64, 64)));
+    }
+}
+
+/// A payload whose `as_ref` counts its calls (and could answer differently each time).
+struct Counted<'a>(Vec<u8>, &'a std::cell::Cell<usize>);
+
+impl AsRef<[u8]> for Counted<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.1.set(self.1.get() + 1);
+        &self.0
+    }
+}
+
+#[test]
+fn a_run_asks_each_payload_for_its_bytes_once() {
+    let bus = Bus::start("runs-asref");
+    let (p, meta) = bus.publisher(1 << 20);
+    let calls = std::cell::Cell::new(0);
+    let batch: Vec<Counted<'_>> = (0..200).map(|i| Counted(payload(i, 40), &calls)).collect();
+    p.emit_many_raw(meta, &batch).expect("written");
+    assert_eq!(
+        calls.get(),
+        200,
+        "one `as_ref` a record: the length reserved is the one copied"
+    );
+    let lane = heap_lane();
+    let mut w = lane.writer().expect("writer");
+    calls.set(0);
+    let run = w.write_run(META, &batch[..10]);
+    assert_eq!((run.written, calls.get()), (10, 10));
+}
+
+#[test]
+fn drain_in_place_reads_batches_to_their_end() {
+    let bus = Bus::start("runs-drain-batches");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    sub.read_in_batches(Some(snapbus_bus::subscriber::BatchReads {
+        min_bytes: 16 << 10,
+        max_wait: Duration::from_secs(3600),
+    }));
+    // Under a batch: nothing is handed over, however often it is asked.
+    let small: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 64)).collect();
+    p.emit_many_raw(meta, &small).expect("written");
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        sub.drain_in_place(
+            Duration::ZERO,
+            usize::MAX,
+            |r| r.payload.word(0),
+            |ev| {
+                if let InPlaceEvent::Record { value, .. } = ev {
+                    seen.push(value.expect("a word"));
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .expect("drain");
+    }
+    assert!(seen.is_empty(), "read before a batch: {seen:?}");
+    // A batch (over 16 KiB with the frames' headers): all of it, in order, then the end.
+    let more: Vec<Vec<u8>> = (10..300).map(|i| payload(i, 64)).collect();
+    p.emit_many_raw(meta, &more).expect("written");
+    p.close();
+    let (rest, lost) = drain_to_end(&mut sub, usize::MAX);
+    assert_eq!(lost, 0);
+    assert_eq!(rest, (0..300).collect::<Vec<_>>());
 }

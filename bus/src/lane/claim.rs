@@ -22,7 +22,9 @@
 //! lock, no lap guard: its claims never overlap), the
 //! [`SharedLaneWriter`](super::SharedLaneWriter) under its claim lock, with the lap guard and
 //! in-flight slots. So the crash-point tests, which drive both, kill the sequence every
-//! `Publisher` runs.
+//! `Publisher` runs. A run of records ([`write_run`], `Publisher::emit_many_raw`'s) passes the
+//! same gate once for all its records, with crash points of its own (`after_intent` before its
+//! first record, `run_after_first_commit`, `run_after_busy` inside its second).
 
 use snapbus_schemas::EncodeError;
 
@@ -280,18 +282,21 @@ pub struct RunWritten {
 /// which another claim can interleave. A writer that dies mid-run leaves its committed
 /// records readable, a BUSY frame (a hole) and the rest of its claimed range unwritten
 /// (skipped like a claim that died before its header, `after_intent`).
+///
+/// `payloads` are the records' bytes, resolved before the gate was taken (at most
+/// [`RUN_RECORDS`]: the rest is ignored). Nothing after the gate is dropped can panic (the
+/// copies are of the lengths reserved), so every record admitted is committed and retired.
 #[inline(always)]
-pub(super) fn write_run<'w, M, G, P>(
+pub(super) fn write_run<'w, M, G>(
     lane: &'w Lane<M>,
     mut gate: G,
     meta: RecordMeta,
-    payloads: &[P],
+    payloads: &[&[u8]],
     mut fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
 ) -> RunWritten
 where
     M: LaneMem,
     G: ClaimGate<'w, M>,
-    P: AsRef<[u8]>,
 {
     let payloads = &payloads[..payloads.len().min(RUN_RECORDS)];
     let mut res = [Reservation::default(); RUN_RECORDS];
@@ -309,7 +314,7 @@ where
     let first_seq = gate.local().seq;
     let mut run_start = None;
     for p in payloads {
-        let r = match gate.local().reserve(&lane.geo, p.as_ref().len(), now) {
+        let r = match gate.local().reserve(&lane.geo, p.len(), now) {
             Ok(r) => r,
             Err(e) => {
                 lane.word(word!(dropped_oversize))
@@ -349,7 +354,7 @@ where
         if i == 0 {
             testpoint::hit("after_intent");
         }
-        let payload = payloads[i].as_ref();
+        let payload = payloads[i];
         lane.begin_frame(
             r.start,
             (FRAME_HEADER_LEN + payload.len()) as u64,
@@ -358,6 +363,9 @@ where
             r.seq,
             r.t_nanos,
         );
+        if i == 1 {
+            testpoint::hit("run_after_busy");
+        }
         fill(lane, r.start, payload);
         lane.finish_frame(r.start, r.end);
         if i == 0 && n > 1 {
@@ -365,7 +373,9 @@ where
         }
     }
     if inflight[0].is_none() {
-        // The single writer: counted at commit, as `Claim::commit` does (a load and a store).
+        // The single writer: counted once the run is committed (a load and a store; during a
+        // run the counter lags by the run's records, and a writer killed mid-run leaves them
+        // uncounted, as a single claim killed before its count).
         let w = lane.word(word!(frames_committed));
         w.store(w.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
     }

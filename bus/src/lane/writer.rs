@@ -8,8 +8,8 @@ use std::sync::Arc;
 use snapbus_schemas::Wire;
 
 use super::claim::{
-    Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, Reservation,
-    RunWritten, SharedLocal, WriteError, claim_frame, write_run,
+    Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, RUN_RECORDS,
+    Reservation, RunWritten, SharedLocal, WriteError, claim_frame, write_run,
 };
 use super::layout::{FRAME_HEADER_LEN, word};
 use super::{Lane, RecordMeta};
@@ -67,10 +67,12 @@ impl<M: LaneMem> LaneWriter<M> {
     }
 
     /// Writes a run of records with the same metadata, `payloads` from the first, in one
-    /// claim ([`RunWritten`] says how many: at most [`RUN_RECORDS`](super::RUN_RECORDS); see
+    /// claim ([`RunWritten`] says how many: at most [`RUN_RECORDS`]; see
     /// [`SharedLaneWriter::write_run`]), then rings the doorbells once.
     pub fn write_run<P: AsRef<[u8]>>(&mut self, meta: RecordMeta, payloads: &[P]) -> RunWritten {
-        let run = write_run(&self.lane, &mut self.local, meta, payloads, copy_payload);
+        let mut bufs = [&[][..]; RUN_RECORDS];
+        let n = resolve(payloads, &mut bufs);
+        let run = write_run(&self.lane, &mut self.local, meta, &bufs[..n], copy_payload);
         if run.written > 0 {
             self.ring();
         }
@@ -170,7 +172,7 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     /// Writes a run of records with the same metadata, `payloads` from the first, with one
     /// pass through the claim lock, one clock read (the records share a timestamp) and one
     /// tail intent: the way to write many small records at once. A run takes at most
-    /// [`RUN_RECORDS`](super::RUN_RECORDS) records and spans at most the lane's largest frame; it stops before a
+    /// [`RUN_RECORDS`] records and spans at most the lane's largest frame; it stops before a
     /// record that is refused ([`RunWritten::refused`], counted as for a single claim).
     /// Readers see records claimed back to back. Doorbells are not rung (see
     /// [`LaneWriter::ring`]).
@@ -187,11 +189,14 @@ impl<M: LaneMem> SharedLaneWriter<M> {
         payloads: &[P],
         fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
     ) -> RunWritten {
+        // The caller's `as_ref` runs here, once per record, before the lock.
+        let mut bufs = [&[][..]; RUN_RECORDS];
+        let n = resolve(payloads, &mut bufs);
         let gate = Held {
             st: self.state.lock(),
             writer: self,
         };
-        write_run(&self.lane, gate, meta, payloads, fill)
+        write_run(&self.lane, gate, meta, &bufs[..n], fill)
     }
 
     /// Closes the lane (see [`LaneWriter::close`]).
@@ -285,4 +290,14 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
 fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
     let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
     lane.mem.copy_in(off, payload);
+}
+
+/// The bytes of a run's records, `as_ref` called once each (user code: a second call could
+/// answer differently), before any claim; how many (at most [`RUN_RECORDS`]).
+fn resolve<'p, P: AsRef<[u8]>>(payloads: &'p [P], bufs: &mut [&'p [u8]; RUN_RECORDS]) -> usize {
+    let n = payloads.len().min(RUN_RECORDS);
+    for (b, p) in bufs.iter_mut().zip(&payloads[..n]) {
+        *b = p.as_ref();
+    }
+    n
 }

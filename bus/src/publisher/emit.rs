@@ -163,14 +163,18 @@ impl Publisher {
     /// records (a step's samples, a buffer of events from a device). The records are claimed
     /// in runs of up to [`RUN_RECORDS`](crate::lane::RUN_RECORDS), each with one pass through
     /// the claim lock, one clock read (a run's records share a timestamp) and one tail intent;
-    /// the doorbells are rung once at the end. A record the lane refuses (too large, a lap of
-    /// an in-flight record, a closed lane) is counted as a single emit's would be, and the
-    /// ones after it are still tried; the error then says how many were written.
+    /// the doorbells are rung after each run. A record the lane refuses (too large, a lap of an
+    /// in-flight record) is counted as a single emit's would be, and the ones after it are still
+    /// tried; on a closed lane, it and every one after it are counted `closed`. The error then
+    /// says how many were written. Each payload's `as_ref` is called once.
     pub fn emit_many_raw<P: AsRef<[u8]>>(
         &self,
         meta: EmitMeta,
         payloads: &[P],
     ) -> Result<(), EmitManyError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
         if !self.is_own() {
             return match self.forked() {
                 Some(p) => p.emit_many_raw(meta, payloads),
@@ -178,7 +182,7 @@ impl Publisher {
                     let first = self.count_no_lane();
                     self.inner
                         .no_lane_drops
-                        .fetch_add(payloads.len().saturating_sub(1) as u64, Ordering::Relaxed);
+                        .fetch_add(payloads.len() as u64 - 1, Ordering::Relaxed);
                     Err(EmitManyError {
                         written: 0,
                         total: payloads.len(),
@@ -196,9 +200,9 @@ impl Publisher {
                 meta.record(),
                 rest,
                 |lane, start, payload: &[u8]| {
-                    // SAFETY: `write_run` calls this once per frame it claimed at `start`, for
-                    // its `payload.len()`-byte payload, before committing it, and makes no other
-                    // slice of it.
+                    // SAFETY: `write_run` calls this once per frame it claimed at `start`, with
+                    // the very slice whose length it reserved (each `as_ref` is called once,
+                    // before the claim), before committing it, and makes no other slice of it.
                     let dst = unsafe { lane.claimed_payload_mut(start, payload.len()) };
                     if streams && payload.len() >= crate::stream::STREAM_MIN_BYTES {
                         crate::stream::copy(dst, payload);
@@ -208,6 +212,10 @@ impl Publisher {
                 },
             );
             written += run.written;
+            if run.written > 0 {
+                // Per run: a sleeping consumer wakes before a long call could lap it.
+                self.ring();
+            }
             let mut taken = run.written;
             if let Some(e) = run.refused {
                 if e == ClaimError::Closed {
@@ -226,9 +234,6 @@ impl Publisher {
             // every pass takes at least one.
             debug_assert!(taken > 0);
             rest = &rest[taken..];
-        }
-        if written > 0 {
-            self.ring();
         }
         match first {
             None => Ok(()),
