@@ -47,7 +47,9 @@ use std::time::{Duration, Instant};
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::process::Signal;
 use snapbus_bus::doorbell::{Doorbell, DoorbellPage, SLEEPING};
-use snapbus_bus::lane::{Frame, LaneConfig, LaneReader, LaneState, Poll, ShmLane, StartAt};
+use snapbus_bus::lane::{
+    Frame, LaneConfig, LaneReader, LaneState, Poll, ReaderStats, ShmLane, StartAt,
+};
 use snapbus_bus::mem::ShmMem;
 
 use harness::{Deadline, Proc, Watchdog, bell_word, open_lane, proc_fd_path, spawn};
@@ -416,6 +418,37 @@ fn read_until_killed(
     );
 }
 
+/// What a reader read past a dead writer: nothing corrupt or out of order, every one of the
+/// `committed` records delivered or counted lost (delivered, if everything `fits` the ring),
+/// the newest of them last, and the writer's unfinished claims as `holes`, no garbage.
+fn assert_read_past_death(
+    chk: &Checker,
+    s: &ReaderStats,
+    committed: u64,
+    holes: u64,
+    fits: bool,
+    ctx: &str,
+) {
+    assert_eq!(
+        (chk.corrupt, chk.order_err, chk.acct_err),
+        (0, 0, 0),
+        "{ctx}"
+    );
+    assert_eq!(
+        chk.last,
+        Some(committed - 1),
+        "last committed record: {ctx}"
+    );
+    assert_eq!(s.delivered + s.lost, committed, "exact loss: {ctx}");
+    assert_eq!(s.lost, chk.lagged, "{ctx}");
+    assert_eq!(s.holes, holes, "the writer's unfinished claims: {ctx}");
+    assert_eq!(s.garbage, 0, "{ctx}");
+    if fits {
+        assert_eq!((s.lost, s.lapped), (0, 0), "{ctx}");
+        assert_eq!(s.delivered, committed, "every committed record: {ctx}");
+    }
+}
+
 /// Once the test saw the writer's death (waitpid): tells the reader, which may now skip what
 /// the writer left claimed, and reads to the end.
 fn read_past_dead_writer(r: &mut LaneReader<ShmMem>, chk: &mut Checker, dl: Deadline) {
@@ -488,25 +521,8 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadl
         "{point}:{k} (cap {cap}, shared writer: {shared}, real test point: {real}): {s:?} {ls:?} \
          {chk:?}"
     );
-    assert_eq!(
-        (chk.corrupt, chk.order_err, chk.acct_err),
-        (0, 0, 0),
-        "{ctx}"
-    );
-    assert_eq!(
-        chk.last,
-        Some(committed - 1),
-        "last committed record: {ctx}"
-    );
-    assert_eq!(s.delivered + s.lost, committed, "exact loss: {ctx}");
-    assert_eq!(s.lost, chk.lagged, "{ctx}");
     let hole = u64::from(point != "after_commit");
-    assert_eq!(s.holes, hole, "the uncommitted claim is one hole: {ctx}");
-    assert_eq!(s.garbage, 0, "{ctx}");
-    if fits {
-        assert_eq!((s.lost, s.lapped), (0, 0), "{ctx}");
-        assert_eq!(s.delivered, committed, "every committed record: {ctx}");
-    }
+    assert_read_past_death(&chk, &s, committed, hole, fits, &ctx);
     // `frames_committed` is bumped after the commit word: the real `after_commit` point is
     // between the two. The shared writer counts a claim when it makes it (claims in flight
     // count), so the claim the kill interrupted is counted whatever the point.
@@ -629,24 +645,8 @@ fn run_crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: D
     let ls = lane.lane.stats();
     let ctx =
         format!("{point} in run {k} (cap {cap}, shared writer: {shared}): {s:?} {ls:?} {chk:?}");
-    assert_eq!(
-        (chk.corrupt, chk.order_err, chk.acct_err),
-        (0, 0, 0),
-        "{ctx}"
-    );
-    assert_eq!(
-        chk.last,
-        Some(committed - 1),
-        "last committed record: {ctx}"
-    );
-    assert_eq!(s.delivered + s.lost, committed, "exact loss: {ctx}");
-    assert_eq!(s.lost, chk.lagged, "{ctx}");
     let holes = if point == "run_after_busy" { 2 } else { 1 };
-    assert_eq!(s.holes, holes, "the rest of the run: {ctx}");
-    assert_eq!(s.garbage, 0, "{ctx}");
-    if fits {
-        assert_eq!((s.lost, s.lapped), (0, 0), "{ctx}");
-    }
+    assert_read_past_death(&chk, &s, committed, holes, fits, &ctx);
     // The shared writer counts a run's claims when it makes them, the single writer after
     // its last commit.
     let counted = if shared { k * RUN } else { (k - 1) * RUN };

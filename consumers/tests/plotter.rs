@@ -13,7 +13,7 @@ use snapbus_bus::Level;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
-use snapbus_consumers::{RunOptions, run};
+use snapbus_consumers::{RunOptions, RunSummary, run};
 
 use crate::runtime::Bus;
 
@@ -77,6 +77,23 @@ impl Api {
     }
 }
 
+/// A plotter (4,000 points a series) serving on a free port, run over everything the bus's
+/// producers wrote, to their lanes' end.
+fn plot_to_the_end(bus: &Bus) -> (Server, Api, RunSummary) {
+    let mut plotter = Plotter::new(PlotterOptions {
+        history_points: 4000,
+        max_frame_hz: 1000.0,
+    });
+    let server = serve(plotter.store(), 0).expect("serve");
+    let api = Api::of(&server);
+    let mut opts = RunOptions::new("plotter");
+    opts.start = StartAt::Oldest;
+    opts.until_end = true;
+    opts.handle_signals = false;
+    let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
+    (server, api, summary)
+}
+
 /// The reference: every point's column computed on its own.
 fn reference(xs: &[(f64, f64)], from: f64, to: f64, width: usize) -> Vec<(usize, f64, f64)> {
     let mut cols: std::collections::BTreeMap<usize, (f64, f64)> = Default::default();
@@ -101,23 +118,13 @@ fn the_api_serves_series_envelopes_frames_and_a_stream() {
         p.emit(Level::INFO, 0, &step(i)).expect("emit");
     }
     p.close();
-    let mut plotter = Plotter::new(PlotterOptions {
-        history_points: 4000,
-        max_frame_hz: 1000.0,
-    });
-    let server = serve(plotter.store(), 0).expect("serve");
-    let api = Api::of(&server);
+    let (server, api, summary) = plot_to_the_end(&bus);
     assert!(server.url().starts_with("http://127.0.0.1:"));
     assert!(
         server
             .url()
             .contains(&format!("/?token={}", server.token()))
     );
-    let mut opts = RunOptions::new("plotter");
-    opts.start = StartAt::Oldest;
-    opts.until_end = true;
-    opts.handle_signals = false;
-    let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
     assert_eq!(summary.delivered, n);
 
     // The page and its files.
@@ -370,17 +377,7 @@ fn series_of_records_read_in_place_hold_every_value() {
         p.emit(Level::INFO, 0, &big(i)).expect("emit");
     }
     p.close();
-    let mut plotter = Plotter::new(PlotterOptions {
-        history_points: 4000,
-        max_frame_hz: 1000.0,
-    });
-    let server = serve(plotter.store(), 0).expect("serve");
-    let api = Api::of(&server);
-    let mut opts = RunOptions::new("plotter");
-    opts.start = StartAt::Oldest;
-    opts.until_end = true;
-    opts.handle_signals = false;
-    let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
+    let (_server, api, summary) = plot_to_the_end(&bus);
     assert_eq!((summary.delivered, summary.lost), (n, 0));
     // All but the first (copied: it sets up the schema's series).
     assert_eq!(summary.read_in_place, n - 1);

@@ -778,21 +778,10 @@ impl Subscriber {
                 }
                 return Some(Found::Ended(k));
             }
-            let SubLane {
-                reader,
-                matches,
-                catalog,
-                info,
-                producer_id,
-                ..
-            } = &mut *lane;
-            let res = reader.read_in_place(|m, view| {
-                visit(globs, matches, catalog, info, *producer_id, m, view, read)
-            });
-            match res {
+            match read_record(lane, globs, read) {
                 Ok((meta, Some(value))) => return Some(Found::Record(k, meta, value)),
                 Ok((meta, None)) => {
-                    if matches.get(meta.schema_key).is_none() {
+                    if lane.matches.get(meta.schema_key).is_none() {
                         self.stats.unknown_keys += 1;
                     }
                 }
@@ -876,38 +865,19 @@ impl Subscriber {
                 *since_pump = PUMP_EVERY_RECORDS - 1;
                 break;
             }
-            let SubLane {
-                reader,
-                matches,
-                catalog,
-                info,
-                producer_id,
-                ..
-            } = &mut *lane;
-            let res = reader.read_in_place(|m, view| {
-                visit(
-                    globs,
-                    matches,
-                    catalog,
-                    info,
-                    *producer_id,
-                    m,
-                    view,
-                    &mut read,
-                )
-            });
-            match res {
+            match read_record(lane, globs, &mut read) {
                 Ok((meta, Some(value))) => {
                     stats.delivered += 1;
                     n += 1;
                     let flow = on(InPlaceEvent::Record {
-                        producer_id: *producer_id,
-                        producer: info,
-                        schema: matches
+                        producer_id: lane.producer_id,
+                        producer: &lane.info,
+                        schema: lane
+                            .matches
                             .get(meta.schema_key)
                             .and_then(|m| m.as_ref())
                             .expect("a found record's key matches"),
-                        emitter: catalog.emitter(meta.emitter).map(|n| &**n),
+                        emitter: lane.catalog.emitter(meta.emitter).map(|n| &**n),
                         meta,
                         value,
                     });
@@ -916,7 +886,7 @@ impl Subscriber {
                     }
                 }
                 Ok((meta, None)) => {
-                    if matches.get(meta.schema_key).is_none() {
+                    if lane.matches.get(meta.schema_key).is_none() {
                         stats.unknown_keys += 1;
                     }
                 }
@@ -1063,6 +1033,26 @@ fn lane_event<R>(l: &SubLane, f: Found<R>) -> Event<'_> {
         Found::Ended(_) => Event::Ended(&l.info),
         Found::Record(..) => unreachable!("records are mapped by the caller"),
     }
+}
+
+/// Reads a lane's next record in place ([`visit`] makes what `read` says of it): the reader's
+/// outcome, for [`Subscriber::poll_lane`] and [`Subscriber::drain_in_place`].
+#[inline(always)]
+fn read_record<R>(
+    lane: &mut SubLane,
+    globs: &[Glob],
+    read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+) -> Result<(FrameMeta, Option<R>), NoFrame> {
+    let SubLane {
+        reader,
+        matches,
+        catalog,
+        info,
+        producer_id,
+        ..
+    } = lane;
+    reader
+        .read_in_place(|m, view| visit(globs, matches, catalog, info, *producer_id, m, view, read))
 }
 
 /// Looks at a record where it lies for [`Subscriber::poll_lane`] and
