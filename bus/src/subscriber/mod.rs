@@ -623,21 +623,7 @@ impl Subscriber {
     #[inline]
     fn in_place_event<R>(&self, next: Next<R>) -> InPlaceEvent<'_, R> {
         match next {
-            Next::Found(Found::Record(k, meta, value)) => {
-                let l = &self.lanes[k];
-                InPlaceEvent::Record {
-                    producer_id: l.producer_id,
-                    producer: &l.info,
-                    schema: l
-                        .matches
-                        .get(meta.schema_key)
-                        .and_then(|m| m.as_ref())
-                        .expect("a found record's key matches"),
-                    emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
-                    meta,
-                    value,
-                }
-            }
+            Next::Found(Found::Record(k, meta, value)) => record_event(&self.lanes[k], meta, value),
             other => InPlaceEvent::Other(self.other_event(other)),
         }
     }
@@ -869,18 +855,7 @@ impl Subscriber {
                 Ok((meta, Some(value))) => {
                     stats.delivered += 1;
                     n += 1;
-                    let flow = on(InPlaceEvent::Record {
-                        producer_id: lane.producer_id,
-                        producer: &lane.info,
-                        schema: lane
-                            .matches
-                            .get(meta.schema_key)
-                            .and_then(|m| m.as_ref())
-                            .expect("a found record's key matches"),
-                        emitter: lane.catalog.emitter(meta.emitter).map(|n| &**n),
-                        meta,
-                        value,
-                    });
+                    let flow = on(record_event(lane, meta, value));
                     if flow.is_break() {
                         break;
                     }
@@ -1019,6 +994,23 @@ impl Drop for Subscriber {
 fn found_lane<R>(f: &Found<R>) -> usize {
     match f {
         Found::Record(k, ..) | Found::Lagged(k, _) | Found::Ended(k) => *k,
+    }
+}
+
+/// The in-place event of a record found in lane `l`.
+#[inline(always)]
+fn record_event<R>(l: &SubLane, meta: FrameMeta, value: R) -> InPlaceEvent<'_, R> {
+    InPlaceEvent::Record {
+        producer_id: l.producer_id,
+        producer: &l.info,
+        schema: l
+            .matches
+            .get(meta.schema_key)
+            .and_then(|m| m.as_ref())
+            .expect("a found record's key matches"),
+        emitter: l.catalog.emitter(meta.emitter).map(|n| &**n),
+        meta,
+        value,
     }
 }
 
