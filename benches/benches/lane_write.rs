@@ -5,6 +5,8 @@
 //!   `claim` + `payload_mut` + `commit` path, on the default 64 MiB lane and on a 256 KiB lane
 //!   (ring resident in L2), plus `write_bytes` with a doorbell subscribed (the producer's
 //!   `fence(SeqCst)` + load per record; nobody asleep, so never a syscall);
+//! - `lane_write/64B/run`: `LaneWriter::write_run` of 64 records of 64 bytes in one claim
+//!   (what `Publisher::emit_many_raw` does), throughput per record;
 //! - `lane_write/parts`: the pieces of a claim measured alone: `claim` + `commit` without
 //!   touching the payload, the CLOCK_REALTIME read each claim makes (`now_realtime_nanos`), and
 //!   a relaxed `fetch_add` vs a plain load + store on a private word (the `frames_committed`
@@ -13,7 +15,8 @@
 //!   `poll()` (copy) and `read_in_place` (header + last byte), so the reader's cost is the
 //!   difference with `write_bytes`.
 //!
-//! Every bench id processes one record per iteration (throughput in elements: records/s).
+//! Every bench id but the run processes one record per iteration (throughput in elements:
+//! records/s).
 //! No reader runs in another process here; see `lane_crossprocess` for that.
 //!
 //! Run: `cargo bench -p snapbus-benches --bench lane_write`. Results: `BENCHMARKS.md`.
@@ -28,7 +31,9 @@ use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use snapbus_bus::doorbell::DoorbellPage;
-use snapbus_bus::lane::{LaneConfig, Poll, RecordMeta, ShmLane, StartAt, now_realtime_nanos};
+use snapbus_bus::lane::{
+    LaneConfig, Poll, RUN_RECORDS, RecordMeta, ShmLane, StartAt, now_realtime_nanos,
+};
 
 const PAYLOAD: usize = 64;
 const META: RecordMeta = RecordMeta {
@@ -81,6 +86,20 @@ fn write(c: &mut Criterion) {
         })
     });
 
+    g.finish();
+
+    // A run of 64 records in one claim (`write_run`, what `emit_many_raw` does): per record.
+    let mut g = c.benchmark_group("lane_write/64B/run");
+    configure(&mut g);
+    g.throughput(Throughput::Elements(RUN_RECORDS as u64));
+    let run = [payload; RUN_RECORDS];
+    g.bench_function("write_run", |b| {
+        b.iter(|| w.write_run(META, black_box(&run)).written)
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("lane_write/64B");
+    configure(&mut g);
     let small = small_lane();
     let mut small_w = small.lane.writer().unwrap();
     g.bench_function("write_bytes/ring256KiB", |b| {

@@ -68,6 +68,18 @@ pub trait LaneMem: Send + Sync {
         }
         true
     }
+
+    /// [`copy_in`](Self::copy_in) for the payload of a frame this process's writer claimed:
+    /// the same bytes (and zeroed padding up to the next word), with plain stores where the
+    /// memory allows ([`ShmMem`]: one `memcpy`, where `copy_in` makes a store per word).
+    ///
+    /// # Safety
+    /// `[byte_off, byte_off + src.len())`, rounded up to whole words, lies in the payload of a
+    /// frame this lane's writer claimed and has not committed or aborted, and nothing else in
+    /// this process reads or writes those bytes meanwhile (the claim owns them).
+    unsafe fn copy_into_claim(&self, byte_off: usize, src: &[u8]) -> bool {
+        self.copy_in(byte_off, src)
+    }
 }
 
 /// Lane memory on the heap, as loom atomics under `--cfg loom`. For models and tests.
@@ -175,6 +187,35 @@ mod shm {
                 return false;
             }
             atomic_copy_out(self.base(), byte_off, dst);
+            true
+        }
+
+        unsafe fn copy_into_claim(&self, byte_off: usize, src: &[u8]) -> bool {
+            let padded = src.len().next_multiple_of(8);
+            let Some(end) = byte_off.checked_add(padded) else {
+                return false;
+            };
+            if byte_off % 8 != 0 || end > self.map.len() || !self.writable {
+                return false;
+            }
+            // Whole words with one copy, then the last part-word, zero-padded, with one store.
+            let whole = src.len() / 8 * 8;
+            // SAFETY: `[byte_off, end)` is in bounds (checked above) of a mapping that is
+            // writable (checked) and stays mapped while `self` lives; the caller guarantees
+            // these bytes are an uncommitted claim of this process's writer that nothing else
+            // in this process touches meanwhile (other processes only ever read lane memory
+            // with atomic loads and validate what they read afterwards), and `src`, a shared
+            // borrow, cannot overlap memory reached only through this raw mapping; `byte_off`
+            // is 8-aligned in a page-aligned mapping, so the last word's store is aligned.
+            unsafe {
+                let dst = self.base().add(byte_off);
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, whole);
+                if whole < src.len() {
+                    let mut last = [0u8; 8];
+                    last[..src.len() - whole].copy_from_slice(&src[whole..]);
+                    dst.add(whole).cast::<[u8; 8]>().write(last);
+                }
+            }
             true
         }
     }

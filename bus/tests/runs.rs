@@ -473,3 +473,123 @@ fn drain_in_place_reads_batches_to_their_end() {
     assert_eq!(lost, 0);
     assert_eq!(rest, (0..300).collect::<Vec<_>>());
 }
+
+/// Payload bytes that are never zero, so stale bytes of an earlier lap show in a frame's
+/// padding if it is not cleared.
+fn nonzero_payload(i: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|k| (i * 31 + k) as u8 | 1).collect()
+}
+
+#[test]
+fn writes_into_shared_memory_arrive_whole_with_their_padding_zeroed() {
+    use snapbus_bus::lane::ShmLane;
+    let config = LaneConfig {
+        capacity: 64 << 10,
+        max_frame: 8 << 10,
+        block_size: 4 << 10,
+    };
+    let shm = ShmLane::create("runs-padding", &config).expect("lane");
+    let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
+    let writer = shm.lane.shared_writer().expect("writer");
+    let mut r = reading.lane.reader(StartAt::Oldest);
+    // Lengths that are not multiples of 8 and change from record to record, so that over many
+    // laps a frame's padding lies where an earlier lap wrote payload bytes.
+    let len_of = |seq: u64| 1 + (seq * 13 % 61) as usize;
+    let (mut next, mut seen) = (0u64, 0u64);
+    for round in 0..400u64 {
+        if round % 2 == 0 {
+            // A run (`write_run`)...
+            let batch: Vec<Vec<u8>> = (next..next + 40)
+                .map(|s| nonzero_payload(s, len_of(s)))
+                .collect();
+            let mut rest = &batch[..];
+            while !rest.is_empty() {
+                let run = writer.write_run(META, rest);
+                assert_eq!(run.refused, None);
+                next += run.written as u64;
+                rest = &rest[run.written..];
+            }
+        } else {
+            // ...and single claims filled with `Claim::write_payload`.
+            for _ in 0..40 {
+                let p = nonzero_payload(next, len_of(next));
+                let mut claim = writer.claim(p.len(), META).expect("claim");
+                claim.write_payload(&p);
+                claim.commit();
+                next += 1;
+            }
+        }
+        loop {
+            let got = r.read_in_place(|meta, v| {
+                let words: Vec<u64> = (0..v.len().div_ceil(8))
+                    .map(|i| v.word(i).expect("word"))
+                    .collect();
+                (meta.seq, v.len(), words)
+            });
+            let (_, (seq, len, words)) = match got {
+                Ok(x) => x,
+                Err(snapbus_bus::lane::NoFrame::Empty) => break,
+                Err(e) => panic!("round {round}: {e:?}"),
+            };
+            assert_eq!(seq, seen, "round {round}: in order, nothing lost");
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert_eq!(len, len_of(seq));
+            assert_eq!(&bytes[..len], &nonzero_payload(seq, len)[..], "seq {seq}");
+            assert!(
+                bytes[len..].iter().all(|&b| b == 0),
+                "seq {seq}: the padding after {len} bytes is zeroed, got {:?}",
+                &bytes[len..]
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, next);
+    assert!(
+        shm.lane.stats().claim_tail > 8 * (64 << 10),
+        "the test laps the ring many times"
+    );
+}
+
+#[test]
+#[allow(unsafe_code)] // `copy_into_claim` is an unsafe method: the claim's owner calls it.
+fn a_copy_into_a_claim_refuses_what_it_cannot_write() {
+    use snapbus_bus::lane::ShmLane;
+    use snapbus_bus::mem::LaneMem;
+    let config = LaneConfig {
+        capacity: 64 << 10,
+        max_frame: 8 << 10,
+        block_size: 4 << 10,
+    };
+    let shm = ShmLane::create("runs-refusals", &config).expect("lane");
+    let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
+    let mem = shm.lane.mem();
+    let end = mem.len_words() * 8;
+    let word = |i: usize| {
+        mem.get(i)
+            .expect("word")
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // SAFETY: nothing in this test reads or writes these bytes meanwhile, and each call is
+    // refused before it writes (checked below); the lane has no writer.
+    unsafe {
+        // Not word-aligned.
+        assert!(!mem.copy_into_claim(end - 64 + 4, &[7; 8]));
+        // Past the end of the mapping, counting the padding to a whole word.
+        assert!(!mem.copy_into_claim(end - 8, &[7; 9]));
+        assert!(!mem.copy_into_claim(usize::MAX - 7, &[7; 9]));
+        // A read-only mapping.
+        assert!(!reading.lane.mem().copy_into_claim(end - 64, &[7; 8]));
+    }
+    assert!(
+        (end / 8 - 8..end / 8).all(|i| word(i) == 0),
+        "nothing was written"
+    );
+    // And in bounds it writes the bytes and zeroes the rest of the last word.
+    let wrote = {
+        // SAFETY: as above; these bytes are past the lane's tail, which nobody reads.
+        unsafe { mem.copy_into_claim(end - 16, &[7; 9]) }
+    };
+    assert!(wrote);
+    assert_eq!(word(end / 8 - 2), u64::from_le_bytes([7; 8]));
+    assert_eq!(word(end / 8 - 1), 7);
+}

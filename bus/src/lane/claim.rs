@@ -535,12 +535,15 @@ impl<M: LaneMem> Claim<'_, M> {
         self.payload_len == 0
     }
 
-    /// Writes `bytes` at the start of the payload with atomic word stores (works on every
-    /// memory backend; [`Claim::payload_mut`] is the zero-copy way on shared memory).
+    /// Writes `bytes` at the start of the payload (one `memcpy` on shared memory, atomic word
+    /// stores on the heap; [`Claim::payload_mut`] is the zero-copy way on shared memory).
     pub fn write_payload(&mut self, bytes: &[u8]) {
         let n = bytes.len().min(self.payload_len);
         let off = self.lane.geo.byte_off(self.start) + FRAME_HEADER_LEN;
-        self.lane.mem.copy_in(off, &bytes[..n]);
+        // SAFETY: the first `n` payload bytes (padded to a word, still inside the frame, whose
+        // length is a multiple of 8) belong to this uncommitted claim, and `&mut self` keeps
+        // any other access to them in this process from happening meanwhile.
+        unsafe { self.lane.mem.copy_into_claim(off, &bytes[..n]) };
     }
 
     /// Commits the frame: readers may deliver it from now on.

@@ -289,7 +289,10 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
 /// into shared memory directly).
 fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
     let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
-    lane.mem.copy_in(off, payload);
+    // SAFETY: `write_run` calls this once per frame it claimed at `start`, with the payload
+    // whose length it reserved, before committing the frame; the run owns the frame until
+    // then and nothing else in this process touches it.
+    unsafe { lane.mem.copy_into_claim(off, payload) };
 }
 
 /// The bytes of a run's records, `as_ref` called once each (user code: a second call could

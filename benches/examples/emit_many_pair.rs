@@ -1,0 +1,170 @@
+//! The smallest `emit_many` pair across processes, without the `compare` harness: a producer
+//! (this process, CPU 0, with an in-process broker) calls `Publisher::emit_many_raw` with
+//! 1,024 records of 72 bytes (what `compare --size 64` sends: an 8-byte length, then the
+//! message) for 2 s; a consumer process (this binary again, CPU 1) reads them in batches
+//! with `Subscriber::drain_in_place` (`BatchReads::default()`), checking each record's
+//! sequence words where they lie. It prints the producer's ns per record and what the
+//! consumer read, so the bus alone can be told apart from the harness around it:
+//!
+//! ```sh
+//! cargo run --release -p snapbus-benches --example emit_many_pair
+//! ```
+//!
+//! A probe for investigations (see BENCHMARKS.md, issue #21), not a comparison: the peers'
+//! figures come from `compare`, side by side in one run.
+
+#![allow(missing_docs)]
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use snapbus_bus::Level;
+use snapbus_bus::lane::{LaneConfig, StartAt};
+use snapbus_bus::publisher::EmitMeta;
+use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, SubscribeOptions, Subscriber};
+
+const PAYLOAD_BYTES: usize = 72;
+const SEND_SECS: f64 = 2.0;
+
+fn pin(cpu: usize) -> Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).context("pin")
+}
+
+fn bus_dir(root: &std::path::Path) -> Result<BusDir> {
+    Ok(BusDir::locate_in(
+        root,
+        &BusName::new("pair").map_err(|e| anyhow!("{e}"))?,
+    ))
+}
+
+/// The consumer process: reads until the producer's lane ends; prints what it read.
+fn consumer(root: PathBuf, key: u16) -> Result<()> {
+    pin(1)?;
+    let mut sub = Subscriber::connect(
+        &bus_dir(&root)?,
+        SubscribeOptions {
+            kind: "pair".into(),
+            globs: Vec::new(),
+            start: StartAt::Oldest,
+            cut: false,
+            skip_lanes: Vec::new(),
+            count_history_as_lost: false,
+        },
+    )?;
+    sub.read_in_batches(Some(BatchReads::default()));
+    let (mut read, mut bad, mut next, mut ended) = (0u64, 0u64, 0u64, false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // `PAIR_SLEEP=1`: wait as `compare`'s throughput runs do (up to 100 ms, sleeping).
+    let timeout = match std::env::var_os("PAIR_SLEEP") {
+        Some(_) => Duration::from_millis(100),
+        None => Duration::ZERO,
+    };
+    while !ended && Instant::now() < deadline {
+        let words = |r: &snapbus_bus::subscriber::InPlaceRecord<'_>| {
+            (
+                r.payload.word(1).unwrap_or(0),
+                r.payload.word(8).unwrap_or(1),
+            )
+        };
+        sub.drain_in_place(timeout, usize::MAX, words, |ev| {
+            match ev {
+                // The lane's own catalog records are not the pair's.
+                InPlaceEvent::Record {
+                    value: (seq, trailer),
+                    meta,
+                    ..
+                } if meta.schema_key == key => {
+                    read += 1;
+                    if seq != trailer || seq < next {
+                        bad += 1;
+                    } else {
+                        next = seq + 1;
+                    }
+                }
+                InPlaceEvent::Other(snapbus_bus::subscriber::Event::Ended(_)) => ended = true,
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        })?;
+    }
+    let lost = sub.stats().lost;
+    println!("consumer: read {read}, lost {lost}, bad {bad}");
+    if bad > 0 {
+        bail!("{bad} records were not what was sent");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("_consumer") {
+        let root = PathBuf::from(args.next().context("root")?);
+        return consumer(root, args.next().context("key")?.parse()?);
+    }
+    let external = std::env::var_os("PAIR_ROOT").map(PathBuf::from);
+    let root = external.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("emit-many-pair-{}", std::process::id()))
+    });
+    let dir = bus_dir(&root)?;
+    let broker = match external {
+        Some(_) => None,
+        None => Some(snapbus_bus::broker::InProcess::start(
+            dir.clone(),
+            Duration::from_secs(10),
+        )?),
+    };
+    let config = LaneConfig {
+        capacity: 64 << 20,
+        max_frame: 4 << 20,
+        block_size: 64 << 10,
+    };
+    let publisher =
+        snapbus_benches::connected_publisher(dir, "pair", config).map_err(|e| anyhow!(e))?;
+    let key = publisher
+        .register_schema(<snapbus_benches::Event as snapbus_schemas::Snapshot>::descriptor())?;
+    let meta = EmitMeta {
+        schema_key: key,
+        schema_version: 1,
+        level: Level::INFO,
+        emitter: 0,
+    };
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .arg("_consumer")
+        .arg(&root)
+        .arg(key.to_string())
+        .spawn()?;
+    pin(0)?;
+    // The consumer subscribes; its first records are then the lane's first.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut payloads = vec![vec![0u8; PAYLOAD_BYTES]; 1024];
+    let (mut sent, t0) = (0u64, Instant::now());
+    while t0.elapsed().as_secs_f64() < SEND_SECS {
+        for p in &mut payloads {
+            p[8..16].copy_from_slice(&sent.to_le_bytes());
+            p[64..72].copy_from_slice(&sent.to_le_bytes());
+            sent += 1;
+        }
+        publisher.emit_many_raw(meta, &payloads)?;
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / sent as f64;
+    publisher.close();
+    let status = child.wait()?;
+    println!(
+        "producer: sent {sent}, {ns:.1} ns per record ({:.1} M/s)",
+        1e3 / ns
+    );
+    drop(publisher);
+    if broker.is_some() {
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    if !status.success() {
+        bail!("the consumer failed: {status}");
+    }
+    Ok(())
+}
