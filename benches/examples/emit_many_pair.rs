@@ -11,7 +11,12 @@
 //! ```
 //!
 //! A probe for investigations (see BENCHMARKS.md, issue #21), not a comparison: the peers'
-//! figures come from `compare`, side by side in one run.
+//! figures come from `compare`, side by side in one run. `PAIR_SLEEP=1`: the consumer waits
+//! up to 100 ms per call, sleeping, as `compare`'s throughput runs do (default: it spins).
+//! `emit_many_pair _consumer ROOT KEY` alone, with `PAIR_BUS=NAME`, reads another producer's
+//! records of schema key `KEY` on bus `NAME` under `ROOT`; `PAIR_ROOT=DIR` makes the producer
+//! use a running bus there (`snapbus up` with `SNAPBUS_RUNTIME_DIR=DIR`, `SNAPBUS_BUS=pair`)
+//! instead of a broker of its own.
 
 #![allow(missing_docs)]
 
@@ -38,7 +43,8 @@ fn pin(cpu: usize) -> Result<()> {
 fn bus_dir(root: &std::path::Path) -> Result<BusDir> {
     Ok(BusDir::locate_in(
         root,
-        &BusName::new("pair").map_err(|e| anyhow!("{e}"))?,
+        &BusName::new(&std::env::var("PAIR_BUS").unwrap_or_else(|_| "pair".into()))
+            .map_err(|e| anyhow!("{e}"))?,
     ))
 }
 

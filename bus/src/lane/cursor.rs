@@ -81,16 +81,19 @@ pub struct PayloadView<'a, M: LaneMem> {
 
 impl<M: LaneMem> PayloadView<'_, M> {
     /// Payload length.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the payload is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Byte `i` (atomic load), `None` past the end.
+    #[inline]
     pub fn byte(&self, i: usize) -> Option<u8> {
         if i >= self.len {
             return None;
@@ -107,6 +110,7 @@ impl<M: LaneMem> PayloadView<'_, M> {
 
     /// Word `i` of the payload: its bytes `8 i .. 8 i + 8`, little-endian (one atomic load; in
     /// the last word, the bytes past `len()` are the frame's padding). `None` past the end.
+    #[inline(always)]
     pub fn word(&self, i: usize) -> Option<u64> {
         if i >= self.len.div_ceil(8) {
             return None;

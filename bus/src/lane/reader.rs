@@ -211,6 +211,11 @@ impl<M: LaneMem> LaneReader<M> {
     /// dropped and the reader goes on to the next frame in the same call, calling `f` again:
     /// `f` may run more than once per call and must not have side effects that matter if its
     /// result is discarded.
+    ///
+    /// Always inlined, so that `f`'s value reaches the caller in registers rather than through
+    /// the stack ([`Subscriber::drain_in_place`](crate::subscriber::Subscriber::drain_in_place),
+    /// "Speed").
+    #[inline(always)]
     pub fn read_in_place<R>(
         &mut self,
         f: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,

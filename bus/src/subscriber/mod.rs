@@ -789,6 +789,13 @@ impl Subscriber {
     /// Returns how many events `on` got (0: nothing within the timeout). `read` may run more
     /// than once per record, as with `next_in_place`.
     ///
+    /// **Speed.** The subscriber's side of the loop is inlined; keep `read` and `on` so too
+    /// (`#[inline(always)]` on the closures, and on what they call per record). A value `read`
+    /// returns from a call that is not inlined comes back through the stack when it is larger
+    /// than two words, and copying it on right away waits for the stores that just wrote it:
+    /// `compare`'s 64-byte batch consumer, whose `read` returns 72 bytes, went from 25 to 38 M
+    /// records/s inlined (BENCHMARKS.md, issue #21).
+    ///
     /// ```no_run
     /// # use std::ops::ControlFlow;
     /// # use std::time::Duration;
@@ -813,7 +820,12 @@ impl Subscriber {
         if max == 0 {
             return Ok(0);
         }
-        let mut read = |r: &InPlaceRecord<'_>| Some(read(r));
+        // Inlined wherever it is called (`wait` and the loop below), as `read_record`'s
+        // closure is: the caller's value must not come back through the stack ("Speed").
+        let mut read = std::convert::identity(
+            #[inline(always)]
+            |r: &InPlaceRecord<'_>| Some(read(r)),
+        );
         let Some(first) = self.wait(timeout, &mut read) else {
             return Ok(0);
         };
@@ -1043,8 +1055,13 @@ fn read_record<R>(
         producer_id,
         ..
     } = lane;
-    reader
-        .read_in_place(|m, view| visit(globs, matches, catalog, info, *producer_id, m, view, read))
+    // Inlined (so are `visit` and `read_in_place`): out of line, the closure's result (the
+    // caller's value, of any size) came back through the stack, and copying it on stalled on
+    // the stores that had just written it (`Subscriber::drain_in_place`, "Speed").
+    reader.read_in_place(
+        #[inline(always)]
+        |m, view| visit(globs, matches, catalog, info, *producer_id, m, view, read),
+    )
 }
 
 /// Looks at a record where it lies for [`Subscriber::poll_lane`] and

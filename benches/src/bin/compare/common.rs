@@ -432,8 +432,9 @@ impl Tally {
     }
 
     /// [`Tally::on_message`] of a message the consumer read where it lies (only the words the
-    /// tally checks, and the sum with `--every-byte`).
-    #[inline]
+    /// tally checks, and the sum with `--every-byte`). Always inlined: in the batch consumers'
+    /// drain loop a call per record was a tenth of the consumer's time.
+    #[inline(always)]
     pub(crate) fn on_head(&mut self, h: Head) -> bool {
         let Some(seq) = h.seq else {
             self.bad += 1;
