@@ -13,15 +13,18 @@
 //! A probe for investigations (see BENCHMARKS.md, issue #21), not a comparison: the peers'
 //! figures come from `compare`, side by side in one run. `PAIR_SLEEP=1`: the consumer waits
 //! up to 100 ms per call, sleeping, as `compare`'s throughput runs do (default: it spins).
-//! `emit_many_pair _consumer ROOT KEY` alone, with `PAIR_BUS=NAME`, reads another producer's
-//! records of schema key `KEY` on bus `NAME` under `ROOT`; `PAIR_ROOT=DIR` makes the producer
+//! `emit_many_pair _consumer ROOT KEY PRODUCER` alone, with `PAIR_BUS=NAME`, reads the records
+//! of schema key `KEY` on bus `NAME` under `ROOT` until producer `PRODUCER`'s lane ends (this
+//! binary's producer is `pair`); `PAIR_ROOT=DIR` makes the producer
 //! use a running bus there (`snapbus up` with `SNAPBUS_RUNTIME_DIR=DIR`, `SNAPBUS_BUS=pair`)
 //! instead of a broker of its own.
 
 #![allow(missing_docs)]
 
+use std::io::BufRead;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -48,8 +51,33 @@ fn bus_dir(root: &std::path::Path) -> Result<BusDir> {
     ))
 }
 
-/// The consumer process: reads until the producer's lane ends; prints what it read.
-fn consumer(root: PathBuf, key: u16) -> Result<()> {
+/// The producer's name on the bus.
+const PRODUCER: &str = "pair";
+
+/// What `main` leaves behind, undone however it returns: the consumer process (killed and
+/// reaped unless it was waited for) and the bus directory it made (not one of `PAIR_ROOT`).
+/// Dropped after the broker and the publisher, which are declared after it.
+#[derive(Default)]
+struct Cleanup {
+    child: Option<Child>,
+    root: Option<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(root) = self.root.take() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// The consumer process: says `ready` once subscribed, reads until the lane of `producer`
+/// ends; prints what it read.
+fn consumer(root: PathBuf, key: u16, producer: &str) -> Result<()> {
     pin(1)?;
     let mut sub = Subscriber::connect(
         &bus_dir(&root)?,
@@ -63,6 +91,7 @@ fn consumer(root: PathBuf, key: u16) -> Result<()> {
         },
     )?;
     sub.read_in_batches(Some(BatchReads::default()));
+    println!("ready");
     let (mut read, mut bad, mut next, mut ended) = (0u64, 0u64, 0u64, false);
     let deadline = Instant::now() + Duration::from_secs(60);
     // `PAIR_SLEEP=1`: wait as `compare`'s throughput runs do (up to 100 ms, sleeping).
@@ -92,7 +121,10 @@ fn consumer(root: PathBuf, key: u16) -> Result<()> {
                         next = seq + 1;
                     }
                 }
-                InPlaceEvent::Other(snapbus_bus::subscriber::Event::Ended(_)) => ended = true,
+                InPlaceEvent::Other(
+                    snapbus_bus::subscriber::Event::Ended(p)
+                    | snapbus_bus::subscriber::Event::Died(p),
+                ) if p.name == producer => ended = true,
                 _ => {}
             }
             ControlFlow::Continue(())
@@ -110,12 +142,18 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     if args.next().as_deref() == Some("_consumer") {
         let root = PathBuf::from(args.next().context("root")?);
-        return consumer(root, args.next().context("key")?.parse()?);
+        let key = args.next().context("key")?.parse()?;
+        let producer = args.next().unwrap_or_else(|| PRODUCER.into());
+        return consumer(root, key, &producer);
     }
     let external = std::env::var_os("PAIR_ROOT").map(PathBuf::from);
     let root = external.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("emit-many-pair-{}", std::process::id()))
     });
+    let mut cleanup = Cleanup {
+        child: None,
+        root: external.is_none().then(|| root.clone()),
+    };
     let dir = bus_dir(&root)?;
     let broker = match external {
         Some(_) => None,
@@ -130,7 +168,7 @@ fn main() -> Result<()> {
         block_size: 64 << 10,
     };
     let publisher =
-        snapbus_benches::connected_publisher(dir, "pair", config).map_err(|e| anyhow!(e))?;
+        snapbus_benches::connected_publisher(dir, PRODUCER, config).map_err(|e| anyhow!(e))?;
     let key = publisher
         .register_schema(<snapbus_benches::Event as snapbus_schemas::Snapshot>::descriptor())?;
     let meta = EmitMeta {
@@ -139,14 +177,24 @@ fn main() -> Result<()> {
         level: Level::INFO,
         emitter: 0,
     };
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .arg("_consumer")
-        .arg(&root)
-        .arg(key.to_string())
-        .spawn()?;
+    let child = cleanup.child.insert(
+        Command::new(std::env::current_exe()?)
+            .arg("_consumer")
+            .arg(&root)
+            .arg(key.to_string())
+            .arg(PRODUCER)
+            .stdout(Stdio::piped())
+            .spawn()?,
+    );
+    // Sent once the consumer is subscribed (it reads from the lane's oldest record, so what
+    // it would miss is only its start-up time, not records).
+    let mut out = std::io::BufReader::new(child.stdout.take().context("consumer stdout")?);
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    if line.trim() != "ready" {
+        bail!("the consumer did not start: {line:?}");
+    }
     pin(0)?;
-    // The consumer subscribes; its first records are then the lane's first.
-    std::thread::sleep(Duration::from_millis(300));
     let mut payloads = vec![vec![0u8; PAYLOAD_BYTES]; 1024];
     let (mut sent, t0) = (0u64, Instant::now());
     while t0.elapsed().as_secs_f64() < SEND_SECS {
@@ -160,15 +208,14 @@ fn main() -> Result<()> {
     let ns = t0.elapsed().as_nanos() as f64 / sent as f64;
     publisher.close();
     let status = child.wait()?;
+    cleanup.child = None;
+    std::io::copy(&mut out, &mut std::io::stdout())?;
     println!(
         "producer: sent {sent}, {ns:.1} ns per record ({:.1} M/s)",
         1e3 / ns
     );
     drop(publisher);
-    if broker.is_some() {
-        drop(broker);
-        let _ = std::fs::remove_dir_all(&root);
-    }
+    drop(broker);
     if !status.success() {
         bail!("the consumer failed: {status}");
     }

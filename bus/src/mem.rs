@@ -2,8 +2,13 @@
 //! over shared memory ([`ShmMem`]) and over heap atomics ([`HeapMem`], for loom and unit tests).
 //!
 //! Lane memory is written by another process and is **untrusted**: it is only ever touched
-//! through atomics (or, for a writer's own claimed payload bytes, through a slice that no other
-//! thread of this process can see). No `&[u8]` is ever formed over memory a reader does not own.
+//! through atomics, except a writer's own claimed payload bytes, which it writes with plain
+//! stores (through a slice, `claimed_payload_mut`, or one copy, [`LaneMem::copy_into_claim`]).
+//! That is sound as the crate uses it because a claim's bytes are written by no one else (claims
+//! are disjoint; the lap guard or `&mut` keeps a later claim off them) and every reader, in this
+//! process or another, only ever loads lane memory with atomic loads, forms no reference to it,
+//! and validates what it loaded afterwards (a frame overwritten while read is discarded). No
+//! `&[u8]` is ever formed over memory a reader does not own.
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -75,8 +80,10 @@ pub trait LaneMem: Send + Sync {
     ///
     /// # Safety
     /// `[byte_off, byte_off + src.len())`, rounded up to whole words, lies in the payload of a
-    /// frame this lane's writer claimed and has not committed or aborted, and nothing else in
-    /// this process reads or writes those bytes meanwhile (the claim owns them).
+    /// frame this lane's writer claimed and has not committed or aborted, and the caller holds
+    /// that claim: nothing else writes those bytes or holds a reference to them meanwhile.
+    /// Readers (of this process or another) may load them concurrently, with atomic loads
+    /// only, validating afterwards (the module docs).
     unsafe fn copy_into_claim(&self, byte_off: usize, src: &[u8]) -> bool {
         self.copy_in(byte_off, src)
     }
@@ -173,9 +180,10 @@ mod shm {
             // - the mapping is page-aligned and `i < len / 8`, so `base + 8i` is an in-bounds,
             //   8-aligned address that stays mapped as long as `self` (the `MmapRaw`) lives,
             //   which the returned borrow cannot outlive;
-            // - every process accesses lane words only through atomics (payload bytes written
-            //   with plain stores are only those of the writer's own claim, which no other
-            //   thread of that process reads), and any bit pattern is a valid `u64`.
+            // - every process accesses lane words only through atomics, except a writer's
+            //   plain stores into its own claim (the module docs: no reference is ever formed
+            //   over lane memory, readers load atomically and validate afterwards), and any
+            //   bit pattern is a valid `u64`.
             Some(unsafe { AtomicU64::from_ptr(self.base().add(i * 8).cast::<u64>()) })
         }
 
@@ -200,20 +208,24 @@ mod shm {
             }
             // Whole words with one copy, then the last part-word, zero-padded, with one store.
             let whole = src.len() / 8 * 8;
-            // SAFETY: `[byte_off, end)` is in bounds (checked above) of a mapping that is
-            // writable (checked) and stays mapped while `self` lives; the caller guarantees
-            // these bytes are an uncommitted claim of this process's writer that nothing else
-            // in this process touches meanwhile (other processes only ever read lane memory
-            // with atomic loads and validate what they read afterwards), and `src`, a shared
-            // borrow, cannot overlap memory reached only through this raw mapping; `byte_off`
-            // is 8-aligned in a page-aligned mapping, so the last word's store is aligned.
+            // SAFETY:
+            // - `[byte_off, end)` is in bounds (checked above) of a mapping that is writable
+            //   (checked) and stays mapped while `self` lives;
+            // - the caller holds the claim of these bytes: no one else writes them or holds a
+            //   reference to them, and readers only load them atomically and validate
+            //   afterwards (the module docs);
+            // - `src` does not overlap them: the only references ever formed over lane memory
+            //   are writers' `claimed_payload_mut` slices of their own claims, which are
+            //   disjoint from this one, and none of this claim while it is copied into;
+            // - `byte_off` and `whole` are multiples of 8 in a page-aligned mapping, so the
+            //   last word's `u64` store is aligned.
             unsafe {
                 let dst = self.base().add(byte_off);
                 std::ptr::copy_nonoverlapping(src.as_ptr(), dst, whole);
                 if whole < src.len() {
                     let mut last = [0u8; 8];
                     last[..src.len() - whole].copy_from_slice(&src[whole..]);
-                    dst.add(whole).cast::<[u8; 8]>().write(last);
+                    dst.add(whole).cast::<u64>().write(u64::from_ne_bytes(last));
                 }
             }
             true

@@ -584,7 +584,11 @@ fn a_copy_into_a_claim_refuses_what_it_cannot_write() {
         (end / 8 - 8..end / 8).all(|i| word(i) == 0),
         "nothing was written"
     );
-    // And in bounds it writes the bytes and zeroes the rest of the last word.
+    // And in bounds it writes the bytes and zeroes the rest of the last word (set first, so a
+    // copy that left it would show).
+    mem.get(end / 8 - 1)
+        .expect("word")
+        .store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
     let wrote = {
         // SAFETY: as above; these bytes are past the lane's tail, which nobody reads.
         unsafe { mem.copy_into_claim(end - 16, &[7; 9]) }

@@ -541,9 +541,11 @@ impl<M: LaneMem> Claim<'_, M> {
         let n = bytes.len().min(self.payload_len);
         let off = self.lane.geo.byte_off(self.start) + FRAME_HEADER_LEN;
         // SAFETY: the first `n` payload bytes (padded to a word, still inside the frame, whose
-        // length is a multiple of 8) belong to this uncommitted claim, and `&mut self` keeps
-        // any other access to them in this process from happening meanwhile.
-        unsafe { self.lane.mem.copy_into_claim(off, &bytes[..n]) };
+        // length is a multiple of 8) belong to this uncommitted claim; `&mut self` means no
+        // slice of them (`payload_mut`) is alive, no one else writes them, and readers only
+        // load them atomically (the `mem` module docs).
+        let written = unsafe { self.lane.mem.copy_into_claim(off, &bytes[..n]) };
+        debug_assert!(written, "a claim's payload lies in its frame");
     }
 
     /// Commits the frame: readers may deliver it from now on.
@@ -602,7 +604,8 @@ impl<M: LaneMem> Drop for Claim<'_, M> {
 
 #[cfg(not(loom))]
 impl Claim<'_, crate::mem::ShmMem> {
-    /// The payload bytes, in the ring. Nothing else in this process can see them until commit.
+    /// The payload bytes, in the ring. No one else writes them until commit (readers may load
+    /// their old contents meanwhile, and discard what they loaded once they see the claim).
     pub fn payload_mut(&mut self) -> &mut [u8] {
         // SAFETY: this claim is the frame at `start`, uncommitted, with `payload_len` payload
         // bytes, and `&mut self` keeps a second slice of it from being made while this one

@@ -285,14 +285,16 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
     }
 }
 
-/// Writes a frame's payload with atomic word stores (any lane memory; the publisher copies
-/// into shared memory directly).
+/// Writes a frame's payload ([`LaneMem::copy_into_claim`]: one `memcpy` on shared memory,
+/// atomic word stores on the heap).
 fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
     let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
     // SAFETY: `write_run` calls this once per frame it claimed at `start`, with the payload
-    // whose length it reserved, before committing the frame; the run owns the frame until
-    // then and nothing else in this process touches it.
-    unsafe { lane.mem.copy_into_claim(off, payload) };
+    // whose length it reserved, before committing the frame: the run holds the claim until
+    // then, no one else writes these bytes or holds a reference to them, and readers only
+    // load them atomically (the `mem` module docs).
+    let written = unsafe { lane.mem.copy_into_claim(off, payload) };
+    debug_assert!(written, "a run's payload lies in its claimed frame");
 }
 
 /// The bytes of a run's records, `as_ref` called once each (user code: a second call could

@@ -820,8 +820,9 @@ impl Subscriber {
         if max == 0 {
             return Ok(0);
         }
-        // Inlined wherever it is called (`wait` and the loop below), as `read_record`'s
-        // closure is: the caller's value must not come back through the stack ("Speed").
+        // Inlined wherever it is called, as `read_record`'s closure is, so the caller's value
+        // does not come back through the stack ("Speed") — in the loop below, that is; `wait`
+        // (the first record of a call) is not inlined, and its one record a call pays it.
         let mut read = std::convert::identity(
             #[inline(always)]
             |r: &InPlaceRecord<'_>| Some(read(r)),
