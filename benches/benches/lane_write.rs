@@ -5,8 +5,9 @@
 //!   `claim` + `payload_mut` + `commit` path, on the default 64 MiB lane and on a 256 KiB lane
 //!   (ring resident in L2), plus `write_bytes` with a doorbell subscribed (the producer's
 //!   `fence(SeqCst)` + load per record; nobody asleep, so never a syscall);
-//! - `lane_write/64B/run`: `LaneWriter::write_run` of 64 records of 64 bytes in one claim
-//!   (what `Publisher::emit_many_raw` does), throughput per record;
+//! - `lane_write/64B/run`: `LaneWriter::write_run` of 64 records of 64 bytes in one claim,
+//!   and `SharedLaneWriter::write_run` (what `Publisher::emit_many_raw` does: the claim lock,
+//!   the lap guard, one in-flight slot per run), throughput per record;
 //! - `lane_write/parts`: the pieces of a claim measured alone: `claim` + `commit` without
 //!   touching the payload, the CLOCK_REALTIME read each claim makes (`now_realtime_nanos`), and
 //!   a relaxed `fetch_add` vs a plain load + store on a private word (the `frames_committed`
@@ -95,6 +96,13 @@ fn write(c: &mut Criterion) {
     let run = [payload; RUN_RECORDS];
     g.bench_function("write_run", |b| {
         b.iter(|| w.write_run(META, black_box(&run)).written)
+    });
+    // The same through the shared writer (every `Publisher`'s): its claim lock, lap guard and
+    // in-flight slots, with no other thread.
+    let shared_lane = default_lane();
+    let sw = shared_lane.lane.shared_writer().unwrap();
+    g.bench_function("shared_write_run", |b| {
+        b.iter(|| sw.write_run(META, black_box(&run)).written)
     });
     g.finish();
 

@@ -164,13 +164,21 @@ pub(super) trait ClaimGate<'w, M: LaneMem> {
     fn local(&mut self) -> &mut Local;
 
     /// Admits reservation `r` (which `local` made): checks the lap guard, accepts it into the
-    /// local state and registers it in flight; returns how the claim is retired (`None`: by
-    /// the single writer, which counts the commit at commit time).
+    /// local state and, if `register`, registers it in flight; returns how the claim is
+    /// retired (`None`: by the single writer, or not registered). A run registers only its
+    /// first record: retired once the whole run is committed, it holds back every claim that
+    /// would lap any of the run's records (they all start after it, within `max_frame`).
     fn admit(
         &mut self,
         lane: &Lane<M>,
         r: &Reservation,
+        register: bool,
     ) -> Result<Option<Inflight<'w>>, ClaimError>;
+
+    /// Counts `n` admitted claims as committed, still under the gate (the shared writer's
+    /// `frames_committed`: a load and a store under the lock). The single writer counts at
+    /// commit time instead: nothing.
+    fn count_admitted(&mut self, lane: &Lane<M>, n: usize);
 }
 
 /// The single writer's gate: its state, by `&mut`. Its claims cannot overlap (a claim borrows
@@ -186,10 +194,14 @@ impl<'w, M: LaneMem> ClaimGate<'w, M> for &'w mut Local {
         &mut self,
         _lane: &Lane<M>,
         r: &Reservation,
+        _register: bool,
     ) -> Result<Option<Inflight<'w>>, ClaimError> {
         self.accept(r);
         Ok(None)
     }
+
+    #[inline(always)]
+    fn count_admitted(&mut self, _lane: &Lane<M>, _n: usize) {}
 }
 
 /// The claim sequence, protocol steps 1 and 2, for a `payload_len`-byte record: the one both
@@ -223,7 +235,8 @@ pub(super) fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
             return Err(e);
         }
     };
-    let inflight = gate.admit(lane, &r)?;
+    let inflight = gate.admit(lane, &r, true)?;
+    gate.count_admitted(lane, 1);
     lane.publish_intent(r.end);
     drop(gate);
     if r.pad_len > 0 {
@@ -277,9 +290,13 @@ pub struct RunWritten {
 /// record unless that record is refused. `fill(lane, start, payload)` writes a frame's payload
 /// at position `start`.
 ///
-/// Each record is admitted by the gate like a single claim (lap guard, in-flight slot), so
-/// the protocol a reader sees is unchanged: a run is records claimed back to back, none of
-/// which another claim can interleave. A writer that dies mid-run leaves its committed
+/// Each record is admitted by the gate like a single claim (the lap guard), so the protocol a
+/// reader sees is unchanged: a run is records claimed back to back, none of which another
+/// claim can interleave. Only the run's first record takes an in-flight slot, retired after
+/// the last record is committed: the lap guard of any other claim stops at it, so no claim
+/// can lap a record of the run while the run is being written (the run's records all start
+/// after the first, within `max_frame`), and a run pays one slot store and one retire, not one
+/// per record. A shared writer counts the run's records as committed once, under the lock. A writer that dies mid-run leaves its committed
 /// records readable, a BUSY frame (a hole) and the rest of its claimed range unwritten
 /// (skipped like a claim that died before its header, `after_intent`).
 ///
@@ -300,7 +317,7 @@ where
 {
     let payloads = &payloads[..payloads.len().min(RUN_RECORDS)];
     let mut res = [Reservation::default(); RUN_RECORDS];
-    let mut inflight: [Option<Inflight<'w>>; RUN_RECORDS] = [None; RUN_RECORDS];
+    let mut inflight: Option<Inflight<'w>> = None;
     let mut n = 0usize;
     let mut refused = None;
     if gate.local().closed {
@@ -328,8 +345,9 @@ where
         if n > 0 && r.end - from > lane.geo.max_frame {
             break;
         }
-        match gate.admit(lane, &r) {
-            Ok(f) => inflight[n] = f,
+        match gate.admit(lane, &r, n == 0) {
+            Ok(f) if n == 0 => inflight = f,
+            Ok(_) => {}
             Err(e) => {
                 refused = Some(e);
                 break;
@@ -345,6 +363,7 @@ where
             refused,
         };
     }
+    gate.count_admitted(lane, n);
     lane.publish_intent(res[n - 1].end);
     drop(gate);
     for (i, r) in res[..n].iter().enumerate() {
@@ -372,16 +391,14 @@ where
             testpoint::hit("run_after_first_commit");
         }
     }
-    if inflight[0].is_none() {
+    if inflight.is_none() {
         // The single writer: counted once the run is committed (a load and a store; during a
         // run the counter lags by the run's records, and a writer killed mid-run leaves them
         // uncounted, as a single claim killed before its count).
         let w = lane.word(word!(frames_committed));
         w.store(w.load(Ordering::Relaxed) + n as u64, Ordering::Relaxed);
     }
-    for (r, f) in res[..n].iter().zip(&inflight[..n]) {
-        release_inflight(*f, r.seq);
-    }
+    release_inflight(inflight, first_seq);
     RunWritten {
         first_seq,
         written: n,

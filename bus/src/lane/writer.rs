@@ -128,7 +128,10 @@ pub struct SharedLaneWriter<M: LaneMem> {
     /// position of claim `seq` while it is in flight (stored under the lock, Relaxed), and
     /// [`RETIRED`] once it is committed or aborted (stored by the claim's thread **without**
     /// the lock, with Release after its last byte; loaded with Acquire under the lock before
-    /// the bytes it covered may be reused).
+    /// the bytes it covered may be reused). A run's records other than its first take no
+    /// slot: theirs still holds [`RETIRED`] from its previous owner (the scan passed it before
+    /// the slot could be reused), and the scan cannot reach them before the run's first
+    /// record, whose slot is retired only after the run's last commit.
     slots: Box<[AtomicU64]>,
 }
 
@@ -227,6 +230,7 @@ where
         &mut self,
         lane: &Lane<M>,
         r: &Reservation,
+        register: bool,
     ) -> Result<Option<Inflight<'w>>, ClaimError> {
         let w = self.writer;
         let st = &mut *self.st;
@@ -257,9 +261,9 @@ where
             return Err(ClaimError::Lapped);
         }
         st.local.accept(r);
-        // Counted now, under the lock: a load and a store (see the writer's docs).
-        let committed = lane.word(word!(frames_committed));
-        committed.store(committed.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if !register {
+            return Ok(None);
+        }
         // The slot is free once the scan has passed its previous owner.
         let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
             let slot = w.slot(r.seq);
@@ -270,6 +274,16 @@ where
             Inflight::Overflow(&w.state)
         };
         Ok(Some(inflight))
+    }
+
+    #[inline(always)]
+    fn count_admitted(&mut self, lane: &Lane<M>, n: usize) {
+        // Under the lock: a load and a store (see the writer's docs).
+        let committed = lane.word(word!(frames_committed));
+        committed.store(
+            committed.load(Ordering::Relaxed) + n as u64,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -305,4 +319,104 @@ fn resolve<'p, P: AsRef<[u8]>>(payloads: &'p [P], bufs: &mut [&'p [u8]; RUN_RECO
         *b = p.as_ref();
     }
     n
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::lane::{LaneConfig, LaneReader, Poll, StartAt};
+    use crate::mem::HeapMem;
+
+    const CONFIG: LaneConfig = LaneConfig {
+        capacity: 64 << 10,
+        max_frame: 4 << 10,
+        block_size: 4 << 10,
+    };
+    /// A 24-byte payload: a 64-byte frame with the 40-byte header.
+    const LEN: usize = 24;
+    /// Frames in a lap.
+    const LAP: u64 = (64 << 10) / 64;
+
+    fn meta(i: u16) -> RecordMeta {
+        RecordMeta {
+            schema_key: i,
+            schema_version: 1,
+            level: 1,
+            emitter: 0,
+        }
+    }
+
+    fn payload(seq: u64) -> Vec<u8> {
+        (0..LEN as u64).map(|k| (seq * 31 + k) as u8).collect()
+    }
+
+    fn claim_and_commit(w: &SharedLaneWriter<HeapMem>) -> Result<u64, ClaimError> {
+        let mut c = w.claim(LEN, meta(2))?;
+        let seq = c.seq();
+        c.write_payload(&payload(seq));
+        c.commit();
+        Ok(seq)
+    }
+
+    /// A run holds one in-flight slot, its first record's: while the run's last record is
+    /// being written, a claim that would overwrite the run is refused (`Lapped`), and once the
+    /// run is committed the lap guard passes the run's records (the first retired, the others
+    /// never registered) and claims go on; over many laps and slot reuses (runs beside single
+    /// claims), nothing is refused that laps no record in flight, and every record arrives
+    /// whole.
+    #[test]
+    fn a_run_in_flight_holds_back_claims_that_would_lap_any_of_its_records() {
+        let lane = Lane::heap(&CONFIG, 7).expect("lane");
+        let w = lane.shared_writer().expect("writer");
+        let run: Vec<Vec<u8>> = (0..2).map(payload).collect();
+        let mut during = Vec::new();
+        // The run is records 0 and 1, at [0, 64) and [64, 128). While the fill of record 1
+        // runs (the gate is not held then), single claims fill the rest of the lap (records
+        // 2..LAP); the next would overwrite record 0 (and, were it admitted, the one after it
+        // record 1).
+        let written = w.write_run_with(meta(1), &run, |lane: &Lane<HeapMem>, start, bytes| {
+            copy_payload(lane, start, bytes);
+            if start == 64 {
+                for _ in 0..LAP {
+                    during.push(claim_and_commit(&w));
+                }
+            }
+        });
+        assert_eq!((written.first_seq, written.written), (0, 2));
+        let fit = (LAP - 2) as usize;
+        assert_eq!(during[..fit], (2..LAP).map(Ok).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            during[fit..],
+            [Err(ClaimError::Lapped), Err(ClaimError::Lapped)]
+        );
+        assert_eq!(lane.stats().dropped_wrap, 2);
+        // The run is committed and retired: the same claim is admitted now, and the next (over
+        // record 1, which never had a slot of its own).
+        assert_eq!(claim_and_commit(&w), Ok(LAP));
+        assert_eq!(claim_and_commit(&w), Ok(LAP + 1));
+
+        // Many laps and slot reuses (`INFLIGHT_SLOTS` records and more): runs of 2 beside
+        // single claims, each read back whole; nothing refused.
+        let mut reader = lane.reader(StartAt::Latest);
+        let mut next = LAP + 2;
+        let drain = |reader: &mut LaneReader<HeapMem>, next: &mut u64| {
+            while let Poll::Frame(f) = reader.poll() {
+                assert_eq!(f.meta.seq, *next, "records in order, none lost");
+                assert_eq!(f.payload, &payload(f.meta.seq)[..], "record {}", f.meta.seq);
+                *next += 1;
+            }
+        };
+        let mut seq = LAP + 2;
+        while seq < 3 * INFLIGHT_SLOTS {
+            let pair = [payload(seq), payload(seq + 1)];
+            let r = w.write_run(meta(1), &pair);
+            assert_eq!((r.first_seq, r.written, r.refused), (seq, 2, None));
+            seq += 2;
+            assert_eq!(claim_and_commit(&w), Ok(seq));
+            seq += 1;
+            drain(&mut reader, &mut next);
+        }
+        assert_eq!(next, seq);
+        assert_eq!(lane.stats().dropped_wrap, 2, "nothing else refused");
+    }
 }
