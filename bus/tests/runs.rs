@@ -49,14 +49,17 @@ fn drain(r: &mut LaneReader<HeapMem>) -> (Vec<(u64, u64, Vec<u8>)>, u64) {
     }
 }
 
-/// 64 KiB lane, frames up to 8 KiB.
+/// The lanes of these tests, on the heap and in shared memory (the smallest the geometry
+/// allows).
+const LANE_CONFIG: LaneConfig = LaneConfig {
+    capacity: 64 << 10,
+    max_frame: 8 << 10,
+    block_size: 4 << 10,
+};
+
+/// A heap lane of [`LANE_CONFIG`].
 fn heap_lane() -> std::sync::Arc<Lane<HeapMem>> {
-    let config = LaneConfig {
-        capacity: 64 << 10,
-        max_frame: 8 << 10,
-        block_size: 4 << 10,
-    };
-    Lane::heap(&config, 0x5eed).expect("lane")
+    Lane::heap(&LANE_CONFIG, 0x5eed).expect("lane")
 }
 
 #[test]
@@ -483,12 +486,7 @@ fn nonzero_payload(i: u64, len: usize) -> Vec<u8> {
 #[test]
 fn writes_into_shared_memory_arrive_whole_with_their_padding_zeroed() {
     use snapbus_bus::lane::ShmLane;
-    let config = LaneConfig {
-        capacity: 64 << 10,
-        max_frame: 8 << 10,
-        block_size: 4 << 10,
-    };
-    let shm = ShmLane::create("runs-padding", &config).expect("lane");
+    let shm = ShmLane::create("runs-padding", &LANE_CONFIG).expect("lane");
     let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
     let writer = shm.lane.shared_writer().expect("writer");
     let mut r = reading.lane.reader(StartAt::Oldest);
@@ -555,12 +553,7 @@ fn writes_into_shared_memory_arrive_whole_with_their_padding_zeroed() {
 fn a_copy_into_a_claim_refuses_what_it_cannot_write() {
     use snapbus_bus::lane::ShmLane;
     use snapbus_bus::mem::LaneMem;
-    let config = LaneConfig {
-        capacity: 64 << 10,
-        max_frame: 8 << 10,
-        block_size: 4 << 10,
-    };
-    let shm = ShmLane::create("runs-refusals", &config).expect("lane");
+    let shm = ShmLane::create("runs-refusals", &LANE_CONFIG).expect("lane");
     let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
     let mem = shm.lane.mem();
     let end = mem.len_words() * 8;

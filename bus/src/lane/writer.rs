@@ -335,7 +335,7 @@ mod tests {
     /// A 24-byte payload: a 64-byte frame with the 40-byte header.
     const LEN: usize = 24;
     /// Frames in a lap.
-    const LAP: u64 = (64 << 10) / 64;
+    const LAP: u64 = CONFIG.capacity as u64 / 64;
 
     fn meta(i: u16) -> RecordMeta {
         RecordMeta {
