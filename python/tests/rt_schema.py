@@ -107,3 +107,35 @@ def large(i: int) -> Large:
         strided=wide[:, ::2],
         small=np.arange(i, i + 5, dtype=np.int16),
     )
+
+
+@dataclass
+class Sizes:
+    """Strings, bytes and sequences on both sides of the binding's staging limits
+    (python/src/producer/plan/mod.rs: `str`/`bytes` up to 128 bytes are staged, longer ones
+    copied from their objects; 256 staged bytes fit on the stack, more go to the heap)."""
+
+    schema_id: ClassVar[str] = "rt.sizes"
+    schema_version: ClassVar[int] = 1
+
+    names: List[str]
+    blobs: List[bytes]
+    buffer: bytes
+    values: List[float]
+    counts: Dict[str, int]
+    note: Optional[str]
+    tail: NDArray[np.int32]
+
+
+def sizes(i: int) -> Sizes:
+    """Record `i`: strings of 0 to 400 UTF-8 bytes (127, 128 and 129 among them), bytes of 0
+    to 300, a bytearray of 129 + i bytes, 40 * i floats, 10 * i dict entries, an array last."""
+    return Sizes(
+        names=["", "a" * 127, "b" * 128, "c" * 129, "é" * 64, "é" * (100 + i)],
+        blobs=[b"", bytes(range(128)), bytes(range(129)), bytes(300 - i)],
+        buffer=bytes(bytearray(range(129 + i))),
+        values=[k / 7 for k in range(40 * i)],
+        counts={f"k{k}": k * i for k in range(10 * i)},
+        note=None if i % 2 else "n" * (200 * i + 1),
+        tail=np.arange(i, i + 3, dtype=np.int32),
+    )

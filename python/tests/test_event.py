@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gc
+import sys
 import textwrap
+import threading
 from dataclasses import dataclass, field
 from typing import Any, List, Literal, Optional
 
@@ -67,6 +69,33 @@ def test_payload_is_a_record_per_schema_with_lazy_cached_decode(bus: Bus) -> Non
     assert steps[0].schema.fingerprint == steps[1].schema.fingerprint
     assert steps[0].schema is steps[1].schema
     assert "demo.step" in repr(steps[0]) and "demo_step(" in repr(p0)
+
+
+def test_threads_reading_one_payload_at_once_get_one_object(bus: Bus) -> None:
+    # Decoding runs Python code (the record class), so threads interleave inside it; whichever
+    # stores its record first, every access returns that one.
+    evs = [e for e in _demo_events(bus) if e.schema.id == "demo.step"]
+    start = threading.Barrier(4)
+    seen: list[list[object]] = [[] for _ in range(4)]
+
+    def read(k: int) -> None:
+        start.wait()
+        seen[k] = [e.payload for e in evs]
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads inside the decoding, not between events
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+            assert not t.is_alive()
+    finally:
+        sys.setswitchinterval(interval)
+    for k in range(1, 4):
+        assert all(a is b for a, b in zip(seen[0], seen[k])) and len(seen[k]) == len(evs)
+    assert all(e.payload is p for e, p in zip(evs, seen[0]))
 
 
 def test_tensors_are_read_only_views_that_outlive_the_subscription(bus: Bus) -> None:

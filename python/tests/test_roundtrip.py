@@ -12,7 +12,7 @@ from typing import Any, List
 import numpy as np
 from conftest import Bus, run_producer, wait_until
 from mcap.reader import make_reader
-from rt_schema import Large, Mode, Pose, Row, large, row
+from rt_schema import Large, Mode, Pose, Row, Sizes, large, row, sizes
 
 import snapbus
 
@@ -142,3 +142,28 @@ def test_large_arrays_streamed_past_the_caches_read_back_exactly(bus: Bus) -> No
         assert sub.lost == 0 and sub.delivered == 6
     for i, ev in enumerate(events):
         assert_same(ev.as_(Large), large(i))
+
+
+SIZES = """
+sys.path.insert(0, "tests")
+from rt_schema import sizes
+telemetry = snapbus.get_telemetry("lab.sizes")
+for i in range(6):
+    event = sizes(i)
+    if i == 5:
+        event.buffer = bytearray(event.buffer)  # a buffer, not bytes: copied from its memory
+    telemetry.snapshot(snapbus.INFO, event)
+s = snapbus.stats()
+assert s["written"] == 6, s
+"""
+
+
+def test_values_either_side_of_the_staging_limits_read_back_exactly(bus: Bus) -> None:
+    with snapbus.subscribe("rt.sizes", start="oldest", bus=bus.name) as sub:
+        run_producer(bus, SIZES)
+        events = [sub.get(timeout=30) for _ in range(6)]
+        assert sub.lost == 0 and sub.delivered == 6
+    for i, ev in enumerate(events):
+        assert_same(ev.as_(Sizes), sizes(i))
+    # From 2 on the staged bytes outgrow the stack (80 floats alone are 640 bytes).
+    assert len(events[5].data) > 2000

@@ -60,7 +60,7 @@ pub(crate) enum VariantPlan {
 }
 
 /// The pure-Python helpers (`snapbus._decode`).
-fn helpers(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+pub(crate) fn helpers(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     MODULE
         .get_or_try_init(py, || {
@@ -435,11 +435,10 @@ impl<'py> Decoder<'_, 'py> {
     }
 
     fn record(&mut self, py: Python<'py>, s: &StructPlan) -> PyResult<Bound<'py, PyAny>> {
-        let values = s
-            .fields
-            .iter()
-            .map(|f| self.value(py, f))
-            .collect::<PyResult<Vec<_>>>()?;
+        let mut values = Vec::with_capacity(s.fields.len());
+        for f in &s.fields {
+            values.push(self.value(py, f)?);
+        }
         match &s.cls {
             Some(cls) => cls.bind(py).call1(PyTuple::new(py, values)?),
             None => {

@@ -2,7 +2,7 @@
 //! with its [`Schema`] and [`Producer`]; shared by subscriptions and recordings.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyString, PyType};
 use snapbus_bus::Level;
 use snapbus_bus::schemas::SchemaDescriptor;
 
-use super::decode::Plan;
+use super::decode::{self, Plan};
 
 /// A schema: id, version, fingerprint (and the plan that decodes its payloads).
 #[pyclass(frozen, module = "snapbus", name = "Schema")]
@@ -155,7 +155,10 @@ pub(crate) struct Event {
     /// The payload's bytes (wire format of its schema).
     #[pyo3(get)]
     data: Py<PyBytes>,
-    payload: PyOnceLock<Py<PyAny>>,
+    /// The decoded payload, once made. A `std` cell, not a `PyOnceLock`: that one lets go of
+    /// the interpreter while it sets its value (a GIL release and reacquire per event, 7 % of a
+    /// Python consumer's time), and this cell's value is made before it is set.
+    payload: OnceLock<Py<PyAny>>,
 }
 
 impl Event {
@@ -177,7 +180,7 @@ impl Event {
             seq,
             t_nanos,
             data,
-            payload: PyOnceLock::new(),
+            payload: OnceLock::new(),
         }
     }
 }
@@ -187,7 +190,7 @@ impl Event {
     /// The payload decoded to Python values (made on first access, then cached).
     #[getter]
     fn payload(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        if let Some(v) = self.payload.get(py) {
+        if let Some(v) = self.payload.get() {
             return Ok(v.clone_ref(py));
         }
         let schema = self.schema.get();
@@ -195,15 +198,16 @@ impl Event {
             .plan
             .get_or_try_init(py, || Plan::of_schema(py, &schema.desc))?;
         let v = plan.decode(self.data.bind(py))?;
-        Ok(self.payload.get_or_init(py, || v).clone_ref(py))
+        // Decoding ran Python code (record classes), so another thread may have set it
+        // meanwhile: the first value set is the one every access returns.
+        Ok(self.payload.get_or_init(|| v).clone_ref(py))
     }
 
     /// The payload decoded into `cls` (a dataclass), by field name: fields the record lacks
     /// take the class's defaults; Enum and Literal fields become the member or literal.
     fn as_(&self, py: Python<'_>, cls: &Bound<'_, PyType>) -> PyResult<Py<PyAny>> {
         let payload = self.payload(py)?;
-        Ok(py
-            .import("snapbus._decode")?
+        Ok(decode::helpers(py)?
             .call_method1("as_", (cls, payload))?
             .unbind())
     }

@@ -18,7 +18,7 @@ use snapbus::schemas::builtin::DurationSample;
 
 mod plan;
 
-use plan::{Compiled, Op};
+use plan::{Compiled, Staged};
 
 /// Raise data errors instead of counting them.
 static STRICT: AtomicBool = AtomicBool::new(false);
@@ -107,15 +107,15 @@ fn emit(
     plan: &Compiled,
     event: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let mut ops: Vec<Op<'_>> = Vec::with_capacity(16);
-    let len = match plan::measure(&plan.root, event, &mut ops) {
-        Ok(n) => n,
-        Err(e) => return data_error(py, plan, &e),
-    };
+    let mut staged = Staged::new();
+    if let Err(e) = plan::measure(&plan.root, event, &mut staged) {
+        return data_error(py, plan, &e);
+    }
+    let len = staged.len();
     // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate.
     let stream = len >= snapbus_bus::stream::STREAM_MIN_BYTES && snapbus::streams_large_payloads();
     let _ = tel.try_snapshot_encoded(level, &plan.desc, len, |buf| {
-        plan::write(py, &ops, buf, stream)
+        plan::write(py, &staged, buf, stream)
     });
     Ok(())
 }

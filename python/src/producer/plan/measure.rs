@@ -1,67 +1,49 @@
 //! Pass 1: an object checked against its plan node, field by field (interned `getattr`, one
-//! typed extract each), its ops appended and its exact encoded length returned. [`measure`]
-//! handles the scalars itself (the per-field hot path) and hands every other kind of node to
-//! a helper of its own.
+//! typed extract each), and its encoding staged ([`Staged`]). [`measure`] handles the scalars
+//! itself (the per-field hot path) and hands every other kind of node to a helper of its own.
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus::schemas::DType;
 
 use super::buffer::{buffer, check_dtype};
-use super::{DataError, Int, Node, Op, le, le_u64, type_name};
+use super::{DataError, Int, Node, Piece, STAGE_MAX_BYTES, Staged, type_name};
 
-/// Pass 1: checks `obj` against `node`, appends its ops, returns its encoded length.
+/// Pass 1: checks `obj` against `node` and stages its encoding.
 pub(crate) fn measure<'py>(
     node: &Node,
     obj: &Bound<'py, PyAny>,
-    ops: &mut Vec<Op<'py>>,
-) -> Result<usize, DataError> {
-    Ok(match node {
-        Node::Struct(fields) => measure_struct(fields, obj, ops)?,
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
+    match node {
+        Node::Struct(fields) => measure_struct(fields, obj, out)?,
         Node::Bool => {
             let b = obj
                 .extract::<bool>()
                 .map_err(|_| DataError::ty(format!("expected bool, got {}", type_name(obj))))?;
-            ops.push(le(&[u8::from(b)]));
-            1
+            out.put(&[u8::from(b)]);
         }
-        Node::Int(kind) => {
-            let op = int_op(*kind, obj)?;
-            let n = match op {
-                Op::Le(_, n) => usize::from(n),
-                _ => 0,
-            };
-            ops.push(op);
-            n
-        }
-        Node::F64 => {
-            let v = float(obj)?;
-            ops.push(le(&v.to_le_bytes()));
-            8
-        }
-        Node::F32 => {
-            let v = float(obj)?;
-            ops.push(le(&(v as f32).to_le_bytes()));
-            4
-        }
-        Node::Str => measure_str(obj, ops)?,
-        Node::Bytes => measure_bytes(obj, ops)?,
-        Node::Enum(map, names) => measure_enum(map, names, obj, ops)?,
+        Node::Int(kind) => int(*kind, obj, out)?,
+        Node::F64 => out.put(&float(obj)?.to_le_bytes()),
+        Node::F32 => out.put(&(float(obj)? as f32).to_le_bytes()),
+        Node::Str => measure_str(obj, out)?,
+        Node::Bytes => measure_bytes(obj, out)?,
+        Node::Enum(map, names) => measure_enum(map, names, obj, out)?,
         Node::Option(inner) => {
             if obj.is_none() {
-                ops.push(le(&[0]));
-                1
+                out.put(&[0]);
             } else {
-                ops.push(le(&[1]));
-                1 + measure(inner, obj, ops)?
+                out.put(&[1]);
+                measure(inner, obj, out)?;
             }
         }
-        Node::Seq(elem) => measure_seq(elem, obj, ops)?,
-        Node::Tuple(elems) => measure_tuple(elems, obj, ops)?,
-        Node::Map(k, v) => measure_map(k, v, obj, ops)?,
-        Node::Tensor(dtype) => measure_tensor(*dtype, obj, ops)?,
-    })
+        Node::Seq(elem) => measure_seq(elem, obj, out)?,
+        Node::Tuple(elems) => measure_tuple(elems, obj, out)?,
+        Node::Map(k, v) => measure_map(k, v, obj, out)?,
+        Node::Tensor(dtype) => measure_tensor(*dtype, obj, out)?,
+    }
+    Ok(())
 }
 
 /// A struct: each field read by its interned name and measured, in declaration order.
@@ -69,51 +51,56 @@ pub(crate) fn measure<'py>(
 fn measure_struct<'py>(
     fields: &[(Py<PyString>, Node)],
     obj: &Bound<'py, PyAny>,
-    ops: &mut Vec<Op<'py>>,
-) -> Result<usize, DataError> {
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     let py = obj.py();
-    let mut n = 0;
     for (name, sub) in fields {
         let v = obj.getattr(name.bind(py)).map_err(|_| {
             DataError::ty(format!("missing attribute (got a {})", type_name(obj)))
                 .within(&name.to_string())
         })?;
-        n += measure(sub, &v, ops).map_err(|e| e.within(&name.to_string()))?;
+        measure(sub, &v, out).map_err(|e| e.within(&name.to_string()))?;
     }
-    Ok(n)
+    Ok(())
 }
 
 /// A `str`: its UTF-8 length, then its bytes.
 #[inline]
-fn measure_str<'py>(obj: &Bound<'py, PyAny>, ops: &mut Vec<Op<'py>>) -> Result<usize, DataError> {
+fn measure_str<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), DataError> {
     let s = obj
         .cast::<PyString>()
         .map_err(|_| DataError::ty(format!("expected str, got {}", type_name(obj))))?;
-    let len = s
+    let text = s
         .to_str()
-        .map_err(|_| DataError::value("a str that is not valid UTF-8".into()))?
-        .len();
-    ops.push(le_u64(len as u64));
-    ops.push(Op::Str(s.clone()));
-    Ok(8 + len)
+        .map_err(|_| DataError::value("a str that is not valid UTF-8".into()))?;
+    out.put_u64(text.len() as u64);
+    if text.len() <= STAGE_MAX_BYTES {
+        out.put(text.as_bytes());
+    } else {
+        out.piece(text.len(), Piece::Str(s.clone()));
+    }
+    Ok(())
 }
 
 /// `bytes`, or any buffer of bytes: its length, then its contents.
 #[inline]
-fn measure_bytes<'py>(obj: &Bound<'py, PyAny>, ops: &mut Vec<Op<'py>>) -> Result<usize, DataError> {
+fn measure_bytes<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), DataError> {
     if let Ok(b) = obj.cast::<PyBytes>() {
-        let len = b.as_bytes().len();
-        ops.push(le_u64(len as u64));
-        ops.push(Op::Bytes(b.clone()));
-        Ok(8 + len)
+        let bytes = b.as_bytes();
+        out.put_u64(bytes.len() as u64);
+        if bytes.len() <= STAGE_MAX_BYTES {
+            out.put(bytes);
+        } else {
+            out.piece(bytes.len(), Piece::Bytes(b.clone()));
+        }
     } else {
         let buf = buffer(obj, DType::U8)
             .map_err(|_| DataError::ty(format!("expected bytes, got {}", type_name(obj))))?;
         let len = buf.len_bytes();
-        ops.push(le_u64(len as u64));
-        ops.push(Op::Buf(buf, DType::U8));
-        Ok(8 + len)
+        out.put_u64(len as u64);
+        out.piece(len, Piece::Buf(buf, DType::U8));
     }
+    Ok(())
 }
 
 /// An enum member (or literal string): its variant index.
@@ -122,8 +109,8 @@ fn measure_enum(
     map: &Py<PyDict>,
     names: &[String],
     obj: &Bound<'_, PyAny>,
-    ops: &mut Vec<Op<'_>>,
-) -> Result<usize, DataError> {
+    out: &mut Staged<'_>,
+) -> Result<(), DataError> {
     let idx = map
         .bind(obj.py())
         .get_item(obj)
@@ -136,8 +123,8 @@ fn measure_enum(
                 obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
             ))
         })?;
-    ops.push(le(&idx.to_le_bytes()));
-    Ok(4)
+    out.put(&idx.to_le_bytes());
+    Ok(())
 }
 
 /// A fixed-length tuple: each element measured against its own node.
@@ -145,8 +132,8 @@ fn measure_enum(
 fn measure_tuple<'py>(
     elems: &[Node],
     obj: &Bound<'py, PyAny>,
-    ops: &mut Vec<Op<'py>>,
-) -> Result<usize, DataError> {
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     let items = sequence_items(obj)?;
     if items.len() != elems.len() {
         return Err(DataError::value(format!(
@@ -155,11 +142,10 @@ fn measure_tuple<'py>(
             items.len()
         )));
     }
-    let mut n = 0;
     for (i, (e, v)) in elems.iter().zip(items.iter()).enumerate() {
-        n += measure(e, v, ops).map_err(|err| err.within(&i.to_string()))?;
+        measure(e, v, out).map_err(|err| err.within(&i.to_string()))?;
     }
-    Ok(n)
+    Ok(())
 }
 
 /// A `dict`: its length, then each key and value.
@@ -168,38 +154,38 @@ fn measure_map<'py>(
     k: &Node,
     v: &Node,
     obj: &Bound<'py, PyAny>,
-    ops: &mut Vec<Op<'py>>,
-) -> Result<usize, DataError> {
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     let d = obj
         .cast::<PyDict>()
         .map_err(|_| DataError::ty(format!("expected dict, got {}", type_name(obj))))?;
-    ops.push(le_u64(d.len() as u64));
-    let mut n = 8;
+    out.put_u64(d.len() as u64);
     for (key, value) in d.iter() {
-        n += measure(k, &key, ops).map_err(|e| e.within("{key}"))?;
-        let label = key.str().map_or_else(|_| "?".into(), |s| s.to_string());
-        n += measure(v, &value, ops).map_err(|e| e.within(&format!("[{label:?}]")))?;
+        measure(k, &key, out).map_err(|e| e.within("{key}"))?;
+        measure(v, &value, out).map_err(|e| {
+            let label = key.str().map_or_else(|_| "?".into(), |s| s.to_string());
+            e.within(&format!("[{label:?}]"))
+        })?;
     }
-    Ok(n)
+    Ok(())
 }
 
 /// An array kept with its shape: rank, dimensions, element count, then the elements.
 #[inline]
-fn measure_tensor(
+fn measure_tensor<'py>(
     dtype: DType,
-    obj: &Bound<'_, PyAny>,
-    ops: &mut Vec<Op<'_>>,
-) -> Result<usize, DataError> {
+    obj: &Bound<'py, PyAny>,
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     let buf = buffer(obj, dtype)?;
     let shape = buf.shape();
-    ops.push(le_u64(shape.len() as u64));
+    out.put_u64(shape.len() as u64);
     for &d in shape {
-        ops.push(le_u64(d as u64));
+        out.put_u64(d as u64);
     }
-    ops.push(le_u64(buf.item_count() as u64));
-    let n = 16 + 8 * shape.len() + buf.len_bytes();
-    ops.push(Op::Buf(buf, dtype));
-    Ok(n)
+    out.put_u64(buf.item_count() as u64);
+    out.piece(buf.len_bytes(), Piece::Buf(buf, dtype));
+    Ok(())
 }
 
 fn float(obj: &Bound<'_, PyAny>) -> Result<f64, DataError> {
@@ -210,8 +196,12 @@ fn float(obj: &Bound<'_, PyAny>) -> Result<f64, DataError> {
         .map_err(|_| DataError::ty(format!("expected float, got {}", type_name(obj))))
 }
 
-fn int_op(kind: Int, obj: &Bound<'_, PyAny>) -> Result<Op<'static>, DataError> {
-    if obj.is_instance_of::<pyo3::types::PyFloat>() || obj.is_instance_of::<PyString>() {
+/// An integer of width `kind`: range-checked, little-endian. A `float` or `str` is refused
+/// before any conversion (CPython 3.8 would truncate a float through `__int__`).
+fn int(kind: Int, obj: &Bound<'_, PyAny>, out: &mut Staged<'_>) -> Result<(), DataError> {
+    if !obj.is_exact_instance_of::<PyInt>()
+        && (obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyString>())
+    {
         return Err(DataError::ty(format!(
             "expected int, got {}",
             type_name(obj)
@@ -232,10 +222,10 @@ fn int_op(kind: Int, obj: &Bound<'_, PyAny>) -> Result<Op<'static>, DataError> {
                     DataError::ty(format!("expected int, got {}", type_name(obj)))
                 }
             })?;
-            le(&v.to_le_bytes())
+            out.put(&v.to_le_bytes())
         }};
     }
-    Ok(match kind {
+    match kind {
         Int::U8 => get!(u8, "u8"),
         Int::U16 => get!(u16, "u16"),
         Int::U32 => get!(u32, "u32"),
@@ -244,7 +234,8 @@ fn int_op(kind: Int, obj: &Bound<'_, PyAny>) -> Result<Op<'static>, DataError> {
         Int::I16 => get!(i16, "i16"),
         Int::I32 => get!(i32, "i32"),
         Int::I64 => get!(i64, "i64"),
-    })
+    }
+    Ok(())
 }
 
 /// The items of a list or tuple (other iterables are collected).
@@ -271,8 +262,8 @@ fn sequence_items<'py>(obj: &Bound<'py, PyAny>) -> Result<Vec<Bound<'py, PyAny>>
 fn measure_seq<'py>(
     elem: &Node,
     obj: &Bound<'py, PyAny>,
-    ops: &mut Vec<Op<'py>>,
-) -> Result<usize, DataError> {
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     // Numeric elements from a buffer (numpy array, array.array): one copy, not per element.
     if let Some(dtype) = elem.dtype() {
         if !obj.is_instance_of::<PyList>() && !obj.is_instance_of::<PyTuple>() {
@@ -285,18 +276,19 @@ fn measure_seq<'py>(
                     )));
                 }
                 let buf = check_dtype(raw, dtype)?;
-                ops.push(le_u64(buf.item_count() as u64));
-                let n = 8 + buf.len_bytes();
-                ops.push(Op::Buf(buf, dtype));
-                return Ok(n);
+                out.put_u64(buf.item_count() as u64);
+                out.piece(buf.len_bytes(), Piece::Buf(buf, dtype));
+                return Ok(());
             }
         }
     }
     let items = sequence_items(obj)?;
-    ops.push(le_u64(items.len() as u64));
-    let mut n = 8;
-    for (i, v) in items.iter().enumerate() {
-        n += measure(elem, v, ops).map_err(|e| e.within(&format!("[{i}]")))?;
+    out.put_u64(items.len() as u64);
+    if let Some(dtype) = elem.dtype() {
+        out.bytes.reserve(items.len() * dtype.size_bytes());
     }
-    Ok(n)
+    for (i, v) in items.iter().enumerate() {
+        measure(elem, v, out).map_err(|e| e.within(&format!("[{i}]")))?;
+    }
+    Ok(())
 }

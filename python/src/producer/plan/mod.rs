@@ -1,10 +1,18 @@
 //! Encode plans: a dataclass's schema, compiled once per class from the plan `snapbus.schema`
 //! walks out of its annotations, into a validated [`SchemaDescriptor`] and a tree of [`Node`]s
 //! that encodes an instance in two passes. Pass 1 ([`measure()`]) reads every field (interned
-//! `getattr`, one typed extract each), checks it, and computes the exact payload length, leaving
-//! a flat list of [`Op`]s; pass 2 ([`write()`]) writes those ops into the frame claimed in the
-//! lane, in the codec's layout (bincode 1.x: little-endian, `u64` lengths, `u8` option tags,
-//! `u32` enum indices, no padding). Arrays are copied once, from their buffer into the frame.
+//! `getattr`, one typed extract each), checks it, and stages the encoding: its small parts
+//! (numbers, lengths, tags, short strings) as bytes, its large parts (arrays, long `str` and
+//! `bytes`) as [`Piece`]s that still point at their Python objects. Its length is then exact,
+//! so pass 2 ([`write()`]) fills a frame claimed in the lane to that length: the staged bytes,
+//! and each large part copied once, straight from its object. The layout is the codec's
+//! (bincode 1.x: little-endian, `u64` lengths, `u8` option tags, `u32` enum indices, no
+//! padding).
+//!
+//! Staging numbers as bytes rather than as a list of typed operations is a measured choice:
+//! building each operation on the stack and moving it into a list stalled on every field (a
+//! 16-byte load of a value just written with narrower stores cannot be forwarded from the
+//! store buffer), and the list was a heap allocation per snapshot.
 //!
 //! This module holds the plan's types; [`compile`] makes plans (and caches them per class),
 //! [`mod@measure`] is pass 1, [`buffer`] checks array buffers against their dtype, and
@@ -16,6 +24,7 @@ use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
+use smallvec::SmallVec;
 use snapbus::schemas::{DType, SchemaDescriptor};
 
 mod buffer;
@@ -144,28 +153,122 @@ impl fmt::Display for DataError {
     }
 }
 
-/// What pass 2 writes, in order.
-pub(crate) enum Op<'py> {
-    /// Up to 8 little-endian bytes.
-    Le([u8; 8], u8),
+/// Strings and `bytes` up to this length are staged as bytes in pass 1; longer ones are
+/// copied in pass 2, straight from their objects.
+const STAGE_MAX_BYTES: usize = 128;
+
+/// What pass 1 leaves for pass 2: the encoding's bytes in order, except its large parts,
+/// which are [`Piece`]s placed between them. On the stack up to [`INLINE_BYTES`] staged bytes
+/// and two pieces.
+pub(crate) struct Staged<'py> {
+    bytes: StagedBytes,
+    /// The large parts: the number of staged bytes before each, its length, its source.
+    pieces: SmallVec<[(usize, usize, Piece<'py>); 2]>,
+    /// The pieces' total length.
+    pieces_len: usize,
+}
+
+impl<'py> Staged<'py> {
+    pub(crate) fn new() -> Staged<'py> {
+        Staged {
+            bytes: StagedBytes::new(),
+            pieces: SmallVec::new(),
+            pieces_len: 0,
+        }
+    }
+
+    /// The encoded length: what pass 2 writes.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len + self.pieces_len
+    }
+
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.bytes.put(bytes);
+    }
+
+    /// A `u64`, little-endian (lengths, counts, dimensions).
+    #[inline]
+    fn put_u64(&mut self, v: u64) {
+        self.put(&v.to_le_bytes());
+    }
+
+    /// A large part of `len` bytes, at the current position.
+    fn piece(&mut self, len: usize, piece: Piece<'py>) {
+        self.pieces_len += len;
+        self.pieces.push((self.bytes.len, len, piece));
+    }
+}
+
+/// Staged bytes held on the stack up to this many.
+const INLINE_BYTES: usize = 256;
+
+/// Bytes staged by pass 1: in `inline` while they fit, then all of them in `heap`. (Not a
+/// `SmallVec`: its appends call out of line to reserve, one call per field.)
+struct StagedBytes {
+    inline: [u8; INLINE_BYTES],
+    len: usize,
+    /// Empty until the bytes outgrow `inline`, then every staged byte.
+    heap: Vec<u8>,
+}
+
+impl StagedBytes {
+    fn new() -> StagedBytes {
+        StagedBytes {
+            inline: [0; INLINE_BYTES],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        match self.inline.get_mut(self.len..end) {
+            Some(dst) if self.heap.is_empty() => dst.copy_from_slice(bytes),
+            _ => self.spill(bytes),
+        }
+        self.len = end;
+    }
+
+    #[cold]
+    fn spill(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() {
+            self.heap.reserve(2 * (self.len + bytes.len()));
+            self.heap.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.heap.extend_from_slice(bytes);
+    }
+
+    /// Room for `n` more bytes (a long sequence of numbers).
+    fn reserve(&mut self, n: usize) {
+        if self.len + n > INLINE_BYTES {
+            if self.heap.is_empty() {
+                self.heap.reserve(self.len + n);
+                self.heap.extend_from_slice(&self.inline[..self.len]);
+            } else {
+                self.heap.reserve(n);
+            }
+        }
+    }
+
+    /// The staged bytes.
+    fn as_slice(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+/// A large part of an encoding, copied in pass 2 from its object.
+pub(crate) enum Piece<'py> {
     Str(Bound<'py, PyString>),
     Bytes(Bound<'py, PyBytes>),
     /// A buffer's contents, C order, as `dtype` elements.
     Buf(PyUntypedBuffer, DType),
-}
-
-/// A `u64`, little-endian (lengths, counts, dimensions).
-#[inline]
-fn le_u64(v: u64) -> Op<'static> {
-    Op::Le(v.to_le_bytes(), 8)
-}
-
-/// Up to 8 bytes, as given.
-#[inline]
-fn le(bytes: &[u8]) -> Op<'static> {
-    let mut b = [0u8; 8];
-    b[..bytes.len()].copy_from_slice(bytes);
-    Op::Le(b, bytes.len() as u8)
 }
 
 /// The name of `obj`'s type (for messages).

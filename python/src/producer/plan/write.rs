@@ -1,41 +1,46 @@
-//! Pass 2: the ops pass 1 left, written into the claimed frame, arrays copied once from their
-//! buffers (large ones, into a lane larger than the caches, with stores that bypass them:
-//! [`snapbus_bus::stream`]).
+//! Pass 2: the staged encoding written into the claimed frame, its large parts copied once
+//! from their objects (large ones, into a lane larger than the caches, with stores that
+//! bypass them: [`snapbus_bus::stream`]).
 
 use pyo3::buffer::{Element, PyBuffer, PyUntypedBuffer, ReadOnlyCell};
 use pyo3::prelude::*;
 use snapbus::schemas::{DType, EncodeError};
 
-use super::Op;
+use super::{Piece, Staged};
 
-/// Pass 2: writes the ops into the frame (exactly the length pass 1 measured); `stream`: copy
+/// Pass 2: writes `staged` into the frame (exactly the length pass 1 staged); `stream`: copy
 /// large arrays and bytes with non-temporal stores.
 pub(crate) fn write(
     py: Python<'_>,
-    ops: &[Op<'_>],
+    staged: &Staged<'_>,
     buf: &mut [u8],
     stream: bool,
 ) -> Result<(), EncodeError> {
     let total = buf.len();
-    let mut pos = 0usize;
     let mismatch = |written: usize| EncodeError::LengthMismatch {
         promised: total,
         written,
     };
-    for op in ops {
-        let n = match op {
-            Op::Le(_, n) => usize::from(*n),
-            Op::Str(s) => s.to_str().map_err(|_| mismatch(pos))?.len(),
-            Op::Bytes(b) => b.as_bytes().len(),
-            Op::Buf(b, _) => b.len_bytes(),
-        };
-        let dst = buf.get_mut(pos..pos + n).ok_or_else(|| mismatch(pos + n))?;
-        match op {
-            Op::Le(bytes, n) => dst.copy_from_slice(&bytes[..usize::from(*n)]),
-            Op::Str(s) => dst.copy_from_slice(s.to_str().map_err(|_| mismatch(pos))?.as_bytes()),
-            Op::Bytes(b) if stream => snapbus_bus::stream::copy(dst, b.as_bytes()),
-            Op::Bytes(b) => dst.copy_from_slice(b.as_bytes()),
-            Op::Buf(b, dtype) => {
+    if staged.len() != total {
+        return Err(mismatch(staged.len()));
+    }
+    let bytes = staged.bytes.as_slice();
+    let (mut from, mut pos) = (0usize, 0usize);
+    for (at, n, piece) in &staged.pieces {
+        let (at, n) = (*at, *n);
+        let head = &bytes[from..at];
+        buf[pos..pos + head.len()].copy_from_slice(head);
+        pos += head.len();
+        from = at;
+        let dst = &mut buf[pos..pos + n];
+        match piece {
+            Piece::Str(s) => match s.to_str() {
+                Ok(s) if s.len() == n => dst.copy_from_slice(s.as_bytes()),
+                _ => return Err(mismatch(pos)),
+            },
+            Piece::Bytes(b) if stream => snapbus_bus::stream::copy(dst, b.as_bytes()),
+            Piece::Bytes(b) => dst.copy_from_slice(b.as_bytes()),
+            Piece::Buf(b, dtype) => {
                 copy_buffer(py, b, *dtype, dst, stream).map_err(|e| EncodeError::TypeMismatch {
                     path: String::new(),
                     expected: format!("an array of {dtype}"),
@@ -45,11 +50,8 @@ pub(crate) fn write(
         }
         pos += n;
     }
-    if pos == total {
-        Ok(())
-    } else {
-        Err(mismatch(pos))
-    }
+    buf[pos..].copy_from_slice(&bytes[from..]);
+    Ok(())
 }
 
 /// Copies a buffer (any strides, C order) into `dst` once; with `stream`, a C-contiguous one
