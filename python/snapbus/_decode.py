@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import keyword
+import operator
 import sys
 import typing
 from typing import Any, Callable, List, Sequence
@@ -155,18 +157,64 @@ def _dataclass_converter(cls: type) -> _Convert:
         (f.name, _converter(hints.get(f.name, Any))) for f in dataclasses.fields(cls) if f.init
     ]
 
-    def convert(v: Any) -> Any:
+    def by_name(v: Any) -> Any:
         if isinstance(v, dict):
             kwargs = {name: conv(v[name]) for name, conv in fields if name in v}
         else:
             kwargs = {name: conv(getattr(v, name)) for name, conv in fields if hasattr(v, name)}
         return cls(**kwargs)
 
+    # Per record class: the positional form where it applies, else by name.
+    by_record: dict[type, _Convert] = {}
+
+    def convert(v: Any) -> Any:
+        conv = by_record.get(type(v))
+        if conv is None:
+            conv = by_record[type(v)] = _positional(cls, type(v), fields) or by_name
+        return conv(v)
+
     return convert
+
+
+def _positional(cls: type, record: type, fields: list[tuple[str, _Convert]]) -> _Convert | None:
+    """A converter from instances of `record` that reads the fields in one C call
+    (`operator.attrgetter`) and passes them to `cls` by position; None unless the record has
+    every init field of `cls` and `cls(...)` takes exactly those, in that order, positionally
+    (no keyword-only fields, no `InitVar`, no custom `__init__` of another shape)."""
+    if not (isinstance(record, type) and dataclasses.is_dataclass(record)) or not fields:
+        return None
+    have = {f.name for f in dataclasses.fields(record)}
+    names = [name for name, _ in fields]
+    if not all(n in have for n in names):
+        return None
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if [p.name for p in params] != names or any(
+        p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params
+    ):
+        return None
+    convs = [conv for _, conv in fields]
+    if len(names) == 1:
+        get_one = operator.attrgetter(names[0])
+        only = convs[0]
+        return lambda v: cls(only(get_one(v)))
+    get = operator.attrgetter(*names)
+    if all(c is _identity for c in convs):
+        return lambda v: cls(*get(v))
+    return lambda v: cls(*[c(x) for c, x in zip(convs, get(v))])
+
+
+# The converters `as_` was asked for, by class (dataclasses only: checked once).
+_as_plans: dict[type, _Convert] = {}
 
 
 def as_(cls: type, payload: Any) -> Any:
     """`payload` (a generic decoded record) as an instance of the dataclass `cls`."""
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-        raise TypeError(f"as_() takes a dataclass, not {cls!r}")
-    return _converter(cls)(payload)
+    conv = _as_plans.get(cls)
+    if conv is None:
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise TypeError(f"as_() takes a dataclass, not {cls!r}")
+        conv = _as_plans[cls] = _converter(cls)
+    return conv(payload)

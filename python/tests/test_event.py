@@ -128,6 +128,59 @@ def test_as_decodes_into_the_users_dataclass(bus: Bus) -> None:
         evs[0].as_(dict)  # type: ignore[arg-type]
 
 
+@dataclass
+class Reordered:
+    step: int
+    episode: int
+
+
+@dataclass
+class One:
+    episode: int
+
+
+@dataclass
+class WithInitVar:
+    episode: int
+    scale: dataclasses.InitVar[int] = 10
+    scaled: int = field(init=False, default=0)
+
+    def __post_init__(self, scale: int) -> None:
+        self.scaled = self.episode * scale
+
+
+@dataclass(init=False)
+class OwnInit:
+    episode: int
+    step: int
+
+    def __init__(self, step: int, episode: int) -> None:  # not the fields' order
+        self.episode, self.step = episode, step
+
+
+if sys.version_info >= (3, 10):
+
+    @dataclass(kw_only=True)
+    class KwOnly:
+        step: int
+        episode: int
+
+
+def test_as_passes_fields_by_name_whatever_the_classs_shape(bus: Bus) -> None:
+    # `as_` passes fields by position where the class's __init__ takes exactly its fields in
+    # order, and by name otherwise: every shape gets each value under its own name.
+    ev = [e for e in _demo_events(bus) if e.schema.id == "demo.step"][-1]
+    for _ in range(2):  # the first call picks the form, the second uses it
+        assert ev.as_(Reordered) == Reordered(step=1, episode=3)
+        assert ev.as_(One) == One(episode=3)
+        w = ev.as_(WithInitVar)
+        assert (w.episode, w.scaled) == (3, 30)
+        o = ev.as_(OwnInit)
+        assert (o.episode, o.step) == (3, 1)
+        if sys.version_info >= (3, 10):
+            assert ev.as_(KwOnly) == KwOnly(step=1, episode=3)
+
+
 def test_events_are_frozen(bus: Bus) -> None:
     ev = _demo_events(bus)[0]
     with pytest.raises(AttributeError):
