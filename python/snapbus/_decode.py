@@ -86,9 +86,15 @@ def _identity(v: Any) -> Any:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    if sys.version_info >= (3, 9):
-        return typing.get_type_hints(cls, include_extras=False)
-    return typing.get_type_hints(cls)  # pragma: no cover (3.8)
+    """The field types of `cls`, resolved; where they cannot all be (a forward reference to a
+    name out of reach, `InitVar` under CPython 3.8), the fields' own types, unresolved strings
+    left out (their values pass through unconverted)."""
+    try:
+        if sys.version_info >= (3, 9):
+            return typing.get_type_hints(cls, include_extras=False)
+        return typing.get_type_hints(cls)  # pragma: no cover (3.8)
+    except (NameError, TypeError):
+        return {f.name: f.type for f in dataclasses.fields(cls) if not isinstance(f.type, str)}
 
 
 def _converter(tp: Any) -> _Convert:
