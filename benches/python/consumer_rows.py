@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What a Python consumer pays per event, in three steps, printed on one line: iterating a
+subscription and reading a header field (`ev.seq`), then also decoding the payload
+(`ev.payload.seq`), then also converting it into the user's dataclass (`ev.as_(Small).seq`).
+Each step reads `--events` 64 B-class events (the 5-field `Small` of compare_py.py) that this
+process wrote into its own lane just before, so the producer never races the consumer: the
+figures behind BENCHMARKS.md's "The binding's own costs".
+
+Against a running bus (`snapbus up`; `SNAPBUS_BUS` to choose it):
+
+    python benches/python/consumer_rows.py [--events N] [--tag TEXT]
+
+The lane must hold the events (64 MiB by default: 300 000 by default, about 120 bytes each).
+To compare two builds, swap their `_snapbus` extension modules into one venv and run this
+alternately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import snapbus
+
+
+@dataclass
+class Small:
+    schema_id: ClassVar[str] = "bench.py.consumer"
+    schema_version: ClassVar[int] = 1
+    seq: int
+    t: float
+    x: float
+    y: float
+    tag: str
+
+
+def header(ev: snapbus.Event) -> int:
+    return ev.seq
+
+
+def payload(ev: snapbus.Event) -> int:
+    seq: int = ev.payload.seq
+    return seq
+
+
+def as_small(ev: snapbus.Event) -> int:
+    small: Small = ev.as_(Small)
+    return small.seq
+
+
+def per_event_ns(events: int, read: Callable[[snapbus.Event], int]) -> float:
+    """Writes `events` events, then reads them back through `read`; ns per event read."""
+    snap = snapbus.get_telemetry("bench.py.consumer").snapshot
+    with snapbus.subscribe(Small.schema_id, start="latest") as sub:
+        for i in range(events):
+            snap(logging.INFO, Small(seq=i, t=0.0, x=1.5, y=-2.5, tag="lm0"))
+        n = 0
+        start = time.perf_counter()
+        for ev in sub:
+            n += 1
+            if n == events:
+                break
+            read(ev)
+        took = time.perf_counter() - start
+        if sub.lost or n != events:
+            raise RuntimeError(f"read {n} of {events} events, {sub.lost} lost: a larger lane?")
+    return took / n * 1e9
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=300_000)
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args(argv)
+    if not snapbus.wait_for_bus(10):
+        print("no bus: start one with `snapbus up`", file=sys.stderr)
+        return 1
+    rows = [("ev.seq", header), ("ev.payload.seq", payload), ("ev.as_(Small).seq", as_small)]
+    out = [f"{name}: {per_event_ns(args.events, read):.0f} ns/event" for name, read in rows]
+    print(args.tag, " | ".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
