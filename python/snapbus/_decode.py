@@ -85,16 +85,21 @@ def _identity(v: Any) -> Any:
     return v
 
 
+def _type_hints(cls: type, localns: dict[str, Any] | None = None) -> dict[str, Any]:
+    if sys.version_info >= (3, 9):
+        return typing.get_type_hints(cls, localns=localns, include_extras=False)
+    return typing.get_type_hints(cls, localns=localns)  # pragma: no cover (3.8)
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    """The field types of `cls`, resolved; where they cannot all be (a forward reference to a
-    name out of reach, `InitVar` under CPython 3.8), the fields' own types, unresolved strings
-    left out (their values pass through unconverted)."""
+    """The types of the fields of `cls`, resolved (a name that does not resolve raises)."""
     try:
-        if sys.version_info >= (3, 9):
-            return typing.get_type_hints(cls, include_extras=False)
-        return typing.get_type_hints(cls)  # pragma: no cover (3.8)
-    except (NameError, TypeError):
-        return {f.name: f.type for f in dataclasses.fields(cls) if not isinstance(f.type, str)}
+        return _type_hints(cls)
+    except TypeError:
+        # CPython 3.8's typing refuses an `InitVar` annotation: resolve the fields alone.
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        shadow = type(cls.__name__, (), {"__module__": cls.__module__, "__annotations__": fields})
+        return _type_hints(shadow, localns=dict(vars(cls)))
 
 
 def _converter(tp: Any) -> _Convert:

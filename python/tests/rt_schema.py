@@ -118,23 +118,31 @@ class Sizes:
     schema_id: ClassVar[str] = "rt.sizes"
     schema_version: ClassVar[int] = 1
 
+    values: List[float]
     names: List[str]
     blobs: List[bytes]
     buffer: bytes
-    values: List[float]
     counts: Dict[str, int]
     note: Optional[str]
     tail: NDArray[np.int32]
 
 
 def sizes(i: int) -> Sizes:
-    """Record `i`: strings of 0 to 400 UTF-8 bytes (127, 128 and 129 among them), bytes of 0
-    to 300, a bytearray of 129 + i bytes, 40 * i floats, 10 * i dict entries, an array last."""
+    """Record `i`. Record 0 stages under 256 bytes, with three pieces (a 129-byte `bytes`, the
+    buffer, the array); record 1 has 40 floats first (the staged bytes move to the heap as the
+    list starts); from 2 on, strings of 0 to 400 UTF-8 bytes (127, 128 and 129 among them),
+    bytes of 0 to 300, 10 * i dict entries and a long note on even records."""
+    if i == 0:
+        names = ["", "short"]
+        blobs = [b"", bytes(129)]
+    else:
+        names = ["", "a" * 127, "b" * 128, "c" * 129, "é" * 64, "é" * (100 + i)]
+        blobs = [b"", bytes(range(128)), bytes(range(129)), bytes(300 - i)]
     return Sizes(
-        names=["", "a" * 127, "b" * 128, "c" * 129, "é" * 64, "é" * (100 + i)],
-        blobs=[b"", bytes(range(128)), bytes(range(129)), bytes(300 - i)],
-        buffer=bytes(bytearray(range(129 + i))),
         values=[k / 7 for k in range(40 * i)],
+        names=names,
+        blobs=blobs,
+        buffer=bytes(bytearray(range(129 + i))),
         counts={f"k{k}": k * i for k in range(10 * i)},
         note=None if i % 2 else "n" * (200 * i + 1),
         tail=np.arange(i, i + 3, dtype=np.int32),

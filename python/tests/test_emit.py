@@ -166,6 +166,13 @@ def test_strict_mode_raises_naming_the_field() -> None:
         ("floats_np", np.zeros((2, 2)), ValueError, "floats_np: a 2-dimensional array given"),
         ("floats_np", np.zeros(2, np.float32), ValueError, "floats_np: array of format"),
         ("by_name", {"a": "x"}, TypeError, 'by_name["a"]: expected int'),
+        # Views with a zero stride claim any length: four of 2**62 bytes overflow a usize.
+        (
+            "patches",
+            {f"p{k}": np.broadcast_to(np.zeros(1, np.int16), (2**61,)) for k in range(4)},
+            ValueError,
+            f'patches["p3"]: {2**62} more bytes make the event too large',
+        ),
     ]
     for name, value, exc, text in cases:
         bad = ns["make"](1)

@@ -93,6 +93,7 @@ def test_threads_reading_one_payload_at_once_get_one_object(bus: Bus) -> None:
             assert not t.is_alive()
     finally:
         sys.setswitchinterval(interval)
+    assert evs and len(seen[0]) == len(evs)
     for k in range(1, 4):
         assert all(a is b for a, b in zip(seen[0], seen[k])) and len(seen[k]) == len(evs)
     assert all(e.payload is p for e, p in zip(evs, seen[0]))

@@ -77,7 +77,7 @@ fn measure_str<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<()
     if text.len() <= STAGE_MAX_BYTES {
         out.put(text.as_bytes());
     } else {
-        out.piece(text.len(), Piece::Str(s.clone()));
+        out.piece(text.len(), Piece::Str(s.clone()))?;
     }
     Ok(())
 }
@@ -91,14 +91,14 @@ fn measure_bytes<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<
         if bytes.len() <= STAGE_MAX_BYTES {
             out.put(bytes);
         } else {
-            out.piece(bytes.len(), Piece::Bytes(b.clone()));
+            out.piece(bytes.len(), Piece::Bytes(b.clone()))?;
         }
     } else {
         let buf = buffer(obj, DType::U8)
             .map_err(|_| DataError::ty(format!("expected bytes, got {}", type_name(obj))))?;
         let len = buf.len_bytes();
         out.put_u64(len as u64);
-        out.piece(len, Piece::Buf(buf, DType::U8));
+        out.piece(len, Piece::Buf(buf, DType::U8))?;
     }
     Ok(())
 }
@@ -184,7 +184,7 @@ fn measure_tensor<'py>(
         out.put_u64(d as u64);
     }
     out.put_u64(buf.item_count() as u64);
-    out.piece(buf.len_bytes(), Piece::Buf(buf, dtype));
+    out.piece(buf.len_bytes(), Piece::Buf(buf, dtype))?;
     Ok(())
 }
 
@@ -277,7 +277,7 @@ fn measure_seq<'py>(
                 }
                 let buf = check_dtype(raw, dtype)?;
                 out.put_u64(buf.item_count() as u64);
-                out.piece(buf.len_bytes(), Piece::Buf(buf, dtype));
+                out.piece(buf.len_bytes(), Piece::Buf(buf, dtype))?;
                 return Ok(());
             }
         }

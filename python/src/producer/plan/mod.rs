@@ -153,8 +153,9 @@ impl fmt::Display for DataError {
     }
 }
 
-/// Strings and `bytes` up to this length are staged as bytes in pass 1; longer ones are
-/// copied in pass 2, straight from their objects.
+/// `str` and `bytes` objects up to this length are staged as bytes in pass 1; longer ones are
+/// copied in pass 2, straight from their objects, as are arrays and other buffers (a
+/// `bytearray` or `memoryview` given for `bytes`) of any length.
 const STAGE_MAX_BYTES: usize = 128;
 
 /// What pass 1 leaves for pass 2: the encoding's bytes in order, except its large parts,
@@ -177,10 +178,11 @@ impl<'py> Staged<'py> {
         }
     }
 
-    /// The encoded length: what pass 2 writes.
+    /// The encoded length: what pass 2 writes (`usize::MAX`, which no lane grants, if it
+    /// does not fit).
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.bytes.len + self.pieces_len
+        self.bytes.len.saturating_add(self.pieces_len)
     }
 
     #[inline]
@@ -194,10 +196,14 @@ impl<'py> Staged<'py> {
         self.put(&v.to_le_bytes());
     }
 
-    /// A large part of `len` bytes, at the current position.
-    fn piece(&mut self, len: usize, piece: Piece<'py>) {
-        self.pieces_len += len;
+    /// A large part of `len` bytes, at the current position. Refused if the pieces' length
+    /// would not fit a `usize` (views with zero strides can claim any length).
+    fn piece(&mut self, len: usize, piece: Piece<'py>) -> Result<(), DataError> {
+        self.pieces_len = self.pieces_len.checked_add(len).ok_or_else(|| {
+            DataError::value(format!("{len} more bytes make the event too large"))
+        })?;
         self.pieces.push((self.bytes.len, len, piece));
+        Ok(())
     }
 }
 
@@ -225,28 +231,30 @@ impl StagedBytes {
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        match self.inline.get_mut(self.len..end) {
-            Some(dst) if self.heap.is_empty() => dst.copy_from_slice(bytes),
-            _ => self.spill(bytes),
+        if self.heap.is_empty() {
+            if let Some(dst) = self.inline.get_mut(self.len..end) {
+                dst.copy_from_slice(bytes);
+                self.len = end;
+                return;
+            }
+            self.spill(bytes.len());
         }
+        self.heap.extend_from_slice(bytes);
         self.len = end;
     }
 
+    /// Moves the inline bytes to the heap, with room for `more`.
     #[cold]
-    fn spill(&mut self, bytes: &[u8]) {
-        if self.heap.is_empty() {
-            self.heap.reserve(2 * (self.len + bytes.len()));
-            self.heap.extend_from_slice(&self.inline[..self.len]);
-        }
-        self.heap.extend_from_slice(bytes);
+    fn spill(&mut self, more: usize) {
+        self.heap.reserve(2 * (self.len + more));
+        self.heap.extend_from_slice(&self.inline[..self.len]);
     }
 
     /// Room for `n` more bytes (a long sequence of numbers).
     fn reserve(&mut self, n: usize) {
         if self.len + n > INLINE_BYTES {
             if self.heap.is_empty() {
-                self.heap.reserve(self.len + n);
-                self.heap.extend_from_slice(&self.inline[..self.len]);
+                self.spill(n);
             } else {
                 self.heap.reserve(n);
             }

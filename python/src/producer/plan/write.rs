@@ -28,11 +28,13 @@ pub(crate) fn write(
     let (mut from, mut pos) = (0usize, 0usize);
     for (at, n, piece) in &staged.pieces {
         let (at, n) = (*at, *n);
-        let head = &bytes[from..at];
-        buf[pos..pos + head.len()].copy_from_slice(head);
+        let head = bytes.get(from..at).ok_or_else(|| mismatch(pos))?;
+        buf.get_mut(pos..pos + head.len())
+            .ok_or_else(|| mismatch(pos))?
+            .copy_from_slice(head);
         pos += head.len();
         from = at;
-        let dst = &mut buf[pos..pos + n];
+        let dst = buf.get_mut(pos..pos + n).ok_or_else(|| mismatch(pos))?;
         match piece {
             Piece::Str(s) => match s.to_str() {
                 Ok(s) if s.len() == n => dst.copy_from_slice(s.as_bytes()),
@@ -50,7 +52,11 @@ pub(crate) fn write(
         }
         pos += n;
     }
-    buf[pos..].copy_from_slice(&bytes[from..]);
+    let tail = bytes.get(from..).ok_or_else(|| mismatch(pos))?;
+    match buf.get_mut(pos..) {
+        Some(dst) if dst.len() == tail.len() => dst.copy_from_slice(tail),
+        _ => return Err(mismatch(pos)),
+    }
     Ok(())
 }
 
