@@ -2,7 +2,7 @@
 """What a Python consumer pays per event, in three steps, printed on one line: iterating a
 subscription and reading a header field (`ev.seq`), then also decoding the payload
 (`ev.payload.seq`), then also converting it into the user's dataclass (`ev.as_(Small).seq`).
-Each step reads `--events` 64 B-class events (the 5-field `Small` of compare_py.py) that this
+Each step reads `--events` 64 B-class events (compare_py.py's 5-field `Small`) that this
 process wrote into its own lane just before, so the producer never races the consumer: the
 figures behind BENCHMARKS.md's "The binding's own costs".
 
@@ -22,21 +22,10 @@ import argparse
 import logging
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable
 
 import snapbus
-
-
-@dataclass
-class Small:
-    schema_id: ClassVar[str] = "bench.py.consumer"
-    schema_version: ClassVar[int] = 1
-    seq: int
-    t: float
-    x: float
-    y: float
-    tag: str
+from compare_py import Small  # the 64 B-class event of compare's Python pair
 
 
 def header(ev: snapbus.Event) -> int:
