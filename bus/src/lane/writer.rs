@@ -278,10 +278,11 @@ where
 
     #[inline(always)]
     fn count_admitted(&mut self, lane: &Lane<M>, n: usize) {
-        // Under the lock: a load and a store (see the writer's docs).
+        // Under the lock: a load and a store (see the writer's docs), wrapping as `fetch_add`
+        // would (any value can be in shared memory).
         let committed = lane.word(word!(frames_committed));
         committed.store(
-            committed.load(Ordering::Relaxed) + n as u64,
+            committed.load(Ordering::Relaxed).wrapping_add(n as u64),
             Ordering::Relaxed,
         );
     }
@@ -356,6 +357,35 @@ mod tests {
         c.write_payload(&payload(seq));
         c.commit();
         Ok(seq)
+    }
+
+    /// `frames_committed` is a word of shared memory, so it can hold anything (a corrupt or
+    /// hostile peer): both writers count past `u64::MAX` by wrapping, as `fetch_add` does,
+    /// never by panicking (overflow checks are on in tests and in the fuzz build, where the
+    /// lane reader target found it).
+    #[test]
+    fn the_committed_count_wraps_whatever_shared_memory_held() {
+        let lane = Lane::heap(&CONFIG, 9).expect("lane");
+        let count = lane.word(word!(frames_committed));
+        let pair = [payload(0), payload(1)];
+
+        count.store(u64::MAX, Ordering::Relaxed);
+        let mut single = lane.writer().expect("writer");
+        let c = single.claim(LEN, meta(1)).expect("claim");
+        c.commit();
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+        count.store(u64::MAX - 1, Ordering::Relaxed);
+        assert_eq!(single.write_run(meta(1), &pair).written, 2);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+        drop(single);
+
+        count.store(u64::MAX, Ordering::Relaxed);
+        let shared = lane.shared_writer().expect("writer");
+        assert!(claim_and_commit(&shared).is_ok());
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+        count.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(shared.write_run(meta(1), &pair).written, 2);
+        assert_eq!(count.load(Ordering::Relaxed), 1);
     }
 
     /// A run holds one in-flight slot, its first record's: while the run's last record is
