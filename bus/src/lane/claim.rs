@@ -396,12 +396,7 @@ where
         // The single writer: counted once the run is committed (a load and a store; during a
         // run the counter lags by the run's records, and a writer killed mid-run leaves them
         // uncounted, as a single claim killed before its count).
-        // Wrapping, as `fetch_add` would: the word is in shared memory, any value can be there.
-        let w = lane.word(word!(frames_committed));
-        w.store(
-            w.load(Ordering::Relaxed).wrapping_add(n as u64),
-            Ordering::Relaxed,
-        );
+        lane.count_committed(n as u64);
     }
     release_inflight(inflight, first_seq);
     RunWritten {
@@ -578,9 +573,7 @@ impl<M: LaneMem> Claim<'_, M> {
         if self.inflight.is_none() {
             // The single writer is the only one to write the counter: a load and a store, not
             // a read-modify-write (a locked instruction would wait for the frame's lines).
-            // Wrapping, as `fetch_add` would: any value can be in shared memory.
-            let w = self.lane.word(word!(frames_committed));
-            w.store(w.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+            self.lane.count_committed(1);
         }
         self.release();
         self.done = true;
@@ -614,11 +607,7 @@ impl<M: LaneMem> Drop for Claim<'_, M> {
                 // A shared writer counted the claim as committed when it made it; take it
                 // back (under the lock, like every change of the counter by shared writers).
                 let _held = state.lock();
-                let w = self.lane.word(word!(frames_committed));
-                w.store(
-                    w.load(Ordering::Relaxed).saturating_sub(1),
-                    Ordering::Relaxed,
-                );
+                self.lane.uncount_committed();
             }
             self.release();
         }

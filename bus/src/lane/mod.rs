@@ -95,6 +95,26 @@ impl<M: LaneMem> Lane<M> {
         }
     }
 
+    /// Adds `n` to the lane's `frames_committed` count: a load and a store, not a locked
+    /// read-modify-write (one writer changes it at a time: the single writer, or a shared writer
+    /// under the claim lock). The word is in shared memory and can hold anything, so the count
+    /// wraps, as `fetch_add` would, never panicking.
+    #[inline(always)]
+    pub(crate) fn count_committed(&self, n: u64) {
+        let w = self.word(word!(frames_committed));
+        w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Takes back one frame [`Lane::count_committed`] counted (an aborted claim), stopping at
+    /// zero; the same one-writer-at-a-time rule.
+    pub(crate) fn uncount_committed(&self) {
+        let w = self.word(word!(frames_committed));
+        w.store(
+            w.load(Ordering::Relaxed).saturating_sub(1),
+            Ordering::Relaxed,
+        );
+    }
+
     /// The validated geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.geo

@@ -278,13 +278,8 @@ where
 
     #[inline(always)]
     fn count_admitted(&mut self, lane: &Lane<M>, n: usize) {
-        // Under the lock: a load and a store (see the writer's docs), wrapping as `fetch_add`
-        // would (any value can be in shared memory).
-        let committed = lane.word(word!(frames_committed));
-        committed.store(
-            committed.load(Ordering::Relaxed).wrapping_add(n as u64),
-            Ordering::Relaxed,
-        );
+        // Under the lock (see the writer's docs).
+        lane.count_committed(n as u64);
     }
 }
 
@@ -360,8 +355,8 @@ mod tests {
     }
 
     /// `frames_committed` is a word of shared memory, so it can hold anything (a corrupt or
-    /// hostile peer): both writers count past `u64::MAX` by wrapping, as `fetch_add` does,
-    /// never by panicking (overflow checks are on in tests and in the fuzz build, where the
+    /// hostile peer): both writers count past `u64::MAX` by wrapping, as `fetch_add` does, and
+    /// take back an aborted claim no lower than zero, never panicking (overflow checks are on in tests and in the fuzz build, where the
     /// lane reader target found it).
     #[test]
     fn the_committed_count_wraps_whatever_shared_memory_held() {
@@ -386,6 +381,12 @@ mod tests {
         count.store(u64::MAX, Ordering::Relaxed);
         assert_eq!(shared.write_run(meta(1), &pair).written, 2);
         assert_eq!(count.load(Ordering::Relaxed), 1);
+        // A shared claim counts when it is admitted and takes it back when dropped unwritten;
+        // from a zeroed word that stops at zero.
+        let c = shared.claim(LEN, meta(1)).expect("claim");
+        count.store(0, Ordering::Relaxed);
+        drop(c);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
     }
 
     /// A run holds one in-flight slot, its first record's: while the run's last record is
