@@ -23,6 +23,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The first line of a child's code that imports the tests' own modules (rt_schema): children
+# do not start in this directory (`CHILD_CWD`).
+TESTS_ON_PATH = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
 WATCHDOG_S = 60.0
 
 # Set before any test imports snapbus: the in-process producer reads them once, at first use.
@@ -32,6 +35,11 @@ SESSION_BUS = f"pytest-{os.getpid()}"
 os.environ["SNAPBUS_BUS"] = SESSION_BUS
 os.environ.pop("SNAPBUS_FILTER", None)
 os.environ.setdefault("SNAPBUS_STRICT", "1")
+
+# Python children start here, an empty directory: `-c` and `-m` put the working directory first
+# on sys.path, and from the source tree's python/ that would be the source package (without the
+# extension a pip install built) instead of the snapbus this test process imported.
+CHILD_CWD = tempfile.mkdtemp(prefix="snapbus-pytest-cwd-")
 
 
 def snapbus_bin() -> Path:
@@ -155,11 +163,12 @@ class Bus:
         code_or_args: str | Sequence[str],
         env: Optional[Dict[str, str]] = None,
     ) -> Proc:
-        """Starts this interpreter on a code string (or on argv) with the bus's environment."""
+        """Starts this interpreter on a code string (or on argv) with the bus's environment, in
+        an empty working directory (`CHILD_CWD`)."""
         full_env = self.env
         full_env.update(env or {})
         args = ["-c", code_or_args] if isinstance(code_or_args, str) else list(code_or_args)
-        p = Proc([sys.executable, *args], full_env, cwd=str(REPO / "python"))
+        p = Proc([sys.executable, *args], full_env, cwd=CHILD_CWD)
         self.procs.append(p)
         return p
 
@@ -202,6 +211,7 @@ def bus() -> Iterator[Bus]:
 def _runtime_dir() -> Iterator[None]:
     yield
     shutil.rmtree(_RUNTIME, ignore_errors=True)
+    shutil.rmtree(CHILD_CWD, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import textwrap
 import types
 
 import pytest
-from conftest import REPO, echo_oldest, run_producer, wait_until
+from conftest import CHILD_CWD, echo_oldest, run_producer, wait_until
 
 # Definitions shared by the producer child and the expected values.
 DEFS = textwrap.dedent(
@@ -382,6 +382,15 @@ def test_a_killed_producer_is_marked_dead_and_its_ring_stays_readable(bus, tmp_p
     assert schemas == ["test.crash"] * 10, schemas
 
 
+def test_children_import_the_snapbus_under_test(bus) -> None:
+    # A pip-installed suite must not test the source tree's package in its children.
+    import snapbus
+
+    out = bus.spawn_py("import snapbus, sys\nprint(snapbus.__file__)\n").wait()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == snapbus.__file__
+
+
 def test_numpy_is_optional_at_import() -> None:
     code = (
         "import sys; sys.modules['numpy'] = None\n"
@@ -398,7 +407,7 @@ def test_numpy_is_optional_at_import() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=str(REPO / "python"),
+        cwd=CHILD_CWD,
     )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip()) == 16

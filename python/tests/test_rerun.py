@@ -22,6 +22,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 from conftest import (
+    TESTS_ON_PATH,
     WATCHDOG_S,
     Bus,
     Proc,
@@ -387,8 +388,9 @@ def test_bad_input_fails_before_attach_returns(rbus: Bus, tmp_path: Path) -> Non
     assert "no Python interpreter" in err, err
 
 
-KINDS = """
-sys.path.insert(0, "tests")
+KINDS = (
+    TESTS_ON_PATH
+    + """
 from dataclasses import dataclass
 from typing import ClassVar
 import numpy as np
@@ -415,6 +417,7 @@ for i in range(6):
     ))
 assert snapbus.stats()["written"] == 12
 """
+)
 
 
 def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) -> None:

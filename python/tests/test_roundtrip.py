@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, List
 
 import numpy as np
-from conftest import Bus, run_producer, wait_until
+from conftest import TESTS_ON_PATH, Bus, run_producer, wait_until
 from mcap.reader import make_reader
 from rt_schema import Large, Mode, Pose, Row, Sizes, large, row, sizes
 
@@ -18,8 +18,9 @@ import snapbus
 
 N = 24
 
-PRODUCE = f"""
-sys.path.insert(0, "tests")
+PRODUCE = (
+    TESTS_ON_PATH
+    + f"""
 from rt_schema import row
 telemetry = snapbus.get_telemetry("lab.roundtrip")
 for i in range({N}):
@@ -27,6 +28,7 @@ for i in range({N}):
 s = snapbus.stats()
 assert s["written"] == {N}, s
 """
+)
 
 
 def assert_same(got: Any, want: Any, path: str = "row") -> None:
@@ -118,8 +120,9 @@ def test_a_python_producer_recorded_by_attach_recorder_reads_back(
     assert list(frame["pose.x"]) == [row(i).pose.x for i in range(N)]
 
 
-LARGE = """
-sys.path.insert(0, "tests")
+LARGE = (
+    TESTS_ON_PATH
+    + """
 from rt_schema import large
 telemetry = snapbus.get_telemetry("lab.large")
 telemetry.snapshot(snapbus.INFO, large(0))  # the lane exists once the first record is written
@@ -129,6 +132,7 @@ for i in range(1, 6):
 s = snapbus.stats()
 assert s["written"] == 6, s
 """
+)
 
 
 def test_large_arrays_streamed_past_the_caches_read_back_exactly(bus: Bus) -> None:
@@ -144,8 +148,9 @@ def test_large_arrays_streamed_past_the_caches_read_back_exactly(bus: Bus) -> No
         assert_same(ev.as_(Large), large(i))
 
 
-SIZES = """
-sys.path.insert(0, "tests")
+SIZES = (
+    TESTS_ON_PATH
+    + """
 from rt_schema import sizes
 telemetry = snapbus.get_telemetry("lab.sizes")
 for i in range(6):
@@ -156,6 +161,7 @@ for i in range(6):
 s = snapbus.stats()
 assert s["written"] == 6, s
 """
+)
 
 
 def test_values_either_side_of_the_staging_limits_read_back_exactly(bus: Bus) -> None:
