@@ -201,6 +201,22 @@ pub(crate) fn process_cpu_nanos(pid: &str) -> u64 {
     (tick(11) + tick(12)) * 10_000_000
 }
 
+/// A message of `len` bytes before its stamp: a byte pattern that is not zero anywhere but
+/// where [`stamp`] writes (the header's two words, and the trailer of a message of 24 bytes or
+/// more). Real data: a zero-filled buffer of 1 MiB is, untouched, the kernel's one zero page
+/// mapped 256 times, which a producer reads from its L1 cache, as no camera frame or array
+/// could be read.
+pub(crate) fn unstamped(len: usize) -> Vec<u8> {
+    let mut m: Vec<u8> = (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8 | 1)
+        .collect();
+    m[..len.min(HEADER_LEN)].fill(0);
+    if len >= 24 {
+        m[len - 8..].fill(0);
+    }
+    m
+}
+
 /// Writes the message header (and trailer) for sequence number `seq` sent at `t_nanos`.
 #[inline]
 pub(crate) fn stamp(buf: &mut [u8], seq: u64, t_nanos: u64) {
@@ -235,8 +251,7 @@ pub(crate) fn run_producer(
     if args.size < HEADER_LEN {
         bail!("--size must be at least {HEADER_LEN} bytes");
     }
-    let mut buf = vec![0u8; prefix.len() + args.size];
-    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut buf = [prefix, &unstamped(args.size)].concat();
     let at = prefix.len();
     armed_then_go()?;
     let mut sent = 0u64;
@@ -306,10 +321,7 @@ pub(crate) fn run_producer_batched(
     if args.mode != Mode::Throughput {
         bail!("a batching producer has no latency run");
     }
-    let mut bufs = vec![vec![0u8; prefix.len() + args.size]; batch];
-    for b in &mut bufs {
-        b[..prefix.len()].copy_from_slice(prefix);
-    }
+    let mut bufs = vec![[prefix, &unstamped(args.size)].concat(); batch];
     let at = prefix.len();
     armed_then_go()?;
     let mut sent = 0u64;
@@ -390,6 +402,8 @@ pub(crate) struct Tally {
     size: usize,
     mode: Mode,
     every_byte: bool,
+    /// The word sum of an [`unstamped`] message (with `every_byte`).
+    unstamped_sum: u64,
     next_seq: u64,
     delivered: u64,
     lost: u64,
@@ -405,6 +419,11 @@ impl Tally {
             size: args.size,
             mode: args.mode,
             every_byte: args.every_byte,
+            unstamped_sum: if args.every_byte {
+                word_sum(&unstamped(args.size))
+            } else {
+                0
+            },
             next_seq: 0,
             delivered: 0,
             lost: 0,
@@ -445,9 +464,9 @@ impl Tally {
             return false;
         }
         let n = h.len;
-        // The producer sends header and trailer words and zeros between them. The trailer at
-        // byte n - 8 straddles two words when n is not a multiple of 8: its bits then land in
-        // the two words' sum rotated.
+        // The producer sends header and trailer words over an `unstamped` message (zeros
+        // where they go: the words' sums add). The trailer at byte n - 8 straddles two words
+        // when n is not a multiple of 8: its bits then land in the two words' sum rotated.
         let trailer = if n >= 24 {
             seq.rotate_left(8 * (n % 8) as u32)
         } else {
@@ -457,7 +476,8 @@ impl Tally {
             || h.sum
                 == Some(
                     seq.wrapping_add(h.t_nanos.unwrap_or(0))
-                        .wrapping_add(trailer),
+                        .wrapping_add(trailer)
+                        .wrapping_add(self.unstamped_sum),
                 );
         if n != self.size || (n >= 24 && h.trailer != Some(seq)) || seq < self.next_seq || !sum_ok {
             self.bad += 1;
@@ -536,7 +556,7 @@ mod tests {
     }
 
     fn msg(size: usize, seq: u64, t: u64) -> Vec<u8> {
-        let mut m = vec![0u8; size];
+        let mut m = unstamped(size);
         stamp(&mut m, seq, t);
         m
     }
@@ -560,6 +580,23 @@ mod tests {
         assert!(r.p50_nanos.is_none());
     }
 
+    /// A message is data in every byte the stamp does not write (no zero page to read from),
+    /// and zeros where it does (the every-byte sum adds the stamp to the message's own).
+    #[test]
+    fn unstamped_messages_hold_data_but_where_the_stamp_goes() {
+        for len in [16, 23, 24, 64, 100, 4096, 1 << 20] {
+            let m = unstamped(len);
+            assert_eq!(m.len(), len);
+            let stamped = |i: usize| i < HEADER_LEN || (len >= 24 && i >= len - 8);
+            for (i, b) in m.iter().enumerate() {
+                assert_eq!(*b == 0, stamped(i), "byte {i} of {len}: {b}");
+            }
+        }
+        // Not one byte repeated: the pages of a large message differ.
+        let m = unstamped(1 << 20);
+        assert_ne!(m[4096..8192], m[8192..12288]);
+    }
+
     #[test]
     fn every_byte_tally_finds_a_damaged_byte_the_checked_words_miss() {
         let mut a = args(Mode::Throughput, 100);
@@ -568,11 +605,11 @@ mod tests {
         assert!(t.every_byte());
         assert!(t.on_message(&msg(100, 0, 5)));
         let mut damaged = msg(100, 1, 5);
-        damaged[40] = 1; // between header and trailer
+        damaged[40] ^= 2; // between header and trailer
         assert!(t.on_message(&damaged));
         // The tail past the last whole word (100 is not a multiple of 8) is summed too.
         let mut tail = msg(100, 2, 5);
-        tail[90] = 7;
+        tail[90] ^= 7;
         assert!(t.on_message(&tail));
         assert!(t.on_message(&msg(100, 3, 5)));
         assert!(!t.on_message(&msg(100, END_SEQ, 0)));

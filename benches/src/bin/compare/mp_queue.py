@@ -74,7 +74,7 @@ def producer(q, ready, args, parent_pid):
     die_with_parent(parent_pid)
     pin(args.producer_cpu)
     size = args.size
-    buf = bytearray(size)
+    buf = unstamped(size)
     trailer_at = size - 8 if size >= 24 else None
     put = q.put
     now_ns = time.monotonic_ns
@@ -140,10 +140,21 @@ def word_sum(payload):
     return total & MASK64
 
 
-def expected_sum(seq, t_send, n):
-    """What `word_sum` gives for a message as the producer sends it (zeros between header and
-    trailer; a trailer that straddles two words lands in their sum rotated)."""
-    total = seq + t_send
+def unstamped(size):
+    """A message before its stamp, as `unstamped` in common.rs makes it: a byte pattern, zeros
+    only where the header and the trailer go."""
+    buf = bytearray(((i * 2654435761) & 0xFFFFFFFF) >> 24 | 1 for i in range(size))
+    buf[: min(size, 16)] = bytes(min(size, 16))
+    if size >= 24:
+        buf[size - 8 :] = bytes(8)
+    return buf
+
+
+def expected_sum(seq, t_send, n, base):
+    """What `word_sum` gives for a message as the producer sends it: `base` (the sum of the
+    unstamped message, zeros where the stamp goes) plus the stamp's words (a trailer that
+    straddles two words lands in their sum rotated)."""
+    total = base + seq + t_send
     if n >= 24:
         r = 8 * (n % 8)
         total += ((seq << r) | (seq >> (64 - r))) & MASK64 if r else seq
@@ -156,6 +167,7 @@ def consume(q, args):
     latency = args.mode == "latency"
     trailer_at = size - 8 if size >= 24 else None
     every_byte = args.every_byte
+    base = word_sum(unstamped(size)) if every_byte else 0
     get = q.get
     now_ns = time.monotonic_ns
     unpack_header = HEADER.unpack_from
@@ -182,7 +194,7 @@ def consume(q, args):
             or seq < next_seq
             or unpack_header(payload, 0) != (seq, t_send)
             or (trailer_at is not None and unpack_word(payload, trailer_at)[0] != seq)
-            or (every_byte and word_sum(payload) != expected_sum(seq, t_send, n))
+            or (every_byte and word_sum(payload) != expected_sum(seq, t_send, n, base))
         ):
             bad += 1
             continue
