@@ -136,8 +136,9 @@ impl Publisher {
     /// A payload of [`STREAM_MIN_BYTES`](crate::stream::STREAM_MIN_BYTES) or more, into a lane
     /// larger than the last-level cache ([`streams_large_payloads`](Self::streams_large_payloads)),
     /// is copied with non-temporal stores ([`crate::stream`]), as the Python binding copies
-    /// arrays: a 1 MiB payload costs the producer about a third of a plain copy (`BENCHMARKS.md`,
-    /// "Against peers"), and the lines reach memory instead of the producer's caches.
+    /// arrays: a 1 MiB payload of data costs the producer 60–70 % of a plain copy
+    /// (`BENCHMARKS.md`, "Streaming copies for large arrays"), and the lines reach memory
+    /// instead of the producer's caches.
     pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
         if !self.is_own() {
             return match self.forked() {

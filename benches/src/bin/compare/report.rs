@@ -500,7 +500,11 @@ pub(crate) fn render(input: &Input<'_>) -> String {
          the two equal). *Latency*: {c64} messages, one every \
          {} µs ({c1m}, one every {} ms, for 1 MiB), each stamped with CLOCK_MONOTONIC when sent; \
          the consumer's clock at receipt minus the stamp, first 5 % discarded; a spinning \
-         consumer busy-polls, a sleeping one blocks in the kernel. Every message is checked \
+         consumer busy-polls, a sleeping one blocks in the kernel. A message holds data in \
+         every byte (a fixed pattern with no zero byte, under a stamp: its sequence number and \
+         send time in the first 16 bytes, the sequence number again in the last 8), as a real \
+         frame does: an untouched zero-filled buffer is the kernel's zero page, read from the \
+         L1 cache, and lines of zeros reach memory faster than data. Every message is checked \
          at both ends against its sequence number. *Other load*: CPU time of all other \
          processes during the run (from `/proc/stat`, minus the run's own processes and the \
          harness), in % of both CPUs, the worst repetition; above {NOISY_PCT:.0} % it is \
