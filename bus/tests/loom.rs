@@ -23,10 +23,11 @@
 //! # Geometry
 //!
 //! Under `--cfg loom` every lane word is a loom atomic, so the models use a tiny lane: capacity
-//! 512 B, `max_frame` 64 B (`capacity / 8`, the production rule), anchor blocks of 128 B. The
-//! minimum capacity (64 KiB) and block size (4 KiB), and the page alignment of the data area,
-//! are relaxed under `cfg(loom)` only (`lane/layout.rs`); a 72 KiB lane costs ~2.5 ms per loom
-//! execution just to allocate. Frames are 64 B (24-byte payload) or 48 B (8-byte payload), so a
+//! 512 B, `max_frame` 64 B (`capacity / 8`, the default lane's ratio; the rule allows up to
+//! `capacity / 4`, which changes no step of the protocol, only how far a lapped reader
+//! resumes), anchor blocks of 128 B. The minimum capacity (64 KiB) and block size (4 KiB), and
+//! the page alignment of the data area, are relaxed under `cfg(loom)` only (`lane/layout.rs`);
+//! a 72 KiB lane costs ~2.5 ms per loom execution just to allocate. Frames are 64 B (24-byte payload) or 48 B (8-byte payload), so a
 //! lap is 8 to 10 records.
 //!
 //! # What the models check

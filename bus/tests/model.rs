@@ -19,6 +19,14 @@ const CONFIG: LaneConfig = LaneConfig {
     block_size: 4 << 10,
 };
 
+/// A lane whose frames may be a quarter of it, the largest the lane allows (a lane that fits
+/// the cache, taking large records): a lapped reader's slack is then one largest frame.
+const QUARTER: LaneConfig = LaneConfig {
+    capacity: 64 << 10,
+    max_frame: 16 << 10,
+    block_size: 4 << 10,
+};
+
 /// Deterministic payload of record `seq` with length `len`.
 fn payload(seq: u64, len: usize) -> Vec<u8> {
     let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ len as u64;
@@ -51,9 +59,10 @@ enum Op {
     Read(usize, usize),
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Operations on a lane whose largest frame is `max_frame` bytes.
+fn op(max_frame: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
-        20 => (prop_oneof![0usize..64, 64usize..1024, 1024usize..(8 << 10) - 40], 0u16..4).prop_map(|(l, k)| Op::Write(l, k)),
+        20 => (prop_oneof![0usize..64, 64usize..1024, 1024usize..max_frame - 40], 0u16..4).prop_map(|(l, k)| Op::Write(l, k)),
         1 => (0usize..256).prop_map(Op::Abort),
         6 => (0usize..3, 1usize..40).prop_map(|(i, n)| Op::Read(i, n)),
     ]
@@ -106,65 +115,127 @@ fn drive(
     Ok(())
 }
 
+/// Runs `ops` on a lane of `config`: every record delivered exactly, loss exact.
+fn exact_records_and_loss(config: &LaneConfig, ops: &[Op], salt: u64) -> Result<(), TestCaseError> {
+    let lane = Lane::heap(config, salt).expect("lane");
+    let mut writer = lane.writer().expect("writer");
+    // Reader 0 starts at the oldest record, 1 at the latest, 2 is a drain-only reader.
+    let mut readers = [
+        lane.reader(StartAt::Oldest),
+        lane.reader(StartAt::Latest),
+        lane.reader(StartAt::Oldest),
+    ];
+    let mut seen: [Seen; 3] = Default::default();
+    let mut written: BTreeMap<u64, (Vec<u8>, u16)> = BTreeMap::new();
+    let mut aborted = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Write(len, key) => {
+                let mut claim = writer.claim(len, meta(key)).expect("claim");
+                let seq = claim.seq();
+                let bytes = payload(seq, len);
+                claim.write_payload(&bytes);
+                claim.commit();
+                written.insert(seq, (bytes, key));
+            }
+            Op::Abort(len) => {
+                let claim = writer.claim(len, meta(9)).expect("claim");
+                aborted.push(claim.seq());
+                drop(claim);
+            }
+            Op::Read(i, n) => drive(&mut readers[i % 2], n, &written, &mut seen[i % 2])?,
+        }
+    }
+    writer.close();
+    for (reader, seen) in readers.iter_mut().zip(seen.iter_mut()) {
+        drive(reader, 1_000_000, &written, seen)?;
+        prop_assert_eq!(reader.poll(), Poll::Closed);
+    }
+    let all: Vec<u64> = written.keys().copied().collect();
+    let total_seqs = all.len() as u64 + aborted.len() as u64;
+    for (i, (reader, seen)) in readers.iter().zip(&seen).enumerate() {
+        let stats = reader.stats();
+        prop_assert_eq!(stats.lost, seen.lagged, "reader {}: stats vs Lagged", i);
+        prop_assert_eq!(stats.delivered, seen.delivered.len() as u64);
+        prop_assert_eq!(
+            stats.torn + stats.garbage + stats.holes,
+            0,
+            "reader {}: {:?}",
+            i,
+            stats
+        );
+        // Every reader here starts at position 0 (the lane is empty when they are made),
+        // so each knows the first record is number 0 and accounts for every sequence
+        // number: delivered, counted lost, or an aborted claim (skipped, and counted lost
+        // only when the reader was lapped past it).
+        let delivered = seen.delivered.len() as u64;
+        let aborted_all = aborted.len() as u64;
+        prop_assert!(
+            stats.lost + delivered + aborted_all >= total_seqs,
+            "reader {}: records unaccounted for: {:?}",
+            i,
+            stats
+        );
+        prop_assert!(
+            stats.lost + delivered <= total_seqs,
+            "reader {}: loss overcounted: {:?}",
+            i,
+            stats
+        );
+    }
+    // The drain-only reader started at the oldest record and was never lapped unless the
+    // run wrote more than a ring's worth; when it was not lapped it saw everything.
+    if readers[2].stats().lapped == 0 {
+        prop_assert_eq!(&seen[2].delivered, &all);
+        prop_assert_eq!(seen[2].lagged, 0);
+    }
+    Ok(())
+}
+
+/// In a lane of quarter frames a lapped reader resumes one largest frame (and the writer's
+/// limit window) past the oldest byte, so the record it resumes at outlives the next claim of
+/// the largest size: it is delivered, not lost to a second lap at once.
+#[test]
+fn a_lapped_reader_of_quarter_frames_resumes_where_the_next_claim_cannot_reach() {
+    let lane = Lane::heap(&QUARTER, 5).expect("lane");
+    let mut writer = lane.writer().expect("writer");
+    let mut reader = lane.reader(StartAt::Oldest);
+    let len = QUARTER.max_frame - 40;
+    let write = |w: &mut snapbus_bus::lane::LaneWriter<HeapMem>, len: usize| {
+        let mut claim = w.claim(len, meta(0)).expect("claim");
+        let bytes = payload(claim.seq(), len);
+        claim.write_payload(&bytes);
+        claim.commit();
+    };
+    for _ in 0..10 {
+        write(&mut writer, len);
+    }
+    // A 4 KiB frame last: the frame boundaries an eighth of the lane past the oldest byte are
+    // then 12 KiB past it, inside the reach of one more largest claim.
+    write(&mut writer, (4 << 10) - 40);
+    let Poll::Lagged(lost) = reader.poll() else {
+        panic!("the reader should have been lapped");
+    };
+    assert!(lost > 0);
+    write(&mut writer, len);
+    match reader.poll() {
+        Poll::Frame(f) => assert_eq!(f.payload, payload(f.meta.seq, f.payload.len()).as_slice()),
+        other => panic!("lapped again right after resyncing: {other:?}"),
+    }
+    assert_eq!(reader.stats().lapped, 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
-    fn readers_deliver_exact_records_and_exact_loss(ops in prop::collection::vec(op(), 1..400), salt in 1u64..) {
-        let lane = Lane::heap(&CONFIG, salt).expect("lane");
-        let mut writer = lane.writer().expect("writer");
-        // Reader 0 starts at the oldest record, 1 at the latest, 2 is a drain-only reader.
-        let mut readers = [lane.reader(StartAt::Oldest), lane.reader(StartAt::Latest), lane.reader(StartAt::Oldest)];
-        let mut seen: [Seen; 3] = Default::default();
-        let mut written: BTreeMap<u64, (Vec<u8>, u16)> = BTreeMap::new();
-        let mut aborted = Vec::new();
-        for op in &ops {
-            match *op {
-                Op::Write(len, key) => {
-                    let mut claim = writer.claim(len, meta(key)).expect("claim");
-                    let seq = claim.seq();
-                    let bytes = payload(seq, len);
-                    claim.write_payload(&bytes);
-                    claim.commit();
-                    written.insert(seq, (bytes, key));
-                }
-                Op::Abort(len) => {
-                    let claim = writer.claim(len, meta(9)).expect("claim");
-                    aborted.push(claim.seq());
-                    drop(claim);
-                }
-                Op::Read(i, n) => drive(&mut readers[i % 2], n, &written, &mut seen[i % 2])?,
-            }
-        }
-        writer.close();
-        for (reader, seen) in readers.iter_mut().zip(seen.iter_mut()) {
-            drive(reader, 1_000_000, &written, seen)?;
-            prop_assert_eq!(reader.poll(), Poll::Closed);
-        }
-        let all: Vec<u64> = written.keys().copied().collect();
-        let total_seqs = all.len() as u64 + aborted.len() as u64;
-        for (i, (reader, seen)) in readers.iter().zip(&seen).enumerate() {
-            let stats = reader.stats();
-            prop_assert_eq!(stats.lost, seen.lagged, "reader {}: stats vs Lagged", i);
-            prop_assert_eq!(stats.delivered, seen.delivered.len() as u64);
-            prop_assert_eq!(stats.torn + stats.garbage + stats.holes, 0, "reader {}: {:?}", i, stats);
-            // Every reader here starts at position 0 (the lane is empty when they are made),
-            // so each knows the first record is number 0 and accounts for every sequence
-            // number: delivered, counted lost, or an aborted claim (skipped, and counted lost
-            // only when the reader was lapped past it).
-            let delivered = seen.delivered.len() as u64;
-            let aborted_all = aborted.len() as u64;
-            prop_assert!(stats.lost + delivered + aborted_all >= total_seqs,
-                "reader {}: records unaccounted for: {:?}", i, stats);
-            prop_assert!(stats.lost + delivered <= total_seqs,
-                "reader {}: loss overcounted: {:?}", i, stats);
-        }
-        // The drain-only reader started at the oldest record and was never lapped unless the
-        // run wrote more than a ring's worth; when it was not lapped it saw everything.
-        if readers[2].stats().lapped == 0 {
-            prop_assert_eq!(&seen[2].delivered, &all);
-            prop_assert_eq!(seen[2].lagged, 0);
-        }
+    fn readers_deliver_exact_records_and_exact_loss(ops in prop::collection::vec(op(CONFIG.max_frame), 1..400), salt in 1u64..) {
+        exact_records_and_loss(&CONFIG, &ops, salt)?;
+    }
+
+    #[test]
+    fn readers_of_a_lane_of_quarter_frames_deliver_exact_records_and_exact_loss(ops in prop::collection::vec(op(QUARTER.max_frame), 1..400), salt in 1u64..) {
+        exact_records_and_loss(&QUARTER, &ops, salt)?;
     }
 
     #[test]

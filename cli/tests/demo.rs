@@ -160,7 +160,7 @@ fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
         );
         assert!(!out.stderr.contains("is up"), "{}", out.stderr);
     }
-    // What fits runs, in a small lane too (128 KiB records: 300x300 is 90,000 pixels).
+    // What fits runs, in a small lane too (256 KiB records: 300x300 is 90,000 pixels).
     let out = run_cmd(
         snapbus()
             .args(["demo", "--no-echo", "--image", "300x300", "--rate", "0"])

@@ -112,7 +112,7 @@ pub fn lane_bytes_from_env() -> Result<Option<usize>, LaneBytesError> {
     }
 }
 
-/// The geometry of a lane of `lane_bytes` bytes (frames up to 8 MiB, at most an eighth of
+/// The geometry of a lane of `lane_bytes` bytes (frames up to 8 MiB, at most a quarter of
 /// the lane).
 fn lane_config(lane_bytes: usize) -> Result<LaneConfig, LaneBytesError> {
     let bad = |reason| LaneBytesError {
@@ -131,7 +131,7 @@ fn lane_config(lane_bytes: usize) -> Result<LaneConfig, LaneBytesError> {
     let default = LaneConfig::default();
     let lane = LaneConfig {
         capacity: lane_bytes,
-        max_frame: default.max_frame.min(lane_bytes / 8),
+        max_frame: default.max_frame.min(lane_bytes / 4),
         block_size: default.block_size.min(lane_bytes / 4),
     };
     Geometry::new(

@@ -229,10 +229,10 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
     t.snapshot(Level::DEBUG, &ev);
     assert_eq!(frames(&lane()), before + 1);
 
-    // A record too large for the lane (1 MiB lane: 128 KiB frames) is refused and counted.
+    // A record too large for the lane (1 MiB lane: 256 KiB frames) is refused and counted.
     let dropped_before = lane().producers[0].dropped;
     let big = snapbus::schemas::builtin::DurationSample {
-        label: "x".repeat(200 << 10),
+        label: "x".repeat(300 << 10),
         duration_nanos: 1,
     };
     let err = t.try_snapshot(Level::WARN, &big).expect_err("oversize");

@@ -90,7 +90,8 @@ macro_rules! hw {
 fn config(inp: &mut Input<'_>) -> (LaneConfig, u64) {
     let b = inp.u8();
     let capacity = if b & 1 == 0 { 64 << 10 } else { 128 << 10 };
-    let max_frame = [48, 56, 64, 96, 256, 1024, 4096, capacity / 8][usize::from(b >> 1) & 7];
+    let max_frame = [48, 56, 64, 256, 4096, capacity / 8, capacity / 5 / 8 * 8, capacity / 4]
+        [usize::from(b >> 1) & 7];
     let block_size = (4 << 10) << ((b >> 4) % 3);
     let salt = match inp.u64() {
         0 => 0x9e37_79b9_7f4a_7c15,

@@ -596,7 +596,7 @@ impl Cursor {
         if tail <= g.capacity {
             return 0;
         }
-        let target = tail - g.capacity + g.capacity / 8;
+        let target = tail - g.capacity + g.resync_slack();
         self.boundary_at_or_after(lane, target, tail)
     }
 

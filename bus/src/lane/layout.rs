@@ -99,7 +99,7 @@ pub struct LaneHeader {
     pub version_endian: AtomicU64,
     /// Data capacity in bytes (a power of two).
     pub capacity: AtomicU64,
-    /// Largest frame (header + payload, aligned) in bytes; at most `capacity / 8`.
+    /// Largest frame (header + payload, aligned) in bytes; at most `capacity / 4`.
     pub max_frame: AtomicU64,
     /// Random non-zero salt of the commit tags.
     pub salt: AtomicU64,
@@ -200,7 +200,8 @@ pub(crate) const fn pack_schema(key: u16, version: u16) -> u64 {
 pub struct LaneConfig {
     /// Data capacity in bytes: a power of two, at least 64 KiB.
     pub capacity: usize,
-    /// Largest frame (header + payload) in bytes, at most `capacity / 8`.
+    /// Largest frame (header + payload) in bytes, at most `capacity / 4` (a lane that fits the
+    /// cache can still take records of an eighth of its size and more: 1 MiB in 8 MiB).
     pub max_frame: usize,
     /// Anchor block size in bytes: a power of two between 4 KiB and `capacity / 4`.
     pub block_size: usize,
@@ -218,7 +219,7 @@ impl Default for LaneConfig {
 }
 
 /// Smallest capacity (64 KiB). Under `--cfg loom` only, 256 B, so the models' lanes (loom
-/// atomics, one object per word) stay small; `max_frame <= capacity / 8` still holds.
+/// atomics, one object per word) stay small; `max_frame <= capacity / 4` still holds.
 #[cfg(not(loom))]
 const MIN_CAPACITY: u64 = 64 << 10;
 #[cfg(loom)]
@@ -271,11 +272,11 @@ impl Geometry {
             ));
         }
         if max_frame < FRAME_HEADER_LEN as u64 + 8
-            || max_frame > capacity / 8
+            || max_frame > capacity / 4
             || max_frame % FRAME_ALIGN as u64 != 0
         {
             return Err(GeometryError(
-                "max_frame must be 8-aligned, hold a header, and be at most capacity / 8",
+                "max_frame must be 8-aligned, hold a header, and be at most capacity / 4",
             ));
         }
         if !(MIN_BLOCK_SHIFT..=40).contains(&block_shift) || 1u64 << block_shift > capacity / 4 {
@@ -306,11 +307,24 @@ impl Geometry {
 
     /// The step in which the writer raises `write_limit`: a thirty-second of the capacity, at
     /// most 64 KiB (a power of two). The limit is at most two granules (a sixteenth of the
-    /// capacity) ahead of `claim_tail`, well inside the eighth readers keep as slack when they
-    /// resync.
+    /// capacity) ahead of `claim_tail`, inside the slack readers keep when they resync
+    /// ([`Geometry::resync_slack`]).
     #[inline]
     pub fn limit_granule(&self) -> u64 {
         (self.capacity / 32).min(64 << 10)
+    }
+
+    /// How far past the oldest byte still in the ring a lapped reader resumes: an eighth of the
+    /// capacity, or, in a lane whose frames may be larger than that, one largest frame and the
+    /// writer's limit window (two granules) more, so the frame it resumes at outlives the next
+    /// claim.
+    #[inline]
+    pub fn resync_slack(&self) -> u64 {
+        if self.max_frame <= self.capacity / 8 {
+            self.capacity / 8
+        } else {
+            self.max_frame + 2 * self.limit_granule()
+        }
     }
 
     /// The committed tag of position `pos`: `pos ^ (salt | 1 << 63)`. Positions stay below

@@ -17,6 +17,12 @@ use crate::common::{mono_nanos, pin, process_cpu_nanos, say};
 pub(crate) struct MemcpyReport {
     /// 1 MiB blocks copied into a rotating 64 MiB destination (memory bandwidth), GB/s.
     pub(crate) rotating_gbytes_per_sec: f64,
+    /// The same into a rotating 16 MiB and 8 MiB destination (the sizes of a ring meant to
+    /// fit the cache), GB/s.
+    #[serde(default)]
+    pub(crate) rotating_16m_gbytes_per_sec: f64,
+    #[serde(default)]
+    pub(crate) rotating_8m_gbytes_per_sec: f64,
     /// 1 MiB copied again and again into the same 1 MiB (cache bandwidth), GB/s.
     pub(crate) resident_gbytes_per_sec: f64,
     /// CPU time of the process, nanoseconds.
@@ -65,11 +71,15 @@ pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
         (n * BLOCK) as f64 / (mono_nanos() - t0) as f64
     };
     let rotating = rate(&mut dst, true);
+    let rotating_16m = rate(&mut dst[..16 * BLOCK], true);
+    let rotating_8m = rate(&mut dst[..8 * BLOCK], true);
     let resident = rate(&mut dst[..BLOCK], false);
     say(&format!(
         "result {}",
         serde_json::to_string(&MemcpyReport {
             rotating_gbytes_per_sec: rotating,
+            rotating_16m_gbytes_per_sec: rotating_16m,
+            rotating_8m_gbytes_per_sec: rotating_8m,
             resident_gbytes_per_sec: resident,
             cpu_nanos: process_cpu_nanos("self"),
         })?

@@ -699,6 +699,20 @@ pub(crate) fn render(input: &Input<'_>) -> String {
             .filter_map(|r| r.memcpy.as_ref().map(|m| m.resident_gbytes_per_sec))
             .collect(),
     );
+    let memcpy_16m = spread(
+        input
+            .refs
+            .iter()
+            .filter_map(|r| r.memcpy.as_ref().map(|m| m.rotating_16m_gbytes_per_sec))
+            .collect(),
+    );
+    let memcpy_8m = spread(
+        input
+            .refs
+            .iter()
+            .filter_map(|r| r.memcpy.as_ref().map(|m| m.rotating_8m_gbytes_per_sec))
+            .collect(),
+    );
     let rtt = spread(
         input
             .refs
@@ -719,6 +733,15 @@ pub(crate) fn render(input: &Input<'_>) -> String {
             "| memcpy of 1 MiB blocks into a rotating 64 MiB buffer (memory), one process | {} | {ref_load:.0} % |",
             spread_text(s, gb, reps)
         );
+    }
+    for (s, mib) in [(memcpy_16m, 16), (memcpy_8m, 8)] {
+        if let Some(s) = s {
+            let _ = writeln!(
+                out,
+                "| memcpy of 1 MiB blocks into a rotating {mib} MiB buffer (what a ring of that size costs a copy) | {} | {ref_load:.0} % |",
+                spread_text(s, gb, reps)
+            );
+        }
     }
     if let Some(s) = memcpy_res {
         let _ = writeln!(

@@ -85,7 +85,7 @@ pub(crate) const PEERS: &[PeerDef] = &[
     },
     PeerDef {
         name: "snapbus-small-ring",
-        label: "snapbus, 16 MiB ring, reading in place",
+        label: "snapbus, 8 MiB ring, reading in place",
         layout: Layout::TwoProcesses,
         throughput: true,
         latency_waits: &[Wait::Spin, Wait::Sleep],

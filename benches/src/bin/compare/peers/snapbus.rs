@@ -33,10 +33,11 @@ pub(crate) const HOW_IN_PLACE: &str = "as **snapbus**, but the consumer reads ea
     `--every-byte`, through atomic loads; the result is kept only if the frame was not \
     overwritten meanwhile), no copy.";
 
-pub(crate) const HOW_SMALL_RING: &str = "as **snapbus, reading in place**, with a 16 MiB lane \
-    (`LaneConfig::capacity`; `SNAPBUS_LANE_BYTES` or `snapbus.init(lane_bytes=)` for a real \
-    producer): the ring stays in the last-level cache, at the price of less history (16 \
-    records of 1 MiB).";
+pub(crate) const HOW_SMALL_RING: &str = "as **snapbus, reading in place**, with an 8 MiB lane \
+    and frames of up to 2 MiB, a quarter of it (`LaneConfig`; `SNAPBUS_LANE_BYTES=8388608` or \
+    `snapbus.init(lane_bytes=8 << 20)` for a real producer): the ring stays in the last-level \
+    cache (a 16 MiB one only partly, on this machine: the rotating memcpy references, under \
+    \"The machine's limits\"), at the price of less history (7 records of 1 MiB).";
 
 pub(crate) const HOW_BATCH: &str = "as **snapbus, reading in place**, with the subscriber \
     reading in batches (`Subscriber::read_in_batches`, `BatchReads::default()`: a lane is read \
@@ -56,7 +57,7 @@ pub(crate) const HOW_EMIT_MANY: &str = "as **snapbus, batch reads, in place**, w
 const EMIT_MANY_BYTES: usize = 64 << 10;
 
 /// The lane of the `snapbus-small-ring` peer.
-const SMALL_RING_BYTES: usize = 16 << 20;
+const SMALL_RING_BYTES: usize = 8 << 20;
 
 /// The payload type: the message as one `bytes` field.
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -309,9 +310,9 @@ pub(crate) fn producer(args: &RunArgs) -> Result<()> {
         } else {
             64 << 20
         },
-        // At most an eighth of the ring (the lane's rule): 2 MiB in the small one.
+        // At most a quarter of the ring (the lane's rule): 2 MiB in the small one.
         max_frame: if args.peer == "snapbus-small-ring" {
-            SMALL_RING_BYTES / 8
+            SMALL_RING_BYTES / 4
         } else {
             4 << 20
         },
