@@ -19,8 +19,8 @@ ROWS = [
     "snapshot(), 5-field dataclass, enabled",
     "snapshot() with a 4 KiB numpy field",
     "snapshot() with a 1 MiB numpy field ÷ numpy.copy of it",
-    "snapshot() with a 4 KiB numpy field, 16 MiB lane",
-    "snapshot() with a 1 MiB numpy field ÷ numpy.copy of it, 16 MiB lane",
+    "snapshot() with a 4 KiB numpy field, 8 MiB lane",
+    "snapshot() with a 1 MiB numpy field ÷ numpy.copy of it, 8 MiB lane",
     "snapbus Python → Python ÷ multiprocessing.Queue",
     "snapbus Python → Python ÷ QueueHandler/QueueListener",
 ]
@@ -36,7 +36,7 @@ def test_every_python_row_is_measured(bus: Bus) -> None:
     failed = [(r["row"], r["error"]) for r in rows if r["error"]]
     assert not failed, failed
     for want in ROWS:
-        # The name, or the name and more after a space (not the 16 MiB-lane row, whose name
+        # The name, or the name and more after a space (not the 8 MiB-lane row, whose name
         # goes on after a comma).
         got = [r for r in rows if r["row"] == want or r["row"].startswith(want + " ")]
         assert len(got) == 1, (want, [r["row"] for r in rows])
