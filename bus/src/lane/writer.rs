@@ -356,8 +356,8 @@ mod tests {
 
     /// `frames_committed` is a word of shared memory, so it can hold anything (a corrupt or
     /// hostile peer): both writers count past `u64::MAX` by wrapping, as `fetch_add` does, and
-    /// take back an aborted claim no lower than zero, never panicking (overflow checks are on in tests and in the fuzz build, where the
-    /// lane reader target found it).
+    /// take back an aborted claim no lower than zero, never panicking (overflow checks are on
+    /// in tests and in the fuzz build, where the lane reader target found it).
     #[test]
     fn the_committed_count_wraps_whatever_shared_memory_held() {
         let lane = Lane::heap(&CONFIG, 9).expect("lane");
