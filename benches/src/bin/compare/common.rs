@@ -592,7 +592,7 @@ mod tests {
                 assert_eq!(*b == 0, stamped(i), "byte {i} of {len}: {b}");
             }
         }
-        // Not one byte repeated: the pages of a large message differ.
+        // The pages of a large message differ (each is memory of its own, not a shared page).
         let m = unstamped(1 << 20);
         assert_ne!(m[4096..8192], m[8192..12288]);
     }
