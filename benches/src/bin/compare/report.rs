@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::common::{Mode, Wait};
 use crate::peers::PeerDef;
+use crate::refs::MemcpyReport;
 use crate::run::{Outcome, Plan, RefOutcome, consumer_cpu, producer_cpu};
 
 const BEGIN: &str = "<!-- compare:begin -->";
@@ -685,34 +686,19 @@ pub(crate) fn render(input: &Input<'_>) -> String {
 
     // References.
     let _ = writeln!(out, "\n### The machine's limits, same run\n");
-    let memcpy_rot = spread(
-        input
-            .refs
-            .iter()
-            .filter_map(|r| r.memcpy.as_ref().map(|m| m.rotating_gbytes_per_sec))
-            .collect(),
-    );
-    let memcpy_res = spread(
-        input
-            .refs
-            .iter()
-            .filter_map(|r| r.memcpy.as_ref().map(|m| m.resident_gbytes_per_sec))
-            .collect(),
-    );
-    let memcpy_16m = spread(
-        input
-            .refs
-            .iter()
-            .filter_map(|r| r.memcpy.as_ref().map(|m| m.rotating_16m_gbytes_per_sec))
-            .collect(),
-    );
-    let memcpy_8m = spread(
-        input
-            .refs
-            .iter()
-            .filter_map(|r| r.memcpy.as_ref().map(|m| m.rotating_8m_gbytes_per_sec))
-            .collect(),
-    );
+    let memcpy = |rate: fn(&MemcpyReport) -> f64| {
+        spread(
+            input
+                .refs
+                .iter()
+                .filter_map(|r| r.memcpy.as_ref().map(rate))
+                .collect(),
+        )
+    };
+    let memcpy_rot = memcpy(|m| m.rotating_gbytes_per_sec);
+    let memcpy_res = memcpy(|m| m.resident_gbytes_per_sec);
+    let memcpy_16m = memcpy(|m| m.rotating_16m_gbytes_per_sec);
+    let memcpy_8m = memcpy(|m| m.rotating_8m_gbytes_per_sec);
     let rtt = spread(
         input
             .refs
