@@ -97,8 +97,11 @@ def init(
 ) -> None:
     """Sets process-wide settings: the bus (default ``$SNAPBUS_BUS``, else ``default``), the
     producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
-    (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane size. Call it
-    before the first ``get_telemetry``; afterwards it raises ``RuntimeError``."""
+    (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane size in bytes
+    (default ``$SNAPBUS_LANE_BYTES``, else 64 MiB; a power of two; a record may take up to a
+    quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache, with less
+    history). Call it before the first ``get_telemetry``; afterwards it raises
+    ``RuntimeError``."""
     global _settled
     with _lock:
         if _settled or not _snapbus._init(
