@@ -25,6 +25,10 @@ pub trait LaneMem: Send + Sync {
     /// Word `i`, or `None` past the end.
     fn get(&self, i: usize) -> Option<&AtomicU64>;
 
+    /// Words `i .. i + N` (a frame's header, say) with one bounds check, or `None` if any is
+    /// past the end.
+    fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]>;
+
     /// Copies `dst.len()` bytes starting at byte offset `byte_off` (8-aligned) with atomic word
     /// loads. Returns `false` (copying nothing) if the range is out of bounds.
     fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {
@@ -130,6 +134,10 @@ impl LaneMem for HeapMem {
     fn get(&self, i: usize) -> Option<&AtomicU64> {
         self.words.get(i)
     }
+    #[inline]
+    fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
+        self.words.get(i..i.checked_add(N)?)?.try_into().ok()
+    }
 }
 
 #[cfg(not(loom))]
@@ -187,6 +195,18 @@ mod shm {
             Some(unsafe { AtomicU64::from_ptr(self.base().add(i * 8).cast::<u64>()) })
         }
 
+        #[inline]
+        fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
+            if i.checked_add(N)? > self.len_words() {
+                return None;
+            }
+            // SAFETY: `get`'s reasoning, for each of the `N` words: `i + N <= len / 8`, so
+            // all are in bounds and 8-aligned in a mapping that outlives the borrow, and lane
+            // words are accessed only as the module docs say; `[AtomicU64; N]` is laid out as
+            // `N` consecutive `AtomicU64`s, so this is the same `N` references `get` makes.
+            Some(unsafe { &*self.base().add(i * 8).cast::<[AtomicU64; N]>() })
+        }
+
         fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {
             let Some(end) = byte_off.checked_add(dst.len()) else {
                 return false;
@@ -198,6 +218,7 @@ mod shm {
             true
         }
 
+        #[inline]
         unsafe fn copy_into_claim(&self, byte_off: usize, src: &[u8]) -> bool {
             let padded = src.len().next_multiple_of(8);
             let Some(end) = byte_off.checked_add(padded) else {
@@ -206,14 +227,16 @@ mod shm {
             if byte_off % 8 != 0 || end > self.map.len() || !self.writable {
                 return false;
             }
-            // Whole words with one copy, then the last part-word, zero-padded, with one store.
+            // Whole words with one copy (inline moves for a small payload), then the last
+            // part-word, zero-padded, with one store.
             let whole = src.len() / 8 * 8;
             // SAFETY:
             // - `[byte_off, end)` is in bounds (checked above) of a mapping that is writable
             //   (checked) and stays mapped while `self` lives;
             // - the caller holds the claim of these bytes: no one else writes them or holds a
             //   reference to them, and readers only load them atomically and validate
-            //   afterwards (the module docs);
+            //   afterwards (the module docs), so the slice of them made for the copy, as
+            //   `claimed_payload_mut` makes one, is the only reference to them while it lives;
             // - `src` does not overlap them: the only references ever formed over lane memory
             //   are writers' `claimed_payload_mut` slices of their own claims, which are
             //   disjoint from this one, and none of this claim while it is copied into;
@@ -221,7 +244,11 @@ mod shm {
             //   last word's `u64` store is aligned.
             unsafe {
                 let dst = self.base().add(byte_off);
-                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, whole);
+                crate::stream::copy_to_lane(
+                    std::slice::from_raw_parts_mut(dst, whole),
+                    &src[..whole],
+                    false,
+                );
                 if whole < src.len() {
                     let mut last = [0u8; 8];
                     last[..src.len() - whole].copy_from_slice(&src[whole..]);
@@ -251,5 +278,36 @@ mod shm {
             let a = unsafe { AtomicU8::from_ptr(base.add(tail_off + k)) };
             *b = a.load(Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::*;
+
+    /// `words` hands out the very words `get` does, and nothing past the end.
+    fn check_words<M: LaneMem>(m: &M) {
+        let n = m.len_words();
+        for i in 0..n {
+            m.get(i).expect("in range").store(i as u64 * 3 + 1, Relaxed);
+        }
+        let w: &[AtomicU64; 5] = m.words(n - 5).expect("the last five words");
+        for (k, a) in w.iter().enumerate() {
+            assert!(std::ptr::eq(a, m.get(n - 5 + k).expect("in range")));
+            assert_eq!(a.load(Relaxed), (n - 5 + k) as u64 * 3 + 1);
+        }
+        assert!(m.words::<5>(n - 4).is_none());
+        assert!(m.words::<1>(n).is_none());
+        assert!(m.words::<2>(usize::MAX).is_none());
+        assert!(m.words::<0>(n).is_some());
+    }
+
+    #[test]
+    fn words_are_the_words_get_gives_and_none_past_the_end() {
+        check_words(&HeapMem::new(64));
+        let seg = crate::segment::Segment::create("mem-words", crate::segment::page_size());
+        check_words(&seg.unwrap().mem);
     }
 }

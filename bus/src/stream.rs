@@ -1,4 +1,4 @@
-//! Copies of large payloads into a lane that bypass the caches.
+//! Copies of payloads into a lane: large ones bypass the caches, small ones are inlined.
 //!
 //! The default lane is larger than the last-level cache (64 MiB against this machine's 32 MiB
 //! L3), so a plain copy of a large payload first reads every destination line it is about to
@@ -20,7 +20,9 @@
 //! - **No reference to memory the caller does not own.** [`copy_cells`] reads its source one
 //!   element at a time through the caller's `get` (for memory other code may change, like a
 //!   Python buffer seen through `pyo3`'s `ReadOnlyCell`), and only ever writes `dst`.
-//! - **Plain copies elsewhere:** below [`STREAM_MIN_BYTES`], and off x86-64.
+//! - **Plain copies elsewhere:** below [`STREAM_MIN_BYTES`], and off x86-64. A writer's copy
+//!   of a payload ([`copy_to_lane`]) makes one of up to [`INLINE_MAX_BYTES`] with a few
+//!   inline moves, where a call into `memcpy` cost as much as the rest of a small record.
 //!
 //! # Example
 //!
@@ -105,6 +107,59 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
         dst.copy_from_slice(src);
     } else {
         copy_cells(dst, src, |b| *b);
+    }
+}
+
+/// Payloads up to this size are copied into a lane with inline moves ([`copy_to_lane`]).
+pub const INLINE_MAX_BYTES: usize = 256;
+
+/// Copies a payload into a writer's claim: up to [`INLINE_MAX_BYTES`] with a few inline moves,
+/// from [`STREAM_MIN_BYTES`] on with non-temporal stores if `streaming` (the lane outgrows the
+/// caches: [`worth_streaming`]), otherwise with `copy_from_slice`. Panics if the lengths
+/// differ (as `copy_from_slice` does).
+///
+/// Small payloads are most records, and for them the call into `memcpy` and its dispatch on
+/// the size cost as much as the rest of a write: inline, a run of 64-byte records went from
+/// 71 to 77 M records/s (`lane_write/64B/run`, BENCHMARKS.md).
+#[inline(always)]
+pub fn copy_to_lane(dst: &mut [u8], src: &[u8], streaming: bool) {
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "stream::copy_to_lane of unequal lengths"
+    );
+    if src.len() <= INLINE_MAX_BYTES {
+        copy_inline(dst, src);
+    } else if streaming && src.len() >= STREAM_MIN_BYTES {
+        copy_cells(dst, src, |b| *b);
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Copies `src` (at most [`INLINE_MAX_BYTES`]) into `dst`, of the same length, as two
+/// fixed-size copies that overlap in the middle (the way `memcpy` itself copies small sizes),
+/// each a few moves. No loop: the compiler would turn one back into a `memcpy` call.
+#[inline(always)]
+fn copy_inline(dst: &mut [u8], src: &[u8]) {
+    /// `N` bytes from the start and `N` bytes to the end (`N <= len`).
+    #[inline(always)]
+    fn two<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let len = src.len();
+        dst[..N].copy_from_slice(&src[..N]);
+        dst[len - N..].copy_from_slice(&src[len - N..]);
+    }
+    debug_assert!(src.len() <= INLINE_MAX_BYTES && dst.len() == src.len());
+    match src.len() {
+        0 => {}
+        1 => dst[0] = src[0],
+        2..4 => two::<2>(dst, src),
+        4..8 => two::<4>(dst, src),
+        8..16 => two::<8>(dst, src),
+        16..32 => two::<16>(dst, src),
+        32..64 => two::<32>(dst, src),
+        64..128 => two::<64>(dst, src),
+        _ => two::<128>(dst, src),
     }
 }
 
@@ -227,6 +282,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn copies_into_a_lane_every_inline_length_and_the_large_ones_exactly() {
+        let n = STREAM_MIN_BYTES + 100;
+        let src: Vec<u8> = (0..n as u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut buf = vec![0u8; n + 64];
+        let lens = (0..=INLINE_MAX_BYTES + 9).chain([4095, STREAM_MIN_BYTES, n]);
+        for len in lens {
+            for off in [0, 3, 8] {
+                for streaming in [false, true] {
+                    buf.fill(0xAA);
+                    copy_to_lane(&mut buf[off..off + len], &src[..len], streaming);
+                    let what = format!("len {len} off {off} streaming {streaming}");
+                    assert_eq!(&buf[off..off + len], &src[..len], "{what}");
+                    assert!(buf[..off].iter().all(|&b| b == 0xAA), "before: {what}");
+                    assert!(buf[off + len..].iter().all(|&b| b == 0xAA), "after: {what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "unequal lengths")]
+    fn a_lane_copy_of_unequal_lengths_panics_as_copy_from_slice_does() {
+        copy_to_lane(&mut [0u8; 9], &[1u8; 8], false);
     }
 
     #[test]

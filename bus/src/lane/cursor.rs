@@ -313,20 +313,18 @@ impl Cursor {
                 continue;
             }
             let tag = g.tag(self.pos);
-            let commit = lane
-                .word(g.frame_word(self.pos, fw::COMMIT))
-                .load(Ordering::Acquire);
+            let h = lane.frame_header(self.pos);
+            let commit = h[fw::COMMIT].load(Ordering::Acquire);
             if commit != tag {
                 match self.uncommitted(lane, commit == tag ^ BUSY, tail) {
                     Some(stop) => return stop,
                     None => continue,
                 }
             }
-            let w = |i| lane.word(g.frame_word(self.pos, i)).load(Ordering::Relaxed);
-            let len_meta = w(fw::LEN_META);
-            let schema = w(fw::SCHEMA);
-            let seq = w(fw::SEQ);
-            let t_nanos = w(fw::T_NANOS);
+            let len_meta = h[fw::LEN_META].load(Ordering::Relaxed);
+            let schema = h[fw::SCHEMA].load(Ordering::Relaxed);
+            let seq = h[fw::SEQ].load(Ordering::Relaxed);
+            let t_nanos = h[fw::T_NANOS].load(Ordering::Relaxed);
             let frame_len = u64::from(len_meta as u32);
             let aligned = align_frame(frame_len);
             let kind = FrameKind::from_u8((len_meta >> 32) as u8);

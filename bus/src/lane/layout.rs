@@ -37,6 +37,8 @@ pub const INIT_DONE: u64 = u64::from_le_bytes(*b"LANEINIT");
 pub const HEADER_LEN: usize = 4096;
 /// Frame header size in bytes.
 pub const FRAME_HEADER_LEN: usize = 40;
+/// Frame header size in words.
+pub(crate) const FRAME_HEADER_WORDS: usize = FRAME_HEADER_LEN / 8;
 /// Frame alignment in bytes.
 pub const FRAME_ALIGN: usize = 8;
 /// The BUSY bit of the commit word.

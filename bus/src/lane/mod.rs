@@ -16,7 +16,7 @@ pub use reader::{Frame, LaneReader, LaneStats, NoFrame, Poll};
 pub use set::ReaderSet;
 pub use writer::{LaneWriter, SharedLaneWriter};
 
-use layout::{ENDIAN_MARK, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
+use layout::{ENDIAN_MARK, FRAME_HEADER_WORDS, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
 
 use crate::mem::{HeapMem, LaneMem};
 use crate::sync::{AtomicU64, Ordering};
@@ -92,6 +92,17 @@ impl<M: LaneMem> Lane<M> {
         match self.mem.get(i) {
             Some(w) => w,
             None => sink(),
+        }
+    }
+
+    /// The header words of the frame at absolute position `pos` (the sink's, if they were past
+    /// the end of the memory, which validated geometry rules out for a frame's start: frames
+    /// never cross the physical end of the ring, and a gap too small for a header holds none).
+    #[inline(always)]
+    pub(crate) fn frame_header(&self, pos: u64) -> &[AtomicU64; FRAME_HEADER_WORDS] {
+        match self.mem.words(self.geo.frame_word(pos, 0)) {
+            Some(w) => w,
+            None => sink_header(),
         }
     }
 
@@ -235,6 +246,19 @@ fn sink() -> &'static AtomicU64 {
         // Under loom the lane words are loom atomics; a leaked one serves as the sink.
         let _ = &SINK;
         Box::leak(Box::new(AtomicU64::new(0)))
+    }
+}
+
+fn sink_header() -> &'static [AtomicU64; FRAME_HEADER_WORDS] {
+    #[cfg(not(loom))]
+    {
+        static SINK_HEADER: [AtomicU64; FRAME_HEADER_WORDS] =
+            [const { AtomicU64::new(0) }; FRAME_HEADER_WORDS];
+        &SINK_HEADER
+    }
+    #[cfg(loom)]
+    {
+        Box::leak(Box::new(std::array::from_fn(|_| AtomicU64::new(0))))
     }
 }
 

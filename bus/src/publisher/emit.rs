@@ -146,15 +146,12 @@ impl Publisher {
                 None => Err(self.count_no_lane()),
             };
         }
-        // A large payload into a lane larger than the caches goes with stores that bypass
-        // them (`crate::stream`): no read-for-ownership of lines about to be overwritten.
-        let stream = payload.len() >= crate::stream::STREAM_MIN_BYTES && self.inner.streams;
+        // A small payload is copied with inline moves, a large one into a lane larger than the
+        // caches with stores that bypass them (`crate::stream::copy_to_lane`): no
+        // read-for-ownership of lines about to be overwritten.
+        let streams = self.inner.streams;
         self.write_record(meta.record(), payload.len(), |buf| {
-            if stream {
-                crate::stream::copy(buf, payload);
-            } else {
-                buf.copy_from_slice(payload);
-            }
+            crate::stream::copy_to_lane(buf, payload, streams);
             Ok(())
         })
     }
@@ -205,11 +202,7 @@ impl Publisher {
                     // the very slice whose length it reserved (each `as_ref` is called once,
                     // before the claim), before committing it, and makes no other slice of it.
                     let dst = unsafe { lane.claimed_payload_mut(start, payload.len()) };
-                    if streams && payload.len() >= crate::stream::STREAM_MIN_BYTES {
-                        crate::stream::copy(dst, payload);
-                    } else {
-                        dst.copy_from_slice(payload);
-                    }
+                    crate::stream::copy_to_lane(dst, payload, streams);
                 },
             );
             written += run.written;
