@@ -369,8 +369,9 @@ where
         };
     }
     gate.count_admitted(lane, n);
-    // SAFETY: `res[..n]` were each written above (`res[n].write(r)` before `n += 1`), and a
-    // `Reservation` is plain `Copy` data with no drop.
+    // SAFETY: `res[..n]` were each written above (`res[n].write(r)` before `n += 1`);
+    // `MaybeUninit<Reservation>` has `Reservation`'s layout, and a `Reservation` is plain
+    // `Copy` data with no drop.
     let res: &[Reservation] = unsafe { std::slice::from_raw_parts(res.as_ptr().cast(), n) };
     lane.publish_intent(res[n - 1].end);
     drop(gate);
