@@ -1,10 +1,11 @@
 //! Pass 2: the staged encoding written into the claimed frame, its large parts copied once
 //! from their objects (large ones, into a lane larger than the caches, with stores that
-//! bypass them: [`snapbus_bus::stream`]).
+//! bypass them; small ones with inline moves: [`snapbus_bus::stream::copy_to_lane`]).
 
 use pyo3::buffer::{Element, PyBuffer, PyUntypedBuffer, ReadOnlyCell};
 use pyo3::prelude::*;
 use snapbus::schemas::{DType, EncodeError};
+use snapbus_bus::stream::copy_to_lane;
 
 use super::{Piece, Staged};
 
@@ -29,19 +30,19 @@ pub(crate) fn write(
     for (at, n, piece) in &staged.pieces {
         let (at, n) = (*at, *n);
         let head = bytes.get(from..at).ok_or_else(|| mismatch(pos))?;
-        buf.get_mut(pos..pos + head.len())
-            .ok_or_else(|| mismatch(pos))?
-            .copy_from_slice(head);
+        let dst = buf
+            .get_mut(pos..pos + head.len())
+            .ok_or_else(|| mismatch(pos))?;
+        copy_to_lane(dst, head, false);
         pos += head.len();
         from = at;
         let dst = buf.get_mut(pos..pos + n).ok_or_else(|| mismatch(pos))?;
         match piece {
             Piece::Str(s) => match s.to_str() {
-                Ok(s) if s.len() == n => dst.copy_from_slice(s.as_bytes()),
+                Ok(s) if s.len() == n => copy_to_lane(dst, s.as_bytes(), false),
                 _ => return Err(mismatch(pos)),
             },
-            Piece::Bytes(b) if stream => snapbus_bus::stream::copy(dst, b.as_bytes()),
-            Piece::Bytes(b) => dst.copy_from_slice(b.as_bytes()),
+            Piece::Bytes(b) => copy_to_lane(dst, b.as_bytes(), stream),
             Piece::Buf(b, dtype) => {
                 copy_buffer(py, b, *dtype, dst, stream).map_err(|e| EncodeError::TypeMismatch {
                     path: String::new(),
@@ -54,7 +55,7 @@ pub(crate) fn write(
     }
     let tail = bytes.get(from..).ok_or_else(|| mismatch(pos))?;
     match buf.get_mut(pos..) {
-        Some(dst) if dst.len() == tail.len() => dst.copy_from_slice(tail),
+        Some(dst) if dst.len() == tail.len() => copy_to_lane(dst, tail, false),
         _ => return Err(mismatch(pos)),
     }
     Ok(())
