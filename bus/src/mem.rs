@@ -80,7 +80,7 @@ pub trait LaneMem: Send + Sync {
 
     /// [`copy_in`](Self::copy_in) for the payload of a frame this process's writer claimed:
     /// the same bytes (and zeroed padding up to the next word), with plain stores where the
-    /// memory allows ([`ShmMem`]: one `memcpy`, where `copy_in` makes a store per word).
+    /// memory allows ([`ShmMem`]: one copy, where `copy_in` makes a store per word).
     ///
     /// # Safety
     /// `[byte_off, byte_off + src.len())`, rounded up to whole words, lies in the payload of a

@@ -557,7 +557,7 @@ impl<M: LaneMem> Claim<'_, M> {
         self.payload_len == 0
     }
 
-    /// Writes `bytes` at the start of the payload (one `memcpy` on shared memory, atomic word
+    /// Writes `bytes` at the start of the payload (one copy on shared memory, atomic word
     /// stores on the heap; [`Claim::payload_mut`] is the zero-copy way on shared memory).
     pub fn write_payload(&mut self, bytes: &[u8]) {
         let n = bytes.len().min(self.payload_len);

@@ -295,7 +295,7 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
     }
 }
 
-/// Writes a frame's payload ([`LaneMem::copy_into_claim`]: one `memcpy` on shared memory,
+/// Writes a frame's payload ([`LaneMem::copy_into_claim`]: one copy on shared memory,
 /// atomic word stores on the heap).
 fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
     let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
