@@ -195,7 +195,14 @@ fn main() -> Result<()> {
         bail!("the consumer did not start: {line:?}");
     }
     pin(0)?;
-    let mut payloads = vec![vec![0u8; PAYLOAD_BYTES]; 1024];
+    // As `compare` sends them: the message's length, then a byte pattern (no zero byte) under
+    // the stamp words written below. Lines of zeros would reach memory faster than data.
+    let message: Vec<u8> = (8..PAYLOAD_BYTES)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8 | 1)
+        .collect();
+    let mut first = ((PAYLOAD_BYTES - 8) as u64).to_le_bytes().to_vec();
+    first.extend_from_slice(&message);
+    let mut payloads = vec![first; 1024];
     let (mut sent, t0) = (0u64, Instant::now());
     while t0.elapsed().as_secs_f64() < SEND_SECS {
         for p in &mut payloads {

@@ -99,9 +99,9 @@ def init(
     producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
     (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane size in bytes
     (default ``$SNAPBUS_LANE_BYTES``, else 64 MiB; a power of two; a record may take up to a
-    quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache, with less
-    history). Call it before the first ``get_telemetry``; afterwards it raises
-    ``RuntimeError``."""
+    quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache while they come
+    fast enough for the ring to go round before the cache lets them go, with less history).
+    Call it before the first ``get_telemetry``; afterwards it raises ``RuntimeError``."""
     global _settled
     with _lock:
         if _settled or not _snapbus._init(

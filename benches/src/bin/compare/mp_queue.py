@@ -14,6 +14,8 @@ is 2**64 - 1.
 Bad arguments: a message on stderr and exit status 2.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import math
@@ -27,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
 
 END_SEQ = (1 << 64) - 1
 MASK64 = (1 << 64) - 1
@@ -50,12 +53,12 @@ class Event:
     payload: bytes
 
 
-def pin(cpu):
+def pin(cpu: Optional[int]) -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
 
 
-def die_with_parent(parent_pid):
+def die_with_parent(parent_pid: int) -> None:
     """Asks Linux to kill this process when the consumer dies (e.g. killed by the harness's
     watchdog), so that no producer outlives a run."""
     try:
@@ -70,7 +73,9 @@ def die_with_parent(parent_pid):
         os._exit(1)
 
 
-def producer(q, ready, args, parent_pid):
+def producer(
+    q: mp.queues.Queue[Event], ready: Any, args: argparse.Namespace, parent_pid: int
+) -> None:
     die_with_parent(parent_pid)
     pin(args.producer_cpu)
     size = args.size
@@ -79,7 +84,7 @@ def producer(q, ready, args, parent_pid):
     put = q.put
     now_ns = time.monotonic_ns
 
-    def make(seq, t):
+    def make(seq: int, t: int) -> Event:
         HEADER.pack_into(buf, 0, seq, t)
         if trailer_at is not None:
             WORD.pack_into(buf, trailer_at, seq)
@@ -115,14 +120,14 @@ def producer(q, ready, args, parent_pid):
     q.join_thread()
 
 
-def percentile(sorted_lat, p):
+def percentile(sorted_lat: List[int], p: float) -> Optional[int]:
     if not sorted_lat:
         return None
     # Rust's f64::round: halves away from zero (Python's round() rounds halves to even).
-    return sorted_lat[int(math.floor((len(sorted_lat) - 1) * p + 0.5))]
+    return sorted_lat[math.floor((len(sorted_lat) - 1) * p + 0.5)]
 
 
-def cpu_nanos():
+def cpu_nanos() -> int:
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         r = resource.getrusage(who)
@@ -130,7 +135,7 @@ def cpu_nanos():
     return int(total * 1e9)
 
 
-def word_sum(payload):
+def word_sum(payload: Union[bytes, bytearray]) -> int:
     """The sum (mod 2**64) of the payload's little-endian 8-byte words, the last zero-padded:
     every byte read (`--every-byte`, as `word_sum` in common.rs)."""
     whole = len(payload) // 8 * 8
@@ -140,7 +145,7 @@ def word_sum(payload):
     return total & MASK64
 
 
-def unstamped(size):
+def unstamped(size: int) -> bytearray:
     """A message before its stamp, as `unstamped` in common.rs makes it: a byte pattern, zeros
     only where the header and the trailer go."""
     buf = bytearray(((i * 2654435761) & 0xFFFFFFFF) >> 24 | 1 for i in range(size))
@@ -150,7 +155,7 @@ def unstamped(size):
     return buf
 
 
-def expected_sum(seq, t_send, n, base):
+def expected_sum(seq: int, t_send: int, n: int, base: int) -> int:
     """What `word_sum` gives for a message as the producer sends it: `base` (the sum of the
     unstamped message, zeros where the stamp goes) plus the stamp's words (a trailer that
     straddles two words lands in their sum rotated)."""
@@ -161,7 +166,7 @@ def expected_sum(seq, t_send, n, base):
     return total & MASK64
 
 
-def consume(q, args):
+def consume(q: mp.queues.Queue[Event], args: argparse.Namespace) -> Dict[str, Any]:
     """Gets events until the end event, counting as `Tally::on_message` does."""
     size = args.size
     latency = args.mode == "latency"
@@ -174,8 +179,8 @@ def consume(q, args):
     unpack_word = WORD.unpack_from
     next_seq = 0
     delivered = lost = bad = 0
-    first = None
-    lat = []
+    first: Optional[int] = None
+    lat: List[int] = []
     while True:
         ev = get()
         try:
@@ -217,7 +222,7 @@ def consume(q, args):
     }
 
 
-def parse_args(argv):
+def parse_args(argv: List[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description="multiprocessing.Queue peer of snapbus's `compare` harness"
     )
@@ -225,9 +230,7 @@ def parse_args(argv):
     ap.add_argument("--mode", choices=("throughput", "latency"), required=True)
     ap.add_argument("--secs", type=float, default=1.0, help="throughput: seconds to send")
     ap.add_argument("--count", type=int, default=10_000, help="latency: events")
-    ap.add_argument(
-        "--interval-nanos", type=int, default=50_000, help="latency: ns between events"
-    )
+    ap.add_argument("--interval-nanos", type=int, default=50_000, help="latency: ns between events")
     ap.add_argument("--producer-cpu", type=int, default=None)
     ap.add_argument("--consumer-cpu", type=int, default=None)
     ap.add_argument(
@@ -252,7 +255,7 @@ def parse_args(argv):
     return args
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     args = parse_args(argv)
     # Explicitly fork (the default on Linux up to 3.13): the child starts at once, with this
     # module's `Event` already defined.
@@ -269,7 +272,7 @@ def main(argv):
     # until the harness's watchdog fires.
     got_end = threading.Event()
 
-    def watch():
+    def watch() -> None:
         mp.connection.wait([proc.sentinel])
         if not got_end.wait(GRACE_SECS):
             print(
