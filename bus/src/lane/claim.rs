@@ -26,13 +26,11 @@
 //! same gate once for all its records, with crash points of its own (`after_intent` before its
 //! first record, `run_after_first_commit`, `run_after_busy` inside its second).
 
-use std::mem::MaybeUninit;
-
 use snapbus_schemas::EncodeError;
 
 use super::layout::{
-    BUSY, FRAME_HEADER_LEN, FrameKind, Geometry, LaneState, align_frame, fw, pack_len_meta,
-    pack_schema, word,
+    BUSY, FRAME_HEADER_LEN, FRAME_HEADER_WORDS, FrameKind, Geometry, LaneState, align_frame, fw,
+    pack_len_meta, pack_schema, word,
 };
 use super::{Lane, RecordMeta, now_realtime_nanos};
 use crate::mem::LaneMem;
@@ -111,20 +109,13 @@ impl Local {
     /// Reserves room for a record at time `now` (CLOCK_REALTIME nanoseconds, read inside the
     /// gate; raised to the last time handed out so times never go backwards). Inlined into
     /// the claim (out of line, a call from every emit: 19–35 instructions more per record).
+    /// `None`: the record is larger than the lane's largest frame.
     #[inline]
-    fn reserve(
-        &mut self,
-        geo: &Geometry,
-        payload_len: usize,
-        now: u64,
-    ) -> Result<Reservation, ClaimError> {
+    fn reserve(&mut self, geo: &Geometry, payload_len: usize, now: u64) -> Option<Reservation> {
         let frame_len = FRAME_HEADER_LEN as u64 + payload_len as u64;
         let aligned = align_frame(frame_len);
         if aligned > geo.max_frame {
-            return Err(ClaimError::Oversize {
-                payload_len,
-                max_payload: (geo.max_frame as usize) - FRAME_HEADER_LEN,
-            });
+            return None;
         }
         let t = self.tail;
         let (pad_len, start) = place(geo, t, aligned);
@@ -132,7 +123,7 @@ impl Local {
         let t_nanos = now.max(self.last_t);
         self.last_t = t_nanos;
         let seq = self.seq;
-        Ok(Reservation {
+        Some(Reservation {
             pad_at: t,
             pad_len,
             start,
@@ -165,17 +156,18 @@ pub(super) trait ClaimGate<'w, M: LaneMem> {
     /// The writer's local state.
     fn local(&mut self) -> &mut Local;
 
-    /// Admits reservation `r` (which `local` made): checks the lap guard, accepts it into the
-    /// local state and, if `register`, registers it in flight; returns how the claim is
-    /// retired (`None`: by the single writer, or not registered). A run registers only its
-    /// first record: retired once the whole run is committed, it holds back every claim that
-    /// would lap any of the run's records (they all start after it, within `max_frame`).
-    fn admit(
-        &mut self,
-        lane: &Lane<M>,
-        r: &Reservation,
-        register: bool,
-    ) -> Result<Option<Inflight<'w>>, ClaimError>;
+    /// The lap guard: the end no claim may pass now (the start of the oldest claim still in
+    /// flight, plus the capacity); `None` when nothing limits it (the single writer, whose
+    /// claims cannot overlap, or nothing in flight). Made once per claim or run, under the
+    /// gate: claims retired meanwhile only raise it, so a run checks all its records against
+    /// the one value.
+    fn lap_limit(&mut self, lane: &Lane<M>) -> Option<u64>;
+
+    /// Registers the admitted claim `seq` at `start` in flight; returns how it is retired
+    /// (`None`: by the single writer). A run registers only its first record: retired once
+    /// the whole run is committed, it holds back every claim that would lap any of the run's
+    /// records (they all start after it, within `max_frame`).
+    fn register(&mut self, seq: u64, start: u64) -> Option<Inflight<'w>>;
 
     /// Counts `n` admitted claims as committed, still under the gate (the shared writer's
     /// `frames_committed`: a load and a store under the lock). The single writer counts at
@@ -192,18 +184,51 @@ impl<'w, M: LaneMem> ClaimGate<'w, M> for &'w mut Local {
     }
 
     #[inline(always)]
-    fn admit(
-        &mut self,
-        _lane: &Lane<M>,
-        r: &Reservation,
-        _register: bool,
-    ) -> Result<Option<Inflight<'w>>, ClaimError> {
-        self.accept(r);
-        Ok(None)
+    fn lap_limit(&mut self, _lane: &Lane<M>) -> Option<u64> {
+        None
+    }
+
+    #[inline(always)]
+    fn register(&mut self, _seq: u64, _start: u64) -> Option<Inflight<'w>> {
+        None
     }
 
     #[inline(always)]
     fn count_admitted(&mut self, _lane: &Lane<M>, _n: usize) {}
+}
+
+/// Admits reservation `r` (which `gate.local()` made): checks the lap guard, accepts it into
+/// the local state and registers it in flight; returns how the claim is retired.
+#[inline(always)]
+fn admit<'w, M: LaneMem, G: ClaimGate<'w, M>>(
+    gate: &mut G,
+    lane: &Lane<M>,
+    r: &Reservation,
+) -> Result<Option<Inflight<'w>>, ClaimError> {
+    if gate.lap_limit(lane).is_some_and(|limit| r.end > limit) {
+        return Err(lapped(lane));
+    }
+    gate.local().accept(r);
+    Ok(gate.register(r.seq, r.start))
+}
+
+/// Counts a claim the lap guard dropped; the error to return.
+#[cold]
+fn lapped<M: LaneMem>(lane: &Lane<M>) -> ClaimError {
+    lane.word(word!(dropped_wrap))
+        .fetch_add(1, Ordering::Relaxed);
+    ClaimError::Lapped
+}
+
+/// Counts a claim refused for its size; the error to return.
+#[cold]
+fn oversize<M: LaneMem>(lane: &Lane<M>, payload_len: usize) -> ClaimError {
+    lane.word(word!(dropped_oversize))
+        .fetch_add(1, Ordering::Relaxed);
+    ClaimError::Oversize {
+        payload_len,
+        max_payload: (lane.geo.max_frame as usize) - FRAME_HEADER_LEN,
+    }
 }
 
 /// The claim sequence, protocol steps 1 and 2, for a `payload_len`-byte record: the one both
@@ -229,15 +254,10 @@ pub(super) fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
         return Err(ClaimError::Closed);
     }
     let now = now_realtime_nanos();
-    let r = match local.reserve(&lane.geo, payload_len, now) {
-        Ok(r) => r,
-        Err(e) => {
-            lane.word(word!(dropped_oversize))
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
+    let Some(r) = local.reserve(&lane.geo, payload_len, now) else {
+        return Err(oversize(lane, payload_len));
     };
-    let inflight = gate.admit(lane, &r, true)?;
+    let inflight = admit(&mut gate, lane, &r)?;
     gate.count_admitted(lane, 1);
     lane.publish_intent(r.end);
     drop(gate);
@@ -292,13 +312,20 @@ pub struct RunWritten {
 /// record unless that record is refused. `fill(lane, start, payload)` writes a frame's payload
 /// at position `start`.
 ///
-/// Each record is admitted by the gate like a single claim (the lap guard), so the protocol a
-/// reader sees is unchanged: a run is records claimed back to back, none of which another
-/// claim can interleave. Only the run's first record takes an in-flight slot, retired after
-/// the last record is committed: the lap guard of any other claim stops at it, so no claim
-/// can lap a record of the run while the run is being written (the run's records all start
-/// after the first, within `max_frame`), and a run pays one slot store and one retire, not one
-/// per record. A shared writer counts the run's records as committed once, under the lock.
+/// The gate is passed once for the whole run: every record is checked against the lap limit
+/// read once ([`ClaimGate::lap_limit`]; the records' ends only grow, and claims retired
+/// meanwhile only raise the limit) and the local state takes the run's end and sequence
+/// numbers at once, so the protocol a reader sees is unchanged: a run is records claimed back
+/// to back, none of which another claim can interleave. Placements are not kept: the writing
+/// pass places each record again (its pad, start and end: a few instructions), where keeping
+/// them in an array cost six stores and loads a record (with the header looked up once per
+/// frame and no kibibyte of stack initialised per run, the shared writer's `write_run` of 64 B
+/// records went from 70–76 to 89–93 M records/s, one thread: BENCHMARKS.md, issue #21).
+///
+/// Only the run's first record takes an in-flight slot, retired after the last record is
+/// committed: the lap guard of any other claim stops at it, so no claim can lap a record of
+/// the run while the run is being written (the run's records all start after the first,
+/// within `max_frame`), and a run pays one slot store and one retire, not one per record. A shared writer counts the run's records as committed once, under the lock.
 /// A writer that dies mid-run leaves its committed records readable, a BUSY frame (a hole)
 /// and the rest of its claimed range unwritten (skipped like a claim that died before its
 /// header, `after_intent`).
@@ -319,12 +346,6 @@ where
     G: ClaimGate<'w, M>,
 {
     let payloads = &payloads[..payloads.len().min(RUN_RECORDS)];
-    // Not zeroed (3 KiB a run, a `memset` that cost as much as a record): the first `n` are
-    // written before they are read.
-    let mut res = [const { MaybeUninit::<Reservation>::uninit() }; RUN_RECORDS];
-    let mut inflight: Option<Inflight<'w>> = None;
-    let mut n = 0usize;
-    let mut refused = None;
     if gate.local().closed {
         return RunWritten {
             first_seq: 0,
@@ -333,32 +354,42 @@ where
         };
     }
     let now = now_realtime_nanos();
-    let first_seq = gate.local().seq;
-    let mut run_start = None;
+    let limit = gate.lap_limit(lane).unwrap_or(u64::MAX);
+    let geo = lane.geo;
+    let local = gate.local();
+    let first_seq = local.seq;
+    let from = local.tail;
+    // The records share the run's time, raised to the last one handed out.
+    let t_nanos = now.max(local.last_t);
+    // How many records the run takes and where it ends: each record placed as a single
+    // claim would be (a pad before one that would cross the physical end), checked against
+    // the largest frame, the run's span and the lap guard. Nothing is stored per record: the
+    // writing pass below places them again (a few instructions each), where keeping the
+    // placements in an array cost a store and a load of six words per record.
+    let mut end = from;
+    let mut first_start = from;
+    let mut n = 0usize;
+    let mut refused = None;
     for p in payloads {
-        let r = match gate.local().reserve(&lane.geo, p.len(), now) {
-            Ok(r) => r,
-            Err(e) => {
-                lane.word(word!(dropped_oversize))
-                    .fetch_add(1, Ordering::Relaxed);
-                // The refused record is consumed (its caller goes on after it).
-                refused = Some(e);
-                break;
-            }
-        };
-        let from = *run_start.get_or_insert(r.pad_at);
-        if n > 0 && r.end - from > lane.geo.max_frame {
+        let aligned = align_frame(FRAME_HEADER_LEN as u64 + p.len() as u64);
+        if aligned > geo.max_frame {
+            // The refused record is consumed (its caller goes on after it).
+            refused = Some(oversize(lane, p.len()));
             break;
         }
-        match gate.admit(lane, &r, n == 0) {
-            Ok(f) if n == 0 => inflight = f,
-            Ok(_) => {}
-            Err(e) => {
-                refused = Some(e);
-                break;
-            }
+        let (_, start) = place(&geo, end, aligned);
+        let e = start + aligned;
+        if n > 0 && e - from > geo.max_frame {
+            break;
         }
-        res[n].write(r);
+        if e > limit {
+            refused = Some(lapped(lane));
+            break;
+        }
+        if n == 0 {
+            first_start = start;
+        }
+        end = e;
         n += 1;
     }
     if n == 0 {
@@ -368,37 +399,43 @@ where
             refused,
         };
     }
+    local.tail = end;
+    local.seq += n as u64;
+    local.last_t = t_nanos;
+    let inflight = gate.register(first_seq, first_start);
     gate.count_admitted(lane, n);
-    // SAFETY: `res[..n]` were each written above (`res[n].write(r)` before `n += 1`);
-    // `MaybeUninit<Reservation>` has `Reservation`'s layout, and a `Reservation` is plain
-    // `Copy` data with no drop.
-    let res: &[Reservation] = unsafe { std::slice::from_raw_parts(res.as_ptr().cast(), n) };
-    lane.publish_intent(res[n - 1].end);
+    lane.publish_intent(end);
     drop(gate);
-    for (i, r) in res.iter().enumerate() {
-        if r.pad_len > 0 {
-            lane.write_pad(r.pad_at, r.pad_len);
+    let mut pos = from;
+    for (i, &payload) in payloads[..n].iter().enumerate() {
+        let frame_len = FRAME_HEADER_LEN as u64 + payload.len() as u64;
+        let aligned = align_frame(frame_len);
+        let (pad_len, start) = place(&geo, pos, aligned);
+        if pad_len > 0 {
+            lane.write_pad(pos, pad_len);
         }
         if i == 0 {
             testpoint::hit("after_intent");
         }
-        let payload = payloads[i];
-        lane.begin_frame(
-            r.start,
-            (FRAME_HEADER_LEN + payload.len()) as u64,
+        let h = lane.begin_frame(
+            start,
+            frame_len,
             FrameKind::Data,
             meta,
-            r.seq,
-            r.t_nanos,
+            first_seq + i as u64,
+            t_nanos,
         );
         if i == 1 {
             testpoint::hit("run_after_busy");
         }
-        fill(lane, r.start, payload);
-        lane.finish_frame(r.start, r.end);
+        fill(lane, start, payload);
+        // `finish_frame`, with the header already at hand.
+        lane.store_anchors(start, start + aligned);
+        h[fw::COMMIT].store(geo.tag(start), Ordering::Release);
         if i == 0 && n > 1 {
             testpoint::hit("run_after_first_commit");
         }
+        pos = start + aligned;
     }
     if inflight.is_none() {
         // The single writer: counted once the run is committed (a load and a store; during a
@@ -429,7 +466,8 @@ impl<M: LaneMem> Lane<M> {
         fence(Ordering::Release);
     }
 
-    /// Writes header words 1–4 and the BUSY commit word of a frame.
+    /// Writes header words 1–4 and the BUSY commit word of a frame; returns its header words
+    /// (for a caller that commits it without looking them up again).
     #[inline]
     fn begin_frame(
         &self,
@@ -439,7 +477,7 @@ impl<M: LaneMem> Lane<M> {
         meta: RecordMeta,
         seq: u64,
         t_nanos: u64,
-    ) {
+    ) -> &[AtomicU64; FRAME_HEADER_WORDS] {
         let h = self.frame_header(start);
         h[fw::LEN_META].store(
             pack_len_meta(frame_len as u32, kind, meta.level, meta.emitter),
@@ -452,6 +490,7 @@ impl<M: LaneMem> Lane<M> {
         h[fw::SEQ].store(seq, Ordering::Relaxed);
         h[fw::T_NANOS].store(t_nanos, Ordering::Relaxed);
         h[fw::COMMIT].store(self.geo.tag(start) ^ BUSY, Ordering::Release);
+        h
     }
 
     /// Stores the anchors of the block boundaries in `(start, end]`, then the commit tag.

@@ -2,6 +2,7 @@
 //! single [`LaneWriter`] (its state by `&mut`) and the [`SharedLaneWriter`] many threads share
 //! (its state under a claim lock, with the lap guard).
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 #[cfg(not(loom))]
@@ -9,9 +10,9 @@ use snapbus_schemas::Wire;
 
 use super::claim::{
     Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, RUN_RECORDS,
-    Reservation, RunWritten, SharedLocal, WriteError, claim_frame, write_run,
+    RunWritten, SharedLocal, WriteError, claim_frame, write_run,
 };
-use super::layout::{FRAME_HEADER_LEN, word};
+use super::layout::FRAME_HEADER_LEN;
 use super::{Lane, RecordMeta};
 use crate::doorbell::DoorbellPage;
 use crate::mem::LaneMem;
@@ -70,9 +71,9 @@ impl<M: LaneMem> LaneWriter<M> {
     /// claim ([`RunWritten`] says how many: at most [`RUN_RECORDS`]; see
     /// [`SharedLaneWriter::write_run`]), then rings the doorbells once.
     pub fn write_run<P: AsRef<[u8]>>(&mut self, meta: RecordMeta, payloads: &[P]) -> RunWritten {
-        let mut bufs = [&[][..]; RUN_RECORDS];
-        let n = resolve(payloads, &mut bufs);
-        let run = write_run(&self.lane, &mut self.local, meta, &bufs[..n], copy_payload);
+        let mut bufs = [const { MaybeUninit::uninit() }; RUN_RECORDS];
+        let bufs = resolve(payloads, &mut bufs);
+        let run = write_run(&self.lane, &mut self.local, meta, bufs, copy_payload);
         if run.written > 0 {
             self.ring();
         }
@@ -193,13 +194,13 @@ impl<M: LaneMem> SharedLaneWriter<M> {
         fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
     ) -> RunWritten {
         // The caller's `as_ref` runs here, once per record, before the lock.
-        let mut bufs = [&[][..]; RUN_RECORDS];
-        let n = resolve(payloads, &mut bufs);
+        let mut bufs = [const { MaybeUninit::uninit() }; RUN_RECORDS];
+        let bufs = resolve(payloads, &mut bufs);
         let gate = Held {
             st: self.state.lock(),
             writer: self,
         };
-        write_run(&self.lane, gate, meta, &bufs[..n], fill)
+        write_run(&self.lane, gate, meta, bufs, fill)
     }
 
     /// Closes the lane (see [`LaneWriter::close`]).
@@ -226,18 +227,12 @@ where
     }
 
     #[inline(always)]
-    fn admit(
-        &mut self,
-        lane: &Lane<M>,
-        r: &Reservation,
-        register: bool,
-    ) -> Result<Option<Inflight<'w>>, ClaimError> {
+    fn lap_limit(&mut self, lane: &Lane<M>) -> Option<u64> {
         let w = self.writer;
         let st = &mut *self.st;
         // Claims are handed out in position order, so the first unretired one has the
         // smallest start of all in flight. (One load per slot: a second load could see it
         // retired meanwhile.)
-        let mut oldest_start = None;
         while st.oldest < st.local.seq {
             let seq = st.oldest;
             let mut start = w.slot(seq).load(Ordering::Acquire);
@@ -250,30 +245,27 @@ where
                 }
             }
             if start != RETIRED {
-                oldest_start = Some(start);
-                break;
+                return Some(start.saturating_add(lane.geo.capacity));
             }
             st.oldest += 1;
         }
-        if oldest_start.is_some_and(|o| r.end > o.saturating_add(lane.geo.capacity)) {
-            lane.word(word!(dropped_wrap))
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(ClaimError::Lapped);
-        }
-        st.local.accept(r);
-        if !register {
-            return Ok(None);
-        }
-        // The slot is free once the scan has passed its previous owner.
-        let inflight = if r.seq < st.oldest + INFLIGHT_SLOTS {
-            let slot = w.slot(r.seq);
-            slot.store(r.start, Ordering::Relaxed);
+        None
+    }
+
+    #[inline(always)]
+    fn register(&mut self, seq: u64, start: u64) -> Option<Inflight<'w>> {
+        let w = self.writer;
+        let st = &mut *self.st;
+        // The slot is free once the scan (`lap_limit`, made before) has passed its previous
+        // owner.
+        Some(if seq < st.oldest + INFLIGHT_SLOTS {
+            let slot = w.slot(seq);
+            slot.store(start, Ordering::Relaxed);
             Inflight::Slot(slot, &w.state)
         } else {
-            st.overflow.push((r.seq, r.start));
+            st.overflow.push((seq, start));
             Inflight::Overflow(&w.state)
-        };
-        Ok(Some(inflight))
+        })
     }
 
     #[inline(always)]
@@ -297,6 +289,7 @@ impl SharedLaneWriter<crate::mem::ShmMem> {
 
 /// Writes a frame's payload ([`LaneMem::copy_into_claim`]: one copy on shared memory,
 /// atomic word stores on the heap).
+#[inline(always)]
 fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
     let off = lane.geo.byte_off(start) + FRAME_HEADER_LEN;
     // SAFETY: `write_run` calls this once per frame it claimed at `start`, with the payload
@@ -308,18 +301,27 @@ fn copy_payload<M: LaneMem>(lane: &Lane<M>, start: u64, payload: &[u8]) {
 }
 
 /// The bytes of a run's records, `as_ref` called once each (user code: a second call could
-/// answer differently), before any claim; how many (at most [`RUN_RECORDS`]).
-fn resolve<'p, P: AsRef<[u8]>>(payloads: &'p [P], bufs: &mut [&'p [u8]; RUN_RECORDS]) -> usize {
+/// answer differently), before any claim: the first [`RUN_RECORDS`] at most, in `bufs`. Not
+/// initialised first (a kibibyte of stores a run, two a record, which the records' own
+/// stores then queued behind).
+#[inline(always)]
+fn resolve<'b, 'p, P: AsRef<[u8]>>(
+    payloads: &'p [P],
+    bufs: &'b mut [MaybeUninit<&'p [u8]>; RUN_RECORDS],
+) -> &'b [&'p [u8]] {
     let n = payloads.len().min(RUN_RECORDS);
     for (b, p) in bufs.iter_mut().zip(&payloads[..n]) {
-        *b = p.as_ref();
+        b.write(p.as_ref());
     }
-    n
+    // SAFETY: `bufs[..n]` were each written above (`n` is at most both lengths, so the zip
+    // visits every one of them); `MaybeUninit<&[u8]>` has the layout of `&[u8]`.
+    unsafe { std::slice::from_raw_parts(bufs.as_ptr().cast(), n) }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::lane::layout::word;
     use crate::lane::{LaneConfig, LaneReader, Poll, StartAt};
     use crate::mem::HeapMem;
 
