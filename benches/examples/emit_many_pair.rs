@@ -28,9 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use snapbus_bus::Level;
 use snapbus_bus::lane::{LaneConfig, StartAt};
-use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, SubscribeOptions, Subscriber};
 
@@ -167,16 +165,9 @@ fn main() -> Result<()> {
         max_frame: 4 << 20,
         block_size: 64 << 10,
     };
-    let publisher =
-        snapbus_benches::connected_publisher(dir, PRODUCER, config).map_err(|e| anyhow!(e))?;
-    let key = publisher
-        .register_schema(<snapbus_benches::Event as snapbus_schemas::Snapshot>::descriptor())?;
-    let meta = EmitMeta {
-        schema_key: key,
-        schema_version: 1,
-        level: Level::INFO,
-        emitter: 0,
-    };
+    let (publisher, meta) =
+        snapbus_benches::event_publisher(dir, PRODUCER, config).map_err(|e| anyhow!(e))?;
+    let key = meta.schema_key;
     let child = cleanup.child.insert(
         Command::new(std::env::current_exe()?)
             .arg("_consumer")

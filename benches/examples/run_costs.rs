@@ -22,14 +22,12 @@
 #![allow(missing_docs)]
 
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use snapbus_bus::Level;
+use snapbus_benches::TempDir;
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt};
-use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{InPlaceEvent, SubscribeOptions, Subscriber};
 
@@ -45,15 +43,6 @@ const EMIT_BATCH: usize = 1024;
 
 /// Frame header bytes before a payload (the lane's layout).
 const FRAME_HEADER_BYTES: usize = 40;
-
-/// The bus directory `emit` and `drain` make, removed however they return.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn usage() -> anyhow::Error {
     anyhow!(
@@ -161,21 +150,12 @@ fn read(config: &LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
 }
 
 fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
-    let root = std::env::temp_dir().join(format!("run-costs-{}", std::process::id()));
-    let _scratch = Scratch(root.clone());
+    let root = TempDir::new("run-costs")?;
     let name = BusName::new("costs").map_err(|e| anyhow!("{e}"))?;
-    let dir = BusDir::locate_in(&root, &name);
+    let dir = BusDir::locate_in(root.path(), &name);
     let broker = InProcess::start(dir.clone(), Duration::from_secs(10))?;
-    let publisher = snapbus_benches::connected_publisher(dir.clone(), "costs", config)
-        .map_err(|e| anyhow!(e))?;
-    let key = publisher
-        .register_schema(<snapbus_benches::Event as snapbus_schemas::Snapshot>::descriptor())?;
-    let meta = EmitMeta {
-        schema_key: key,
-        schema_version: 1,
-        level: Level::INFO,
-        emitter: 0,
-    };
+    let (publisher, meta) =
+        snapbus_benches::event_publisher(dir.clone(), "costs", config).map_err(|e| anyhow!(e))?;
     let batch: Vec<&[u8]> = (0..EMIT_BATCH).map(|i| run[i % run.len()]).collect();
     if mode == "emit" {
         for round in 0..5 {

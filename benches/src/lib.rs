@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use snapbus_bus::Level;
 use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
 use snapbus_schemas::Snapshot;
 
@@ -53,6 +54,26 @@ pub fn connected_publisher(dir: BusDir, name: &str, lane: LaneConfig) -> Result<
         return Err("no broker welcomed the publisher within 30 s".into());
     }
     Ok(publisher)
+}
+
+/// A [`connected_publisher`] with the [`Event`] schema registered, and the `EmitMeta` of its
+/// records (level INFO, emitter 0): the producer side of the probes in `examples/`.
+pub fn event_publisher(
+    dir: BusDir,
+    name: &str,
+    lane: LaneConfig,
+) -> Result<(Publisher, EmitMeta), String> {
+    let publisher = connected_publisher(dir, name, lane)?;
+    let key = publisher
+        .register_schema(Event::descriptor())
+        .map_err(|e| format!("register the schema: {e}"))?;
+    let meta = EmitMeta {
+        schema_key: key,
+        schema_version: Event::VERSION as u16,
+        level: Level::INFO,
+        emitter: 0,
+    };
+    Ok((publisher, meta))
 }
 
 /// Waits up to `timeout` for `cond`, napping 1 ms between checks (set-up only, never in a
