@@ -52,12 +52,7 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::{LaneMem, ShmMem};
 
-const META: RecordMeta = RecordMeta {
-    schema_key: 1,
-    schema_version: 1,
-    level: 2,
-    emitter: 0,
-};
+const META: RecordMeta = snapbus_benches::LANE_META;
 const SMALL: usize = 64;
 const LARGE: usize = 1 << 20;
 const PRODUCER_CPU: usize = 0;

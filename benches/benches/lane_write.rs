@@ -37,12 +37,7 @@ use snapbus_bus::lane::{
 };
 
 const PAYLOAD: usize = 64;
-const META: RecordMeta = RecordMeta {
-    schema_key: 1,
-    schema_version: 1,
-    level: 2,
-    emitter: 0,
-};
+const META: RecordMeta = snapbus_benches::LANE_META;
 
 /// The default lane: 64 MiB data, 8 MiB frames, 64 KiB anchor blocks.
 fn default_lane() -> ShmLane {

@@ -37,7 +37,7 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::ShmMem;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Event as BusEvent, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{Event as BusEvent, Subscriber};
 
 use snapbus_benches::Event;
 
@@ -49,12 +49,7 @@ fn emit_loop(telemetry: &Telemetry, ev: &Event, n: u64) {
     }
 }
 
-const META: RecordMeta = RecordMeta {
-    schema_key: 1,
-    schema_version: 1,
-    level: 2,
-    emitter: 0,
-};
+const META: RecordMeta = snapbus_benches::LANE_META;
 
 #[inline(never)]
 fn lane_write_loop(w: &mut LaneWriter<ShmMem>, ev: &Event, n: u64) {
@@ -118,15 +113,7 @@ fn lane_mode(n: u64) {
 
 /// A subscriber to every schema of the bus in `dir`.
 fn subscribe(dir: &BusDir, start: StartAt) -> Subscriber {
-    let opts = SubscribeOptions {
-        kind: "bench".into(),
-        globs: Vec::new(),
-        start,
-        cut: false,
-        skip_lanes: Vec::new(),
-        count_history_as_lost: false,
-    };
-    Subscriber::connect(dir, opts).unwrap()
+    Subscriber::connect(dir, snapbus_benches::every_schema("bench", start)).unwrap()
 }
 
 #[inline(never)]

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, Subscriber};
 
 const PAYLOAD_BYTES: usize = 72;
 const SEND_SECS: f64 = 2.0;
@@ -79,14 +79,7 @@ fn consumer(root: PathBuf, key: u16, producer: &str) -> Result<()> {
     pin(1)?;
     let mut sub = Subscriber::connect(
         &bus_dir(&root)?,
-        SubscribeOptions {
-            kind: "pair".into(),
-            globs: Vec::new(),
-            start: StartAt::Oldest,
-            cut: false,
-            skip_lanes: Vec::new(),
-            count_history_as_lost: false,
-        },
+        snapbus_benches::every_schema("pair", StartAt::Oldest),
     )?;
     sub.read_in_batches(Some(BatchReads::default()));
     println!("ready");

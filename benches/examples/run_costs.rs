@@ -29,14 +29,9 @@ use snapbus_benches::TempDir;
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{InPlaceEvent, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
 
-const META: RecordMeta = RecordMeta {
-    schema_key: 1,
-    schema_version: 1,
-    level: 2,
-    emitter: 0,
-};
+const META: RecordMeta = snapbus_benches::LANE_META;
 
 /// Records per `emit_many_raw` call, as `compare`'s 64 KiB batches of 64 B messages.
 const EMIT_BATCH: usize = 1024;
@@ -172,14 +167,7 @@ fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> 
     } else {
         let mut sub = Subscriber::connect(
             &dir,
-            SubscribeOptions {
-                kind: "run-costs".into(),
-                globs: Vec::new(),
-                start: StartAt::Oldest,
-                cut: false,
-                skip_lanes: Vec::new(),
-                count_history_as_lost: false,
-            },
+            snapbus_benches::every_schema("run-costs", StartAt::Oldest),
         )?;
         // Three quarters of the ring a round: the reader is never lapped.
         let per_round = (config.capacity / frame_bytes) * 3 / 4 / EMIT_BATCH * EMIT_BATCH;

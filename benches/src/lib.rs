@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
-use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::lane::{LaneConfig, RecordMeta, StartAt};
 use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
+use snapbus_bus::subscriber::SubscribeOptions;
 use snapbus_schemas::Snapshot;
 
 /// A private (0700) temporary directory for one bench process, removed on drop however the
@@ -34,6 +35,26 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The metadata the lane benches and probes write their records with.
+pub const LANE_META: RecordMeta = RecordMeta {
+    schema_key: 1,
+    schema_version: 1,
+    level: 2,
+    emitter: 0,
+};
+
+/// The options of a subscriber called `kind` to every schema of a bus, from `start`.
+pub fn every_schema(kind: &str, start: StartAt) -> SubscribeOptions {
+    SubscribeOptions {
+        kind: kind.into(),
+        globs: Vec::new(),
+        start,
+        cut: false,
+        skip_lanes: Vec::new(),
+        count_history_as_lost: false,
     }
 }
 
