@@ -3,9 +3,12 @@
 //! them on a shared machine:
 //!
 //! ```sh
-//! cargo build --release -p snapbus-benches --example emit_count
+//! # rustix's own backend reads the vDSO, which valgrind does not map: a plain build dies with
+//! # SIGSEGV in `rustix::backend::param::auxv::check_elf_base` under valgrind (rustix#1559)
+//! RUSTFLAGS="--cfg=rustix_use_libc" CARGO_TARGET_DIR=target/cg \
+//!     cargo build --release -p snapbus-benches --example emit_count
 //! valgrind --tool=callgrind --toggle-collect='*emit_loop*' \
-//!     target/release/examples/emit_count no-reader 100000
+//!     target/cg/release/examples/emit_count no-reader 100000
 //! ```
 //!
 //! Only the `*_loop` functions are counted (with `--toggle-collect` for each, nothing of the
