@@ -12,7 +12,7 @@
 //!   the first rounds pay for mapping the ring's pages, the later ones are the steady state.
 //!
 //! ```sh
-//! cargo run --release -p snapbus-benches --example run_costs -- emit            # 64 MiB ring, 72 B
+//! cargo run --release -p snapbus-benches --example run_costs -- emit   # 64 MiB ring, 72 B
 //! cargo run --release -p snapbus-benches --example run_costs -- drain 67108864 72
 //! ```
 //!

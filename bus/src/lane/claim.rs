@@ -325,10 +325,11 @@ pub struct RunWritten {
 /// Only the run's first record takes an in-flight slot, retired after the last record is
 /// committed: the lap guard of any other claim stops at it, so no claim can lap a record of
 /// the run while the run is being written (the run's records all start after the first,
-/// within `max_frame`), and a run pays one slot store and one retire, not one per record. A shared writer counts the run's records as committed once, under the lock.
-/// A writer that dies mid-run leaves its committed records readable, a BUSY frame (a hole)
-/// and the rest of its claimed range unwritten (skipped like a claim that died before its
-/// header, `after_intent`).
+/// within `max_frame`), and a run pays one slot store and one retire, not one per record. A
+/// shared writer counts the run's records as committed once, under the lock. A writer that
+/// dies mid-run leaves its committed records readable, a BUSY frame (a hole) and the rest of
+/// its claimed range unwritten (skipped like a claim that died before its header,
+/// `after_intent`).
 ///
 /// `payloads` are the records' bytes, resolved before the gate was taken (at most
 /// [`RUN_RECORDS`]: the rest is ignored). Nothing after the gate is dropped can panic (the
