@@ -29,6 +29,10 @@ pub trait LaneMem: Send + Sync {
     /// past the end.
     fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]>;
 
+    /// Words `i .. i + n` (a payload, say) with one bounds check, or `None` if any is past the
+    /// end.
+    fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]>;
+
     /// Copies `dst.len()` bytes starting at byte offset `byte_off` (8-aligned) with atomic word
     /// loads. Returns `false` (copying nothing) if the range is out of bounds.
     fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {
@@ -138,6 +142,10 @@ impl LaneMem for HeapMem {
     fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
         self.words.get(i..i.checked_add(N)?)?.try_into().ok()
     }
+    #[inline]
+    fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]> {
+        self.words.get(i..i.checked_add(n)?)
+    }
 }
 
 #[cfg(not(loom))]
@@ -205,6 +213,20 @@ mod shm {
             // words are accessed only as the module docs say; `[AtomicU64; N]` is laid out as
             // `N` consecutive `AtomicU64`s, so this is the same `N` references `get` makes.
             Some(unsafe { &*self.base().add(i * 8).cast::<[AtomicU64; N]>() })
+        }
+
+        #[inline]
+        fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]> {
+            if i.checked_add(n)? > self.len_words() {
+                return None;
+            }
+            // SAFETY: `words`' reasoning for `n` words: `i + n <= len / 8`, so all are in
+            // bounds and 8-aligned in a mapping that outlives the borrow, lane words are
+            // accessed only as the module docs say, and a slice of `AtomicU64`s is laid out as
+            // consecutive `AtomicU64`s.
+            Some(unsafe {
+                std::slice::from_raw_parts(self.base().add(i * 8).cast::<AtomicU64>(), n)
+            })
         }
 
         fn copy_out(&self, byte_off: usize, dst: &mut [u8]) -> bool {

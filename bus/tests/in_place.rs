@@ -162,6 +162,11 @@ fn in_place_reads_deliver_what_copying_reads_do() {
                     .map(|i| v.word(i).expect("in range"))
                     .collect();
                 assert_eq!(v.word(words.len()), None, "past the end");
+                // Byte by byte: the same bytes again, and none past the payload (not even
+                // the padding in its last word).
+                let each: Vec<u8> = (0..v.len()).map(|i| v.byte(i).expect("in range")).collect();
+                assert_eq!(each, bytes, "bytes one at a time");
+                assert_eq!(v.byte(v.len()), None, "past the end");
                 // A range: aligned and inside, unaligned, past the end.
                 let mut two = [0u8; 2];
                 let aligned = v.copy_range_to(8, &mut two).then_some(two);

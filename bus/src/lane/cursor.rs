@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::Lane;
 use super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word};
 use crate::mem::LaneMem;
-use crate::sync::{Ordering, fence};
+use crate::sync::{AtomicU64, Ordering, fence};
 
 /// Where a new reader starts: the one start position of the workspace (lane readers,
 /// subscribers, consumers and the CLI).
@@ -77,6 +77,9 @@ pub struct PayloadView<'a, M: LaneMem> {
     lane: &'a Lane<M>,
     byte_off: usize,
     len: usize,
+    /// The payload's words (the last one padded), bounds-checked once when the view is made:
+    /// a word read through the view is one compare and one load.
+    words: &'a [AtomicU64],
 }
 
 impl<M: LaneMem> PayloadView<'_, M> {
@@ -98,9 +101,8 @@ impl<M: LaneMem> PayloadView<'_, M> {
         if i >= self.len {
             return None;
         }
-        let at = self.byte_off + i;
-        let w = self.lane.word(at / 8).load(Ordering::Relaxed);
-        Some(w.to_le_bytes()[at % 8])
+        let w = self.words.get(i / 8)?.load(Ordering::Relaxed);
+        Some(w.to_le_bytes()[i % 8])
     }
 
     /// Copies the payload into `dst` (which must be exactly `len()` bytes).
@@ -112,14 +114,7 @@ impl<M: LaneMem> PayloadView<'_, M> {
     /// the last word, the bytes past `len()` are the frame's padding). `None` past the end.
     #[inline(always)]
     pub fn word(&self, i: usize) -> Option<u64> {
-        if i >= self.len.div_ceil(8) {
-            return None;
-        }
-        Some(
-            self.lane
-                .word(self.byte_off / 8 + i)
-                .load(Ordering::Relaxed),
-        )
+        Some(self.words.get(i)?.load(Ordering::Relaxed))
     }
 
     /// Copies the payload's bytes `offset .. offset + dst.len()` into `dst`. `false` (nothing
@@ -292,7 +287,7 @@ impl Cursor {
         lane: &Lane<M>,
         mut visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> R,
     ) -> Step<R> {
-        let g = lane.geo;
+        let g = &lane.geo;
         let cap = g.capacity;
         // Bounded work per call: every iteration advances the cursor or returns, but cap the
         // number anyway so a hostile segment can never spin a reader forever.
@@ -352,14 +347,25 @@ impl Cursor {
             let wanted = is_data
                 && self.accepts(meta.schema_key)
                 && self.not_before_nanos.is_none_or(|t| meta.t_nanos >= t);
-            let result = wanted.then(|| {
+            // An `if`, not `bool::then`: its closure is not always inlined, and a call per
+            // record returns the caller's value through the stack.
+            let result = if wanted {
+                let byte_off = g.byte_off(self.pos) + FRAME_HEADER_LEN;
                 let view = PayloadView {
                     lane,
-                    byte_off: g.byte_off(self.pos) + FRAME_HEADER_LEN,
+                    byte_off,
                     len: meta.payload_len,
+                    // In bounds: the frame is within the ring (checked above), and the ring
+                    // within the memory (the geometry was validated); an empty view otherwise.
+                    words: lane
+                        .mem
+                        .span(byte_off / 8, meta.payload_len.div_ceil(8))
+                        .unwrap_or_default(),
                 };
-                visit(&meta, &view)
-            });
+                Some(visit(&meta, &view))
+            } else {
+                None
+            };
             // Overwritten while we read it: discarded, and torn if the tail loaded before was
             // fresh; with a stale one the lap may have come before, which only the resync
             // counts.
@@ -388,7 +394,7 @@ impl Cursor {
         if self.pos < self.known_tail {
             return false;
         }
-        let g = lane.geo;
+        let g = &lane.geo;
         let phys = self.pos & (g.capacity - 1);
         let committed = phys + FRAME_HEADER_LEN as u64 <= g.capacity
             && lane
@@ -531,6 +537,8 @@ impl Cursor {
     ) -> Option<Step<R>> {
         let seq = meta.seq;
         let lost = match self.next_seq {
+            // The common case first: the record expected (no division below).
+            Some((next, _)) if seq == next => 0,
             // Every frame takes at least a header's worth of bytes, so a gap larger than the
             // bytes before this frame can hold is garbage, not loss: it would make the loss
             // count a lie.

@@ -8,16 +8,20 @@ use std::sync::Arc;
 #[cfg(not(loom))]
 use snapbus_schemas::Wire;
 
+#[cfg(not(loom))]
+use super::claim::WriteError;
+#[cfg(not(loom))]
+use crate::testpoint;
+
 use super::claim::{
     Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, RUN_RECORDS,
-    RunWritten, SharedLocal, WriteError, claim_frame, write_run,
+    RunWritten, SharedLocal, claim_frame, write_run,
 };
 use super::layout::FRAME_HEADER_LEN;
 use super::{Lane, RecordMeta};
 use crate::doorbell::DoorbellPage;
 use crate::mem::LaneMem;
 use crate::sync::{AtomicU64, ClaimLock, Ordering};
-use crate::testpoint;
 
 /// The single writer of a lane: no locks, no atomic read-modify-writes on the hot path.
 /// Not `Sync`; for several threads use [`SharedLaneWriter`] (or one lane per thread).

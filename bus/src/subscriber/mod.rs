@@ -852,16 +852,21 @@ impl Subscriber {
         } = self;
         let globs = &opts.globs;
         let lane = &mut lanes[k];
-        // A cut is checked before every frame by the general path: leave cut lanes to it.
-        while n < max && lane.cut_at.is_none() && !lane.ended {
-            // The control socket is due as `wait` says: every 1,024 records, or 20 ms (the
-            // clock read every 128 records: `on` may be slow).
-            *since_pump += 1;
-            if *since_pump >= PUMP_EVERY_RECORDS
-                || (*since_pump % 128 == 0 && last_pump.elapsed() >= PUMP_EVERY)
+        // A cut is checked before every frame by the general path: leave cut lanes to it. (A
+        // lane ends only where the loop below stops.)
+        if lane.cut_at.is_some() || lane.ended {
+            return Ok(n);
+        }
+        // The control socket is due as `wait` says: every 1,024 records, or 20 ms (the clock
+        // read every 128 records: `on` may be slow). Counted here, stored when the loop ends.
+        let mut since = *since_pump;
+        while n < max {
+            since += 1;
+            if since >= PUMP_EVERY_RECORDS
+                || (since % 128 == 0 && last_pump.elapsed() >= PUMP_EVERY)
             {
                 // The caller's next wait serves it (its first step counts to the limit).
-                *since_pump = PUMP_EVERY_RECORDS - 1;
+                since = PUMP_EVERY_RECORDS - 1;
                 break;
             }
             match read_record(lane, globs, &mut read) {
@@ -888,6 +893,7 @@ impl Subscriber {
                 }
             }
         }
+        *since_pump = since;
         Ok(n)
     }
 
