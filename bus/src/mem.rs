@@ -309,7 +309,7 @@ mod tests {
 
     use super::*;
 
-    /// `words` hands out the very words `get` does, and nothing past the end.
+    /// `words` and `span` hand out the very words `get` does, and nothing past the end.
     fn check_words<M: LaneMem>(m: &M) {
         let n = m.len_words();
         for i in 0..n {
@@ -324,10 +324,20 @@ mod tests {
         assert!(m.words::<1>(n).is_none());
         assert!(m.words::<2>(usize::MAX).is_none());
         assert!(m.words::<0>(n).is_some());
+        // `span`: the same words, any count, and nothing past the end.
+        let s = m.span(n - 7, 7).expect("the last seven words");
+        assert_eq!(s.len(), 7);
+        for (k, a) in s.iter().enumerate() {
+            assert!(std::ptr::eq(a, m.get(n - 7 + k).expect("in range")));
+        }
+        assert!(m.span(n - 7, 8).is_none());
+        assert!(m.span(n, 1).is_none());
+        assert!(m.span(1, usize::MAX).is_none());
+        assert_eq!(m.span(n, 0).map(<[_]>::len), Some(0));
     }
 
     #[test]
-    fn words_are_the_words_get_gives_and_none_past_the_end() {
+    fn words_and_spans_are_the_words_get_gives_and_none_past_the_end() {
         check_words(&HeapMem::new(64));
         let seg = crate::segment::Segment::create("mem-words", crate::segment::page_size());
         check_words(&seg.unwrap().mem);
