@@ -36,6 +36,13 @@ os.environ["SNAPBUS_BUS"] = SESSION_BUS
 os.environ.pop("SNAPBUS_FILTER", None)
 os.environ.setdefault("SNAPBUS_STRICT", "1")
 
+# Children must meet Ctrl-C as a terminal's program does. A shell without job control starts a
+# background command (`cmd &`, how CI may be launched) with SIGINT ignored; the children would
+# inherit that, and a Python child would never raise KeyboardInterrupt. A handler set here is
+# reset to the default in every child at exec, where an ignored signal would stay ignored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Python children start here, an empty directory: `-c` and `-m` put the working directory first
 # on sys.path, and from the source tree's python/ that would be the source package (without the
 # extension a pip install built) instead of the snapbus this test process imported.
