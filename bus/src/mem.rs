@@ -25,13 +25,16 @@ pub trait LaneMem: Send + Sync {
     /// Word `i`, or `None` past the end.
     fn get(&self, i: usize) -> Option<&AtomicU64>;
 
-    /// Words `i .. i + N` (a frame's header, say) with one bounds check, or `None` if any is
-    /// past the end.
-    fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]>;
-
     /// Words `i .. i + n` (a payload, say) with one bounds check, or `None` if any is past the
     /// end.
     fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]>;
+
+    /// Words `i .. i + N` (a frame's header, say) with one bounds check, or `None` if any is
+    /// past the end: [`LaneMem::span`] of a length known when compiling.
+    #[inline(always)]
+    fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
+        self.span(i, N)?.try_into().ok()
+    }
 
     /// Copies `dst.len()` bytes starting at byte offset `byte_off` (8-aligned) with atomic word
     /// loads. Returns `false` (copying nothing) if the range is out of bounds.
@@ -139,10 +142,6 @@ impl LaneMem for HeapMem {
         self.words.get(i)
     }
     #[inline]
-    fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
-        self.words.get(i..i.checked_add(N)?)?.try_into().ok()
-    }
-    #[inline]
     fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]> {
         self.words.get(i..i.checked_add(n)?)
     }
@@ -204,26 +203,15 @@ mod shm {
         }
 
         #[inline]
-        fn words<const N: usize>(&self, i: usize) -> Option<&[AtomicU64; N]> {
-            if i.checked_add(N)? > self.len_words() {
-                return None;
-            }
-            // SAFETY: `get`'s reasoning, for each of the `N` words: `i + N <= len / 8`, so
-            // all are in bounds and 8-aligned in a mapping that outlives the borrow, and lane
-            // words are accessed only as the module docs say; `[AtomicU64; N]` is laid out as
-            // `N` consecutive `AtomicU64`s, so this is the same `N` references `get` makes.
-            Some(unsafe { &*self.base().add(i * 8).cast::<[AtomicU64; N]>() })
-        }
-
-        #[inline]
         fn span(&self, i: usize, n: usize) -> Option<&[AtomicU64]> {
             if i.checked_add(n)? > self.len_words() {
                 return None;
             }
-            // SAFETY: `words`' reasoning for `n` words: `i + n <= len / 8`, so all are in
-            // bounds and 8-aligned in a mapping that outlives the borrow, lane words are
-            // accessed only as the module docs say, and a slice of `AtomicU64`s is laid out as
-            // consecutive `AtomicU64`s.
+            // SAFETY: `get`'s reasoning, for each of the `n` words: `i + n <= len / 8`, so
+            // all are in bounds and 8-aligned in a mapping that outlives the borrow, and lane
+            // words are accessed only as the module docs say; a slice of `AtomicU64`s is laid
+            // out as `n` consecutive `AtomicU64`s, so this is the same `n` references `get`
+            // makes.
             Some(unsafe {
                 std::slice::from_raw_parts(self.base().add(i * 8).cast::<AtomicU64>(), n)
             })
