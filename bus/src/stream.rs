@@ -25,9 +25,9 @@
 //!   inline moves, where a call into `memcpy` cost as much as the rest of a small record, and
 //!   one of [`LINES_MIN_BYTES`] or more that does not stream with [`copy_lines`]: plain
 //!   16-byte stores at 16-byte boundaries, steady where `memcpy` is not. On this machine
-//!   `memcpy` copied a 4 KiB payload 8 bytes off its source's alignment (a 16-aligned buffer
-//!   after the lane's 40-byte frame header) at half the speed of one aligned alike, into the
-//!   default 64 MiB lane.
+//!   `memcpy` copied a 4 KiB payload 8 bytes off its source's 16-byte alignment (a 16-aligned
+//!   buffer after the lane's 40-byte frame header) into the default 64 MiB lane at under half
+//!   the speed of [`copy_lines`].
 //!
 //! # Example
 //!
@@ -119,10 +119,11 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 pub const INLINE_MAX_BYTES: usize = 256;
 
 /// Payloads from this size on are copied into a lane that does not stream with [`copy_lines`]
-/// rather than with `memcpy`: on this machine (AMD EPYC, Zen 4, glibc 2.36) `memcpy` into
-/// shared memory loses up to 60 % of its speed when its destination and source are 8 bytes
-/// apart from 16-byte alignment, as a payload's are after the lane's 40-byte frame header
-/// whenever its source is 16-aligned (`BENCHMARKS.md`, "Copying a record into the lane").
+/// rather than with `memcpy`: on this machine (AMD EPYC, Zen 4, glibc 2.36) `memcpy` (its
+/// `rep movsb`, from 2,112 bytes) ran at 0.46–0.95× the speed of [`copy_lines`] for a
+/// destination and a source 8 bytes apart from 16-byte alignment, as a payload and its source
+/// are after the lane's 40-byte frame header whenever the source is 16-aligned (4 KiB to
+/// 1 MiB, `BENCHMARKS.md`, "Copying a record into the lane").
 pub const LINES_MIN_BYTES: usize = 2 << 10;
 
 /// From this size on [`copy_lines`] copies a source aligned as its destination with its line
