@@ -387,19 +387,10 @@ mod tests {
     #[test]
     fn copies_every_length_and_alignment_exactly() {
         let n = STREAM_MIN_BYTES * 2 + 100;
-        let src: Vec<u8> = (0..n as u32).map(|i| (i * 7 + 3) as u8).collect();
-        let mut buf = vec![0u8; n + 64];
         let lens = [0, 1, 63, 64, STREAM_MIN_BYTES - 1, STREAM_MIN_BYTES];
         for len in lens.into_iter().chain([STREAM_MIN_BYTES + 15, n - 1]) {
             for off in [0, 1, 7, 8, 15, 33] {
-                buf.fill(0xAA);
-                copy(&mut buf[off..off + len], &src[..len]);
-                assert_eq!(&buf[off..off + len], &src[..len], "len {len} off {off}");
-                assert!(buf[..off].iter().all(|&b| b == 0xAA), "before: {len} {off}");
-                assert!(
-                    buf[off + len..].iter().all(|&b| b == 0xAA),
-                    "after: {len} {off}"
-                );
+                check_copy(copy, len, off, 0);
             }
         }
     }
@@ -407,18 +398,11 @@ mod tests {
     #[test]
     fn copies_into_a_lane_every_inline_length_and_the_large_ones_exactly() {
         let n = STREAM_MIN_BYTES + 100;
-        let src: Vec<u8> = (0..n as u32).map(|i| (i * 13 + 5) as u8).collect();
-        let mut buf = vec![0u8; n + 64];
         let lens = (0..=INLINE_MAX_BYTES + 9).chain([4095, STREAM_MIN_BYTES, n]);
         for len in lens {
             for off in [0, 3, 8] {
                 for streaming in [false, true] {
-                    buf.fill(0xAA);
-                    copy_to_lane(&mut buf[off..off + len], &src[..len], streaming);
-                    let what = format!("len {len} off {off} streaming {streaming}");
-                    assert_eq!(&buf[off..off + len], &src[..len], "{what}");
-                    assert!(buf[..off].iter().all(|&b| b == 0xAA), "before: {what}");
-                    assert!(buf[off + len..].iter().all(|&b| b == 0xAA), "after: {what}");
+                    check_copy(|d, s| copy_to_lane(d, s, streaming), len, off, 0);
                 }
             }
         }
