@@ -140,7 +140,7 @@ impl Publisher {
     /// (`BENCHMARKS.md`, "Streaming copies for large arrays"), and the lines reach memory
     /// instead of the producer's caches. Other payloads of 2 KiB or more are copied with plain
     /// stores at the frame's 16-byte boundaries ([`copy_lines`](crate::stream::copy_lines)),
-    /// which keep their speed whatever the payload's alignment against the frame's.
+    /// which keep their speed whatever the source's alignment against the frame's.
     pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
         if !self.is_own() {
             return match self.forked() {
