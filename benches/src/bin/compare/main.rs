@@ -2,7 +2,7 @@
 //! with producer and consumer in separate processes pinned to different CPUs.
 //!
 //! ```sh
-//! cargo run --release -p snapbus-benches --features iceoryx2 --bin compare   # ~5 min, writes BENCHMARKS.md
+//! cargo run --release -p snapbus-benches --features iceoryx2 --bin compare -- --out benches/runs/   # ~7 min
 //! cargo run --release -p snapbus-benches --bin compare -- --quick           # < 1 min, prints only
 //! ```
 //!
@@ -61,9 +61,12 @@ struct Cli {
     /// Seconds the producer sends in a throughput run (default 1; 0.1 with --quick).
     #[arg(long)]
     secs: Option<f64>,
-    /// Where the report goes: a Markdown file whose `compare` section is replaced (created if
-    /// missing). Default: the workspace's BENCHMARKS.md for a full run of every peer and size,
-    /// nowhere for --quick or a filtered run (the report is always printed).
+    /// Where the report goes (it is always printed). A directory (existing, or given with a
+    /// final `/`, e.g. `benches/runs/`): the full report into `DIR/<date>-<machine>/compare.md`
+    /// and, for a full run, the page sections as by default. A file: a Markdown file whose
+    /// `compare` section is replaced (created if missing). Default: the sections of the
+    /// workspace's BENCHMARKS.md and README.md for a full run of every peer and size, nowhere
+    /// for --quick or a filtered run.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Print the report only.
@@ -176,11 +179,7 @@ fn parent(cli: Cli) -> Result<bool> {
         every_byte: cli.every_byte,
     };
     let full = cli.peers.is_empty() && cli.sizes.is_empty() && !cli.quick;
-    let out = match (&cli.out, cli.no_write, full) {
-        (Some(p), _, _) => Some(p.clone()),
-        (None, false, true) => Some(report::default_out()),
-        _ => None,
-    };
+    let dest = report::destination(cli.out.as_deref(), cli.no_write, full);
 
     // Sockets, the bus and the runs' files; removed when the run ends, however it ends.
     let scratch = snapbus_benches::TempDir::new("compare").context("the scratch directory")?;
@@ -222,19 +221,21 @@ fn parent(cli: Cli) -> Result<bool> {
     let _ = broker.stop();
     drop(scratch);
 
-    let text = report::render(&report::Input {
-        plan: &plan,
-        outcomes: &outcomes,
-        refs: &refs,
-        skipped: &skipped,
-        started,
-        finished: std::time::SystemTime::now(),
-        command: report::command_line(),
-        python: &python,
-    });
-    println!("{text}");
-    if let Some(path) = out {
-        report::write_section(&path, &text, plan.every_byte)?;
+    let report = report::render(
+        &report::Input {
+            plan: &plan,
+            outcomes: &outcomes,
+            refs: &refs,
+            skipped: &skipped,
+            started,
+            finished: std::time::SystemTime::now(),
+            command: report::command_line(),
+            python: &python,
+        },
+        &dest,
+    );
+    println!("{}", report.full);
+    for path in report::write(&report, &dest)? {
         eprintln!("wrote the report into {}", path.display());
     }
     let failed =
