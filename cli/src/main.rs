@@ -1,5 +1,26 @@
 //! `snapbus`: the command-line tool. Thin: parses arguments, runs one verb, maps errors to a
 //! message and a non-zero exit code. A closed stdout (`snapbus demo | head`) is success.
+//!
+//! # Guarantees
+//!
+//! - **No verb can slow or stop an experiment.** Verbs that read (`ls`, `echo`, `record`,
+//!   `attach` …) map the producers' lanes read-only; `filter` changes levels, nothing else.
+//! - **A failed `attach` leaves nothing behind**: the consumer's arguments, files and the bus
+//!   are checked in the caller before the broker starts anything.
+//! - **Exit codes say what happened**: 0 on success, 1 with a message on stderr on failure, and
+//!   78 (`EXIT_NO_RESTART`) when a consumer meets a permanent write error (a full disk, a
+//!   read-only file system), so its supervisor does not restart it into the same error.
+//!
+//! # Example
+//!
+//! ```sh
+//! snapbus demo                                # a bus, a simulated experiment, an echo
+//! snapbus up && snapbus ls                    # a bus of your own, and what is on it
+//! ID=$(snapbus attach recorder -o run.mcap)   # a supervised recorder; `snapbus detach $ID`
+//! snapbus down
+//! ```
+//!
+//! `docs/cli.md` in the repository describes every verb.
 
 mod bus;
 mod cli;
