@@ -171,23 +171,23 @@ fn size_name(size: usize) -> String {
 }
 
 fn rate_text(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} k", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
+    scaled(v, ["M", "k", ""])
 }
 
 fn nanos_text(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
+    scaled(v, ["ms", "µs", "ns"])
+}
+
+/// `v` in the unit of its size: millions with two decimals, thousands with one, or whole.
+fn scaled(v: f64, [mega, kilo, unit]: [&str; 3]) -> String {
+    let text = if v >= 1e6 {
+        format!("{:.2} {mega}", v / 1e6)
     } else if v >= 1e3 {
-        format!("{:.1} µs", v / 1e3)
+        format!("{:.1} {kilo}", v / 1e3)
     } else {
-        format!("{v:.0} ns")
-    }
+        format!("{v:.0} {unit}")
+    };
+    text.trim_end().to_owned()
 }
 
 fn spread_text(s: Spread, f: fn(f64) -> String, reps: usize) -> String {

@@ -8,8 +8,37 @@ use super::{
     nanos_text, rate_text, ratio_text, size_name, snapbus_row, spread, spread_text,
 };
 use crate::common::{Mode, Wait};
+use crate::peers::PeerDef;
 use crate::refs::MemcpyReport;
 use crate::run::{Plan, consumer_cpu, producer_cpu};
+
+/// A peer's row label: snapbus's in bold.
+fn label(p: &PeerDef) -> String {
+    if p.is_snapbus {
+        format!("**{}**", p.label)
+    } else {
+        p.label.to_owned()
+    }
+}
+
+/// The last column of a row of peer `idx` whose median is `value`: snapbus ÷ this peer for a
+/// peer, this variant ÷ the best cross-process peer for a snapbus variant, `–` for snapbus.
+fn ratio_cell(
+    plan: &Plan,
+    idx: usize,
+    snapbus: Option<Spread>,
+    best: Option<f64>,
+    value: f64,
+) -> String {
+    let p = plan.peers[idx];
+    match (snapbus, best) {
+        (Some(s), _) if !p.is_snapbus => ratio_text(s.median / value),
+        (_, Some(b)) if p.is_snapbus && !is_main(&plan.peers, idx) => {
+            format!("{} ÷ best peer", ratio_text(value / b))
+        }
+        _ => "–".into(),
+    }
+}
 
 /// The throughput table: every peer at every size, with snapbus ÷ peer.
 pub(super) fn throughput(out: &mut String, input: &Input<'_>, rows: &BTreeMap<Key, Row>) {
@@ -29,22 +58,11 @@ pub(super) fn throughput(out: &mut String, input: &Input<'_>, rows: &BTreeMap<Ke
             let Some(row) = rows.get(&(size, Mode::Throughput, idx, Wait::Sleep)) else {
                 continue;
             };
-            let label = if p.is_snapbus {
-                format!("**{}**", p.label)
-            } else {
-                p.label.to_owned()
-            };
+            let label = label(p);
             match row.rate() {
                 Some(r) => {
                     let lost = spread(row.lost_pct.clone()).map_or(0.0, |s| s.median);
-                    let ratio = match (snap, best) {
-                        (Some(s), _) if !p.is_snapbus => ratio_text(s.median / r.median),
-                        // A snapbus variant: itself against the best peer.
-                        (_, Some((_, b, _))) if p.is_snapbus && !is_main(&plan.peers, idx) => {
-                            format!("{} ÷ best peer", ratio_text(r.median / b))
-                        }
-                        _ => "–".into(),
-                    };
+                    let ratio = ratio_cell(plan, idx, snap, best.map(|b| b.1), r.median);
                     let _ = writeln!(
                         out,
                         "| {} | {label} | {} | {:.2} | {}{} | {} | {} | {ratio} |",
@@ -134,11 +152,7 @@ pub(super) fn latency(out: &mut String, input: &Input<'_>, rows: &BTreeMap<Key, 
                 let Some(row) = rows.get(&(size, Mode::Latency, idx, wait)) else {
                     continue;
                 };
-                let label = if p.is_snapbus {
-                    format!("**{}**", p.label)
-                } else {
-                    p.label.to_owned()
-                };
+                let label = label(p);
                 match (row.p50(), row.p99()) {
                     (Some(a), Some(b)) => {
                         let snap = snapbus_row(rows, &plan.peers, size, Mode::Latency, wait)
@@ -153,13 +167,7 @@ pub(super) fn latency(out: &mut String, input: &Input<'_>, rows: &BTreeMap<Key, 
                                 per_message_only: false,
                             },
                         );
-                        let ratio = match (snap, best) {
-                            (Some(s), _) if !p.is_snapbus => ratio_text(s.median / a.median),
-                            (_, Some((_, b, _))) if p.is_snapbus && !is_main(&plan.peers, idx) => {
-                                format!("{} ÷ best peer", ratio_text(a.median / b))
-                            }
-                            _ => "–".into(),
-                        };
+                        let ratio = ratio_cell(plan, idx, snap, best.map(|b| b.1), a.median);
                         let _ = writeln!(
                             out,
                             "| {} | {label} | {} | {} | {} | {} | {ratio} |",
