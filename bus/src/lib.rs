@@ -1,6 +1,7 @@
 //! The snapbus data and control planes: shared-memory **lanes** that producers write and
 //! consumers read, **doorbells** that let idle consumers sleep, the **broker** that introduces
-//! producers to consumers ([`broker`], [`control`], [`runtime`]), and the two ends built on
+//! producers to consumers ([`broker`], [`runtime`], and [`client`], the one client of its
+//! control protocol), and the two ends built on
 //! them: [`publisher`] (a process's lane, catalog and broker connection) and [`subscriber`]
 //! (subscribe with schema globs, read records straight from the lanes). The only crate in the
 //! workspace allowed `unsafe` code; every `unsafe` block names the fact that makes it sound.
@@ -60,9 +61,11 @@
 pub mod broker;
 #[cfg(not(loom))]
 pub mod catalog;
+#[cfg(not(loom))]
+pub mod client;
 pub mod clock;
 #[cfg(not(loom))]
-pub mod control;
+pub(crate) mod control;
 pub mod doorbell;
 #[cfg(not(loom))]
 pub mod fork;
@@ -84,5 +87,7 @@ pub mod subscriber;
 mod sync;
 pub mod testpoint;
 
+#[cfg(not(loom))]
+pub use control::ProducerInfo;
 pub use level::{Level, LevelFilter, ParseLevelError};
 pub use snapbus_schemas as schemas;

@@ -109,8 +109,27 @@ pub(crate) struct LsArgs {
     #[command(flatten)]
     pub(crate) bus: BusArgs,
     /// Print the state as one JSON object.
+    ///
+    /// The object: `bus`, `broker_pid`, `filter` (the bus filter, "" for none),
+    /// `census_runs` (ring censuses the broker has run), and three arrays.
+    /// `producers`: `id`, `info` {`pid`, `name`, `cmdline`, `session_tag`, `perf_tag`,
+    /// `lane_id`, `started_nanos`}, `status` (as the table shows it), `frames`, `rate_hz`,
+    /// `dropped`, `lane_bytes`, `history_secs`, `history_start_nanos`, `history_records`,
+    /// `history_first_seq`, `census_age_secs`, `filter`, `own_filter`.
+    /// `consumers`: `id`, `info` {`pid`, `kind`, `subscriptions`}, `status` (as the table
+    /// shows it), `delivered`, `lost`, `damaged`, `garbage`, `lag_bytes`, `report_age_secs`,
+    /// `refused`, `supervised`, `log`, `board` (its status board, key to value).
+    /// `schemas`: `id`, `version`, `fingerprint`, `descriptor`, `conflict`, `producers` (ids),
+    /// `rate_hz`, `in_rings`. Times are CLOCK_REALTIME nanoseconds; absent values are null.
+    /// Fields may be added, never renamed or removed.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Count the history each ring holds now (HISTORY, and the schemas' RATE/s and IN RINGS):
+    /// the broker reads every record header of every ring. Without it, those columns come from
+    /// a count at most a few seconds old; the producers' RECORDS and RATE/s are always current
+    /// (from the lanes' counters).
+    #[arg(long)]
+    pub(crate) history: bool,
 }
 
 /// Where a new consumer starts (`--from`): the clap face of

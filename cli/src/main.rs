@@ -1,6 +1,7 @@
 //! `snapbus`: the command-line tool. Thin: parses arguments, runs one verb, maps errors to a
 //! message and a non-zero exit code. A closed stdout (`snapbus demo | head`) is success.
 
+mod announce;
 mod bus;
 mod cli;
 mod command;

@@ -482,7 +482,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     opts.chunk_bytes = 4000;
     let mut w =
         snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::control::ProducerInfo {
+    let info = snapbus_bus::ProducerInfo {
         pid: 42,
         name: "ticker".into(),
         cmdline: vec!["ticker".into()],
