@@ -99,13 +99,27 @@ impl TestBus {
     }
 
     pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
-        self.ls()["producers"]
-            .as_array()
-            .expect("producers")
-            .iter()
-            .find(|p| p["info"]["pid"] == pid)
-            .cloned()
+        find_producer(&self.ls(), pid)
     }
+
+    /// The producer with process id `pid` in `ls --json --history`: the history its ring holds
+    /// now (a plain `ls` shows a count up to a few seconds old).
+    pub(crate) fn producer_history(&self, pid: u32) -> Option<Value> {
+        let out = self.run(&["ls", "--json", "--history"]);
+        assert!(out.status.success(), "ls: {}", out.stderr);
+        let ls = serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON");
+        find_producer(&ls, pid)
+    }
+}
+
+/// The producer with process id `pid` in the `ls --json` output `ls`.
+fn find_producer(ls: &Value, pid: u32) -> Option<Value> {
+    ls["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .find(|p| p["info"]["pid"] == pid)
+        .cloned()
 }
 
 impl Drop for TestBus {
