@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = command::Cli::parse();
     let code: u8 = match command::run(cli) {
         Ok(()) => 0,
         Err(err) if is_broken_pipe(&err) => 0,

@@ -278,7 +278,8 @@ mod tests {
     use clap::{Arg, CommandFactory};
 
     use super::*;
-    use crate::cli::{BusArgs, Cli};
+    use crate::cli::BusArgs;
+    use crate::command::Cli;
 
     /// A flag as the user sees it: names, action, values.
     fn shape(a: &Arg) -> String {
