@@ -1,10 +1,11 @@
 //! The snapbus data and control planes: shared-memory **lanes** that producers write and
 //! consumers read, **doorbells** that let idle consumers sleep, the **broker** that introduces
-//! producers to consumers ([`broker`], [`runtime`], and [`client`], the one client of its
-//! control protocol), and the two ends built on
-//! them: [`publisher`] (a process's lane, catalog and broker connection) and [`subscriber`]
-//! (subscribe with schema globs, read records straight from the lanes). The only crate in the
-//! workspace allowed `unsafe` code; every `unsafe` block names the fact that makes it sound.
+//! producers to consumers ([`broker`], [`runtime`]; [`client`] asks it for the bus's state and
+//! to start and stop consumers), and the two ends built on them: [`publisher`] (a process's
+//! lane, catalog and broker connection) and [`subscriber`] (subscribe with schema globs, read
+//! records straight from the lanes). The control protocol between them is private to this
+//! crate. The only crate in the workspace allowed `unsafe` code; every `unsafe` block names the
+//! fact that makes it sound.
 //!
 //! # Guarantees
 //!

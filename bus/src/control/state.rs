@@ -256,3 +256,38 @@ impl fmt::Display for DetachOutcome {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::status::{AfterEnd, End};
+
+    /// `snapbus detach` prints what it printed when the outcome travelled as text.
+    #[test]
+    fn detach_outcomes_render_as_before() {
+        let ended = |killed| DetachOutcome::Ended {
+            ending: Ending {
+                how: End::Signalled(15),
+                next: AfterEnd::NotRestarted,
+            },
+            killed,
+        };
+        assert_eq!(
+            ended(false).to_string(),
+            "killed by signal 15; not restarted"
+        );
+        assert_eq!(
+            ended(true).to_string(),
+            "killed by signal 15; not restarted, killed after 10s without exiting"
+        );
+        assert!(ended(true).killed());
+        assert_eq!(
+            DetachOutcome::Exited { killed: false }.to_string(),
+            "exited"
+        );
+        assert_eq!(
+            DetachOutcome::Exited { killed: true }.to_string(),
+            "exited, killed after 10s without exiting"
+        );
+    }
+}
