@@ -57,8 +57,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use snapbus_bus::Level;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::broker;
-use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};

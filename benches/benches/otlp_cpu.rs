@@ -211,16 +211,10 @@ fn measure(
 
 /// (delivered, lost) the broker last heard from the consumer of `kind`.
 fn consumer_counters(dir: &BusDir, kind: &str) -> Option<(u64, u64)> {
-    use snapbus_bus::control::{Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
-    let mut conn = Conn::connect(&dir.socket_path()).ok()?;
-    let Ok((FromBroker::State(state), _)) = conn.request::<_, FromBroker>(
-        &ToBroker::Ls {
-            version: PROTOCOL_VERSION,
-        },
-        Duration::from_secs(5),
-    ) else {
-        return None;
-    };
+    use snapbus_bus::client::{BusClient, Census};
+    let state = BusClient::connect(dir)
+        .and_then(|c| c.state_with(Census::Skip))
+        .ok()?;
     state
         .consumers
         .iter()

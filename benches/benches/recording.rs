@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use snapbus_bus::Level;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::broker;
-use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};

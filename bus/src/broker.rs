@@ -20,7 +20,8 @@
 //! - `registry`: producers and consumers joining, leaving and dying, lanes handed on, wake
 //!   masks;
 //! - `supervision`: consumers the broker starts and watches, and the state file;
-//! - `census`: what `ls` shows (ring census, rates, lag and loss from cursors);
+//! - `census`: what `ls` shows (rates from lane counters, the ring census when asked for, lag
+//!   and loss from cursors), from what `readings` keeps per producer;
 //! - `harness`: [`InProcess`], a broker on a thread of this process.
 
 use std::collections::BTreeMap;
@@ -33,13 +34,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::control::{Conn, ControlError, Listener};
+use crate::control::{Conn, ControlError, DETACH_GRACE, Listener};
 use crate::doorbell::DoorbellPage;
 use crate::runtime::{BusDir, RuntimeError};
 
 mod census;
 mod harness;
 mod poll;
+mod readings;
 mod registry;
 mod supervision;
 
@@ -60,8 +62,6 @@ const MAX_PENDING: usize = 256;
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often a failing supervised consumer is restarted (after 1, 2, 4, 8, 16 s).
 const MAX_RESTARTS: u32 = 5;
-/// How long a detached consumer may take to flush and exit before it is killed.
-const DETACH_GRACE: Duration = Duration::from_secs(10);
 /// A consumer that has not reported its counters for this long is shown stale in `ls` (it
 /// reports twice a second while it reads).
 const STALE_AFTER: Duration = Duration::from_secs(5);
@@ -123,6 +123,8 @@ struct Broker {
     shutdown: bool,
     /// `down --keep-consumers`: leave supervised consumers running for the next broker.
     keep_consumers: bool,
+    /// Ring censuses run (for `ls`).
+    census_runs: u64,
 }
 
 /// Runs the broker of `config.dir` until `snapbus down`, SIGINT or SIGTERM. `ready` is called
@@ -168,6 +170,7 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         pending: BTreeMap::new(),
         shutdown: false,
         keep_consumers: false,
+        census_runs: 0,
     };
     // Ids and supervised consumers of an earlier broker of this bus (killed, or stopped with
     // `--keep-consumers`).

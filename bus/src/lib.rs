@@ -1,9 +1,11 @@
 //! The snapbus data and control planes: shared-memory **lanes** that producers write and
 //! consumers read, **doorbells** that let idle consumers sleep, the **broker** that introduces
-//! producers to consumers ([`broker`], [`control`], [`runtime`]), and the two ends built on
-//! them: [`publisher`] (a process's lane, catalog and broker connection) and [`subscriber`]
-//! (subscribe with schema globs, read records straight from the lanes). The only crate in the
-//! workspace allowed `unsafe` code; every `unsafe` block names the fact that makes it sound.
+//! producers to consumers ([`broker`], [`runtime`]; [`client`] asks it for the bus's state and
+//! to start and stop consumers), and the two ends built on them: [`publisher`] (a process's
+//! lane, catalog and broker connection) and [`subscriber`] (subscribe with schema globs, read
+//! records straight from the lanes). The control protocol between them is private to this
+//! crate. The only crate in the workspace allowed `unsafe` code; every `unsafe` block names the
+//! fact that makes it sound.
 //!
 //! # Guarantees
 //!
@@ -60,9 +62,11 @@
 pub mod broker;
 #[cfg(not(loom))]
 pub mod catalog;
+#[cfg(not(loom))]
+pub mod client;
 pub mod clock;
 #[cfg(not(loom))]
-pub mod control;
+pub(crate) mod control;
 pub mod doorbell;
 #[cfg(not(loom))]
 pub mod fork;
@@ -84,5 +88,7 @@ pub mod subscriber;
 mod sync;
 pub mod testpoint;
 
+#[cfg(not(loom))]
+pub use control::ProducerInfo;
 pub use level::{Level, LevelFilter, ParseLevelError};
 pub use snapbus_schemas as schemas;

@@ -7,5 +7,4 @@ mod in_place;
 mod level;
 mod model;
 mod multiprocess;
-mod refusal;
 mod runs;

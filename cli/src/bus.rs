@@ -1,21 +1,16 @@
-//! What several verbs share: finding a bus, talking to its broker, and printing records.
+//! What several verbs share: finding a bus and its broker's client, and printing records.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
-
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::json;
 use snapbus_bus::Level;
-use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::client::{BusClient, BusState, Census};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_schemas::{SchemaDescriptor, decode};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::cli::BusArgs;
-
-/// How long the CLI waits for the broker to answer.
-pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The directory of the bus named by `--bus`, `$SNAPBUS_BUS` or the default.
 pub(crate) fn bus_dir(args: &BusArgs) -> anyhow::Result<BusDir> {
@@ -23,44 +18,14 @@ pub(crate) fn bus_dir(args: &BusArgs) -> anyhow::Result<BusDir> {
     Ok(BusDir::locate(&name))
 }
 
-/// Connects to the broker, or fails with the message users should see.
-pub(crate) fn connect(dir: &BusDir) -> anyhow::Result<Conn> {
-    Conn::connect(&dir.socket_path()).map_err(|_| {
-        anyhow::anyhow!(
-            "no bus '{}' is running — start one with `snapbus up{}`",
-            dir.name(),
-            if dir.name().as_str() == snapbus_bus::runtime::DEFAULT_BUS {
-                String::new()
-            } else {
-                format!(" --bus {}", dir.name())
-            }
-        )
-    })
+/// The client of the broker of `dir`, or the error users should see (no bus running).
+pub(crate) fn connect(dir: &BusDir) -> anyhow::Result<BusClient> {
+    Ok(BusClient::connect(dir)?)
 }
 
-/// Sends one request and returns the broker's reply.
-pub(crate) fn request(dir: &BusDir, msg: &ToBroker) -> anyhow::Result<FromBroker> {
-    let mut conn = connect(dir)?;
-    let (reply, _fds) = conn
-        .request(msg, REPLY_TIMEOUT)
-        .with_context(|| format!("talking to the broker of bus '{}'", dir.name()))?;
-    if let FromBroker::Error { message } = &reply {
-        bail!("the broker refused: {message}");
-    }
-    Ok(reply)
-}
-
-/// The bus's state (`ls`).
+/// The bus's state (`ls`), each ring's census at most a few seconds old.
 pub(crate) fn state(dir: &BusDir) -> anyhow::Result<BusState> {
-    match request(
-        dir,
-        &ToBroker::Ls {
-            version: PROTOCOL_VERSION,
-        },
-    )? {
-        FromBroker::State(s) => Ok(*s),
-        other => bail!("unexpected reply from the broker: {other:?}"),
-    }
+    Ok(connect(dir)?.state()?)
 }
 
 /// Parses globs, failing with the first bad one.
@@ -73,7 +38,8 @@ pub(crate) fn globs(texts: &[String]) -> anyhow::Result<Vec<Glob>> {
 
 /// The ids of the schemas on the bus now (of live and recently dead producers), sorted.
 pub(crate) fn schema_ids(dir: &BusDir) -> anyhow::Result<Vec<String>> {
-    let mut ids: Vec<String> = state(dir)?.schemas.into_iter().map(|s| s.id).collect();
+    let state = connect(dir)?.state_with(Census::Skip)?;
+    let mut ids: Vec<String> = state.schemas.into_iter().map(|s| s.id).collect();
     ids.sort();
     ids.dedup();
     Ok(ids)

@@ -1,75 +1,13 @@
 //! Argument definitions (clap derive). One struct of options per verb; the verbs themselves
 //! live in `command/<verb>.rs`, and so do the options of the built-in consumers (`record`,
 //! `plot`, `aggregate`), which `attach` and `spawn` share through
-//! [`consumer_kinds`](crate::consumer_kinds).
+//! [`consumer_kinds`](crate::consumer_kinds). A leaf: the command line they make up
+//! ([`Cli`](crate::command::Cli)) is in `command/mod.rs`, with the registry of consumers.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-
-pub(crate) use crate::consumer_kinds::{AttachArgs, ConsumerVerb, SpawnArgs};
-
-/// snapbus: a shared-memory event bus for scientific telemetry.
-#[derive(Debug, Parser)]
-#[command(name = "snapbus", version, about, long_about = None)]
-pub(crate) struct Cli {
-    #[command(subcommand)]
-    pub(crate) command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum Command {
-    /// Start the broker of a bus (detached, unless --foreground).
-    Up(UpArgs),
-    /// Stop the broker of a bus, and the consumers it supervises (they finish their files).
-    ///
-    /// Supervised consumers (`attach`, `spawn`) get SIGTERM and are waited for, unless
-    /// --keep-consumers. Producers and unsupervised consumers (`echo`, `record` in a terminal)
-    /// keep running and rejoin when the bus is started again, with the same ids. Logs stay in
-    /// the bus's runtime directory (`broker.log`, `consumer-<id>.log`).
-    Down(DownArgs),
-    /// List producers, consumers and schemas on a bus, with rates, lag and losses.
-    Ls(LsArgs),
-    /// Print events from a bus as JSON lines.
-    Echo(EchoArgs),
-    /// Print per-schema rates and bandwidth, like `ros2 topic hz`.
-    Hz(HzArgs),
-    /// Set the bus filter: the level filter of every producer, running or started later,
-    /// e.g. 'info,monty.models=debug'; `--reset` gives producers back their own.
-    ///
-    /// The rule: while the bus has a filter, it is in force in every producer on the bus,
-    /// present and future, in place of the producer's own `SNAPBUS_FILTER`; `snapbus filter
-    /// --reset` removes it and every producer goes back to its own. `snapbus ls` shows the
-    /// bus filter and each producer's filter in force. The bus filter outlives a broker crash
-    /// and `down --keep-consumers`; a plain `down` ends it.
-    Filter(FilterArgs),
-    /// Run a simulated experiment with deterministic values on a bus.
-    Demo(DemoArgs),
-    /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
-    Schemas(SchemasArgs),
-    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
-    /// `otlp`, `rerun`.
-    #[command(flatten)]
-    Consumer(ConsumerVerb),
-    /// Write what the rings hold now (including recently dead producers) into an MCAP file.
-    Snapshot(SnapshotArgs),
-    /// Republish recordings into the running bus with their original timing (or print them).
-    Replay(ReplayArgs),
-    /// Describe a recording: schemas, counts, time range, producers, losses, damage.
-    Inspect(InspectArgs),
-    /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages; or send it
-    /// to an OTLP receiver with its original timestamps.
-    Export(ExportArgs),
-    /// Start a consumer (built-in, or Python) as a process supervised by the broker; prints its
-    /// id once it is subscribed and reading.
-    Attach(AttachArgs),
-    /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
-    /// across broker restarts; an id of no running consumer is refused.
-    Detach(DetachArgs),
-    /// Start N supervised workers of a built-in consumer that split the work between them.
-    Spawn(SpawnArgs),
-}
+use clap::Args;
 
 /// Which bus.
 #[derive(Debug, Clone, Args)]
@@ -109,8 +47,27 @@ pub(crate) struct LsArgs {
     #[command(flatten)]
     pub(crate) bus: BusArgs,
     /// Print the state as one JSON object.
+    ///
+    /// The object: `bus`, `broker_pid`, `filter` (the bus filter, "" for none),
+    /// `census_runs` (ring censuses the broker has run), and three arrays.
+    /// `producers`: `id`, `info` {`pid`, `name`, `cmdline`, `session_tag`, `perf_tag`,
+    /// `lane_id`, `started_nanos`}, `status` (as the table shows it), `frames`, `rate_hz`,
+    /// `dropped`, `lane_bytes`, `history_secs`, `history_start_nanos`, `history_records`,
+    /// `history_first_seq`, `census_age_secs`, `filter`, `own_filter`.
+    /// `consumers`: `id`, `info` {`pid`, `kind`, `subscriptions`}, `status` (as the table
+    /// shows it), `delivered`, `lost`, `damaged`, `garbage`, `lag_bytes`, `report_age_secs`,
+    /// `refused`, `supervised`, `log`, `board` (its status board, key to value).
+    /// `schemas`: `id`, `version`, `fingerprint`, `descriptor`, `conflict`, `producers` (ids),
+    /// `rate_hz`, `in_rings`. Times are CLOCK_REALTIME nanoseconds; absent values are null.
+    /// Fields may be added, never renamed or removed.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Count the history each ring holds now (HISTORY, and the schemas' RATE/s and IN RINGS):
+    /// the broker reads every record header of every ring. Without it, those columns come from
+    /// a count at most a few seconds old; the producers' RECORDS and RATE/s are always current
+    /// (from the lanes' counters).
+    #[arg(long)]
+    pub(crate) history: bool,
 }
 
 /// Where a new consumer starts (`--from`): the clap face of

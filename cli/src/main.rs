@@ -22,6 +22,7 @@
 //!
 //! `docs/cli.md` in the repository describes every verb.
 
+mod announce;
 mod bus;
 mod cli;
 mod command;
@@ -33,7 +34,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = command::Cli::parse();
     let code: u8 = match command::run(cli) {
         Ok(()) => 0,
         Err(err) if is_broken_pipe(&err) => 0,

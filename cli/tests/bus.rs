@@ -99,13 +99,27 @@ impl TestBus {
     }
 
     pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
-        self.ls()["producers"]
-            .as_array()
-            .expect("producers")
-            .iter()
-            .find(|p| p["info"]["pid"] == pid)
-            .cloned()
+        find_producer(&self.ls(), pid)
     }
+
+    /// The producer with process id `pid` in `ls --json --history`: the history its ring holds
+    /// now (a plain `ls` shows a count up to a few seconds old).
+    pub(crate) fn producer_history(&self, pid: u32) -> Option<Value> {
+        let out = self.run(&["ls", "--json", "--history"]);
+        assert!(out.status.success(), "ls: {}", out.stderr);
+        let ls = serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON");
+        find_producer(&ls, pid)
+    }
+}
+
+/// The producer with process id `pid` in the `ls --json` output `ls`.
+fn find_producer(ls: &Value, pid: u32) -> Option<Value> {
+    ls["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .find(|p| p["info"]["pid"] == pid)
+        .cloned()
 }
 
 impl Drop for TestBus {
@@ -583,22 +597,58 @@ fn hz_reports_per_schema_rates_of_a_running_producer() {
     drop(demo);
 }
 
+/// A raw connection to the broker's socket (`SOCK_SEQPACKET`, one message per packet), for a
+/// client that misbehaves: the control protocol is private to the bus.
+fn raw_connect(sock: &std::path::Path) -> std::os::fd::OwnedFd {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    let addr = SocketAddrUnix::new(sock).expect("socket address");
+    rustix::net::connect(&fd, &addr).expect("connect");
+    fd
+}
+
+/// What the broker did to connection `fd` within `timeout`: `None`, nothing (still open,
+/// nothing to read); `Some(true)`, closed it without a word; `Some(false)`, sent a message.
+fn closed_within(fd: &std::os::fd::OwnedFd, timeout: Duration) -> Option<bool> {
+    use rustix::event::{PollFd, PollFlags};
+    let ts = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    if rustix::event::poll(&mut fds, Some(&ts)).expect("poll") == 0 {
+        return None;
+    }
+    let mut buf = [0u8; 256];
+    match rustix::net::recv(fd, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
+        Ok((0, _)) | Err(rustix::io::Errno::CONNRESET) => Some(true),
+        Ok(_) => Some(false),
+        Err(e) => panic!("recv: {e}"),
+    }
+}
+
 #[test]
 fn the_broker_survives_garbage_and_silent_clients() {
-    use snapbus_bus::control::{Conn, ControlError, FromBroker};
     let bus = TestBus::up();
     let sock = crate::util::runtime_root()
         .join(&bus.name)
         .join("broker.sock");
-    // A message that is not a ToBroker: the broker drops that connection, nothing else.
-    let mut garbage = Conn::connect(&sock).expect("connect");
-    garbage
-        .send(&(u32::MAX, "not a message", [7u8; 32]), &[])
-        .expect("send");
-    let closed = garbage.recv::<FromBroker>(Some(WATCHDOG));
-    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+    // A message that is not a control message: the broker drops that connection, nothing else.
+    let garbage = raw_connect(&sock);
+    let mut packet = vec![0xff_u8; 8];
+    packet.extend_from_slice(b"not a message");
+    packet.extend_from_slice(&[7u8; 32]);
+    rustix::net::send(&garbage, &packet, rustix::net::SendFlags::empty()).expect("send");
+    let closed = closed_within(&garbage, WATCHDOG);
+    assert_eq!(closed, Some(true), "garbage: {closed:?}");
     // A client that never speaks does not hold the broker up, and is dropped after a while.
-    let mut silent = Conn::connect(&sock).expect("connect");
+    let silent = raw_connect(&sock);
     assert!(
         bus.ls()["producers"].as_array().is_some(),
         "ls works meanwhile"
@@ -614,8 +664,8 @@ fn the_broker_survives_garbage_and_silent_clients() {
         "0",
     ]);
     assert!(out.status.success(), "{}", out.stderr);
-    let closed = silent.recv::<FromBroker>(Some(WATCHDOG));
-    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
+    let closed = closed_within(&silent, WATCHDOG);
+    assert_eq!(closed, Some(true), "silent: {closed:?}");
 }
 
 /// The resident memory of process `pid` in KiB (`VmRSS`).
@@ -630,7 +680,6 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn idle_connections_cost_the_broker_little_and_the_oldest_are_dropped() {
-    use snapbus_bus::control::{Conn, ControlError, FromBroker};
     let bus = TestBus::up();
     let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as u32;
     let sock = crate::util::runtime_root()
@@ -641,9 +690,7 @@ fn idle_connections_cost_the_broker_little_and_the_oldest_are_dropped() {
         bus.ls();
     }
     let before = rss_kib(broker);
-    let mut idle: Vec<Conn> = (0..500)
-        .map(|_| Conn::connect(&sock).expect("connect"))
-        .collect();
+    let idle: Vec<_> = (0..500).map(|_| raw_connect(&sock)).collect();
     // A real client is served meanwhile (and, once it has been, every idle one was accepted).
     assert!(bus.ls()["producers"].as_array().is_some());
     let grown = rss_kib(broker).saturating_sub(before);
@@ -652,13 +699,10 @@ fn idle_connections_cost_the_broker_little_and_the_oldest_are_dropped() {
         "500 idle connections grew the broker by {grown} KiB"
     );
     // At most 256 are kept: the oldest was dropped.
-    let closed = idle[0].recv::<FromBroker>(Some(WATCHDOG));
-    assert!(matches!(closed, Err(ControlError::Closed)), "{closed:?}");
-    let newest = idle
-        .last_mut()
-        .expect("connections")
-        .recv::<FromBroker>(Some(Duration::ZERO));
-    assert!(matches!(newest, Ok(None)), "{newest:?}");
+    let closed = closed_within(&idle[0], WATCHDOG);
+    assert_eq!(closed, Some(true), "oldest: {closed:?}");
+    let newest = closed_within(idle.last().expect("connections"), Duration::ZERO);
+    assert_eq!(newest, None, "newest: {newest:?}");
 }
 
 /// Sends `sig` to process `pid`.
@@ -1026,4 +1070,98 @@ fn ls_columns_line_up_with_long_kinds() {
         );
     }
     drop(echo);
+}
+
+/// The client of this test's bus (what `ls` and monitors use).
+fn client(bus: &TestBus) -> snapbus_bus::client::BusClient {
+    use snapbus_bus::runtime::{BusDir, BusName};
+    let name = BusName::new(&bus.name).expect("bus name");
+    let dir = BusDir::locate_in(&crate::util::runtime_root(), &name);
+    snapbus_bus::client::BusClient::connect(&dir).expect("connect")
+}
+
+/// A producer's RECORDS are its lane's commit counter, and its rate the counter's change over
+/// the last seconds: a demo of 3 × 40 steps wrote exactly 123 records (steps and episode
+/// ends), and one emitting 500 steps/s (550 records/s with its episode ends) is shown at
+/// that rate.
+#[test]
+fn ls_counts_records_and_rates_from_the_lane_counters() {
+    let bus = TestBus::up();
+    bus.demo(3, 40, 0, &[]);
+    let ls = bus.ls();
+    let done = &ls["producers"].as_array().expect("producers")[0];
+    assert_eq!(done["status"], "closed", "{done}");
+    assert_eq!(done["frames"], 3 * 41, "{done}");
+    assert_eq!(done["rate_hz"], 0.0, "{done}");
+    let demo = bus.spawn_demo("500");
+    let pid = demo.pid();
+    wait_until("the demo's rate is 550 records/s", WATCHDOG, || {
+        let p = bus.producer(pid).expect("the demo");
+        let rate = p["rate_hz"].as_f64().expect("rate");
+        (rate - 550.0).abs() <= 550.0 * 0.1
+    });
+}
+
+/// The ring census (a read of every record header of every ring, on the broker's thread)
+/// runs for `ls --history`, at most every few seconds for a plain `ls`, and never for a poll of
+/// counters (the Prometheus exporter's health thread): polling `ls` is cheap for the broker.
+#[test]
+fn only_ls_history_and_stale_rings_make_the_broker_run_a_census() {
+    use snapbus_bus::client::Census;
+    let bus = TestBus::up();
+    bus.demo(2, 50, 0, &[]);
+    let _demo = bus.spawn_demo("200");
+    let runs = |v: &Value| v["census_runs"].as_u64().expect("census_runs");
+    let ls = |args: &[&str]| -> Value {
+        let out = bus.run(args);
+        assert!(out.status.success(), "{args:?}: {}", out.stderr);
+        serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
+    };
+    // A fresh census of both rings, which `ls` shows with its age.
+    let t0 = Instant::now();
+    let fresh = ls(&["ls", "--json", "--history"]);
+    let producers = fresh["producers"].as_array().expect("producers");
+    assert_eq!(producers.len(), 2, "{fresh}");
+    for p in producers {
+        assert!(
+            p["census_age_secs"].as_f64().is_some_and(|a| a < 1.0),
+            "{p}"
+        );
+        assert!(p["history_records"].as_u64().is_some_and(|n| n > 0), "{p}");
+    }
+    let after_fresh = runs(&fresh);
+    assert!(after_fresh >= 2, "{fresh}");
+    let again = ls(&["ls", "--json", "--history"]);
+    assert_eq!(runs(&again), after_fresh + 2, "every ring, every time");
+    // A plain `ls` soon after uses those censuses.
+    let plain = ls(&["ls", "--json"]);
+    if t0.elapsed() < Duration::from_secs(4) {
+        assert_eq!(runs(&plain), runs(&again), "{plain}");
+    }
+    let demo_step = plain["schemas"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "demo.step"))
+        .expect("demo.step")
+        .clone();
+    assert!(
+        demo_step["in_rings"].as_u64().is_some_and(|n| n > 100),
+        "{demo_step}"
+    );
+    // A poll of counters never runs one, however often, and its rates are current.
+    let client = client(&bus);
+    let before = runs(&plain);
+    for _ in 0..20 {
+        let s = client.state_with(Census::Skip).expect("state");
+        assert_eq!(s.census_runs, before);
+        assert_eq!(s.producers.len(), 2);
+    }
+    wait_until(
+        "the live demo's rate shows without a census",
+        WATCHDOG,
+        || {
+            let s = client.state_with(Census::Skip).expect("state");
+            assert_eq!(s.census_runs, before);
+            s.producers.iter().any(|p| p.rate_hz > 100.0)
+        },
+    );
 }

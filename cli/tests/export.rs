@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Value as Json, json};
 use snapbus_bus::Level;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::broker::InProcess;
-use snapbus_bus::control::ProducerInfo;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};

@@ -482,7 +482,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     opts.chunk_bytes = 4000;
     let mut w =
         snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::control::ProducerInfo {
+    let info = snapbus_bus::ProducerInfo {
         pid: 42,
         name: "ticker".into(),
         cmdline: vec!["ticker".into()],
@@ -885,8 +885,8 @@ exit $rc"#;
     let _ = std::fs::remove_dir(&mnt);
 }
 
-/// Issue 20, item 1: history in seconds. `ls` says how much time each lane holds (its oldest
-/// to newest record), and it is what a snapshot of that lane gets (±10 %); `snapshot --last`
+/// Issue 20, item 1: history in seconds. `ls --history` says how much time each lane holds
+/// now (its oldest to newest record), and it is what a snapshot of that lane gets (±10 %); `snapshot --last`
 /// warns, naming the producer, when its ring holds less than asked; `inspect` states each
 /// producer's span.
 #[test]
@@ -911,11 +911,13 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
     let young = bus.spawn_demo("2000");
     // The ring has wrapped (its oldest record is not the first) and spans some time.
     wait_until("the demo's ring has wrapped", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| {
+        bus.producer_history(pid).is_some_and(|p| {
             p["history_first_seq"].as_u64() > Some(0) && p["history_secs"].as_f64() > Some(0.05)
         })
     });
-    let y = bus.producer(young.pid()).expect("the young demo in ls");
+    let y = bus
+        .producer_history(young.pid())
+        .expect("the young demo in ls");
     assert_eq!(
         y["history_first_seq"], 0,
         "the young demo's ring holds its first record: {y}"
@@ -926,7 +928,7 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
         rustix::process::kill_process(p, sig).expect("signal the demo");
     };
     stop(rustix::process::Signal::STOP);
-    let frozen = || bus.producer(pid).expect("the demo in ls");
+    let frozen = || bus.producer_history(pid).expect("the demo in ls");
     let mut p = frozen();
     wait_until("the ring is still", WATCHDOG, || {
         let now = frozen();
@@ -935,7 +937,7 @@ fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
         still
     });
     let history_secs = p["history_secs"].as_f64().expect("history_secs");
-    let text = bus.run(&["ls"]).stdout;
+    let text = bus.run(&["ls", "--history"]).stdout;
     assert!(
         text.contains(&format!("{history_secs:.1} s")),
         "ls shows no HISTORY of {history_secs:.1} s:\n{text}"

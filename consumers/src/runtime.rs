@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::lane::{FrameMeta, StartAt};
 use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use snapbus_bus::Level;
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Record;

@@ -1055,8 +1055,8 @@ fn a_message_outside_the_chunks_is_damage_not_a_record() {
 }
 
 /// A producer as a consumer's hooks see it.
-fn producer(name: &str, lane_id: u64) -> snapbus_bus::control::ProducerInfo {
-    snapbus_bus::control::ProducerInfo {
+fn producer(name: &str, lane_id: u64) -> snapbus_bus::ProducerInfo {
+    snapbus_bus::ProducerInfo {
         pid: 4242,
         name: name.into(),
         cmdline: Vec::new(),
@@ -1071,7 +1071,7 @@ fn producer(name: &str, lane_id: u64) -> snapbus_bus::control::ProducerInfo {
 fn feed_record(
     rec: &mut Recorder,
     producer_id: u64,
-    who: &snapbus_bus::control::ProducerInfo,
+    who: &snapbus_bus::ProducerInfo,
     schema: &Arc<snapbus_bus::schemas::SchemaDescriptor>,
     payload: &[u8],
     seq: u64,
@@ -1103,7 +1103,7 @@ fn feed_record(
 /// and schema, and decoded as garbage.)
 #[test]
 fn a_broker_id_reused_by_another_lane_does_not_misfile_records() {
-    use snapbus_bus::control::ProducerInfo;
+    use snapbus_bus::ProducerInfo;
     let (old, new) = (producer("old", 0xa1), producer("new", 0xb2));
     let (schema_d, schema_b) = (
         Arc::new(RecD::descriptor().clone()),

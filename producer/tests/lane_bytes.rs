@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use snapbus::{Config, DEFAULT_LANE_BYTES, Level};
 use snapbus_bus::broker;
-use snapbus_bus::control::{Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::client::{BusClient, Census};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::builtin::DurationSample;
 
@@ -70,19 +70,9 @@ fn lane_bytes_in_this_process() {
     t.try_snapshot(Level::INFO, &sample)
         .expect("emit")
         .expect("written");
-    let mut conn = Conn::connect(&dir.socket_path()).expect("connect");
-    let reply = conn
-        .request(
-            &ToBroker::Ls {
-                version: PROTOCOL_VERSION,
-            },
-            Duration::from_secs(5),
-        )
-        .expect("ls")
-        .0;
-    let FromBroker::State(state) = reply else {
-        panic!("ls: {reply:?}")
-    };
+    let state = BusClient::connect(&dir)
+        .and_then(|c| c.state_with(Census::Skip))
+        .expect("ls");
     println!("lane_bytes: {}", state.producers[0].lane_bytes);
     snapbus::shutdown();
     broker.stop().expect("broker");

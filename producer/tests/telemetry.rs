@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use snapbus::schemas::{Field, SchemaDescriptor, Snapshot, ToValue, TypeDesc, Value, Wire};
 use snapbus::{Config, EmitError, Level, PublisherStats, Stats};
 use snapbus_bus::broker;
-use snapbus_bus::control::{BusState, Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::client::{BusClient, BusState, Census};
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
@@ -67,9 +67,8 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn request(dir: &BusDir, msg: &ToBroker) -> FromBroker {
-    let mut conn = Conn::connect(&dir.socket_path()).expect("connect");
-    conn.request(msg, Duration::from_secs(5)).expect("reply").0
+fn client(dir: &BusDir) -> BusClient {
+    BusClient::connect(dir).expect("connect")
 }
 
 /// Reads events until `n` records arrived (or the watchdog), by schema id.
@@ -196,30 +195,13 @@ fn telemetry_is_off_without_a_bus_joins_one_later_and_follows_its_filters() {
 
     // `snapbus filter` (a SetFilter to the broker) reaches the running producer.
     let set = |directives: &str| {
-        let reply = request(
-            &dir,
-            &ToBroker::SetFilter {
-                version: PROTOCOL_VERSION,
-                directives: directives.into(),
-            },
-        );
-        assert_eq!(reply, FromBroker::Ok);
+        client(&dir).set_filter(directives).expect("set the filter");
     };
     set("warn");
     wait_until("the filter reaches the producer", || {
         !t.enabled(Level::INFO)
     });
-    let lane = || {
-        let FromBroker::State(s) = request(
-            &dir,
-            &ToBroker::Ls {
-                version: PROTOCOL_VERSION,
-            },
-        ) else {
-            panic!("ls")
-        };
-        s
-    };
+    let lane = || client(&dir).state_with(Census::Skip).expect("ls");
     let frames = |s: &BusState| s.producers[0].frames;
     let before = frames(&lane());
     t.snapshot(Level::INFO, &ev);

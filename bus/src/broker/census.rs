@@ -1,19 +1,26 @@
-//! What `snapbus ls` shows: producers with their rates (a census of the frame headers in
-//! their rings), consumers with their lag and loss (from their last cursors and the lanes as
-//! they are now), schemas.
+//! What `snapbus ls` shows: producers with their rates (from readings of their lanes' commit
+//! counters), the history their rings hold and their schemas' rates (from a census of the
+//! frame headers in their rings, cached), consumers with their lag and loss (from their last
+//! cursors and the lanes as they are now), schemas.
+//!
+//! The census reads every frame header of a ring on the broker's one thread (up to millions),
+//! so it runs only when asked for ([`Census::Fresh`], `ls --history`) or when a ring's last one
+//! is older than [`CENSUS_MAX_AGE`] ([`Census::Recent`], a plain `ls`); a poll for counters
+//! ([`Census::Skip`]) never runs it.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
+use super::readings::ring_census;
 use super::registry::{Consumer, Producer};
 use super::{Broker, RATE_WINDOW_NANOS, STALE_AFTER};
 use crate::control::{
-    BusState, ConsumerState, ConsumerStatus, LaneCursor, ProducerState, Run, SchemaState,
+    BusState, Census, ConsumerState, ConsumerStatus, LaneCursor, ProducerState, Run, SchemaState,
 };
 use crate::lane::{ShmLane, StartAt, now_realtime_nanos};
 
-/// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the
-/// time of the first of those.
-type Census = HashMap<u16, (u64, u64, u64)>;
+/// A ring's census is run again for [`Census::Recent`] once it is this old.
+pub(super) const CENSUS_MAX_AGE: Duration = Duration::from_secs(5);
 
 impl Broker {
     /// Consumer `c` as `ls` shows it.
@@ -65,15 +72,27 @@ impl Broker {
         }
     }
 
-    /// The reply to `Ls`.
-    pub(super) fn state(&mut self) -> BusState {
+    /// The reply to `Ls`, with each ring's census as fresh as `census` asks.
+    pub(super) fn state(&mut self, census: Census) -> BusState {
+        let now = Instant::now();
         let now_nanos = now_realtime_nanos();
         let mut schemas: HashMap<(String, u32, u64), SchemaState> = HashMap::new();
         let mut producers = Vec::new();
         for p in self.producers.values_mut() {
-            let (census, span) = ring_census(&p.lane, now_nanos);
-            producers.push(producer_state(p, &census, span, now_nanos));
-            count_schemas(p, &census, now_nanos, &mut schemas);
+            let run = match census {
+                Census::Skip => false,
+                Census::Recent => p
+                    .census
+                    .as_ref()
+                    .is_none_or(|c| now.saturating_duration_since(c.at) >= CENSUS_MAX_AGE),
+                Census::Fresh => true,
+            };
+            if run {
+                p.census = Some(ring_census(&p.lane, now, now_nanos));
+                self.census_runs += 1;
+            }
+            producers.push(producer_state(p, now));
+            count_schemas(p, &mut schemas);
         }
         let mut schemas: Vec<SchemaState> = schemas.into_values().collect();
         schemas.sort_by(|a, b| {
@@ -99,41 +118,48 @@ impl Broker {
                 .chain(self.unconnected_supervised())
                 .collect(),
             schemas,
+            census_runs: self.census_runs,
+        }
+    }
+
+    /// Reads every lane's commit counter, for the producers' rates (a load each; most turns
+    /// keep nothing).
+    pub(super) fn read_counters(&mut self, now: Instant) {
+        for p in self.producers.values_mut() {
+            p.counter.read(p.lane.lane.stats().frames_committed, now);
         }
     }
 }
 
-/// Records per second of `recent` records, the first at `first_recent`, for a producer that
-/// is `writing` (one that closed its lane or died writes nothing: rate 0). Rates come from
-/// the frame timestamps in the ring, the same for the producer and its schemas.
-fn rate_hz(writing: bool, recent: u64, first_recent: u64, now_nanos: u64) -> f64 {
+/// Records per second of `recent` records, the first at `first_recent`, in a census taken at
+/// `at_nanos`, for a producer that is `writing` (one that closed its lane or died writes
+/// nothing: rate 0). The schemas' rates come from the frame timestamps in the ring.
+fn rate_hz(writing: bool, recent: u64, first_recent: u64, at_nanos: u64) -> f64 {
     if !writing || recent == 0 {
         return 0.0;
     }
     // Over the window, or over the part of it the records cover (a producer that started 2 s
     // ago has a 2 s rate, not 2/5 of it).
-    let span = now_nanos.saturating_sub(first_recent).max(1_000_000_000);
+    let span = at_nanos.saturating_sub(first_recent).max(1_000_000_000);
     let span = span.min(RATE_WINDOW_NANOS);
     recent as f64 / (span as f64 / 1e9)
 }
 
-/// Producer `p` as `ls` shows it.
-fn producer_state(
-    p: &Producer,
-    census: &Census,
-    span: Option<Span>,
-    now_nanos: u64,
-) -> ProducerState {
+/// Producer `p` as `ls` shows it at `now`: counters read now, the history from its last census.
+fn producer_state(p: &Producer, now: Instant) -> ProducerState {
     let stats = p.lane.lane.stats();
-    let (recent, first_recent) = census
-        .values()
-        .fold((0, u64::MAX), |(n, t), &(_, r, f)| (n + r, t.min(f)));
+    let census = p.census.as_ref();
+    let span = census.and_then(|c| c.span);
     ProducerState {
         id: p.id,
         info: p.info.clone(),
         status: p.status,
         frames: stats.frames_committed,
-        rate_hz: rate_hz(p.status.writing(), recent, first_recent, now_nanos),
+        rate_hz: if p.status.writing() {
+            p.counter.rate_hz(stats.frames_committed, now)
+        } else {
+            0.0
+        },
         dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
         lane_bytes: p.lane.lane.geometry().capacity,
         history_secs: span.map_or(0.0, |s| {
@@ -141,20 +167,16 @@ fn producer_state(
         }),
         history_start_nanos: span.map(|s| s.oldest_nanos),
         history_first_seq: span.map(|s| s.first_seq),
-        history_records: census.values().map(|&(n, _, _)| n).sum(),
+        history_records: census.map_or(0, |c| c.schemas.values().map(|n| n.in_ring).sum()),
+        census_age_secs: census.map(|c| now.saturating_duration_since(c.at).as_secs_f64()),
         filter: p.filters.as_ref().map(|(_, effective)| effective.clone()),
         own_filter: p.filters.as_ref().map(|(own, _)| own.clone()),
     }
 }
 
 /// Adds producer `p`'s schemas (from its catalog) to `schemas`, with their records in its
-/// ring and their rates.
-fn count_schemas(
-    p: &mut Producer,
-    census: &Census,
-    now_nanos: u64,
-    schemas: &mut HashMap<(String, u32, u64), SchemaState>,
-) {
+/// ring and their rates as of its last census.
+fn count_schemas(p: &mut Producer, schemas: &mut HashMap<(String, u32, u64), SchemaState>) {
     let writing = p.status.writing();
     let Some(cat) = p.catalog.as_mut() else {
         return;
@@ -174,9 +196,10 @@ fn count_schemas(
                 in_rings: 0,
             });
         s.producers.push(p.id);
-        if let Some(&(total, recent, first_recent)) = census.get(&key) {
-            s.in_rings += total;
-            s.rate_hz += rate_hz(writing, recent, first_recent, now_nanos);
+        let Some(census) = &p.census else { continue };
+        if let Some(n) = census.schemas.get(&key) {
+            s.in_rings += n.in_ring;
+            s.rate_hz += rate_hz(writing, n.recent, n.first_recent_nanos, census.at_nanos);
         }
     }
 }
@@ -205,52 +228,4 @@ fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
         }
     }
     (lag, 0)
-}
-
-/// The records a ring holds, for `ls`: the times of the oldest and the newest, and the
-/// sequence number of the oldest (above 0 once older records were overwritten).
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    oldest_nanos: u64,
-    newest_nanos: u64,
-    first_seq: u64,
-}
-
-/// Per schema key: records in the ring now, those of the last [`RATE_WINDOW_NANOS`], and the
-/// time of the first of those (headers only; no payload is copied); and the span of the
-/// records in the ring (the history it holds), if it holds any.
-fn ring_census(lane: &ShmLane, now_nanos: u64) -> (Census, Option<Span>) {
-    let mut out = Census::new();
-    let mut span: Option<Span> = None;
-    let mut r = lane.lane.reader(StartAt::Oldest);
-    r.set_writer_gone(true);
-    let since = now_nanos.saturating_sub(RATE_WINDOW_NANOS);
-    // Bounded: a 64 MiB ring holds at most ~1.7 M frames.
-    for _ in 0..4_000_000 {
-        match r.read_in_place(|m, _| (m.schema_key, m.t_nanos, m.seq)) {
-            Ok((_, (key, t, seq))) => {
-                span = Some(match span {
-                    None => Span {
-                        oldest_nanos: t,
-                        newest_nanos: t,
-                        first_seq: seq,
-                    },
-                    Some(s) => Span {
-                        oldest_nanos: s.oldest_nanos.min(t),
-                        newest_nanos: s.newest_nanos.max(t),
-                        first_seq: s.first_seq.min(seq),
-                    },
-                });
-                let e = out.entry(key).or_insert((0, 0, u64::MAX));
-                e.0 += 1;
-                if t >= since {
-                    e.1 += 1;
-                    e.2 = e.2.min(t);
-                }
-            }
-            Err(crate::lane::NoFrame::Lagged(_)) => {}
-            Err(_) => break,
-        }
-    }
-    (out, span)
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{BrokerConfig, BrokerError, run, supervision};
-use crate::control::{Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
+use crate::client::BusClient;
 use crate::runtime::BusDir;
 
 /// A broker running on a thread of this process (tests, benches, and programs that want their
@@ -58,14 +58,8 @@ impl InProcess {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        if let Ok(mut c) = Conn::connect(&self.dir.socket_path()) {
-            let _ = c.request::<_, FromBroker>(
-                &ToBroker::Shutdown {
-                    version: PROTOCOL_VERSION,
-                    keep_consumers: false,
-                },
-                Duration::from_secs(5),
-            );
+        if let Ok(client) = BusClient::connect(&self.dir) {
+            let _ = client.down(false);
         }
         let result = thread
             .join()

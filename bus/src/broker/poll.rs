@@ -137,7 +137,7 @@ impl Broker {
         let version = match &msg {
             ToBroker::HelloProducer { version, .. }
             | ToBroker::HelloConsumer { version, .. }
-            | ToBroker::Ls { version }
+            | ToBroker::Ls { version, .. }
             | ToBroker::SetFilter { version, .. }
             | ToBroker::Shutdown { version, .. }
             | ToBroker::Attach { version, .. }
@@ -173,8 +173,8 @@ impl Broker {
             ToBroker::HelloConsumer {
                 info, previous_id, ..
             } => self.add_consumer(conn, info, previous_id),
-            ToBroker::Ls { .. } => {
-                let state = self.state();
+            ToBroker::Ls { census, .. } => {
+                let state = self.state(census);
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
             }
             ToBroker::SetFilter { directives, .. } => {
@@ -187,13 +187,7 @@ impl Broker {
                 self.keep_consumers = keep_consumers;
             }
             ToBroker::Exiting { exit_code, .. } => self.exiting(conn.peer_pid(), exit_code),
-            ToBroker::Attach {
-                kind,
-                args,
-                cwd,
-                restart,
-                ..
-            } => self.attach(conn, kind, args, cwd, restart),
+            ToBroker::Attach { request, .. } => self.attach(conn, request),
             ToBroker::Detach { consumer_id, .. } => self.detach(conn, consumer_id),
             ToBroker::ConsumerStats { .. }
             | ToBroker::Subscribed
@@ -221,6 +215,7 @@ impl Broker {
     /// never said what they are.
     fn housekeeping(&mut self) {
         let now = Instant::now();
+        self.read_counters(now);
         self.pending
             .retain(|_, (_, since)| now.duration_since(*since) < PENDING_TIMEOUT);
         let retention = self.retention;

@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
+use super::readings::{Counter, RingCensus};
 use super::supervision::has_exited;
 use super::{Broker, Slot};
 use crate::catalog::Catalog;
@@ -28,6 +29,10 @@ pub(super) struct Producer {
     pub(super) gone_at: Option<Instant>,
     /// Its (own, effective) level filters, as it last reported them.
     pub(super) filters: Option<(String, String)>,
+    /// Readings of its lane's commit counter, for its rate.
+    pub(super) counter: Counter,
+    /// The last census of its ring, if any.
+    pub(super) census: Option<RingCensus>,
 }
 
 /// A connected consumer.
@@ -124,7 +129,10 @@ impl Broker {
             };
             (None, state, Some(Instant::now()))
         };
+        let counter = Counter::new(lane.lane.stats().frames_committed, Instant::now());
         let entry = Producer {
+            counter,
+            census: None,
             id,
             info,
             conn,

@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ATTACH_TIMEOUT, Broker, DETACH_GRACE, MAX_RESTARTS};
 use crate::control::{
-    AfterEnd, Conn, ConsumerInfo, ConsumerState, ConsumerStatus, End, Ending, FromBroker, Listener,
-    Run,
+    AfterEnd, AttachRequest, Attached, Conn, ConsumerInfo, ConsumerState, ConsumerStatus, End,
+    Ending, FromBroker, Listener, Run,
 };
 use crate::lane::now_realtime_nanos;
 use crate::runtime::{BusDir, EXIT_NO_RESTART};
@@ -171,10 +171,12 @@ impl Supervised {
             .map_or(End::Ended, |e| e.how.clone())
     }
 
-    /// Ended for good now: `how`, then `next`.
-    fn end(&mut self, how: End, next: AfterEnd) {
-        self.kept.status = Some(Ending { how, next });
+    /// Ended for good now: `how`, then `next` (returned).
+    fn end(&mut self, how: End, next: AfterEnd) -> Ending {
+        let ending = Ending { how, next };
+        self.kept.status = Some(ending.clone());
         self.kept.ended_nanos = Some(now_realtime_nanos());
+        ending
     }
 }
 
@@ -249,11 +251,11 @@ impl Broker {
             self.dirty = true;
             if let Some((conn, _)) = s.attach.take() {
                 let _ = conn.send(
-                    &FromBroker::Attached {
-                        consumer_id: id,
+                    &FromBroker::Attached(Attached {
+                        id,
                         pid,
                         log: s.kept.log.display().to_string(),
-                    },
+                    }),
                     &[],
                 );
             }
@@ -272,14 +274,13 @@ impl Broker {
     }
 
     /// Starts a supervised consumer; the reply waits until it has subscribed.
-    pub(super) fn attach(
-        &mut self,
-        conn: Conn,
-        kind: String,
-        args: Vec<String>,
-        cwd: String,
-        restart: bool,
-    ) {
+    pub(super) fn attach(&mut self, conn: Conn, request: AttachRequest) {
+        let AttachRequest {
+            kind,
+            args,
+            cwd,
+            restart,
+        } = request;
         let Some(exe) = self.consumer_exe.clone() else {
             let message =
                 "this broker cannot start consumers (it was not started by `snapbus up`)".into();
@@ -469,7 +470,9 @@ impl Broker {
                 s.kept.subscribed = false;
                 s.kept.status = None;
             }
-            Err(e) => s.end(End::RestartFailed(e), AfterEnd::Nothing),
+            Err(e) => {
+                s.end(End::RestartFailed(e), AfterEnd::Nothing);
+            }
         }
     }
 

@@ -4,14 +4,24 @@
 //!
 //! Payload bytes never travel here: producers pass the broker their lane fds, the broker
 //! passes them on to consumers, and consumers map the lanes themselves.
+//!
+//! Private to the crate: the publisher, the subscriber, the broker and the
+//! [client](crate::client) speak it. The data the messages carry ([`state`], [`status`]) is
+//! public through [`crate::client`].
 
 mod msg;
 mod socket;
-mod status;
+pub(crate) mod state;
+pub(crate) mod status;
+#[cfg(test)]
+mod tests;
 
-pub use msg::{
-    BusState, ConsumerInfo, ConsumerState, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION,
-    ProducerInfo, ProducerState, RefusedLane, SchemaState, ToBroker,
+pub(crate) use msg::{FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION, ToBroker};
+pub use socket::ControlError;
+pub(crate) use socket::{Conn, Listener};
+pub(crate) use state::DETACH_GRACE;
+pub use state::{
+    AttachRequest, Attached, BusState, Census, ConsumerInfo, ConsumerState, DetachOutcome,
+    ProducerInfo, ProducerState, RefusedLane, SchemaState,
 };
-pub use socket::{Conn, ControlError, Listener};
 pub use status::{AfterEnd, ConsumerStatus, End, Ending, ProducerStatus, Run};

@@ -55,7 +55,7 @@ fn io_err(op: &'static str) -> impl FnOnce(rustix::io::Errno) -> ControlError {
 
 /// One end of a control connection.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     fd: OwnedFd,
     /// Receive buffer: empty until a message arrives, then as large as the largest message
     /// received (at most [`MAX_MESSAGE`]), so an idle connection costs no buffer.
@@ -64,7 +64,7 @@ pub struct Conn {
 
 impl Conn {
     /// Connects to the socket at `path`.
-    pub fn connect(path: &Path) -> Result<Conn, ControlError> {
+    pub(crate) fn connect(path: &Path) -> Result<Conn, ControlError> {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -77,18 +77,6 @@ impl Conn {
         Ok(Conn::from_fd(fd))
     }
 
-    /// A connected pair (tests).
-    pub fn pair() -> Result<(Conn, Conn), ControlError> {
-        let (a, b) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(io_err("socketpair"))?;
-        Ok((Conn::from_fd(a), Conn::from_fd(b)))
-    }
-
     fn from_fd(fd: OwnedFd) -> Conn {
         Conn {
             fd,
@@ -97,12 +85,12 @@ impl Conn {
     }
 
     /// The socket.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// The peer's pid (`SO_PEERCRED`).
-    pub fn peer_pid(&self) -> Option<u32> {
+    pub(crate) fn peer_pid(&self) -> Option<u32> {
         rustix::net::sockopt::socket_peercred(&self.fd)
             .ok()
             .map(|c| c.pid.as_raw_nonzero().get() as u32)
@@ -110,7 +98,11 @@ impl Conn {
 
     /// Sends `msg` with `fds`. Never blocks: a peer that does not read its messages gets
     /// `Io` (`EAGAIN`) and should be dropped.
-    pub fn send<T: Serialize>(&self, msg: &T, fds: &[BorrowedFd<'_>]) -> Result<(), ControlError> {
+    pub(crate) fn send<T: Serialize>(
+        &self,
+        msg: &T,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), ControlError> {
         let bytes = postcard::to_allocvec(msg)?;
         if bytes.len() > MAX_MESSAGE {
             return Err(ControlError::TooLarge(bytes.len()));
@@ -136,7 +128,7 @@ impl Conn {
 
     /// Receives the next message, waiting up to `timeout` (`None`: forever). `Ok(None)`: the
     /// timeout passed with nothing to read. `Err(Closed)`: the peer is gone.
-    pub fn recv<T: DeserializeOwned>(
+    pub(crate) fn recv<T: DeserializeOwned>(
         &mut self,
         timeout: Option<Duration>,
     ) -> Result<Option<(T, Vec<OwnedFd>)>, ControlError> {
@@ -147,7 +139,7 @@ impl Conn {
     }
 
     /// Receives a message if one is waiting (never blocks).
-    pub fn try_recv<T: DeserializeOwned>(
+    pub(crate) fn try_recv<T: DeserializeOwned>(
         &mut self,
     ) -> Result<Option<(T, Vec<OwnedFd>)>, ControlError> {
         // The next packet's length first (`MSG_PEEK | MSG_TRUNC` returns a datagram's real
@@ -200,7 +192,7 @@ impl Conn {
     }
 
     /// Sends `msg` and waits up to `timeout` for the reply.
-    pub fn request<T: Serialize, R: DeserializeOwned>(
+    pub(crate) fn request<T: Serialize, R: DeserializeOwned>(
         &mut self,
         msg: &T,
         timeout: Duration,
@@ -229,13 +221,13 @@ impl Conn {
 
 /// The broker's listening socket.
 #[derive(Debug)]
-pub struct Listener {
+pub(crate) struct Listener {
     fd: OwnedFd,
 }
 
 impl Listener {
     /// Binds `path` (which must not exist) with mode `0600` and listens.
-    pub fn bind(path: &Path) -> Result<Listener, ControlError> {
+    pub(crate) fn bind(path: &Path) -> Result<Listener, ControlError> {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -254,12 +246,12 @@ impl Listener {
     }
 
     /// The socket.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// Accepts a pending connection, if any (never blocks).
-    pub fn accept(&self) -> Result<Option<Conn>, ControlError> {
+    pub(crate) fn accept(&self) -> Result<Option<Conn>, ControlError> {
         match rustix::net::accept_with(&self.fd, SocketFlags::CLOEXEC) {
             Ok(fd) => Ok(Some(Conn::from_fd(fd))),
             Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(None),

@@ -28,7 +28,7 @@ use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::{BuiltinConsumer, restart_count};
+use crate::consumer_kinds::kind::{BuiltinConsumer, restart_count};
 
 /// Options of `snapbus aggregate` (and `attach aggregator`, `spawn aggregator`).
 #[derive(Debug, Clone, Args)]

@@ -114,7 +114,7 @@ fn attach_aggregator(bus: &str) -> anyhow::Result<(snapbus_bus::runtime::BusDir,
         "--schema".to_owned(),
         "demo.step".to_owned(),
     ];
-    let attach::Started { id, pid, .. } =
+    let snapbus_bus::client::Attached { id, pid, .. } =
         attach::start(&dir, "aggregator", argv, false).context("attaching the aggregator")?;
     snapbus_bus::say!(
         "snapbus demo: aggregator {id} (pid {pid}) summarizes demo.step per episode into \

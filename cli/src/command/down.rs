@@ -4,13 +4,10 @@
 //! Producers and unsupervised consumers keep running and rejoin, with their ids, when the bus
 //! is started again. The logs (`broker.log`, `consumer-<id>.log`) stay in the bus directory.
 
-use std::time::{Duration, Instant};
-
-use anyhow::bail;
-use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
+use snapbus_bus::client::{BusClient, Census};
 use snapbus_bus::runtime::BusDir;
 
-use crate::bus::{bus_dir, request};
+use crate::bus::bus_dir;
 use crate::cli::DownArgs;
 
 pub(crate) fn run(args: &DownArgs) -> anyhow::Result<()> {
@@ -22,7 +19,9 @@ pub(crate) fn run(args: &DownArgs) -> anyhow::Result<()> {
 /// Stops the broker of `dir` (and its supervised consumers, unless `keep_consumers`) and
 /// waits until its socket is gone; returns what to tell the user.
 pub(crate) fn stop(dir: &BusDir, keep_consumers: bool) -> anyhow::Result<String> {
-    let supervised = crate::bus::state(dir)
+    let client = BusClient::connect(dir)?;
+    let supervised = client
+        .state_with(Census::Skip)
         .map(|s| {
             s.consumers
                 .iter()
@@ -30,24 +29,7 @@ pub(crate) fn stop(dir: &BusDir, keep_consumers: bool) -> anyhow::Result<String>
                 .count()
         })
         .unwrap_or(0);
-    match request(
-        dir,
-        &ToBroker::Shutdown {
-            version: PROTOCOL_VERSION,
-            keep_consumers,
-        },
-    )? {
-        FromBroker::Ok => {}
-        other => bail!("unexpected reply from the broker: {other:?}"),
-    }
-    let t0 = Instant::now();
-    while dir.socket_path().exists() {
-        // The broker first stops the consumers it supervises (each may take a while to flush).
-        if t0.elapsed() > Duration::from_secs(30) {
-            bail!("the broker acknowledged but its socket is still there after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    client.down(keep_consumers)?;
     let consumers = match (supervised, keep_consumers) {
         (0, _) => String::new(),
         (n, false) => format!("; stopped {n} supervised consumer(s)"),

@@ -6,9 +6,8 @@
 
 use anyhow::{Context, bail};
 use snapbus::Filter;
-use snapbus_bus::control::{FromBroker, PROTOCOL_VERSION, ToBroker};
 
-use crate::bus::{bus_dir, request};
+use crate::bus::{bus_dir, connect};
 use crate::cli::FilterArgs;
 
 pub(crate) fn run(args: &FilterArgs) -> anyhow::Result<()> {
@@ -27,28 +26,18 @@ pub(crate) fn run(args: &FilterArgs) -> anyhow::Result<()> {
         (None, false) => bail!("give filter directives, or --reset"),
     };
     let dir = bus_dir(&args.bus)?;
-    match request(
-        &dir,
-        &ToBroker::SetFilter {
-            version: PROTOCOL_VERSION,
-            directives: canonical.clone(),
-        },
-    )? {
-        FromBroker::Ok if canonical.is_empty() => {
-            println!(
-                "bus filter of '{}' removed: every producer uses its own SNAPBUS_FILTER",
-                dir.name()
-            );
-            Ok(())
-        }
-        FromBroker::Ok => {
-            println!(
-                "filter '{canonical}' set on bus '{}': in force in every producer, now and \
-                 later, until `snapbus filter --reset`",
-                dir.name()
-            );
-            Ok(())
-        }
-        other => bail!("unexpected reply from the broker: {other:?}"),
+    connect(&dir)?.set_filter(&canonical)?;
+    if canonical.is_empty() {
+        println!(
+            "bus filter of '{}' removed: every producer uses its own SNAPBUS_FILTER",
+            dir.name()
+        );
+    } else {
+        println!(
+            "filter '{canonical}' set on bus '{}': in force in every producer, now and later, \
+             until `snapbus filter --reset`",
+            dir.name()
+        );
     }
+    Ok(())
 }

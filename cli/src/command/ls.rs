@@ -11,14 +11,20 @@
 //! counters, the recorder's file) has a line of it. FILTER is the level filter in force in a
 //! producer: the bus filter while one is set (`snapbus filter`), else the producer's own
 //! `SNAPBUS_FILTER`.
+//!
+//! RECORDS and a producer's RATE/s come from its lane's counters, read by the broker; HISTORY
+//! and the schemas' RATE/s and IN RINGS from a census of the ring's record headers, which the
+//! broker runs at most every few seconds per ring, or now with `--history`. `--json` prints
+//! [`LsJson`], a shape of its own.
 
 use std::io::Write;
 
 use anyhow::Context;
-use snapbus_bus::control::BusState;
+use serde::Serialize;
+use snapbus_bus::client::{BusState, Census, ConsumerState, ProducerState, SchemaState};
 use snapbus_bus::status::StatusValue;
 
-use crate::bus::{bus_dir, state};
+use crate::bus::{bus_dir, connect};
 use crate::cli::LsArgs;
 
 /// A column's alignment.
@@ -92,19 +98,160 @@ impl Table {
     }
 }
 
-/// The state as `ls --json` prints it: statuses as the text `ls` shows (`live`, `running
-/// (restarted 1x)`, `exited 1; restart 2 of 5 in 2s`), not as the enums they travel as.
-fn json(s: &BusState) -> anyhow::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(s).context("rendering the state as JSON")?;
-    if let Some(rows) = v["producers"].as_array_mut() {
-        for (row, p) in rows.iter_mut().zip(&s.producers) {
-            row["status"] = p.status.to_string().into();
+/// What `ls --json` prints: one object, the contract scripts read (documented in `snapbus ls
+/// --help`). It is built from the client's [`BusState`] field by field, so the control
+/// protocol can change without changing it; fields may be added, never renamed or removed.
+/// Statuses are the text the table shows (`live`, `running (restarted 1x)`, `exited 1; restart
+/// 2 of 5 in 2s`), a consumer's status board an object of key to value.
+#[derive(Debug, Serialize)]
+struct LsJson<'a> {
+    /// The bus name.
+    bus: &'a str,
+    /// The broker's pid.
+    broker_pid: u32,
+    /// The bus filter ("" for none).
+    filter: &'a str,
+    /// Ring censuses the broker has run since it started.
+    census_runs: u64,
+    producers: Vec<ProducerJson<'a>>,
+    consumers: Vec<ConsumerJson<'a>>,
+    schemas: Vec<SchemaJson<'a>>,
+}
+
+/// A producer in [`LsJson`] (see [`ProducerState`] for each field's meaning).
+#[derive(Debug, Serialize)]
+struct ProducerJson<'a> {
+    id: u64,
+    info: ProducerInfoJson<'a>,
+    status: String,
+    frames: u64,
+    rate_hz: f64,
+    dropped: u64,
+    lane_bytes: u64,
+    history_secs: f64,
+    history_start_nanos: Option<u64>,
+    history_records: u64,
+    history_first_seq: Option<u64>,
+    census_age_secs: Option<f64>,
+    filter: Option<&'a str>,
+    own_filter: Option<&'a str>,
+}
+
+/// What a producer said about itself, in [`ProducerJson`].
+#[derive(Debug, Serialize)]
+struct ProducerInfoJson<'a> {
+    pid: u32,
+    name: &'a str,
+    cmdline: &'a [String],
+    session_tag: Option<&'a str>,
+    perf_tag: Option<&'a str>,
+    lane_id: u64,
+    started_nanos: u64,
+}
+
+/// A consumer in [`LsJson`] (see [`ConsumerState`] for each field's meaning).
+#[derive(Debug, Serialize)]
+struct ConsumerJson<'a> {
+    id: u64,
+    info: ConsumerInfoJson<'a>,
+    delivered: u64,
+    lost: u64,
+    damaged: u64,
+    garbage: u64,
+    lag_bytes: u64,
+    report_age_secs: f64,
+    refused: &'a [String],
+    supervised: bool,
+    status: String,
+    log: Option<&'a str>,
+    board: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What a consumer said about itself, in [`ConsumerJson`].
+#[derive(Debug, Serialize)]
+struct ConsumerInfoJson<'a> {
+    pid: u32,
+    kind: &'a str,
+    subscriptions: &'a [String],
+}
+
+/// A schema in [`LsJson`] (see [`SchemaState`] for each field's meaning).
+#[derive(Debug, Serialize)]
+struct SchemaJson<'a> {
+    id: &'a str,
+    version: u32,
+    fingerprint: &'a str,
+    descriptor: &'a str,
+    conflict: bool,
+    producers: &'a [u64],
+    rate_hz: f64,
+    in_rings: u64,
+}
+
+impl<'a> LsJson<'a> {
+    fn of(s: &'a BusState) -> LsJson<'a> {
+        LsJson {
+            bus: &s.bus,
+            broker_pid: s.broker_pid,
+            filter: &s.filter,
+            census_runs: s.census_runs,
+            producers: s.producers.iter().map(ProducerJson::of).collect(),
+            consumers: s.consumers.iter().map(ConsumerJson::of).collect(),
+            schemas: s.schemas.iter().map(SchemaJson::of).collect(),
         }
     }
-    if let Some(rows) = v["consumers"].as_array_mut() {
-        for (row, c) in rows.iter_mut().zip(&s.consumers) {
-            row["status"] = c.status.to_string().into();
-            row["board"] = c
+}
+
+impl<'a> ProducerJson<'a> {
+    fn of(p: &'a ProducerState) -> ProducerJson<'a> {
+        let i = &p.info;
+        ProducerJson {
+            id: p.id,
+            info: ProducerInfoJson {
+                pid: i.pid,
+                name: &i.name,
+                cmdline: &i.cmdline,
+                session_tag: i.session_tag.as_deref(),
+                perf_tag: i.perf_tag.as_deref(),
+                lane_id: i.lane_id,
+                started_nanos: i.started_nanos,
+            },
+            status: p.status.to_string(),
+            frames: p.frames,
+            rate_hz: p.rate_hz,
+            dropped: p.dropped,
+            lane_bytes: p.lane_bytes,
+            history_secs: p.history_secs,
+            history_start_nanos: p.history_start_nanos,
+            history_records: p.history_records,
+            history_first_seq: p.history_first_seq,
+            census_age_secs: p.census_age_secs,
+            filter: p.filter.as_deref(),
+            own_filter: p.own_filter.as_deref(),
+        }
+    }
+}
+
+impl<'a> ConsumerJson<'a> {
+    fn of(c: &'a ConsumerState) -> ConsumerJson<'a> {
+        ConsumerJson {
+            id: c.id,
+            info: ConsumerInfoJson {
+                pid: c.info.pid,
+                kind: &c.info.kind,
+                subscriptions: &c.info.subscriptions,
+            },
+            delivered: c.delivered,
+            lost: c.lost,
+            damaged: c.damaged,
+            garbage: c.garbage,
+            lag_bytes: c.lag_bytes,
+            report_age_secs: c.report_age_secs,
+            refused: &c.refused,
+            supervised: c.supervised,
+            status: c.status.to_string(),
+            log: c.log.as_deref(),
+            board: c
                 .board
                 .iter()
                 .map(|e| {
@@ -115,19 +262,37 @@ fn json(s: &BusState) -> anyhow::Result<serde_json::Value> {
                     };
                     (e.key.clone(), v)
                 })
-                .collect::<serde_json::Map<_, _>>()
-                .into();
+                .collect(),
         }
     }
-    Ok(v)
+}
+
+impl<'a> SchemaJson<'a> {
+    fn of(s: &'a SchemaState) -> SchemaJson<'a> {
+        SchemaJson {
+            id: &s.id,
+            version: s.version,
+            fingerprint: &s.fingerprint,
+            descriptor: &s.descriptor,
+            conflict: s.conflict,
+            producers: &s.producers,
+            rate_hz: s.rate_hz,
+            in_rings: s.in_rings,
+        }
+    }
 }
 
 pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
-    let s = state(&dir)?;
+    let census = if args.history {
+        Census::Fresh
+    } else {
+        Census::Recent
+    };
+    let s = connect(&dir)?.state_with(census)?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        let line = serde_json::to_string(&json(&s)?).context("rendering the state as JSON")?;
+        let line = serde_json::to_string(&LsJson::of(&s)).context("rendering the state as JSON")?;
         writeln!(out, "{line}")?;
         return Ok(());
     }

@@ -1,5 +1,6 @@
 //! One module per verb (the built-in consumers' verbs are listed in
-//! [`KINDS`](crate::consumer_kinds::KINDS)).
+//! [`KINDS`](crate::consumer_kinds::KINDS)), and the command line they make up: [`Cli`], the
+//! top of the module graph (the verbs' options are in `cli.rs`, a leaf).
 
 pub(crate) mod aggregate;
 pub(crate) mod attach;
@@ -24,7 +25,74 @@ mod snapshot;
 pub(crate) mod spawn;
 mod up;
 
-use crate::cli::{Cli, Command};
+use clap::{Parser, Subcommand};
+
+use crate::cli::{
+    DemoArgs, DetachArgs, DownArgs, EchoArgs, ExportArgs, FilterArgs, HzArgs, InspectArgs, LsArgs,
+    ReplayArgs, SchemasArgs, SnapshotArgs, UpArgs,
+};
+use crate::consumer_kinds::{AttachArgs, ConsumerVerb, SpawnArgs};
+
+/// snapbus: a shared-memory event bus for scientific telemetry.
+#[derive(Debug, Parser)]
+#[command(name = "snapbus", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Start the broker of a bus (detached, unless --foreground).
+    Up(UpArgs),
+    /// Stop the broker of a bus, and the consumers it supervises (they finish their files).
+    ///
+    /// Supervised consumers (`attach`, `spawn`) get SIGTERM and are waited for, unless
+    /// --keep-consumers. Producers and unsupervised consumers (`echo`, `record` in a terminal)
+    /// keep running and rejoin when the bus is started again, with the same ids. Logs stay in
+    /// the bus's runtime directory (`broker.log`, `consumer-<id>.log`).
+    Down(DownArgs),
+    /// List producers, consumers and schemas on a bus, with rates, lag and losses.
+    Ls(LsArgs),
+    /// Print events from a bus as JSON lines.
+    Echo(EchoArgs),
+    /// Print per-schema rates and bandwidth, like `ros2 topic hz`.
+    Hz(HzArgs),
+    /// Set the bus filter: the level filter of every producer, running or started later,
+    /// e.g. 'info,monty.models=debug'; `--reset` gives producers back their own.
+    ///
+    /// The rule: while the bus has a filter, it is in force in every producer on the bus,
+    /// present and future, in place of the producer's own `SNAPBUS_FILTER`; `snapbus filter
+    /// --reset` removes it and every producer goes back to its own. `snapbus ls` shows the
+    /// bus filter and each producer's filter in force. The bus filter outlives a broker crash
+    /// and `down --keep-consumers`; a plain `down` ends it.
+    Filter(FilterArgs),
+    /// Run a simulated experiment with deterministic values on a bus.
+    Demo(DemoArgs),
+    /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
+    Schemas(SchemasArgs),
+    /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
+    /// `otlp`, `rerun`.
+    #[command(flatten)]
+    Consumer(ConsumerVerb),
+    /// Write what the rings hold now (including recently dead producers) into an MCAP file.
+    Snapshot(SnapshotArgs),
+    /// Republish recordings into the running bus with their original timing (or print them).
+    Replay(ReplayArgs),
+    /// Describe a recording: schemas, counts, time range, producers, losses, damage.
+    Inspect(InspectArgs),
+    /// Convert a recording to JSON lines, CSV, Parquet, or MCAP with JSON messages; or send it
+    /// to an OTLP receiver with its original timestamps.
+    Export(ExportArgs),
+    /// Start a consumer (built-in, or Python) as a process supervised by the broker; prints its
+    /// id once it is subscribed and reading.
+    Attach(AttachArgs),
+    /// Stop a consumer by id (it flushes first); waits until it has exited. Ids stay the same
+    /// across broker restarts; an id of no running consumer is refused.
+    Detach(DetachArgs),
+    /// Start N supervised workers of a built-in consumer that split the work between them.
+    Spawn(SpawnArgs),
+}
 
 /// Runs the verb the user asked for.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {

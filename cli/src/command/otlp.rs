@@ -17,7 +17,7 @@ use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::consumer_kinds::{BuiltinConsumer, forward};
+use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
 
 /// Options of `snapbus otlp` (and `attach otlp`).
 #[derive(Debug, Clone, Args)]

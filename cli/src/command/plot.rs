@@ -7,14 +7,15 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use snapbus_bus::client::Attached;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, serve};
 use snapbus_consumers::{RunOptions, run as run_consumer};
 
+use crate::announce::{announce_url, publish_url};
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::command::attach::{Started, announce_url, publish_url};
-use crate::consumer_kinds::BuiltinConsumer;
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// Options of `snapbus plot` (and `attach plotter`).
 #[derive(Debug, Clone, Args)]
@@ -63,7 +64,7 @@ impl BuiltinConsumer for PlotArgs {
 
     /// Prints the page's URL on stdout (the plotter wrote it before it subscribed, and it has
     /// subscribed).
-    fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
+    fn announce(&self, dir: &BusDir, started: &Attached) -> anyhow::Result<()> {
         announce_url(dir, "plotter", started, &url_path(dir, started.pid))
     }
 }

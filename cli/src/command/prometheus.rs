@@ -11,14 +11,15 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
+use snapbus_bus::client::Attached;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::prometheus::{DEFAULT_PORT, Exporter, PrometheusOptions};
 use snapbus_consumers::run as run_consumer;
 
+use crate::announce::{announce_url, publish_url};
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::command::attach::{Started, announce_url, publish_url};
-use crate::consumer_kinds::BuiltinConsumer;
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// Options of `snapbus prometheus` (and `attach prometheus`).
 #[derive(Debug, Clone, Args)]
@@ -97,7 +98,7 @@ impl BuiltinConsumer for PrometheusArgs {
 
     /// Prints the endpoint's URL on stdout (the exporter wrote it before it subscribed, and it
     /// has subscribed).
-    fn announce(&self, dir: &BusDir, started: &Started) -> anyhow::Result<()> {
+    fn announce(&self, dir: &BusDir, started: &Attached) -> anyhow::Result<()> {
         announce_url(dir, "prometheus", started, &url_path(dir, started.pid))
     }
 }

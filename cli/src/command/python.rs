@@ -34,7 +34,7 @@ use snapbus_bus::runtime::{BUS_ENV, BusDir};
 
 use crate::bus::bus_dir;
 use crate::cli::BusArgs;
-use crate::consumer_kinds::BuiltinConsumer;
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// The environment variable naming the default interpreter.
 pub(crate) const PYTHON_ENV: &str = "SNAPBUS_PYTHON";

@@ -23,7 +23,7 @@ use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::{BuiltinConsumer, restart_count};
+use crate::consumer_kinds::kind::{BuiltinConsumer, restart_count};
 
 /// Options of `snapbus record` (and `snapbus attach recorder`).
 #[derive(Debug, Clone, Args)]

@@ -26,7 +26,7 @@ use snapbus_bus::runtime::BusDir;
 use crate::bus::bus_dir;
 use crate::cli::{BusArgs, ExportArgs};
 use crate::command::python::{self, PYTHON_ENV, PythonError};
-use crate::consumer_kinds::{BuiltinConsumer, forward};
+use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
 
 /// The environment variable naming the bridge's interpreter (before `$SNAPBUS_PYTHON`).
 pub(crate) const RERUN_PYTHON_ENV: &str = "SNAPBUS_RERUN_PYTHON";

@@ -11,16 +11,16 @@ use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::run as run_consumer;
 
-use snapbus_bus::control::BusState;
+use snapbus_bus::client::{BusState, Census};
 
-use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, state, unmatched_globs};
+use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::SnapshotArgs;
 use crate::command::record::{run_error, write_error};
 
 pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
     let dir = bus_dir(&args.bus)?;
-    drop(connect(&dir)?);
+    let client = connect(&dir)?;
     if !globs.is_empty() {
         // Before the file is created: a glob that matches nothing is a mistake to report.
         let ids = schema_ids(&dir)?;
@@ -42,7 +42,8 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
             let from = now_realtime_nanos()
                 .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
             // Advice only: a bus state that cannot be had does not stop the snapshot.
-            match state(&dir) {
+            // The history each ring holds now (a census of every ring).
+            match client.state_with(Census::Fresh) {
                 Ok(s) => {
                     for w in short_histories(&s, from, d.as_secs_f64()) {
                         snapbus_bus::say!("snapbus snapshot: warning: {w}");

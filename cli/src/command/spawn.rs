@@ -9,7 +9,7 @@ use clap::{ArgMatches, FromArgMatches};
 use crate::bus::bus_dir;
 use crate::cli::{DetachArgs, Restart, SpawnRestart, SpawnWorkers};
 use crate::command::{attach, detach};
-use crate::consumer_kinds::BuiltinConsumer;
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// `snapbus spawn KIND …` for consumer `T` (which has a `--worker I/N` flag), with `m` its
 /// parsed arguments.
@@ -36,7 +36,7 @@ pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<(
         let result = attach::start(&dir, T::KIND, argv, restart == Restart::OnFailure);
         match result {
             Ok(s) => {
-                attach::announce(&dir, T::KIND, &s, &what);
+                crate::announce::announce(&dir, T::KIND, &s, &what);
                 started.push(s.id);
             }
             Err(e) => {

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use snapbus_bus::broker::{self, BrokerConfig, BrokerError};
-use snapbus_bus::control::Conn;
+use snapbus_bus::client::{BusClient, Census};
 use snapbus_bus::runtime::BusDir;
 
-use crate::bus::{bus_dir, state};
+use crate::bus::bus_dir;
 use crate::cli::UpArgs;
 
 /// How long a detached broker may take to start.
@@ -20,7 +20,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
-    if let Ok(s) = state(&dir) {
+    if let Ok(s) = BusClient::connect(&dir).and_then(|c| c.state_with(Census::Skip)) {
         println!(
             "bus '{}' is already running (broker pid {})",
             s.bus, s.broker_pid
@@ -78,7 +78,7 @@ pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Resul
     };
     let t0 = Instant::now();
     loop {
-        if Conn::connect(&dir.socket_path()).is_ok() {
+        if BusClient::connect(dir).is_ok() {
             break;
         }
         if let Some(status) = child.try_wait()? {

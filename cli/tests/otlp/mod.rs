@@ -420,7 +420,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Writes a recording of `n` `otlp_peer.hop` records 15 s apart from `t0`.
 fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
-    let info = snapbus_bus::control::ProducerInfo {
+    let info = snapbus_bus::ProducerInfo {
         pid: 77,
         name: "recorded".into(),
         cmdline: vec!["recorded".into()],

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use snapbus_bus::Level;
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::ProducerInfo;
 use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
 use snapbus_schemas::{Snapshot, Wire};
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::ProducerInfo;
 use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
 use snapbus_consumers::{Consumer, ProducerChange};

@@ -1,57 +1,12 @@
-//! The bus's own health, asked from the broker at each scrape, and the encoding helpers.
+//! The bus's own health as metrics: the broker's state (asked through the bus's client,
+//! [`BusClient`](snapbus_bus::client::BusClient)) mapped to series, and the encoding helpers.
 
 use std::borrow::Cow;
-use std::time::Duration;
 
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use snapbus_bus::control::{BusState, Conn, ControlError, FromBroker, PROTOCOL_VERSION, ToBroker};
-use snapbus_bus::runtime::BusDir;
+use snapbus_bus::client::{BusState, ConsumerState, ProducerState};
 use snapbus_bus::status::StatusValue;
-use thiserror::Error;
-
-/// Why the broker's state could not be read.
-#[derive(Debug, Error)]
-pub enum BusStateError {
-    /// No broker listens on the bus's socket.
-    #[error("no bus '{0}' is running")]
-    NotRunning(String),
-    /// The request failed or timed out.
-    #[error("talking to the broker of bus '{bus}': {source}")]
-    Control {
-        /// The bus.
-        bus: String,
-        /// What failed.
-        source: ControlError,
-    },
-    /// The broker refused or answered something else.
-    #[error("the broker of bus '{bus}' answered: {answer}")]
-    Refused {
-        /// The bus.
-        bus: String,
-        /// Its answer.
-        answer: String,
-    },
-}
-
-/// Asks the broker of `dir` for the bus's state (what `snapbus ls` shows), waiting at most
-/// `timeout` for the answer.
-pub fn bus_state(dir: &BusDir, timeout: Duration) -> Result<BusState, BusStateError> {
-    let bus = dir.name().to_string();
-    let mut conn =
-        Conn::connect(&dir.socket_path()).map_err(|_| BusStateError::NotRunning(bus.clone()))?;
-    let msg = ToBroker::Ls {
-        version: PROTOCOL_VERSION,
-    };
-    match conn.request(&msg, timeout) {
-        Ok((FromBroker::State(s), _fds)) => Ok(*s),
-        Ok((other, _fds)) => Err(BusStateError::Refused {
-            bus,
-            answer: format!("{other:?}"),
-        }),
-        Err(source) => Err(BusStateError::Control { bus, source }),
-    }
-}
 
 /// Label pairs of one sample.
 pub(crate) type Pairs = Vec<(Cow<'static, str>, String)>;
@@ -130,12 +85,10 @@ pub(crate) fn encode_health(
             (pairs(&l), p)
         })
         .collect();
-    let rows = |f: fn(&snapbus_bus::control::ProducerState) -> f64| {
-        producers.iter().map(move |(l, p)| (l.as_slice(), f(p)))
-    };
-    let count_rows = |f: fn(&snapbus_bus::control::ProducerState) -> u64| {
-        producers.iter().map(move |(l, p)| (l.as_slice(), f(p)))
-    };
+    let rows =
+        |f: fn(&ProducerState) -> f64| producers.iter().map(move |(l, p)| (l.as_slice(), f(p)));
+    let count_rows =
+        |f: fn(&ProducerState) -> u64| producers.iter().map(move |(l, p)| (l.as_slice(), f(p)));
     counter(
         enc,
         "snapbus_producer_records",
@@ -170,7 +123,7 @@ pub(crate) fn encode_health(
 }
 
 fn encode_consumers(enc: &mut DescriptorEncoder<'_>, s: &BusState) -> Result<(), std::fmt::Error> {
-    type C = snapbus_bus::control::ConsumerState;
+    type C = ConsumerState;
     let consumers: Vec<(Pairs, &C)> = s
         .consumers
         .iter()

@@ -5,7 +5,8 @@
 //! never the accepting thread. Scrapes render with `prometheus-client`'s OpenMetrics text
 //! encoder from the latest [`Snapshot`](super::table::Snapshot), never from the reader's
 //! table, and the bus's health from a copy of the broker's state refreshed every
-//! [`BUS_STATE_EVERY`] by a thread of its own (a scrape never makes the broker walk the rings).
+//! [`BUS_STATE_EVERY`] by a thread of its own, which asks for counters only (neither a scrape
+//! nor that thread makes the broker walk the rings).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,10 +17,10 @@ use std::time::{Duration, Instant};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
-use snapbus_bus::control::BusState;
+use snapbus_bus::client::{BusClient, BusState, Census};
 use snapbus_bus::runtime::BusDir;
 
-use super::health::{bus_state, counter, encode_health, gauge};
+use super::health::{counter, encode_health, gauge};
 use super::table::Shared;
 
 /// Requests served at once at most (more get 503: a swarm of scrapers cannot pile up threads).
@@ -149,7 +150,10 @@ pub(crate) fn serve(
             .name("prometheus-bus-state".into())
             .spawn(move || {
                 loop {
-                    if let Ok(s) = bus_state(&dir, BROKER_TIMEOUT) {
+                    // Counters only: the health series need no ring census.
+                    let fetched = BusClient::connect(&dir)
+                        .and_then(|c| c.with_timeout(BROKER_TIMEOUT).state_with(Census::Skip));
+                    if let Ok(s) = fetched {
                         if let Ok(mut cached) = state.lock() {
                             *cached = Some((Instant::now(), s));
                         }

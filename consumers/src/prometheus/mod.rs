@@ -26,7 +26,8 @@
 //!
 //! - Data: see [`names`] for the naming. `demo.step`'s `reward` of producer `demo` is
 //!   `demo_step_reward{producer="demo",schema="demo.step",pid="4242"}`.
-//! - The bus, asked from the broker every 2 s by a thread of its own ([`bus_state`]):
+//! - The bus, asked from the broker every 2 s by a thread of its own (counters only, through
+//!   [`BusClient`](snapbus_bus::client::BusClient)):
 //!   `snapbus_bus_up`; per producer (`producer`, `pid`, tags) `snapbus_producer_records_total`,
 //!   `…_dropped_total`, `…_rate_hz`, `…_lane_bytes`, `…_live`; per consumer (`consumer` id,
 //!   `kind`, `pid`) `snapbus_consumer_delivered_total`, `…_lost_total`, `…_lag_bytes` and the
@@ -65,7 +66,6 @@ use snapbus_bus::status::StatusBoard;
 #[cfg(test)]
 use snapbus_bus::status::StatusValue;
 
-pub use health::{BusStateError, bus_state};
 pub use http::{
     BROKER_TIMEOUT, BUS_STATE_EVERY, BUS_STATE_MAX_AGE, CONTENT_TYPE, IO_TIMEOUT, MAX_REQUESTS,
     Server,

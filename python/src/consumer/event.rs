@@ -97,7 +97,7 @@ impl Producer {
 }
 
 impl Producer {
-    pub(crate) fn from_info(p: &snapbus_bus::control::ProducerInfo) -> Producer {
+    pub(crate) fn from_info(p: &snapbus_bus::ProducerInfo) -> Producer {
         Producer {
             name: p.name.clone(),
             pid: p.pid,

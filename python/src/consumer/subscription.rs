@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use snapbus_bus::Level;
-use snapbus_bus::control::ProducerInfo;
+use snapbus_bus::ProducerInfo;
 use snapbus_bus::lane::{FrameMeta, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::SchemaDescriptor;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::process::{has_exited, pidfd};
-use crate::broker::{Broker, DETACH_GRACE};
-use crate::control::{AfterEnd, Conn, FromBroker};
+use crate::broker::Broker;
+use crate::control::{AfterEnd, Conn, DETACH_GRACE, DetachOutcome, FromBroker};
 
 /// A `detach` request waiting for a consumer process to exit.
 pub(in crate::broker) struct Detaching {
@@ -41,11 +41,13 @@ impl Broker {
             if s.respawn_at.is_some() {
                 s.respawn_at = None;
                 s.stopping = true;
-                s.end(s.how_it_ended(), AfterEnd::NotRestarted);
-                let status = s.kept.status.as_ref().map(ToString::to_string);
-                let status = status.unwrap_or_default();
+                let ending = s.end(s.how_it_ended(), AfterEnd::NotRestarted);
                 self.dirty = true;
-                let _ = conn.send(&FromBroker::Detached { status }, &[]);
+                let outcome = DetachOutcome::Ended {
+                    ending,
+                    killed: false,
+                };
+                let _ = conn.send(&FromBroker::Detached(outcome), &[]);
                 return;
             }
             if let Some(status) = &s.kept.status {
@@ -120,20 +122,19 @@ impl Broker {
                     .supervised
                     .iter()
                     .find(|s| s.kept.id == id)
-                    .and_then(|s| s.kept.status.as_ref().map(ToString::to_string)),
+                    .and_then(|s| s.kept.status.clone())
+                    .map(|ending| DetachOutcome::Ended {
+                        ending,
+                        killed: d.killed,
+                    }),
                 Target::Unsupervised => d
                     .pidfd
                     .as_ref()
                     .is_none_or(has_exited)
-                    .then(|| "exited".to_owned()),
+                    .then_some(DetachOutcome::Exited { killed: d.killed }),
             };
-            if let Some(status) = exited {
-                let status = if d.killed {
-                    format!("{status}, killed after {DETACH_GRACE:?} without exiting")
-                } else {
-                    status
-                };
-                let _ = d.conn.send(&FromBroker::Detached { status }, &[]);
+            if let Some(outcome) = exited {
+                let _ = d.conn.send(&FromBroker::Detached(outcome), &[]);
                 self.detaching.swap_remove(k);
                 continue;
             }

@@ -1,14 +1,15 @@
 //! A broker that refuses a producer (another snapbus release's protocol, a lane it cannot
 //! map): the producer is not counted as connected, and it keeps and tells why. A stand-in
-//! broker (a listener on the bus socket, in this process) plays the refusing side.
+//! broker (a listener on the bus socket, in this process) plays the refusing side. (Unit tests:
+//! the protocol is private to the crate.)
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use snapbus_bus::control::{Conn, FromBroker, Listener, ToBroker};
-use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
-use snapbus_bus::runtime::{BusDir, BusName};
+use super::{Conn, FromBroker, Listener, ToBroker};
+use crate::lane::LaneConfig;
+use crate::publisher::{Publisher, PublisherConfig};
+use crate::runtime::{BusDir, BusName};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 
@@ -26,8 +27,7 @@ fn accept(l: &Listener) -> Conn {
 /// A bus directory with a stand-in broker listening on its socket, and a publisher `name`
 /// started on it (it connects to the stand-in); the root to remove at the end.
 fn stand_in(bus: &str, name: &str) -> (PathBuf, Listener, Publisher) {
-    let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{bus}-{}", std::process::id()));
+    let root: PathBuf = std::env::temp_dir().join(format!("snapbus-{bus}-{}", std::process::id()));
     let dir = BusDir::locate_in(&root, &BusName::new(bus).expect("name"));
     dir.create().expect("bus dir");
     let listener = Listener::bind(&dir.socket_path()).expect("bind");
