@@ -97,7 +97,7 @@ fn report(what: &str, round: usize, records: u64, elapsed: Duration) {
 fn write(config: &LaneConfig, run: &[&[u8]]) -> Result<()> {
     let lane = ShmLane::create("run-costs", config).context("create the lane")?;
     let writer = lane
-        .lane
+        .lane()
         .shared_writer()
         .ok_or_else(|| anyhow!("the lane has a writer already"))?;
     for round in 0..5 {
@@ -116,7 +116,7 @@ fn write(config: &LaneConfig, run: &[&[u8]]) -> Result<()> {
 fn read(config: &LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
     let lane = ShmLane::create("run-costs", config).context("create the lane")?;
     let writer = lane
-        .lane
+        .lane()
         .shared_writer()
         .ok_or_else(|| anyhow!("the lane has a writer already"))?;
     // Fill the ring short of one run, so nothing is lapped.
@@ -126,7 +126,7 @@ fn read(config: &LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
         written += writer.write_run(META, run).written;
     }
     for round in 0..5 {
-        let mut reader = lane.lane.reader(StartAt::Oldest);
+        let mut reader = lane.lane().reader(StartAt::Oldest);
         let mut n = 0u64;
         let mut sum = 0u64;
         let t = Instant::now();

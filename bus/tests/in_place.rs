@@ -316,7 +316,7 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
         assert_eq!(got.is_some(), commit);
     }
     p.close();
-    let lane = p.lane().lane.stats();
+    let lane = p.lane().lane().stats();
     assert_eq!((lane.frames_committed, lane.aborted), (2, 1));
 
     let mut scratch = vec![0u8; 4096];

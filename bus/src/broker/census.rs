@@ -124,7 +124,7 @@ fn producer_state(
     span: Option<Span>,
     now_nanos: u64,
 ) -> ProducerState {
-    let stats = p.lane.lane.stats();
+    let stats = p.lane.lane().stats();
     let (recent, first_recent) = census
         .values()
         .fold((0, u64::MAX), |(n, t), &(_, r, f)| (n + r, t.min(f)));
@@ -135,7 +135,7 @@ fn producer_state(
         frames: stats.frames_committed,
         rate_hz: rate_hz(p.status.writing(), recent, first_recent, now_nanos),
         dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
-        lane_bytes: p.lane.lane.geometry().capacity,
+        lane_bytes: p.lane.lane().geometry().capacity,
         history_secs: span.map_or(0.0, |s| {
             s.newest_nanos.saturating_sub(s.oldest_nanos) as f64 / 1e9
         }),
@@ -186,16 +186,16 @@ fn count_schemas(
 /// oldest record still readable; 0 while the cursor's record is intact or its expected number
 /// is unknown).
 fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
-    let tail = lane.lane.stats().claim_tail;
+    let tail = lane.lane().stats().claim_tail;
     let lag = tail.saturating_sub(cur.position);
-    let cap = lane.lane.geometry().capacity;
+    let cap = lane.lane().geometry().capacity;
     let Some(expected) = cur.expected_seq else {
         return (lag, 0);
     };
     if lag <= cap {
         return (lag, 0);
     }
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     r.set_writer_gone(true);
     for _ in 0..64 {
         match r.read_in_place(|m, _| m.seq) {
@@ -222,7 +222,7 @@ struct Span {
 fn ring_census(lane: &ShmLane, now_nanos: u64) -> (Census, Option<Span>) {
     let mut out = Census::new();
     let mut span: Option<Span> = None;
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     r.set_writer_gone(true);
     let since = now_nanos.saturating_sub(RATE_WINDOW_NANOS);
     // Bounded: a 64 MiB ring holds at most ~1.7 M frames.

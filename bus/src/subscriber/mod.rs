@@ -439,8 +439,8 @@ impl Subscriber {
                 return;
             }
         };
-        let cut_at = self.opts.cut.then(|| lane.lane.stats().claim_tail);
-        let mut reader = lane.lane.reader(start);
+        let cut_at = self.opts.cut.then(|| lane.lane().stats().claim_tail);
+        let mut reader = lane.lane().reader(start);
         if self.opts.count_history_as_lost && matches!(start, StartAt::Oldest) {
             reader.count_loss_from_lane_start();
         }
