@@ -29,7 +29,7 @@ use snapbus_benches::TempDir;
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
+use snapbus_bus::subscriber::{InPlaceEvent, RecordRef, Subscriber};
 
 const META: RecordMeta = snapbus_benches::LANE_META;
 
@@ -193,7 +193,7 @@ fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> 
                     },
                     #[inline(always)]
                     |ev| {
-                        if let InPlaceEvent::Record { value, .. } = ev {
+                        if let InPlaceEvent::Record(RecordRef { payload: value, .. }) = ev {
                             first.get_or_insert_with(Instant::now);
                             n += 1;
                             sum = sum.wrapping_add(value);

@@ -99,6 +99,6 @@ pub use snapbus_schemas as schemas;
 pub use status::{StatusBoard, StatusValue};
 #[cfg(not(loom))]
 pub use subscriber::{
-    BatchReads, Event, Glob, InPlaceEvent, InPlaceRecord, Record, RingPayload,
+    BatchReads, Event, Glob, InPlaceEvent, InPlaceRecord, Record, RecordRef, RingPayload,
     SubscribeError, SubscribeOptions, Subscriber, SubscriberStats,
 };

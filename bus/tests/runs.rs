@@ -14,7 +14,7 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::HeapMem;
 use snapbus_bus::publisher::EmitError;
-use snapbus_bus::subscriber::{Event, InPlaceEvent, Subscriber};
+use snapbus_bus::subscriber::{Event, InPlaceEvent, RecordRef, Subscriber};
 
 use crate::in_place::{Bus, payload};
 
@@ -243,7 +243,7 @@ fn drain_to_end(sub: &mut Subscriber, max: usize) -> (Vec<u64>, u64) {
                 |r| r.payload.word(0),
                 |ev| {
                     match ev {
-                        InPlaceEvent::Record { value, .. } => {
+                        InPlaceEvent::Record(RecordRef { payload: value, .. }) => {
                             seen.push(value.expect("an 8-byte payload"));
                         }
                         InPlaceEvent::Other(Event::Lagged { lost: n, .. }) => lost += n,
@@ -312,7 +312,7 @@ fn drain_in_place_stops_where_its_callback_says() {
             usize::MAX,
             |r| r.payload.word(0),
             |ev| match ev {
-                InPlaceEvent::Record { value, .. } => {
+                InPlaceEvent::Record(RecordRef { payload: value, .. }) => {
                     seen.push(value.expect("a word"));
                     if seen.len() == 10 {
                         ControlFlow::Break(())
@@ -459,7 +459,7 @@ fn drain_in_place_reads_batches_to_their_end() {
             usize::MAX,
             |r| r.payload.word(0),
             |ev| {
-                if let InPlaceEvent::Record { value, .. } = ev {
+                if let InPlaceEvent::Record(RecordRef { payload: value, .. }) = ev {
                     seen.push(value.expect("a word"));
                 }
                 ControlFlow::Continue(())
