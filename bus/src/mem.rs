@@ -5,8 +5,8 @@
 //! it through atomic loads, forms no reference to it, and validates what it loaded afterwards
 //! (a frame overwritten while read is discarded). A writer stores into its own claimed payload
 //! bytes with plain (and, for large copies, non-temporal) stores, through a slice
-//! ([`Claim::payload_mut`](crate::lane::Claim::payload_mut)) or one copy
-//! ([`LaneMem::copy_into_claim`]); everything else it writes, atomically.
+//! (`Claim::payload_mut`) or one copy ([`LaneMem::copy_into_claim`]); everything else it
+//! writes, atomically.
 //!
 //! # The seqlock caveat
 //!
@@ -125,8 +125,8 @@ pub trait LaneMem: Send + Sync {
 }
 
 /// Lane memory a writer can also reach with plain stores, into its own claim
-/// ([`Lane::claimed_payload_mut`](crate::lane::Lane)): shared memory, and heap memory outside
-/// loom (whose atomics are not memory).
+/// (`Lane::claimed_payload_mut`): shared memory, and heap memory outside loom (whose atomics
+/// are not memory).
 #[cfg(not(loom))]
 pub trait PlainMem: LaneMem {
     /// The first byte of the memory, with the provenance of all of it, for a writer's plain

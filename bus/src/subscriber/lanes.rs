@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use snapbus_schemas::SchemaDescriptor;
 
-use super::read::{Found, Notice};
-use super::{Event, Glob, InPlaceRecord, RecordRef, RingPayload, Subscriber, SubscriberStats};
+use super::{
+    Event, Found, Glob, InPlaceRecord, Notice, RecordRef, RingPayload, Subscriber, SubscriberStats,
+};
 use crate::catalog::Catalog;
 use crate::control::{LaneInfo, ProducerInfo, RefusedLane};
 use crate::lane::{FrameMeta, LaneReader, ShmLane, StartAt};
@@ -102,6 +103,13 @@ impl SubLane {
 }
 
 impl Subscriber {
+    /// Whether a lane not read to its end holds bytes not read yet.
+    pub(super) fn any_pending(&self) -> bool {
+        self.lanes
+            .iter()
+            .any(|l| !l.ended && l.reader.has_pending_bytes())
+    }
+
     /// Takes on a lane the broker handed over (a rejoin's known lanes keep their reader).
     pub(super) fn add_lane(
         &mut self,

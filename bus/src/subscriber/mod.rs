@@ -30,7 +30,6 @@ mod read;
 pub use batch::BatchReads;
 pub use glob::{Glob, GlobError};
 use lanes::SubLane;
-use read::{Found, Next, Notice};
 
 /// How long to wait for the broker's answers.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -186,6 +185,25 @@ pub struct SubscriberStats {
     pub garbage: u64,
     /// Frames whose schema key no catalog entry explains.
     pub unknown_keys: u64,
+}
+
+/// What a lane gave.
+enum Found<R> {
+    Record(usize, FrameMeta, R),
+    Lagged(usize, u64),
+    Ended(usize),
+}
+
+/// What one wait of the subscriber found.
+enum Next<R> {
+    Notice(Notice),
+    Found(Found<R>),
+}
+
+/// What the control socket brought.
+enum Notice {
+    Joined(usize),
+    Died(usize),
 }
 
 /// A consumer's connection to a bus.

@@ -8,29 +8,10 @@ use std::time::{Duration, Instant};
 use super::Glob;
 use super::lanes::{SubLane, lane_event, visit};
 use super::{
-    Event, InPlaceEvent, InPlaceRecord, PUMP_EVERY, PUMP_EVERY_RECORDS, SubscribeError, Subscriber,
-    SubscriberStats,
+    Event, Found, InPlaceEvent, InPlaceRecord, Next, Notice, PUMP_EVERY, PUMP_EVERY_RECORDS,
+    SubscribeError, Subscriber, SubscriberStats,
 };
 use crate::lane::{FrameMeta, NoFrame};
-
-/// What a lane gave.
-pub(super) enum Found<R> {
-    Record(usize, FrameMeta, R),
-    Lagged(usize, u64),
-    Ended(usize),
-}
-
-/// What one wait of the subscriber found.
-pub(super) enum Next<R> {
-    Notice(Notice),
-    Found(Found<R>),
-}
-
-/// What the control socket brought.
-pub(super) enum Notice {
-    Joined(usize),
-    Died(usize),
-}
 
 impl Subscriber {
     /// The in-place event of what a wait found.
@@ -112,13 +93,6 @@ impl Subscriber {
             }
             None => std::thread::sleep(nap.min(Duration::from_millis(10))),
         }
-    }
-
-    /// Whether a lane not read to its end holds bytes not read yet.
-    pub(super) fn any_pending(&self) -> bool {
-        self.lanes
-            .iter()
-            .any(|l| !l.ended && l.reader.has_pending_bytes())
     }
 
     /// One round over the lanes, starting after the last one that gave something.
