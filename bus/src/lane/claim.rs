@@ -477,7 +477,7 @@ fn release_inflight(inflight: Option<Inflight<'_>>, seq: u64) {
     match inflight {
         Some(Inflight::Slot(slot, _)) => slot.store(RETIRED, Ordering::Release),
         Some(Inflight::Overflow(state)) => {
-            state.lock().overflow.retain(|&(s, _)| s != seq);
+            state.lock().overflow.retain(|o| o.seq != seq);
         }
         None => {}
     }
@@ -576,6 +576,13 @@ pub(super) struct SharedLocal {
     /// in order (so the first one in flight has the smallest start of all).
     pub(super) oldest: u64,
     /// Claims that found their slot still owned by a claim `INFLIGHT_SLOTS` older (a thread
-    /// stopped mid-record): `(seq, start)`, retired under the lock.
-    pub(super) overflow: Vec<(u64, u64)>,
+    /// stopped mid-record), retired under the lock.
+    pub(super) overflow: Vec<Overflowed>,
+}
+
+/// A claim in flight without a slot of its own ([`SharedLocal::overflow`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Overflowed {
+    pub(super) seq: u64,
+    pub(super) start: u64,
 }

@@ -103,12 +103,21 @@ pub(super) struct Cursor {
     pub(super) stats: ReaderStats,
     pub(super) writer_gone: bool,
     pub(super) stall_timeout: Duration,
-    /// A frame found claimed but uncommitted: its position, the polls that found it so, and
-    /// when the stall timeout started counting.
-    pub(super) stalled_since: Option<(u64, u32, Option<Instant>)>,
+    /// A frame found claimed but uncommitted.
+    pub(super) stalled_since: Option<Stall>,
     /// Garbage was skipped since the last accepted frame (and no lap happened): the next
     /// sequence gap is damage, not overwrite.
     pub(super) damage_pending: bool,
+}
+
+/// A frame a cursor found claimed but uncommitted.
+pub(super) struct Stall {
+    /// Its position.
+    pub(super) pos: u64,
+    /// The polls that found it so.
+    pub(super) polls: u32,
+    /// When the stall timeout started counting (after [`STALL_POLLS`] polls).
+    pub(super) since: Option<Instant>,
 }
 
 /// The lane's `claim_tail` (Acquire).

@@ -14,8 +14,8 @@ use super::claim::WriteError;
 use crate::testpoint;
 
 use super::claim::{
-    Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, RETIRED, RUN_RECORDS,
-    RunWritten, SharedLocal, claim_frame, write_run,
+    Claim, ClaimError, ClaimGate, INFLIGHT_SLOTS, Inflight, Local, Overflowed, RETIRED,
+    RUN_RECORDS, RunWritten, SharedLocal, claim_frame, write_run,
 };
 use super::layout::FRAME_HEADER_LEN;
 use super::{Lane, RecordMeta};
@@ -243,8 +243,8 @@ where
                 // An overflow claim's slot belongs to another claim: its list entry says.
                 // (Once retired, its slot holds RETIRED: the slot's owner, the claim
                 // `INFLIGHT_SLOTS` earlier, was passed before the slot could be reused.)
-                if let Some(&(_, s)) = st.overflow.iter().find(|&&(s, _)| s == seq) {
-                    start = s;
+                if let Some(o) = st.overflow.iter().find(|o| o.seq == seq) {
+                    start = o.start;
                 }
             }
             if start != RETIRED {
@@ -266,7 +266,7 @@ where
             slot.store(start, Ordering::Relaxed);
             Inflight::Slot(slot, &w.state)
         } else {
-            st.overflow.push((seq, start));
+            st.overflow.push(Overflowed { seq, start });
             Inflight::Overflow(&w.state)
         })
     }

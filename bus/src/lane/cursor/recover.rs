@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::super::Lane;
 use super::super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word};
 use super::super::now_realtime_nanos;
-use super::{Cursor, LANE_CLOCK_MIN_STALL, STALL_POLLS};
+use super::{Cursor, LANE_CLOCK_MIN_STALL, STALL_POLLS, Stall};
 use crate::mem::LaneMem;
 use crate::sync::Ordering;
 
@@ -77,7 +77,7 @@ impl Cursor {
         if !self.writer_gone {
             let timeout = self.stall_timeout;
             match &mut self.stalled_since {
-                Some((p, polls, since)) if *p == self.pos => {
+                Some(Stall { pos, polls, since }) if *pos == self.pos => {
                     // A reader right behind the writer meets frames being written all the
                     // time; the clock is only read once one stays unfinished for a while.
                     *polls += 1;
@@ -110,7 +110,11 @@ impl Cursor {
                     }
                 }
                 _ => {
-                    self.stalled_since = Some((self.pos, 0, None));
+                    self.stalled_since = Some(Stall {
+                        pos: self.pos,
+                        polls: 0,
+                        since: None,
+                    });
                     return false;
                 }
             }
