@@ -53,6 +53,10 @@
 //!
 //! The protocol is described in the module docs of [`lane`] (layout, writer, reader) and
 //! [`doorbell`], and in ARCHITECTURE.md ("Lanes").
+//!
+//! What most users need is re-exported here: the two ends ([`Publisher`], [`Subscriber`] and
+//! their options, events and records), where a bus lives ([`BusDir`], [`BusName`]), and the
+//! shared vocabulary ([`Level`], [`StartAt`], [`Glob`]). The modules hold the rest.
 
 #![allow(unsafe_code)]
 
@@ -68,14 +72,14 @@ pub mod doorbell;
 pub mod fork;
 pub mod lane;
 pub mod level;
-/// Lane memory; its types are re-exported by [`lane`].
+// Lane memory: its types are re-exported by `lane`.
 #[doc(hidden)]
 pub mod mem;
 #[cfg(not(loom))]
 pub mod publisher;
 #[cfg(not(loom))]
 pub mod runtime;
-/// What [`say!`] expands to.
+// What `say!` expands to.
 #[doc(hidden)]
 pub mod say;
 #[cfg(not(loom))]

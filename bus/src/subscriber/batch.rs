@@ -47,11 +47,12 @@ impl Subscriber {
 
     /// Stops where the producers are now: each lane is read up to what its producer has
     /// claimed at this moment, then no further; lanes that appear later are not read (what
-    /// [`SubscribeOptions::cut`] does at subscription time). For a consumer told to stop (a
-    /// recorder on Ctrl-C) that first takes in what was emitted before it was told. A lane
-    /// that reaches its cut ends without an [`Event::Ended`] (its producer has not ended; one
-    /// that does end before the cut is reported as usual); [`Subscriber::all_ended`] is true
-    /// once every lane is at its cut or ended.
+    /// [`SubscribeOptions::cut`](super::SubscribeOptions::cut) does at subscription time).
+    /// For a consumer told to stop (a recorder on Ctrl-C) that first takes in what was emitted
+    /// before it was told. A lane that reaches its cut ends without an
+    /// [`Event::Ended`](super::Event::Ended) (its producer has not ended; one that does end
+    /// before the cut is reported as usual); [`Subscriber::all_ended`] is true once every lane
+    /// is at its cut or ended.
     pub fn cut_now(&mut self) {
         // Lanes the broker has announced but this subscriber has not taken yet are cut too.
         self.pump_control();

@@ -112,22 +112,6 @@ pub struct RecordRef<'a, P> {
     pub payload: P,
 }
 
-impl<'a, P> RecordRef<'a, P> {
-    /// The same record with its payload replaced by `payload` (what a reading closure made of
-    /// it, say).
-    #[inline(always)]
-    pub fn with_payload<Q>(&self, payload: Q) -> RecordRef<'a, Q> {
-        RecordRef {
-            producer_id: self.producer_id,
-            producer: self.producer,
-            schema: self.schema,
-            emitter: self.emitter,
-            meta: self.meta,
-            payload,
-        }
-    }
-}
-
 /// A record with its payload copied out of the ring ([`Subscriber::next`]).
 pub type Record<'a> = RecordRef<'a, &'a [u8]>;
 
