@@ -189,7 +189,7 @@ fn open_lane() -> ShmLane {
         env_u64("SNAPBUS_LANE_FD")
     );
     let lane = ShmLane::open(OwnedFd::from(File::open(path).unwrap())).unwrap();
-    let mem: &ShmMem = lane.lane.mem();
+    let mem: &ShmMem = lane.lane().mem();
     let mut sum = 0u64;
     for i in (0..mem.len_words()).step_by(512) {
         sum = sum.wrapping_add(
@@ -252,7 +252,7 @@ fn reader_report(
 /// Consumer: `poll()` every record (copies the payload), spinning when there is nothing.
 fn child_lane_poll() {
     let lane = open_lane();
-    let mut reader = lane.lane.reader(StartAt::Oldest);
+    let mut reader = lane.lane().reader(StartAt::Oldest);
     ready();
     let mut first: Option<Instant> = None;
     let mut bad = 0u64;
@@ -280,7 +280,7 @@ fn child_lane_poll() {
 /// Consumer: header + last byte of every record, in place.
 fn child_lane_touch() {
     let lane = open_lane();
-    let mut reader = lane.lane.reader(StartAt::Oldest);
+    let mut reader = lane.lane().reader(StartAt::Oldest);
     ready();
     let mut first: Option<Instant> = None;
     let mut bad = 0u64;
@@ -306,7 +306,7 @@ fn child_lane_latency(bell_spins: Option<u32>) {
     let lane = open_lane();
     let bells = bell_spins.map(|_| open_bells());
     let bell = bells.as_ref().map(|p| p.bell(0).unwrap());
-    let mut reader = lane.lane.reader(StartAt::Oldest);
+    let mut reader = lane.lane().reader(StartAt::Oldest);
     let mut lat: Vec<u64> = Vec::with_capacity(1 << 20);
     let mut bad = 0u64;
     let me = std::process::id();
@@ -354,7 +354,7 @@ fn child_idle(bell_spins: Option<u32>) {
     let lane = open_lane();
     let bells = open_bells();
     let bell = bells.bell(0).unwrap();
-    let mut reader = lane.lane.reader(StartAt::Latest);
+    let mut reader = lane.lane().reader(StartAt::Latest);
     ready();
     let t0 = Instant::now();
     let mut wakeups = 0u64;
@@ -490,7 +490,7 @@ impl Consumer {
             cmd.env("SNAPBUS_LANE_CPU", CONSUMER_CPU.to_string());
         }
         if let Some(l) = lane {
-            cmd.env("SNAPBUS_LANE_FD", l.fd.as_raw_fd().to_string());
+            cmd.env("SNAPBUS_LANE_FD", l.fd().as_raw_fd().to_string());
         }
         if let Some(b) = bells {
             cmd.env("SNAPBUS_BELL_FD", b.fd().as_raw_fd().to_string());
@@ -579,9 +579,9 @@ fn lane_tput(size: usize, role: &str, with_bell: bool, shared: bool, dur: Durati
     let bells = with_bell.then(|| Arc::new(DoorbellPage::create("bench-bells").unwrap()));
     let consumer = Consumer::spawn(role, Some(&lane), bells.as_deref(), Stdio::null());
     let mut w = if shared {
-        TputWriter::Shared(lane.lane.shared_writer().unwrap())
+        TputWriter::Shared(lane.lane().shared_writer().unwrap())
     } else {
-        let mut w = lane.lane.writer().unwrap();
+        let mut w = lane.lane().writer().unwrap();
         if let Some(b) = &bells {
             w.set_doorbells(Some((Arc::clone(b), 1)));
         }
@@ -722,7 +722,7 @@ fn lane_latency(role: &str, with_bell: bool, dur: Duration) -> Lat {
     let lane = ShmLane::create("bench-lat", &LaneConfig::default()).unwrap();
     let bells = Arc::new(DoorbellPage::create("bench-bells").unwrap());
     let consumer = Consumer::spawn(role, Some(&lane), Some(&bells), Stdio::null());
-    let mut w = lane.lane.writer().unwrap();
+    let mut w = lane.lane().writer().unwrap();
     if with_bell {
         w.set_doorbells(Some((Arc::clone(&bells), 1)));
     }
@@ -764,7 +764,7 @@ fn idle_cpu(role: &str, window: Duration) -> (f64, f64) {
     let lane = ShmLane::create("bench-idle", &LaneConfig::default()).unwrap();
     let bells = Arc::new(DoorbellPage::create("bench-bells").unwrap());
     let consumer = Consumer::spawn(role, Some(&lane), Some(&bells), Stdio::null());
-    let mut w = lane.lane.writer().unwrap();
+    let mut w = lane.lane().writer().unwrap();
     w.set_doorbells(Some((Arc::clone(&bells), 1)));
     std::thread::sleep(Duration::from_millis(100));
     let pid = consumer.pid();

@@ -68,7 +68,7 @@ fn write(c: &mut Criterion) {
     configure(&mut g);
 
     let lane = default_lane();
-    let mut w = lane.lane.writer().unwrap();
+    let mut w = lane.lane().writer().unwrap();
     g.bench_function("write_bytes", |b| {
         b.iter(|| w.write_bytes(META, black_box(&payload)).unwrap())
     });
@@ -95,7 +95,7 @@ fn write(c: &mut Criterion) {
     // The same through the shared writer (every `Publisher`'s): its claim lock, lap guard and
     // in-flight slots, with no other thread.
     let shared_lane = default_lane();
-    let sw = shared_lane.lane.shared_writer().unwrap();
+    let sw = shared_lane.lane().shared_writer().unwrap();
     g.bench_function("shared_write_run", |b| {
         b.iter(|| sw.write_run(META, black_box(&run)).written)
     });
@@ -104,7 +104,7 @@ fn write(c: &mut Criterion) {
     let mut g = c.benchmark_group("lane_write/64B");
     configure(&mut g);
     let small = small_lane();
-    let mut small_w = small.lane.writer().unwrap();
+    let mut small_w = small.lane().writer().unwrap();
     g.bench_function("write_bytes/ring256KiB", |b| {
         b.iter(|| small_w.write_bytes(META, black_box(&payload)).unwrap())
     });
@@ -145,7 +145,7 @@ fn write(c: &mut Criterion) {
     // ---- same-thread write + read -----------------------------------------------------------
     let mut g = c.benchmark_group("lane_read/64B");
     configure(&mut g);
-    let mut r = lane.lane.reader(StartAt::Latest);
+    let mut r = lane.lane().reader(StartAt::Latest);
     g.bench_function("write_bytes+poll", |b| {
         b.iter(|| {
             w.write_bytes(META, black_box(&payload)).unwrap();
@@ -155,7 +155,7 @@ fn write(c: &mut Criterion) {
             }
         })
     });
-    let mut r = lane.lane.reader(StartAt::Latest);
+    let mut r = lane.lane().reader(StartAt::Latest);
     g.bench_function("write_bytes+read_in_place", |b| {
         b.iter(|| {
             w.write_bytes(META, black_box(&payload)).unwrap();

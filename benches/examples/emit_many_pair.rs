@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, Subscriber};
+use snapbus_bus::subscriber::{BatchReads, InPlaceEvent, RecordRef, Subscriber};
 
 const PAYLOAD_BYTES: usize = 72;
 const SEND_SECS: f64 = 2.0;
@@ -100,11 +100,11 @@ fn consumer(root: PathBuf, key: u16, producer: &str) -> Result<()> {
         sub.drain_in_place(timeout, usize::MAX, words, |ev| {
             match ev {
                 // The lane's own catalog records are not the pair's.
-                InPlaceEvent::Record {
-                    value: (seq, trailer),
+                InPlaceEvent::Record(RecordRef {
+                    payload: (seq, trailer),
                     meta,
                     ..
-                } if meta.schema_key == key => {
+                }) if meta.schema_key == key => {
                     read += 1;
                     if seq != trailer || seq < next {
                         bad += 1;

@@ -29,7 +29,7 @@ use snapbus_benches::TempDir;
 use snapbus_bus::broker::InProcess;
 use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{InPlaceEvent, Subscriber};
+use snapbus_bus::subscriber::{InPlaceEvent, RecordRef, Subscriber};
 
 const META: RecordMeta = snapbus_benches::LANE_META;
 
@@ -97,7 +97,7 @@ fn report(what: &str, round: usize, records: u64, elapsed: Duration) {
 fn write(config: &LaneConfig, run: &[&[u8]]) -> Result<()> {
     let lane = ShmLane::create("run-costs", config).context("create the lane")?;
     let writer = lane
-        .lane
+        .lane()
         .shared_writer()
         .ok_or_else(|| anyhow!("the lane has a writer already"))?;
     for round in 0..5 {
@@ -116,7 +116,7 @@ fn write(config: &LaneConfig, run: &[&[u8]]) -> Result<()> {
 fn read(config: &LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
     let lane = ShmLane::create("run-costs", config).context("create the lane")?;
     let writer = lane
-        .lane
+        .lane()
         .shared_writer()
         .ok_or_else(|| anyhow!("the lane has a writer already"))?;
     // Fill the ring short of one run, so nothing is lapped.
@@ -126,7 +126,7 @@ fn read(config: &LaneConfig, run: &[&[u8]], frame_bytes: usize) -> Result<()> {
         written += writer.write_run(META, run).written;
     }
     for round in 0..5 {
-        let mut reader = lane.lane.reader(StartAt::Oldest);
+        let mut reader = lane.lane().reader(StartAt::Oldest);
         let mut n = 0u64;
         let mut sum = 0u64;
         let t = Instant::now();
@@ -193,7 +193,7 @@ fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> 
                     },
                     #[inline(always)]
                     |ev| {
-                        if let InPlaceEvent::Record { value, .. } = ev {
+                        if let InPlaceEvent::Record(RecordRef { payload: value, .. }) = ev {
                             first.get_or_insert_with(Instant::now);
                             n += 1;
                             sum = sum.wrapping_add(value);

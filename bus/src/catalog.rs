@@ -11,7 +11,7 @@
 //! the writer refuses new entries once half of it is used.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -67,7 +67,7 @@ impl CatalogWriter {
     pub fn create() -> Result<CatalogWriter, LaneOpenError> {
         let lane = ShmLane::create("snapbus-catalog", &CATALOG_CONFIG)?;
         let writer = lane
-            .lane
+            .lane()
             .writer()
             .ok_or_else(|| LaneOpenError::Segment("catalog mapped read-only".into()))?;
         Ok(CatalogWriter { lane, writer })
@@ -75,13 +75,13 @@ impl CatalogWriter {
 
     /// The catalog's fd (passed to the broker, and on to consumers).
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.lane.fd.as_fd()
+        self.lane.fd()
     }
 
     fn append(&mut self, entry: &Entry) -> Result<(), CatalogError> {
         let bytes = postcard::to_allocvec(entry).map_err(|e| CatalogError::Write(e.to_string()))?;
-        let used = self.lane.lane.stats().claim_tail;
-        let capacity = self.lane.lane.geometry().capacity;
+        let used = self.lane.lane().stats().claim_tail;
+        let capacity = self.lane.lane().geometry().capacity;
         if used + bytes.len() as u64 + 64 > capacity / 2 {
             return Err(CatalogError::Full { used, capacity });
         }
@@ -133,7 +133,7 @@ impl Catalog {
     pub fn open(fd: OwnedFd) -> Result<Catalog, LaneOpenError> {
         let lane = ShmLane::open(fd)?;
         Ok(Catalog {
-            reader: lane.lane.reader(StartAt::Oldest),
+            reader: lane.lane().reader(StartAt::Oldest),
             schemas: HashMap::new(),
             emitters: Vec::new(),
             damaged: 0,

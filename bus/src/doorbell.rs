@@ -15,7 +15,7 @@
 //!
 //! **Asymmetric fences.** A `fence(SeqCst)` after every record made the producer wait, record
 //! after record, until its stores (to lines the consumer on the other CPU was reading) reached
-//! the cache: it capped a 64-byte stream at about 9 M records/s where 16 M were possible. So a
+//! the cache: it capped a stream of small records well below what the lane sustains. So a
 //! producer that could register for Linux's `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`
 //! replaces its fence with a compiler fence, and a consumer about to sleep issues that
 //! membarrier after setting SLEEPING and before its re-check: the kernel makes every running
@@ -183,6 +183,10 @@ impl<'a> Doorbell<'a> {
 /// Doorbells per [`DoorbellPage`].
 pub const BELLS_PER_PAGE: usize = 32;
 
+/// Why a doorbell page could not be made or mapped.
+#[cfg(not(loom))]
+pub use crate::segment::SegmentError;
+
 /// A page of [`BELLS_PER_PAGE`] doorbells, 128 bytes apart (no false sharing), in a sealed
 /// memfd that producers and consumers both map read-write. Consumer `i` sleeps on bell `i`;
 /// a producer rings the bells of its lane's subscribers.
@@ -194,14 +198,14 @@ pub struct DoorbellPage {
 #[cfg(not(loom))]
 impl DoorbellPage {
     /// Creates a zeroed page.
-    pub fn create(name: &str) -> Result<DoorbellPage, crate::segment::SegmentError> {
+    pub fn create(name: &str) -> Result<DoorbellPage, SegmentError> {
         Ok(DoorbellPage {
             seg: crate::segment::Segment::create(name, crate::segment::page_size())?,
         })
     }
 
     /// Maps a page another process created (read-write).
-    pub fn open(fd: std::os::fd::OwnedFd) -> Result<DoorbellPage, crate::segment::SegmentError> {
+    pub fn open(fd: std::os::fd::OwnedFd) -> Result<DoorbellPage, SegmentError> {
         Ok(DoorbellPage {
             seg: crate::segment::Segment::open_rw(fd)?,
         })

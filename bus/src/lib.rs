@@ -38,13 +38,13 @@
 //! // Producer: create a lane in a sealed memfd and write a record in place.
 //! let config = LaneConfig { capacity: 1 << 20, max_frame: 64 << 10, block_size: 64 << 10 };
 //! let lane = ShmLane::create("example", &config)?;
-//! let mut writer = lane.lane.writer().expect("the creator maps its lane read-write");
+//! let mut writer = lane.lane().writer().expect("the creator maps its lane read-write");
 //! let meta = RecordMeta { schema_key: 1, schema_version: 1, level: 2, emitter: 0 };
 //! writer.write_bytes(meta, b"hello")?;
 //!
 //! // Consumer (normally another process, given the fd): map it read-only and read.
-//! let view = ShmLane::open(lane.fd.try_clone()?)?;
-//! let mut reader = view.lane.reader(StartAt::Oldest);
+//! let view = ShmLane::open(lane.fd().try_clone_to_owned()?)?;
+//! let mut reader = view.lane().reader(StartAt::Oldest);
 //! match reader.poll() {
 //!     Poll::Frame(frame) => assert_eq!(frame.payload, b"hello"),
 //!     other => panic!("expected a frame, got {other:?}"),
@@ -55,6 +55,10 @@
 //!
 //! The protocol is described in the module docs of [`lane`] (layout, writer, reader) and
 //! [`doorbell`], and in ARCHITECTURE.md ("Lanes").
+//!
+//! What most users need is re-exported here: the two ends ([`Publisher`], [`Subscriber`] and
+//! their options, events and records), where a bus lives ([`BusDir`], [`BusName`]), and the
+//! shared vocabulary ([`Level`], [`StartAt`], [`Glob`]). The modules hold the rest.
 
 #![allow(unsafe_code)]
 
@@ -72,23 +76,39 @@ pub mod doorbell;
 pub mod fork;
 pub mod lane;
 pub mod level;
+// Lane memory: its types are re-exported by `lane`.
+#[doc(hidden)]
 pub mod mem;
 #[cfg(not(loom))]
 pub mod publisher;
 #[cfg(not(loom))]
 pub mod runtime;
+// What `say!` expands to.
+#[doc(hidden)]
 pub mod say;
 #[cfg(not(loom))]
-pub mod segment;
+mod segment;
 #[cfg(not(loom))]
 pub mod status;
 pub mod stream;
 #[cfg(not(loom))]
 pub mod subscriber;
 mod sync;
-pub mod testpoint;
+mod testpoint;
 
 #[cfg(not(loom))]
 pub use control::ProducerInfo;
+pub use lane::StartAt;
 pub use level::{Level, LevelFilter, ParseLevelError};
+#[cfg(not(loom))]
+pub use publisher::{EmitError, Publisher, PublisherConfig, PublisherError};
+#[cfg(not(loom))]
+pub use runtime::{BusDir, BusName};
 pub use snapbus_schemas as schemas;
+#[cfg(not(loom))]
+pub use status::{StatusBoard, StatusValue};
+#[cfg(not(loom))]
+pub use subscriber::{
+    BatchReads, Event, Glob, InPlaceEvent, InPlaceRecord, Record, RecordRef, RingPayload,
+    SubscribeError, SubscribeOptions, Subscriber, SubscriberStats,
+};

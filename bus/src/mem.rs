@@ -1,14 +1,38 @@
 //! Lane memory: the words a lane lives in, behind one small trait so the protocol runs unchanged
 //! over shared memory ([`ShmMem`]) and over heap atomics ([`HeapMem`], for loom and unit tests).
 //!
-//! Lane memory is written by another process and is **untrusted**: it is only ever touched
-//! through atomics, except a writer's own claimed payload bytes, which it writes with plain
-//! stores (through a slice, `claimed_payload_mut`, or one copy, [`LaneMem::copy_into_claim`]).
-//! That is sound as the crate uses it because a claim's bytes are written by no one else (claims
-//! are disjoint; the lap guard or `&mut` keeps a later claim off them) and every reader, in this
-//! process or another, only ever loads lane memory with atomic loads, forms no reference to it,
-//! and validates what it loaded afterwards (a frame overwritten while read is discarded). No
-//! `&[u8]` is ever formed over memory a reader does not own.
+//! Lane memory is written by another process and is **untrusted**: a reader only ever touches
+//! it through atomic loads, forms no reference to it, and validates what it loaded afterwards
+//! (a frame overwritten while read is discarded). A writer stores into its own claimed payload
+//! bytes with plain (and, for large copies, non-temporal) stores, through a slice
+//! (`Claim::payload_mut`) or one copy ([`LaneMem::copy_into_claim`]); everything else it
+//! writes, atomically.
+//!
+//! # The seqlock caveat
+//!
+//! A claim's bytes are written by no one else (claims are disjoint; the lap guard or `&mut`
+//! keeps a later claim off them), but readers may load them while they are being written: a
+//! reader that lags by a whole ring reads a frame as the writer overwrites it. This is a
+//! seqlock, and like crossbeam's `AtomicCell` and its `SeqLock`, it is **in theory a data
+//! race** under the C++/Rust memory model, which makes any concurrent non-atomic write and
+//! read of the same location undefined behaviour, atomic load or not. It is sound in practice
+//! here for the same reasons as there:
+//!
+//! - every read of lane memory is an atomic (relaxed) load of a whole word or byte, never a
+//!   reference, so the compiler cannot assume the bytes are stable, cache them, or read them
+//!   twice and see two values;
+//! - a value loaded during a race is never used: the reader checks the frame's commit word and
+//!   the lane's write limit after its loads (with the fences the lane protocol describes) and
+//!   discards the copy, or whatever a reading closure made of it, if the frame may have been
+//!   overwritten meanwhile; garbage is bounded to a discarded value, never a wild access
+//!   (every length and offset is bounds-checked first);
+//! - the writer's plain stores are to memory no other thread or process stores to, and the
+//!   hardware (x86-64, AArch64) makes no distinction between a plain and a relaxed atomic
+//!   store of a word.
+//!
+//! Miri and loom would report such a race if a test made one (loom cannot model plain stores
+//! into its atomics at all): tests that run a writer's plain stores on the heap
+//! ([`HeapMem`], through `Claim::payload_mut`) alongside readers are kept from Miri.
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -100,6 +124,16 @@ pub trait LaneMem: Send + Sync {
     }
 }
 
+/// Lane memory a writer can also reach with plain stores, into its own claim
+/// (`Lane::claimed_payload_mut`): shared memory, and heap memory outside loom (whose atomics
+/// are not memory).
+#[cfg(not(loom))]
+pub trait PlainMem: LaneMem {
+    /// The first byte of the memory, with the provenance of all of it, for a writer's plain
+    /// stores into its claim (the module docs).
+    fn plain_base(&self) -> *mut u8;
+}
+
 /// Lane memory on the heap, as loom atomics under `--cfg loom`. For models and tests.
 pub struct HeapMem {
     words: Box<[AtomicU64]>,
@@ -133,6 +167,15 @@ impl HeapMem {
     }
 }
 
+#[cfg(not(loom))]
+impl PlainMem for HeapMem {
+    fn plain_base(&self) -> *mut u8 {
+        // From the whole slice, so the pointer may reach every word; writing through it is
+        // allowed because an `AtomicU64` is an `UnsafeCell` (shared, mutable).
+        self.words.as_ptr().cast::<u8>().cast_mut()
+    }
+}
+
 impl LaneMem for HeapMem {
     fn len_words(&self) -> usize {
         self.words.len()
@@ -156,7 +199,7 @@ mod shm {
 
     use memmap2::MmapRaw;
 
-    use super::LaneMem;
+    use super::{LaneMem, PlainMem};
 
     /// Lane memory in a shared mapping.
     pub struct ShmMem {
@@ -174,6 +217,12 @@ mod shm {
         /// Start of the mapping.
         pub(crate) fn base(&self) -> *mut u8 {
             self.map.as_mut_ptr()
+        }
+    }
+
+    impl PlainMem for ShmMem {
+        fn plain_base(&self) -> *mut u8 {
+            self.base()
         }
     }
 
@@ -270,8 +319,9 @@ mod shm {
     }
 
     /// Copies `dst.len()` bytes from `base + byte_off` with relaxed atomic loads: whole words,
-    /// then single bytes for the tail. Racy by design (the caller validates afterwards) but
-    /// never a data race: every load is atomic.
+    /// then single bytes for the tail. Racy by design: the writer's plain stores into a claim
+    /// may race with these loads (the module docs, "The seqlock caveat"), and the caller
+    /// validates afterwards and discards what it copied if the frame was overwritten.
     fn atomic_copy_out(base: *mut u8, byte_off: usize, dst: &mut [u8]) {
         use std::sync::atomic::{AtomicU8, Ordering};
         let (words, tail) = dst.split_at_mut(dst.len() / 8 * 8);
@@ -292,13 +342,13 @@ mod shm {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::*;
 
     /// `words` and `span` hand out the very words `get` does, and nothing past the end.
-    fn check_words<M: LaneMem>(m: &M) {
+    pub(crate) fn check_words<M: LaneMem>(m: &M) {
         let n = m.len_words();
         for i in 0..n {
             m.get(i).expect("in range").store(i as u64 * 3 + 1, Relaxed);
@@ -327,7 +377,6 @@ mod tests {
     #[test]
     fn words_and_spans_are_the_words_get_gives_and_none_past_the_end() {
         check_words(&HeapMem::new(64));
-        let seg = crate::segment::Segment::create("mem-words", crate::segment::page_size());
-        check_words(&seg.unwrap().mem);
+        // Shared memory: `segment`'s tests (a segment is made of this module's memory).
     }
 }

@@ -11,13 +11,12 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 
 use memmap2::MmapOptions;
 use rustix::fs::{MemfdFlags, SealFlags};
 use thiserror::Error;
 
-use crate::mem::{LaneMem, ShmMem};
+use crate::mem::ShmMem;
 
 /// A segment could not be created or opened.
 #[derive(Debug, Error)]
@@ -53,7 +52,7 @@ fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> SegmentError {
 }
 
 /// A mapped shared-memory segment.
-pub struct Segment {
+pub(crate) struct Segment {
     pub(crate) mem: ShmMem,
     file: File,
 }
@@ -61,7 +60,7 @@ pub struct Segment {
 impl Segment {
     /// Creates a sealed memfd of `len` bytes (a multiple of the page size), maps it read-write
     /// and pre-faults it.
-    pub fn create(name: &str, len: usize) -> Result<Segment, SegmentError> {
+    pub(crate) fn create(name: &str, len: usize) -> Result<Segment, SegmentError> {
         if len == 0 || len % page_size() != 0 {
             return Err(SegmentError::BadSize {
                 len: len as u64,
@@ -86,7 +85,7 @@ impl Segment {
     }
 
     /// Maps an existing segment read-only, after checking its seals and size.
-    pub fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
+    pub(crate) fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
         let file = checked(fd)?;
         let map = MmapOptions::new()
             .map_raw_read_only(&file)
@@ -99,7 +98,7 @@ impl Segment {
 
     /// Maps an existing segment read-write (for doorbell pages, which producers and consumers
     /// both write), after checking its seals and size.
-    pub fn open_rw(fd: OwnedFd) -> Result<Segment, SegmentError> {
+    pub(crate) fn open_rw(fd: OwnedFd) -> Result<Segment, SegmentError> {
         let file = checked(fd)?;
         let map = MmapOptions::new().map_raw(&file).map_err(io_err("mmap"))?;
         Ok(Segment {
@@ -108,32 +107,14 @@ impl Segment {
         })
     }
 
-    /// Opens another process's segment through `/proc/<pid>/fd/<fd>` (same user only), then as
-    /// [`Segment::open`].
-    pub fn open_proc(pid: u32, fd: i32) -> Result<Segment, SegmentError> {
-        let path = format!("/proc/{pid}/fd/{fd}");
-        Segment::open_path(Path::new(&path))
-    }
-
-    /// Opens a segment by path (a `/proc/<pid>/fd/<n>` link), read-only.
-    pub fn open_path(path: &Path) -> Result<Segment, SegmentError> {
-        let file = File::open(path).map_err(io_err("open segment"))?;
-        Segment::open(OwnedFd::from(file))
-    }
-
     /// The segment's file descriptor (to pass to other processes).
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
-    }
-
-    /// Whether this process mapped it read-write.
-    pub fn writable(&self) -> bool {
-        self.mem.writable()
     }
 }
 
 /// The system page size.
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     rustix::param::page_size()
 }
 
@@ -154,4 +135,17 @@ fn checked(fd: OwnedFd) -> Result<File, SegmentError> {
         });
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Segment, page_size};
+
+    /// A segment's memory hands out the words `get` does, and nothing past the end (the
+    /// check `mem`'s tests run on heap memory).
+    #[test]
+    fn shared_words_and_spans_are_the_words_get_gives_and_none_past_the_end() {
+        let seg = Segment::create("mem-words", page_size()).expect("segment");
+        crate::mem::tests::check_words(&seg.mem);
+    }
 }

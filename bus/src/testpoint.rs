@@ -9,7 +9,7 @@
 
 /// Marks a crash point.
 #[inline(always)]
-pub fn hit(point: &'static str) {
+pub(crate) fn hit(point: &'static str) {
     #[cfg(feature = "testpoints")]
     imp::hit(point);
     #[cfg(not(feature = "testpoints"))]

@@ -90,7 +90,7 @@ fn dynamic_values_round_trip_and_a_mismatch_is_counted_with_nothing_written() {
     let stats = p.stats();
     assert_eq!((stats.written, stats.encode_errors), (4, 1));
     assert_eq!(stats.not_written(), 1);
-    assert_eq!(p.lane().lane.stats().aborted, 0, "nothing half-written");
+    assert_eq!(p.lane().lane().stats().aborted, 0, "nothing half-written");
 
     let mut sub = Subscriber::connect(
         &dir,

@@ -144,7 +144,7 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     }
     assert_eq!(wait_child(child_pid), 0, "the child failed (see `child`)");
     // The child's close did not close the parent's lane.
-    assert_eq!(p.lane().lane.stats().state, Some(LaneState::Live));
+    assert_eq!(p.lane().lane().stats().state, Some(LaneState::Live));
     for i in N..2 * N {
         p.emit(Level::INFO, emitter, &ForkEvent { pid: parent, i })
             .expect("parent emit after the child closed its lane");

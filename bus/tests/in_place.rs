@@ -15,7 +15,7 @@ use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc};
 use snapbus_bus::subscriber::{
-    Event, Glob, InPlaceEvent, SubscribeOptions, Subscriber, SubscriberStats,
+    Event, Glob, InPlaceEvent, RecordRef, SubscribeOptions, Subscriber, SubscriberStats,
 };
 
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -176,7 +176,11 @@ fn in_place_reads_deliver_what_copying_reads_do() {
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record { value, meta, .. }) => {
+            Some(InPlaceEvent::Record(RecordRef {
+                payload: value,
+                meta,
+                ..
+            })) => {
                 assert_eq!(meta, value.0);
                 in_place.push(value);
             }
@@ -259,7 +263,11 @@ fn a_record_overwritten_while_read_in_place_is_never_delivered_and_is_counted_lo
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record { value, meta, .. }) => {
+            Some(InPlaceEvent::Record(RecordRef {
+                payload: value,
+                meta,
+                ..
+            })) => {
                 let (first, middle, last) = value;
                 assert!(
                     first == middle && middle == last,
@@ -316,7 +324,7 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
         assert_eq!(got.is_some(), commit);
     }
     p.close();
-    let lane = p.lane().lane.stats();
+    let lane = p.lane().lane().stats();
     assert_eq!((lane.frames_committed, lane.aborted), (2, 1));
 
     let mut scratch = vec![0u8; 4096];
@@ -334,7 +342,7 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record { value, .. }) => {
+            Some(InPlaceEvent::Record(RecordRef { payload: value, .. })) => {
                 let i = u64::from_le_bytes(value[..8].try_into().expect("a word"));
                 assert!(value == payload(i, len), "record {i} not whole");
                 seen.push(i);
@@ -426,7 +434,7 @@ fn a_payload_read_in_place_from_any_offset_gives_the_bytes_a_copy_gives() {
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record { value, .. }) => {
+            Some(InPlaceEvent::Record(RecordRef { payload: value, .. })) => {
                 let want = bytes(seen, lens[seen]);
                 for (offset, got) in value {
                     assert_eq!(got, want[offset..offset + got.len()], "record {seen}");

@@ -484,7 +484,7 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadl
     });
     let mut producer = spawn(&format!("producer[{point}:{k}]"), "producer", &env);
     let lane = open_lane(&lane_path(&mut producer, dl));
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     let bell = bells.page.bell(0).expect("bell");
     let nap = Duration::from_millis(5);
     let mut chk = Checker::default();
@@ -516,7 +516,7 @@ fn crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: Deadl
     read_past_dead_writer(&mut r, &mut chk, dl);
     let committed = if point == "after_commit" { k } else { k - 1 };
     let s = r.stats();
-    let ls = lane.lane.stats();
+    let ls = lane.lane().stats();
     let ctx = format!(
         "{point}:{k} (cap {cap}, shared writer: {shared}, real test point: {real}): {s:?} {ls:?} \
          {chk:?}"
@@ -625,7 +625,7 @@ fn run_crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: D
     env.push(("SNAPBUS_CRASH_AT", format!("{point}:{k}")));
     let mut producer = spawn(&format!("producer[runs:{k}]"), "producer", &env);
     let lane = open_lane(&lane_path(&mut producer, dl));
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     let bell = bells.page.bell(0).expect("bell");
     let mut chk = Checker::default();
     chk.run_len = RUN;
@@ -642,7 +642,7 @@ fn run_crash_case(point: &str, k: u64, cap: u64, fits: bool, shared: bool, dl: D
     // Runs 1..k-1 whole, and the first record of run k.
     let committed = (k - 1) * RUN + 1;
     let s = r.stats();
-    let ls = lane.lane.stats();
+    let ls = lane.lane().stats();
     let ctx =
         format!("{point} in run {k} (cap {cap}, shared writer: {shared}): {s:?} {ls:?} {chk:?}");
     let holes = if point == "run_after_busy" { 2 } else { 1 };
@@ -714,7 +714,7 @@ fn producer_killed_externally_at_random_moments() {
             &producer_env(1 << 20, &bells, 1),
         );
         let lane = open_lane(&lane_path(&mut producer, dl));
-        let mut r = lane.lane.reader(StartAt::Oldest);
+        let mut r = lane.lane().reader(StartAt::Oldest);
         let bell = bells.page.bell(0).expect("bell");
         let nap = Duration::from_millis(5);
         let mut chk = Checker::default();
@@ -748,7 +748,7 @@ fn producer_killed_externally_at_random_moments() {
             }
         }
         let s = r.stats();
-        let ls = lane.lane.stats();
+        let ls = lane.lane().stats();
         let ctx = format!("round {round} (seed {seed}): {s:?} {ls:?} {chk:?}");
         assert_eq!(
             (chk.corrupt, chk.order_err, chk.acct_err),
@@ -1026,14 +1026,14 @@ fn reader_process_refuses_garbage_headers_and_unsealed_segments() {
         block_size: 4 << 10,
     };
     let lane = ShmLane::create("snapbus-mp-image", &config).expect("lane");
-    let mut w = lane.lane.writer().expect("writer");
+    let mut w = lane.lane().writer().expect("writer");
     for seq in 0..50 {
         w.write_bytes(roles::meta(seq), &[seq as u8; 100])
             .expect("write");
     }
-    let len = lane.lane.geometry().segment_len() as usize;
+    let len = lane.lane().geometry().segment_len() as usize;
     let mut image = vec![0u8; len];
-    File::from(lane.fd.try_clone().expect("dup"))
+    File::from(lane.fd().try_clone_to_owned().expect("dup"))
         .read_exact_at(&mut image, 0)
         .expect("read lane image");
     let with = |word: usize, v: u64| {

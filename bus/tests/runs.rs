@@ -14,7 +14,7 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::HeapMem;
 use snapbus_bus::publisher::EmitError;
-use snapbus_bus::subscriber::{Event, InPlaceEvent, Subscriber};
+use snapbus_bus::subscriber::{Event, InPlaceEvent, RecordRef, Subscriber};
 
 use crate::in_place::{Bus, payload};
 
@@ -243,7 +243,7 @@ fn drain_to_end(sub: &mut Subscriber, max: usize) -> (Vec<u64>, u64) {
                 |r| r.payload.word(0),
                 |ev| {
                     match ev {
-                        InPlaceEvent::Record { value, .. } => {
+                        InPlaceEvent::Record(RecordRef { payload: value, .. }) => {
                             seen.push(value.expect("an 8-byte payload"));
                         }
                         InPlaceEvent::Other(Event::Lagged { lost: n, .. }) => lost += n,
@@ -312,7 +312,7 @@ fn drain_in_place_stops_where_its_callback_says() {
             usize::MAX,
             |r| r.payload.word(0),
             |ev| match ev {
-                InPlaceEvent::Record { value, .. } => {
+                InPlaceEvent::Record(RecordRef { payload: value, .. }) => {
                     seen.push(value.expect("a word"));
                     if seen.len() == 10 {
                         ControlFlow::Break(())
@@ -459,7 +459,7 @@ fn drain_in_place_reads_batches_to_their_end() {
             usize::MAX,
             |r| r.payload.word(0),
             |ev| {
-                if let InPlaceEvent::Record { value, .. } = ev {
+                if let InPlaceEvent::Record(RecordRef { payload: value, .. }) = ev {
                     seen.push(value.expect("a word"));
                 }
                 ControlFlow::Continue(())
@@ -488,8 +488,8 @@ fn writes_into_shared_memory_arrive_whole_with_their_padding_zeroed() {
     use snapbus_bus::lane::ShmLane;
     let shm = ShmLane::create("runs-padding", &LANE_CONFIG).expect("lane");
     let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
-    let writer = shm.lane.shared_writer().expect("writer");
-    let mut r = reading.lane.reader(StartAt::Oldest);
+    let writer = shm.lane().shared_writer().expect("writer");
+    let mut r = reading.lane().reader(StartAt::Oldest);
     // Lengths that are not multiples of 8 and change from record to record, so that over many
     // laps a frame's padding lies where an earlier lap wrote payload bytes.
     let len_of = |seq: u64| 1 + (seq * 13 % 61) as usize;
@@ -543,7 +543,7 @@ fn writes_into_shared_memory_arrive_whole_with_their_padding_zeroed() {
     }
     assert_eq!(seen, next);
     assert!(
-        shm.lane.stats().claim_tail > 8 * (64 << 10),
+        shm.lane().stats().claim_tail > 8 * (64 << 10),
         "the test laps the ring many times"
     );
 }
@@ -555,7 +555,7 @@ fn a_copy_into_a_claim_refuses_what_it_cannot_write() {
     use snapbus_bus::mem::LaneMem;
     let shm = ShmLane::create("runs-refusals", &LANE_CONFIG).expect("lane");
     let reading = ShmLane::open(shm.read_only_fd().expect("fd")).expect("read-only mapping");
-    let mem = shm.lane.mem();
+    let mem = shm.lane().mem();
     let end = mem.len_words() * 8;
     let word = |i: usize| {
         mem.get(i)
@@ -571,7 +571,7 @@ fn a_copy_into_a_claim_refuses_what_it_cannot_write() {
         assert!(!mem.copy_into_claim(end - 8, &[7; 9]));
         assert!(!mem.copy_into_claim(usize::MAX - 7, &[7; 9]));
         // A read-only mapping.
-        assert!(!reading.lane.mem().copy_into_claim(end - 64, &[7; 8]));
+        assert!(!reading.lane().mem().copy_into_claim(end - 64, &[7; 8]));
     }
     assert!(
         (end / 8 - 8..end / 8).all(|i| word(i) == 0),

@@ -14,8 +14,8 @@ use snapbus_bus::runtime::BusDir;
 use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
 use snapbus_bus::subscriber::{
-    self, BatchReads, Event, Glob, InPlaceEvent, RingPayload, SubscribeError, SubscribeOptions,
-    Subscriber,
+    self, BatchReads, Event, Glob, InPlaceEvent, RecordRef, RingPayload, SubscribeError,
+    SubscribeOptions, Subscriber,
 };
 use thiserror::Error;
 
@@ -561,14 +561,14 @@ impl<C: Consumer + ?Sized> InPlaceState<'_, C> {
     /// Hands one event of an in-place read to the consumer's hooks.
     fn on_event(&mut self, ev: InPlaceEvent<'_, Read>) -> Result<Flow, HookError> {
         match ev {
-            InPlaceEvent::Record {
+            InPlaceEvent::Record(RecordRef {
                 producer_id,
                 producer,
                 schema,
                 emitter,
                 meta,
-                value,
-            } => {
+                payload: value,
+            }) => {
                 let mut record = Record {
                     producer_id,
                     producer: Producer::from(producer),

@@ -229,7 +229,7 @@ fn extraction_from_the_ring_equals_extraction_from_a_copy() {
 
     use snapbus_bus::Level;
     use snapbus_bus::lane::StartAt;
-    use snapbus_bus::subscriber::{Event, InPlaceEvent, SubscribeOptions, Subscriber};
+    use snapbus_bus::subscriber::{Event, InPlaceEvent, RecordRef, SubscribeOptions, Subscriber};
     use snapbus_consumers::fields::Malformed;
 
     let bus = crate::runtime::Bus::start("fields-ring");
@@ -296,7 +296,7 @@ fn extraction_from_the_ring_equals_extraction_from_a_copy() {
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record { value, .. }) => {
+            Some(InPlaceEvent::Record(RecordRef { payload: value, .. })) => {
                 for (in_ring, from_copy) in value {
                     // NaN is not equal to itself: compare the bits.
                     let bits = |o: &Out| {

@@ -126,7 +126,7 @@ impl Broker {
     /// keep nothing).
     pub(super) fn read_counters(&mut self, now: Instant) {
         for p in self.producers.values_mut() {
-            p.counter.read(p.lane.lane.stats().frames_committed, now);
+            p.counter.read(p.lane.lane().stats().frames_committed, now);
         }
     }
 }
@@ -147,7 +147,7 @@ fn rate_hz(writing: bool, recent: u64, first_recent: u64, at_nanos: u64) -> f64 
 
 /// Producer `p` as `ls` shows it at `now`: counters read now, the history from its last census.
 fn producer_state(p: &Producer, now: Instant) -> ProducerState {
-    let stats = p.lane.lane.stats();
+    let stats = p.lane.lane().stats();
     let census = p.census.as_ref();
     let span = census.and_then(|c| c.span);
     ProducerState {
@@ -161,7 +161,7 @@ fn producer_state(p: &Producer, now: Instant) -> ProducerState {
             0.0
         },
         dropped: stats.dropped_wrap + stats.dropped_oversize + stats.aborted,
-        lane_bytes: p.lane.lane.geometry().capacity,
+        lane_bytes: p.lane.lane().geometry().capacity,
         history_secs: span.map_or(0.0, |s| {
             s.newest_nanos.saturating_sub(s.oldest_nanos) as f64 / 1e9
         }),
@@ -209,16 +209,16 @@ fn count_schemas(p: &mut Producer, schemas: &mut HashMap<(String, u32, u64), Sch
 /// oldest record still readable; 0 while the cursor's record is intact or its expected number
 /// is unknown).
 fn behind(lane: &ShmLane, cur: &LaneCursor) -> (u64, u64) {
-    let tail = lane.lane.stats().claim_tail;
+    let tail = lane.lane().stats().claim_tail;
     let lag = tail.saturating_sub(cur.position);
-    let cap = lane.lane.geometry().capacity;
+    let cap = lane.lane().geometry().capacity;
     let Some(expected) = cur.expected_seq else {
         return (lag, 0);
     };
     if lag <= cap {
         return (lag, 0);
     }
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     r.set_writer_gone(true);
     for _ in 0..64 {
         match r.read_in_place(|m, _| m.seq) {

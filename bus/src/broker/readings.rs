@@ -101,7 +101,7 @@ pub(super) struct Span {
 pub(super) fn ring_census(lane: &ShmLane, at: Instant, at_nanos: u64) -> RingCensus {
     let mut schemas: HashMap<u16, SchemaCount> = HashMap::new();
     let mut span: Option<Span> = None;
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     r.set_writer_gone(true);
     let since = at_nanos.saturating_sub(RATE_WINDOW_NANOS);
     // Bounded: a 64 MiB ring holds at most ~1.7 M frames.

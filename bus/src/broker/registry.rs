@@ -81,7 +81,7 @@ impl Broker {
             Ok(l) => l,
             Err(e) => return refuse(&conn, format!("lane refused: {e}")),
         };
-        if lane.lane.geometry().salt != info.lane_id {
+        if lane.lane().geometry().salt != info.lane_id {
             return refuse(&conn, "lane id does not match the lane".into());
         }
         // The kernel's word for who is on the other end, not the message's.
@@ -119,17 +119,17 @@ impl Broker {
             // Gone before it could be welcomed (a short-lived process, e.g. a forked worker
             // that emitted and exited): its lane still holds what it wrote, so it is kept and
             // handed to consumers like any other.
-            let state = if lane.lane.stats().state == Some(LaneState::Closed) {
+            let state = if lane.lane().stats().state == Some(LaneState::Closed) {
                 ProducerStatus::Closed
             } else if pidfd.as_ref().is_none_or(has_exited) {
-                lane.lane.mark_dead();
+                lane.lane().mark_dead();
                 ProducerStatus::Dead
             } else {
                 ProducerStatus::Disconnected
             };
             (None, state, Some(Instant::now()))
         };
-        let counter = Counter::new(lane.lane.stats().frames_committed, Instant::now());
+        let counter = Counter::new(lane.lane().stats().frames_committed, Instant::now());
         let entry = Producer {
             counter,
             census: None,
@@ -287,7 +287,7 @@ impl Broker {
         p.conn = None;
         p.gone_at = Some(Instant::now());
         let exited = p.pidfd.as_ref().is_none_or(has_exited);
-        let closed = p.lane.lane.stats().state == Some(LaneState::Closed);
+        let closed = p.lane.lane().stats().state == Some(LaneState::Closed);
         if closed {
             p.status = ProducerStatus::Closed;
         } else if exited {
@@ -313,11 +313,11 @@ impl Broker {
         };
         p.conn = None;
         p.gone_at.get_or_insert_with(Instant::now);
-        if p.lane.lane.stats().state == Some(LaneState::Closed) {
+        if p.lane.lane().stats().state == Some(LaneState::Closed) {
             p.status = ProducerStatus::Closed;
             return;
         }
-        p.lane.lane.mark_dead();
+        p.lane.lane().mark_dead();
         p.status = ProducerStatus::Dead;
         crate::say!(
             "snapbus broker: producer {} '{}' (pid {}) died",

@@ -28,12 +28,18 @@
 
 use snapbus_schemas::EncodeError;
 
+mod run;
+pub(super) use run::write_run;
+pub use run::{RUN_RECORDS, RunWritten};
+
 use super::layout::{
     BUSY, FRAME_HEADER_LEN, FRAME_HEADER_WORDS, FrameKind, Geometry, LaneState, align_frame, fw,
     pack_len_meta, pack_schema, word,
 };
 use super::{Lane, RecordMeta, now_realtime_nanos};
 use crate::mem::LaneMem;
+#[cfg(not(loom))]
+use crate::mem::PlainMem;
 use crate::sync::{AtomicU64, ClaimLock, Ordering, fence};
 use crate::testpoint;
 
@@ -108,7 +114,7 @@ pub(super) struct Local {
 impl Local {
     /// Reserves room for a record at time `now` (CLOCK_REALTIME nanoseconds, read inside the
     /// gate; raised to the last time handed out so times never go backwards). Inlined into
-    /// the claim (out of line, a call from every emit: 19–35 instructions more per record).
+    /// the claim (out of line, it is a call, and its spills, on every emit).
     /// `None`: the record is larger than the lane's largest frame.
     #[inline]
     fn reserve(&mut self, geo: &Geometry, payload_len: usize, now: u64) -> Option<Reservation> {
@@ -284,172 +290,6 @@ pub(super) fn claim_frame<'w, M: LaneMem, G: ClaimGate<'w, M>>(
         inflight,
         done: false,
     })
-}
-
-/// Most records one run ([`SharedLaneWriter::write_run`](super::SharedLaneWriter::write_run)) claims in one pass through the claim gate.
-pub const RUN_RECORDS: usize = 64;
-
-/// How a run of records ended: how many were written (from the first), and why the run
-/// stopped before the next one, if it was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunWritten {
-    /// Sequence number of the first record written (meaningless when `written` is 0).
-    pub first_seq: u64,
-    /// Records written and committed, from the first of the slice.
-    pub written: usize,
-    /// Why the record after them was not written (counted by the lane as for a single
-    /// claim; that record is consumed: a caller goes on with the one after it). `None`: the
-    /// run ended at [`RUN_RECORDS`], at the end of the slice, or at the run's span limit.
-    pub refused: Option<ClaimError>,
-}
-
-/// Claims, fills and commits a run of records with the same metadata, `payloads` from the
-/// first, with **one** pass through the gate: one clock read (the records share a
-/// timestamp), one tail intent, one lock for a shared writer; then per record the same steps
-/// 2–4 as a single claim (pad, header, BUSY, payload, anchors, commit), in order. A run takes
-/// at most [`RUN_RECORDS`] records and spans at most `max_frame` bytes (a run is never more
-/// of a jump for readers' lap checks than one largest frame); it always takes at least one
-/// record unless that record is refused. `fill(lane, start, payload)` writes a frame's payload
-/// at position `start`.
-///
-/// The gate is passed once for the whole run: every record is checked against the lap limit
-/// read once ([`ClaimGate::lap_limit`]; the records' ends only grow, and claims retired
-/// meanwhile only raise the limit) and the local state takes the run's end and sequence
-/// numbers at once, so the protocol a reader sees is unchanged: a run is records claimed back
-/// to back, none of which another claim can interleave. Placements are not kept: the writing
-/// pass places each record again (its pad, start and end: a few instructions), where keeping
-/// them in an array cost six stores and loads a record (with the header looked up once per
-/// frame and no kibibyte of stack initialised per run, the shared writer's `write_run` of 64 B
-/// records went from 70–76 to 89–93 M records/s, one thread: BENCHMARKS.md, issue #21).
-///
-/// Only the run's first record takes an in-flight slot, retired after the last record is
-/// committed: the lap guard of any other claim stops at it, so no claim can lap a record of
-/// the run while the run is being written (the run's records all start after the first,
-/// within `max_frame`), and a run pays one slot store and one retire, not one per record. A
-/// shared writer counts the run's records as committed once, under the lock. A writer that
-/// dies mid-run leaves its committed records readable, a BUSY frame (a hole) and the rest of
-/// its claimed range unwritten (skipped like a claim that died before its header,
-/// `after_intent`).
-///
-/// `payloads` are the records' bytes, resolved before the gate was taken (at most
-/// [`RUN_RECORDS`]: the rest is ignored). Nothing after the gate is dropped can panic (the
-/// copies are of the lengths reserved), so every record admitted is committed and retired.
-#[inline(always)]
-pub(super) fn write_run<'w, M, G>(
-    lane: &'w Lane<M>,
-    mut gate: G,
-    meta: RecordMeta,
-    payloads: &[&[u8]],
-    mut fill: impl FnMut(&'w Lane<M>, u64, &[u8]),
-) -> RunWritten
-where
-    M: LaneMem,
-    G: ClaimGate<'w, M>,
-{
-    let payloads = &payloads[..payloads.len().min(RUN_RECORDS)];
-    if gate.local().closed {
-        return RunWritten {
-            first_seq: 0,
-            written: 0,
-            refused: Some(ClaimError::Closed),
-        };
-    }
-    let now = now_realtime_nanos();
-    let limit = gate.lap_limit(lane).unwrap_or(u64::MAX);
-    let geo = lane.geo;
-    let local = gate.local();
-    let first_seq = local.seq;
-    let from = local.tail;
-    // The records share the run's time, raised to the last one handed out.
-    let t_nanos = now.max(local.last_t);
-    // How many records the run takes and where it ends: each record placed as a single
-    // claim would be (a pad before one that would cross the physical end), checked against
-    // the largest frame, the run's span and the lap guard. Nothing is stored per record: the
-    // writing pass below places them again (a few instructions each), where keeping the
-    // placements in an array cost a store and a load of six words per record.
-    let mut end = from;
-    let mut first_start = from;
-    let mut n = 0usize;
-    let mut refused = None;
-    for p in payloads {
-        let aligned = align_frame(FRAME_HEADER_LEN as u64 + p.len() as u64);
-        if aligned > geo.max_frame {
-            // The refused record is consumed (its caller goes on after it).
-            refused = Some(oversize(lane, p.len()));
-            break;
-        }
-        let (_, start) = place(&geo, end, aligned);
-        let e = start + aligned;
-        if n > 0 && e - from > geo.max_frame {
-            break;
-        }
-        if e > limit {
-            refused = Some(lapped(lane));
-            break;
-        }
-        if n == 0 {
-            first_start = start;
-        }
-        end = e;
-        n += 1;
-    }
-    if n == 0 {
-        return RunWritten {
-            first_seq,
-            written: 0,
-            refused,
-        };
-    }
-    local.tail = end;
-    local.seq += n as u64;
-    local.last_t = t_nanos;
-    let inflight = gate.register(first_seq, first_start);
-    gate.count_admitted(lane, n);
-    lane.publish_intent(end);
-    drop(gate);
-    let mut pos = from;
-    for (i, &payload) in payloads[..n].iter().enumerate() {
-        let frame_len = FRAME_HEADER_LEN as u64 + payload.len() as u64;
-        let aligned = align_frame(frame_len);
-        let (pad_len, start) = place(&geo, pos, aligned);
-        if pad_len > 0 {
-            lane.write_pad(pos, pad_len);
-        }
-        if i == 0 {
-            testpoint::hit("after_intent");
-        }
-        let h = lane.begin_frame(
-            start,
-            frame_len,
-            FrameKind::Data,
-            meta,
-            first_seq + i as u64,
-            t_nanos,
-        );
-        if i == 1 {
-            testpoint::hit("run_after_busy");
-        }
-        fill(lane, start, payload);
-        // `finish_frame`, with the header already at hand.
-        lane.store_anchors(start, start + aligned);
-        h[fw::COMMIT].store(geo.tag(start), Ordering::Release);
-        if i == 0 && n > 1 {
-            testpoint::hit("run_after_first_commit");
-        }
-        pos = start + aligned;
-    }
-    if inflight.is_none() {
-        // The single writer: counted once the run is committed (a load and a store; during a
-        // run the counter lags by the run's records, and a writer killed mid-run leaves them
-        // uncounted, as a single claim killed before its count).
-        lane.count_committed(n as u64);
-    }
-    release_inflight(inflight, first_seq);
-    RunWritten {
-        first_seq,
-        written: n,
-        refused,
-    }
 }
 
 impl<M: LaneMem> Lane<M> {
@@ -637,7 +477,7 @@ fn release_inflight(inflight: Option<Inflight<'_>>, seq: u64) {
     match inflight {
         Some(Inflight::Slot(slot, _)) => slot.store(RETIRED, Ordering::Release),
         Some(Inflight::Overflow(state)) => {
-            state.lock().overflow.retain(|&(s, _)| s != seq);
+            state.lock().overflow.retain(|o| o.seq != seq);
         }
         None => {}
     }
@@ -659,20 +499,28 @@ impl<M: LaneMem> Drop for Claim<'_, M> {
     }
 }
 
-#[cfg(not(loom))]
-impl Claim<'_, crate::mem::ShmMem> {
-    /// The payload bytes, in the ring. No one else writes them until commit (readers may load
-    /// their old contents meanwhile, and discard what they loaded once they see the claim).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        // SAFETY: this claim is the frame at `start`, uncommitted, with `payload_len` payload
-        // bytes, and `&mut self` keeps a second slice of it from being made while this one
-        // lives (see `claimed_payload_mut`).
-        unsafe { self.lane.claimed_payload_mut(self.start, self.payload_len) }
-    }
+// `Claim::payload_mut` for each memory a writer can store into plainly.
+macro_rules! payload_mut {
+    ($mem:ty) => {
+        #[cfg(not(loom))]
+        impl Claim<'_, $mem> {
+            /// The payload bytes, in the ring, to write in place. No one else writes them until
+            /// commit (readers may load their old contents meanwhile, and discard what they
+            /// loaded once they see the claim).
+            pub fn payload_mut(&mut self) -> &mut [u8] {
+                // SAFETY: this claim is the frame at `start`, uncommitted, with `payload_len`
+                // payload bytes, and `&mut self` keeps a second slice of it from being made
+                // while this one lives (see `claimed_payload_mut`).
+                unsafe { self.lane.claimed_payload_mut(self.start, self.payload_len) }
+            }
+        }
+    };
 }
+payload_mut!(crate::mem::ShmMem);
+payload_mut!(crate::mem::HeapMem);
 
 #[cfg(not(loom))]
-impl Lane<crate::mem::ShmMem> {
+impl<M: PlainMem> Lane<M> {
     /// The payload bytes of the frame claimed at `start`, `len` of them, in the ring.
     ///
     /// # Safety
@@ -689,12 +537,14 @@ impl Lane<crate::mem::ShmMem> {
         //   ranges, the lap guard (shared writer) and `&mut` (single writer) keep any later
         //   claim from reaching these bytes while the claim lives, the caller makes one slice
         //   of them at a time, and readers in this process only use atomic loads and never
-        //   form references to lane memory;
+        //   form references to lane memory (their loads may race with the stores made through
+        //   the slice, which they discard: the `mem` module's seqlock caveat);
         // - frames never cross the physical end of the ring, so `off + len` is within the
-        //   mapping (`Geometry` places the data area inside the segment), which stays mapped
-        //   while `self` (borrowed for the slice's lifetime) lives;
-        // - the mapping is writable: only the creator holds a writer (`Lane::writer` checks).
-        unsafe { std::slice::from_raw_parts_mut(self.mem.base().add(off), len) }
+        //   memory (`Geometry` places the data area inside the segment or heap words), which
+        //   stays allocated while `self` (borrowed for the slice's lifetime) lives;
+        // - the memory is writable: only the creator holds a writer (`Lane::writer` checks),
+        //   and `plain_base` has the provenance of all of it.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.plain_base().add(off), len) }
     }
 }
 
@@ -726,6 +576,13 @@ pub(super) struct SharedLocal {
     /// in order (so the first one in flight has the smallest start of all).
     pub(super) oldest: u64,
     /// Claims that found their slot still owned by a claim `INFLIGHT_SLOTS` older (a thread
-    /// stopped mid-record): `(seq, start)`, retired under the lock.
-    pub(super) overflow: Vec<(u64, u64)>,
+    /// stopped mid-record), retired under the lock.
+    pub(super) overflow: Vec<Overflowed>,
+}
+
+/// A claim in flight without a slot of its own ([`SharedLocal::overflow`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Overflowed {
+    pub(super) seq: u64,
+    pub(super) start: u64,
 }

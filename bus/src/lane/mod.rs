@@ -5,20 +5,25 @@ mod cursor;
 pub mod layout;
 mod reader;
 mod set;
+mod view;
 mod writer;
 
 use std::sync::Arc;
 
 pub use claim::{Claim, ClaimError, RUN_RECORDS, RunWritten, WriteError};
-pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, PayloadView, ReaderStats, StartAt};
+pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, ReaderStats, StartAt};
 pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
 pub use reader::{Frame, LaneReader, LaneStats, NoFrame, Poll};
+#[doc(hidden)]
 pub use set::ReaderSet;
+pub use view::PayloadView;
 pub use writer::{LaneWriter, SharedLaneWriter};
 
 use layout::{ENDIAN_MARK, FRAME_HEADER_WORDS, INIT_DONE, LANE_MAGIC, LAYOUT_VERSION, word};
 
-use crate::mem::{HeapMem, LaneMem};
+#[cfg(not(loom))]
+pub use crate::mem::ShmMem;
+pub use crate::mem::{HeapMem, LaneMem};
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a record says about itself besides its payload.
@@ -321,7 +326,7 @@ impl<M: LaneMem> Lane<M> {
 
 #[cfg(not(loom))]
 mod shm_lane {
-    use std::os::fd::OwnedFd;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
     use std::sync::Arc;
 
     use super::{Lane, LaneConfig, LaneOpenError, geometry_of, random_salt};
@@ -330,13 +335,21 @@ mod shm_lane {
 
     /// A lane in shared memory, with the segment that holds it.
     pub struct ShmLane {
-        /// The lane.
-        pub lane: Arc<Lane<ShmMem>>,
-        /// The segment's fd (pass it to readers).
-        pub fd: OwnedFd,
+        lane: Arc<Lane<ShmMem>>,
+        fd: OwnedFd,
     }
 
     impl ShmLane {
+        /// The lane.
+        pub fn lane(&self) -> &Arc<Lane<ShmMem>> {
+            &self.lane
+        }
+
+        /// The segment's fd (pass it to readers).
+        pub fn fd(&self) -> BorrowedFd<'_> {
+            self.fd.as_fd()
+        }
+
         /// Creates a lane in a new sealed memfd, mapped read-write by this process.
         pub fn create(name: &str, config: &LaneConfig) -> Result<ShmLane, LaneOpenError> {
             let salt = random_salt();

@@ -214,7 +214,7 @@ impl Publisher {
         crate::doorbell::register_producer();
         let lane = ShmLane::create("snapbus-lane", &config.lane)?;
         let writer = lane
-            .lane
+            .lane()
             .shared_writer()
             .ok_or_else(|| LaneOpenError::Segment("lane mapped read-only".into()))?;
         let mut catalog = CatalogWriter::create()?;
@@ -231,11 +231,11 @@ impl Publisher {
             cmdline,
             session_tag: config.session_tag.clone(),
             perf_tag: config.perf_tag.clone(),
-            lane_id: lane.lane.geometry().salt,
+            lane_id: lane.lane().geometry().salt,
             started_nanos: now_realtime_nanos(),
         };
         let streams = crate::stream::worth_streaming(
-            usize::try_from(lane.lane.geometry().capacity).unwrap_or(usize::MAX),
+            usize::try_from(lane.lane().geometry().capacity).unwrap_or(usize::MAX),
         );
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -409,7 +409,7 @@ impl Publisher {
             };
         };
         let inner = &p.inner;
-        let lane = inner.lane.lane.stats();
+        let lane = inner.lane.lane().stats();
         let encode_errors = inner.encode_errors.load(Ordering::Relaxed);
         PublisherStats {
             // Counted at claim time; aborted claims (encode errors) are taken back.
@@ -547,7 +547,7 @@ fn serve(inner: &Inner, mut conn: Conn) -> Ended {
         info: inner.info.clone(),
         previous_id: (previous != 0).then_some(previous),
     };
-    let sent = conn.send(&hello, &[inner.lane.fd.as_fd(), keys.catalog.fd()]);
+    let sent = conn.send(&hello, &[inner.lane.fd().as_fd(), keys.catalog.fd()]);
     drop(keys);
     if sent.is_err() {
         return Ended::Other;

@@ -359,9 +359,9 @@ fn producer() {
         (Arc::new(open_bells(&path)), mask)
     });
     let mut w = if env_str("MP_WRITER").as_deref() == Some("shared") {
-        Writer::Shared(lane.lane.shared_writer().expect("writer"), bells)
+        Writer::Shared(lane.lane().shared_writer().expect("writer"), bells)
     } else {
-        let mut w = lane.lane.writer().expect("writer");
+        let mut w = lane.lane().writer().expect("writer");
         w.set_doorbells(bells);
         Writer::Single(w)
     };
@@ -379,7 +379,7 @@ fn producer() {
     println!(
         "{PREFIX}ready pid={} fd={}",
         std::process::id(),
-        lane.fd.as_raw_fd()
+        lane.fd().as_raw_fd()
     );
     let mut seq = 0u64;
     let mut errors = 0u64;
@@ -433,7 +433,7 @@ fn producer() {
             Some("close") => {
                 w.close();
                 w.ring();
-                let stats = lane.lane.stats();
+                let stats = lane.lane().stats();
                 println!(
                     "{PREFIX}closed total={seq} errors={errors} committed={}",
                     stats.frames_committed
@@ -460,7 +460,7 @@ fn reader() {
     // Print `progress delivered=<n>` whenever the count of delivered records reaches a
     // multiple of this (the paced stream waits for it before writing more).
     let progress = env_u64("MP_PROGRESS").filter(|&k| k > 0);
-    let mut r = lane.lane.reader(StartAt::Oldest);
+    let mut r = lane.lane().reader(StartAt::Oldest);
     let mut chk = Checker::default();
     let (mut idle_empty, mut idle_pending) = (0u64, 0u64);
     println!("{PREFIX}ready");
@@ -510,10 +510,10 @@ fn reader() {
 /// picks the tail). Every mode also writes a random state word.
 fn garbage_writer() {
     let lane = ShmLane::create("snapbus-mp-garbage", &lane_config()).expect("create lane");
-    let mut w = lane.lane.writer().expect("writer");
+    let mut w = lane.lane().writer().expect("writer");
     let valid = env_u64("MP_VALID").unwrap_or(1000);
     let mut buf = Vec::new();
-    let max_payload = lane.lane.geometry().max_frame as usize - FRAME_HEADER as usize;
+    let max_payload = lane.lane().geometry().max_frame as usize - FRAME_HEADER as usize;
     let mut last_len = 0;
     for seq in 0..valid {
         // Keep records within the lane's largest frame (no 64 KiB ones in a small lane).
@@ -524,8 +524,8 @@ fn garbage_writer() {
         last_len = len as u64;
     }
     let mut rng = Rng(env_u64("MP_SEED").unwrap_or(1));
-    let g = *lane.lane.geometry();
-    let mem = lane.lane.mem();
+    let g = *lane.lane().geometry();
+    let mem = lane.lane().mem();
     let store = |word: usize, v: u64| {
         if let Some(a) = mem.get(word) {
             a.store(v, Ordering::Relaxed);
@@ -534,7 +534,7 @@ fn garbage_writer() {
     const CLAIM_TAIL: usize = 128 / 8;
     const STATE: usize = 256 / 8;
     const FINAL_TAIL: usize = 264 / 8;
-    let tail = lane.lane.stats().claim_tail;
+    let tail = lane.lane().stats().claim_tail;
     let first = 4096 / 8; // anchors, then data
     let words = mem.len_words() - first;
     let data_word = |pos: u64| ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
@@ -618,7 +618,7 @@ fn garbage_writer() {
     println!(
         "{PREFIX}ready pid={} fd={} mode={mode}",
         std::process::id(),
-        lane.fd.as_raw_fd()
+        lane.fd().as_raw_fd()
     );
     // Keep the lane (and this process) alive until the test closes stdin.
     for line in std::io::stdin().lock().lines() {
@@ -641,7 +641,7 @@ fn garbage_reader() {
         "latest" => StartAt::Latest,
         _ => StartAt::Time(rng.below(2) * rng.next()),
     };
-    let mut r = lane.lane.reader(start);
+    let mut r = lane.lane().reader(start);
     if rng.below(2) == 0 {
         r.set_writer_gone(true);
     } else {
@@ -659,7 +659,7 @@ fn garbage_reader() {
                     order_err += 1;
                 }
                 last = Some(f.meta.seq);
-                assert!(f.payload.len() as u64 <= lane.lane.geometry().max_frame);
+                assert!(f.payload.len() as u64 <= lane.lane().geometry().max_frame);
             }
             Poll::Lagged(_) => kinds[1] += 1,
             Poll::Pending => kinds[2] += 1,
@@ -713,7 +713,7 @@ fn open_check() {
         match result {
             Ok(lane) => {
                 // A lane that opens must also be readable without trouble.
-                let mut r = lane.lane.reader(StartAt::Oldest);
+                let mut r = lane.lane().reader(StartAt::Oldest);
                 let mut n = 0;
                 while let Poll::Frame(_) | Poll::Lagged(_) = r.poll() {
                     n += 1;

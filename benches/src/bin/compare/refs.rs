@@ -89,8 +89,11 @@ pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
 /// The word both processes write: the first of the lane's data area (a fresh lane's data is
 /// never written by a lane writer here; the lane is only a shared, sealed memfd).
 fn shared_word(lane: &ShmLane) -> Result<&AtomicU64> {
-    let word = lane.lane.geometry().data_off as usize / 8;
-    lane.lane.mem().get(word).context("word out of the mapping")
+    let word = lane.lane().geometry().data_off as usize / 8;
+    lane.lane()
+        .mem()
+        .get(word)
+        .context("word out of the mapping")
 }
 
 /// A value the pong side never answers: stop.
@@ -112,7 +115,7 @@ pub(crate) fn ping(cpu: Option<usize>, secs: f64) -> Result<()> {
     say(&format!(
         "ready {}:{}",
         std::process::id(),
-        lane.fd.as_raw_fd()
+        lane.fd().as_raw_fd()
     ))?;
     // The pong side says hello by writing 2.
     let t0 = mono_nanos();

@@ -12,7 +12,8 @@ use snapbus_bus::lane::{LaneConfig, StartAt};
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{
-    BatchReads, Event, InPlaceEvent, InPlaceRecord, RingPayload, SubscribeOptions, Subscriber,
+    BatchReads, Event, InPlaceEvent, InPlaceRecord, RecordRef, RingPayload, SubscribeOptions,
+    Subscriber,
 };
 use snapbus_schemas::{Bytes, Snapshot};
 
@@ -169,12 +170,12 @@ fn consume_in_place(
         let read =
             |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch));
         match sub.next_in_place(timeout, read)? {
-            Some(InPlaceEvent::Record {
+            Some(InPlaceEvent::Record(RecordRef {
                 producer_id,
                 producer,
-                value,
+                payload: value,
                 ..
-            }) if Some(producer_id) == ours || producer.name == name => {
+            })) if Some(producer_id) == ours || producer.name == name => {
                 ours = Some(producer_id);
                 idle_since = None;
                 if !tally.on_head(value) {
@@ -221,12 +222,12 @@ fn consume_drained(
             |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch)),
             #[inline(always)]
             |ev| match ev {
-                InPlaceEvent::Record {
+                InPlaceEvent::Record(RecordRef {
                     producer_id,
                     producer,
-                    value,
+                    payload: value,
                     ..
-                } if Some(producer_id) == ours || producer.name == name => {
+                }) if Some(producer_id) == ours || producer.name == name => {
                     ours = Some(producer_id);
                     if tally.on_head(value) {
                         ControlFlow::Continue(())
