@@ -6,7 +6,7 @@
 //!   (ring resident in L2), plus `write_bytes` with a doorbell subscribed (the producer's
 //!   `fence(SeqCst)` + load per record; nobody asleep, so never a syscall);
 //! - `lane_write/64B/run`: `LaneWriter::write_run` of 64 records of 64 bytes in one claim,
-//!   and `SharedLaneWriter::write_run` (what `Publisher::emit_many_raw` does: the claim lock,
+//!   and `SharedLaneWriter::write_run` (what `Publisher::emit_many` does: the claim lock,
 //!   the lap guard, one in-flight slot per run), throughput per record;
 //! - `lane_write/parts`: the pieces of a claim measured alone: `claim` + `commit` without
 //!   touching the payload, the CLOCK_REALTIME read each claim makes (`now_realtime_nanos`), and
@@ -84,7 +84,7 @@ fn write(c: &mut Criterion) {
 
     g.finish();
 
-    // A run of 64 records in one claim (`write_run`, what `emit_many_raw` does): per record.
+    // A run of 64 records in one claim (`write_run`, what `emit_many` does): per record.
     let mut g = c.benchmark_group("lane_write/64B/run");
     configure(&mut g);
     g.throughput(Throughput::Elements(RUN_RECORDS as u64));

@@ -22,7 +22,7 @@
 //!     publisher on an in-process broker (a thread of this process), default 64 MiB lane as
 //!     `snapbus replay` uses; no consumer, so the lane is overwritten and never blocks;
 //!   - `read only`: the same file through `RecordingReader`, every item taken, nothing emitted;
-//!   - `emit_raw only`: the same 200,000 payloads from memory through `Publisher::emit_raw`
+//!   - `emit_raw only`: the same 200,000 payloads from memory through `Publisher::emit_with`
 //!     (the replay's emit cost without the file).
 //!
 //!   Throughput in elements (events/s; issue target for `replay`: ≥ 5 M/s).
@@ -297,7 +297,9 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
     g.bench_function("emit_raw only", |b| {
         b.iter(|| {
             for payload in events.iter() {
-                publisher.emit_raw(meta, payload).unwrap();
+                publisher
+                    .emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))
+                    .unwrap();
             }
         })
     });

@@ -1,5 +1,5 @@
 //! The smallest `emit_many` pair across processes, without the `compare` harness: a producer
-//! (this process, CPU 0, with an in-process broker) calls `Publisher::emit_many_raw` with
+//! (this process, CPU 0, with an in-process broker) calls `Publisher::emit_many` with
 //! 1,024 records of 72 bytes (what `compare --size 64` sends: an 8-byte length, then the
 //! message) for 2 s; a consumer process (this binary again, CPU 1) reads them in batches
 //! with `Subscriber::drain_in_place` (`BatchReads::default()`), checking each record's
@@ -194,7 +194,7 @@ fn main() -> Result<()> {
             p[64..72].copy_from_slice(&sent.to_le_bytes());
             sent += 1;
         }
-        publisher.emit_many_raw(meta, &payloads)?;
+        publisher.emit_many(meta, &payloads)?;
     }
     let ns = t0.elapsed().as_nanos() as f64 / sent as f64;
     publisher.close();

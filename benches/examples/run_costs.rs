@@ -5,7 +5,7 @@
 //! (`drain`: sixty rounds of three quarters of the ring), printing ns per record:
 //!
 //! - `write`: `SharedLaneWriter::write_run` of 64 records at a time into a lane (no bus);
-//! - `emit`: `Publisher::emit_many_raw` of 1,024 records at a time (an in-process broker);
+//! - `emit`: `Publisher::emit_many` of 1,024 records at a time (an in-process broker);
 //! - `read`: `LaneReader::read_in_place` of a lane filled first, one word of each record read;
 //! - `drain`: `Subscriber::drain_in_place` of records emitted just before, three words of each
 //!   read (what `compare`'s consumer reads), the same process emitting and draining in turns;
@@ -33,7 +33,7 @@ use snapbus_bus::subscriber::{InPlaceEvent, RecordRef, Subscriber};
 
 const META: RecordMeta = snapbus_benches::LANE_META;
 
-/// Records per `emit_many_raw` call, as `compare`'s 64 KiB batches of 64 B messages.
+/// Records per `emit_many` call, as `compare`'s 64 KiB batches of 64 B messages.
 const EMIT_BATCH: usize = 1024;
 
 /// Frame header bytes before a payload (the lane's layout).
@@ -158,11 +158,11 @@ fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> 
             let mut n = 0u64;
             while t.elapsed() < Duration::from_secs(1) {
                 for _ in 0..16 {
-                    publisher.emit_many_raw(meta, &batch)?;
+                    publisher.emit_many(meta, &batch)?;
                     n += EMIT_BATCH as u64;
                 }
             }
-            report("emit_many_raw", round, n, t.elapsed());
+            report("emit_many", round, n, t.elapsed());
         }
     } else {
         let mut sub = Subscriber::connect(
@@ -173,7 +173,7 @@ fn on_bus(mode: &str, config: LaneConfig, run: &[&[u8]], frame_bytes: usize) -> 
         let per_round = (config.capacity / frame_bytes) * 3 / 4 / EMIT_BATCH * EMIT_BATCH;
         for round in 0..60 {
             for _ in 0..per_round / EMIT_BATCH {
-                publisher.emit_many_raw(meta, &batch)?;
+                publisher.emit_many(meta, &batch)?;
             }
             let mut n = 0usize;
             let mut sum = 0u64;

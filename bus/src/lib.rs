@@ -17,9 +17,9 @@
 //!   64-bit sequence numbers). The same holds for reads in place
 //!   ([`Subscriber::next_in_place`](subscriber::Subscriber::next_in_place): what the closure
 //!   made of a frame overwritten while it ran is dropped) and writes in place
-//!   ([`Publisher::emit_in_place`](publisher::Publisher::emit_in_place): readers see a loan
+//!   ([`Publisher::emit_with`](publisher::Publisher::emit_with): readers see a loan
 //!   only once committed; a loan given up is skipped, not lost), and runs of records written
-//!   in one claim ([`Publisher::emit_many_raw`](publisher::Publisher::emit_many_raw): each
+//!   in one claim ([`Publisher::emit_many`](publisher::Publisher::emit_many): each
 //!   record is still framed and committed on its own; a writer killed mid-run leaves the
 //!   records it committed readable and the rest of the run a counted hole).
 //! - **Shared memory is untrusted.** Every header word, length and offset is bounds-checked;
@@ -90,6 +90,7 @@ pub mod say;
 mod segment;
 #[cfg(not(loom))]
 pub mod status;
+#[doc(hidden)]
 pub mod stream;
 #[cfg(not(loom))]
 pub mod subscriber;

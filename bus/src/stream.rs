@@ -1,13 +1,13 @@
 //! Copies of payloads into a lane: large ones bypass the caches, small ones are inlined.
 //!
-//! The default lane is larger than the last-level cache (64 MiB against this machine's 32 MiB
-//! L3), so a plain copy of a large payload first reads every destination line it is about to
-//! overwrite (a read-for-ownership), then evicts it again: twice the memory traffic the
-//! payload needs. Non-temporal stores write whole lines without reading them. They only pay
-//! where the destination would not stay cached anyway ([`worth_streaming`]: a lane larger than
-//! the last-level cache) and for payloads of at least [`STREAM_MIN_BYTES`] (below that the
-//! fences cost more than they save). Measured from Python (`BENCHMARKS.md`, "Python"): a
-//! 1 MiB array into the default lane in about 60 % of the time of a plain copy.
+//! A lane larger than the last-level cache does not stay cached, so a plain copy of a large
+//! payload into it first reads every destination line it is about to overwrite (a
+//! read-for-ownership), then evicts it again: twice the memory traffic the payload needs.
+//! Non-temporal stores write whole lines without reading them. They only pay where the
+//! destination would not stay cached anyway ([`worth_streaming`]: a lane larger than the
+//! last-level cache) and for payloads of at least [`STREAM_MIN_BYTES`] (below that the fences
+//! cost more than they save). The publisher applies this policy
+//! ([`PayloadWriter`](crate::publisher::PayloadWriter)); this module is its copies.
 //!
 //! # Guarantees
 //!
@@ -24,10 +24,9 @@
 //!   of a payload ([`copy_to_lane`]) makes one of up to [`INLINE_MAX_BYTES`] with a few
 //!   inline moves, where a call into `memcpy` cost as much as the rest of a small record, and
 //!   one of [`LINES_MIN_BYTES`] or more that does not stream with [`copy_lines`]: plain
-//!   16-byte stores at 16-byte boundaries, steady where `memcpy` is not. On this machine
-//!   `memcpy` copied a 4 KiB payload 8 bytes off its source's 16-byte alignment (a 16-aligned
-//!   buffer after the lane's 40-byte frame header) into the default 64 MiB lane at under half
-//!   the speed of [`copy_lines`].
+//!   16-byte stores at 16-byte boundaries, steady where `memcpy`'s speed depends on how the
+//!   source and the frame are aligned against each other (a 16-aligned buffer is 8 bytes off
+//!   a payload after the lane's 40-byte frame header).
 //!
 //! # Example
 //!
@@ -119,11 +118,10 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 pub const INLINE_MAX_BYTES: usize = 256;
 
 /// Payloads from this size on are copied into a lane that does not stream with [`copy_lines`]
-/// rather than with `memcpy`: on this machine (AMD EPYC, Zen 4, glibc 2.36) `memcpy` (its
-/// `rep movsb`, from 2,112 bytes) ran at 0.46–0.95× the speed of [`copy_lines`] for a
-/// destination and a source 8 bytes apart from 16-byte alignment, as a payload and its source
-/// are after the lane's 40-byte frame header whenever the source is 16-aligned (4 KiB to
-/// 1 MiB, `BENCHMARKS.md`, "Copying a record into the lane").
+/// rather than with `memcpy`, whose `rep movsb` can be much slower for a destination and a
+/// source 8 bytes apart from 16-byte alignment, as a payload and its source are after the
+/// lane's 40-byte frame header whenever the source is 16-aligned (the measurements are in the
+/// benchmark runs, "Copying a record into the lane").
 pub const LINES_MIN_BYTES: usize = 2 << 10;
 
 /// From this size on [`copy_lines`] copies a source aligned as its destination with its line
@@ -137,8 +135,7 @@ pub const ALIGNED_LINES_MIN_BYTES: usize = 512 << 10;
 /// does).
 ///
 /// Small payloads are most records, and for them the call into `memcpy` and its dispatch on
-/// the size cost as much as the rest of a write: inline, a run of 64-byte records went from
-/// 71 to 77 M records/s (`lane_write/64B/run`, BENCHMARKS.md).
+/// the size can cost as much as the rest of a write (`lane_write/64B/run`).
 #[inline(always)]
 pub fn copy_to_lane(dst: &mut [u8], src: &[u8], streaming: bool) {
     assert_eq!(
@@ -164,9 +161,9 @@ pub fn copy_to_lane(dst: &mut [u8], src: &[u8], streaming: bool) {
 /// any other pair (and everything off x86-64) with `copy_from_slice`. Panics if the lengths
 /// differ.
 ///
-/// The reason is `memcpy`'s speed on this machine: its `rep movsb` is fast for a pair aligned
-/// alike and slow for a pair 8 bytes apart, and the line loop is steady at either (the
-/// figures are in `BENCHMARKS.md`, "Copying a record into the lane").
+/// The reason is `memcpy`'s speed: its `rep movsb` can be fast for a pair aligned alike and
+/// slow for a pair 8 bytes apart, and the line loop is steady at either (the benchmark runs,
+/// "Copying a record into the lane").
 #[inline(never)]
 pub fn copy_lines(dst: &mut [u8], src: &[u8]) {
     assert_eq!(

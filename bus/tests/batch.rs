@@ -10,7 +10,7 @@ use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc};
 use snapbus_bus::subscriber::{BatchReads, Event, Subscriber};
 
-use crate::in_place::{Bus, payload};
+use crate::in_place::{Bus, emit_bytes, payload};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -47,7 +47,7 @@ fn a_lane_is_read_once_it_holds_a_batch_then_to_its_end() {
     }));
     // Ten 1 KiB records: under the batch size, so nothing is read, however often it is asked.
     for i in 0..10 {
-        p.emit_raw(meta, &payload(i, 1024)).expect("emit");
+        emit_bytes(&p, meta, &payload(i, 1024)).expect("emit");
     }
     for _ in 0..1000 {
         if let Some(Event::Record(r)) = sub.next(Duration::ZERO).expect("next") {
@@ -62,7 +62,7 @@ fn a_lane_is_read_once_it_holds_a_batch_then_to_its_end() {
     );
     // Ten more: a batch (more than 16 KiB with the frames' headers); all twenty, in order.
     for i in 10..20 {
-        p.emit_raw(meta, &payload(i, 1024)).expect("emit");
+        emit_bytes(&p, meta, &payload(i, 1024)).expect("emit");
     }
     let t0 = Instant::now();
     let mut seen = Vec::new();
@@ -77,7 +77,7 @@ fn a_lane_is_read_once_it_holds_a_batch_then_to_its_end() {
     assert_eq!(seen, (0..20).collect::<Vec<_>>());
     // Back to record by record: one record is read at once.
     sub.read_in_batches(None);
-    p.emit_raw(meta, &payload(20, 64)).expect("emit");
+    emit_bytes(&p, meta, &payload(20, 64)).expect("emit");
     p.close();
     let (rest, lost) = read_to_end(&mut sub);
     assert_eq!((rest, lost), (vec![20], 0));
@@ -95,7 +95,7 @@ fn a_small_batch_is_read_after_the_longest_wait_and_the_end_is_seen() {
     }));
     let t0 = Instant::now();
     for i in 0..3 {
-        p.emit_raw(meta, &payload(i, 100)).expect("emit");
+        emit_bytes(&p, meta, &payload(i, 100)).expect("emit");
     }
     p.close();
     let (seen, lost) = read_to_end(&mut sub);
@@ -126,13 +126,13 @@ fn a_cut_while_reading_stops_at_the_cut_even_behind_unsubscribed_records() {
     };
     // The subscriber takes `test.words` only.
     let mut sub = bus.subscribe();
-    p.emit_raw(words, &payload(0, 64)).expect("emit");
+    emit_bytes(&p, words, &payload(0, 64)).expect("emit");
     for i in 0..5u64 {
-        p.emit_raw(other, &i.to_le_bytes()).expect("emit");
+        emit_bytes(&p, other, &i.to_le_bytes()).expect("emit");
     }
     sub.cut_now();
     // Past the cut: never read, although only unsubscribed records lie between.
-    p.emit_raw(words, &payload(1, 64)).expect("emit");
+    emit_bytes(&p, words, &payload(1, 64)).expect("emit");
     let t0 = Instant::now();
     let mut seen = Vec::new();
     while !sub.all_ended() {
@@ -147,7 +147,7 @@ fn a_cut_while_reading_stops_at_the_cut_even_behind_unsubscribed_records() {
     }
     assert_eq!(seen, vec![0]);
     // Its producer goes on: nothing more for this subscriber.
-    p.emit_raw(words, &payload(2, 64)).expect("emit");
+    emit_bytes(&p, words, &payload(2, 64)).expect("emit");
     assert!(
         sub.next(Duration::from_millis(50))
             .expect("next")

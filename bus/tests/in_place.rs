@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use snapbus_bus::Level;
 use snapbus_bus::broker;
 use snapbus_bus::lane::{LaneConfig, StartAt};
-use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
+use snapbus_bus::publisher::{EmitError, EmitMeta, FillError, Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc};
 use snapbus_bus::subscriber::{
@@ -107,6 +107,11 @@ impl Drop for Bus {
 
 /// Record `i`: `len` bytes, every 8-byte word `i`, then a tail of bytes `i as u8` (so a
 /// payload that is not a whole number of words is covered too).
+/// Emits an encoded payload, put whole (`emit_with`).
+pub(crate) fn emit_bytes(p: &Publisher, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
+    p.emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))
+}
+
 pub(crate) fn payload(i: u64, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = std::iter::repeat_n(i.to_le_bytes(), len / 8)
         .flatten()
@@ -121,7 +126,7 @@ fn in_place_reads_deliver_what_copying_reads_do() {
     let (p, meta) = bus.publisher(1 << 20);
     let lens = [0usize, 1, 7, 8, 9, 100, 4096, 4099, 16_003];
     for (i, len) in lens.iter().enumerate() {
-        p.emit_raw(meta, &payload(i as u64, *len)).expect("emit");
+        emit_bytes(&p, meta, &payload(i as u64, *len)).expect("emit");
     }
     p.close();
 
@@ -226,7 +231,7 @@ fn a_record_overwritten_while_read_in_place_is_never_delivered_and_is_counted_lo
             let mut i = 0u64;
             // Until the reader has seen enough overwrites (or the watchdog).
             while !stop.load(Ordering::Relaxed) && t0.elapsed() < WATCHDOG {
-                p.emit_raw(meta, &payload(i, len)).expect("emit");
+                emit_bytes(&p, meta, &payload(i, len)).expect("emit");
                 i += 1;
             }
             written.store(i, Ordering::Relaxed);
@@ -310,22 +315,31 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
     let mut sub = bus.subscribe();
     // Three loans: the first and third filled and committed, the second given up half-way.
     for (i, commit) in [(0u64, true), (1, false), (2, true)] {
-        let got = p
-            .emit_in_place(meta, len, |buf| {
-                assert_eq!(buf.len(), len);
+        let got = p.emit_with(meta, len, |w| {
+            assert_eq!(w.len(), len);
+            w.put_with(len, |buf| {
                 if !commit {
                     buf[..len / 2].fill(0xee);
-                    return false;
+                    return Err(FillError::Abort);
                 }
                 buf.copy_from_slice(&payload(i, len));
-                true
-            })
-            .expect("emit_in_place");
-        assert_eq!(got.is_some(), commit);
+                Ok(())
+            })?
+        });
+        match got {
+            Ok(_) => assert!(commit),
+            Err(EmitError::Aborted) => assert!(!commit),
+            Err(e) => panic!("emit_with: {e}"),
+        }
     }
     p.close();
     let lane = p.lane().lane().stats();
     assert_eq!((lane.frames_committed, lane.aborted), (2, 1));
+    assert_eq!(
+        p.stats().encode_errors,
+        0,
+        "a loan given up is no encode error"
+    );
 
     let mut scratch = vec![0u8; 4096];
     let (mut seen, mut lost) = (Vec::new(), 0);
@@ -362,7 +376,7 @@ fn a_payload_filled_in_place_is_delivered_whole_and_an_aborted_one_never() {
 #[test]
 fn large_payloads_streamed_into_a_lane_larger_than_the_caches_read_back_whole() {
     let bus = Bus::start("inplace-stream");
-    // A lane larger than the last-level cache: `emit_raw` copies payloads from
+    // A lane larger than the last-level cache: `emit_with` copies payloads from
     // `STREAM_MIN_BYTES` on with non-temporal stores. This checks the bytes (lengths around the
     // threshold, odd tails), read after the lane is closed; the fences that order the streamed
     // stores before the commit are the stream module's (`bus/src/stream.rs`), not tested here.
@@ -374,7 +388,7 @@ fn large_payloads_streamed_into_a_lane_larger_than_the_caches_read_back_whole() 
     let lens = [min - 1, min, min + 3, 3 * min + 61, (1 << 20) + 5];
     let mut sub = bus.subscribe();
     for (i, &len) in lens.iter().enumerate() {
-        p.emit_raw(meta, &payload(i as u64, len)).expect("emit_raw");
+        emit_bytes(&p, meta, &payload(i as u64, len)).expect("emit_with");
     }
     p.close();
     let (mut seen, mut lost) = (Vec::new(), 0);
@@ -409,7 +423,7 @@ fn a_payload_read_in_place_from_any_offset_gives_the_bytes_a_copy_gives() {
         (0..len).map(|k| (k * 7 + i * 13 + 1) as u8).collect()
     };
     for (i, len) in lens.iter().enumerate() {
-        p.emit_raw(meta, &bytes(i, *len)).expect("emit");
+        emit_bytes(&p, meta, &bytes(i, *len)).expect("emit");
     }
     p.close();
     let mut sub = bus.subscribe();

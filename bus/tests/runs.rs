@@ -1,5 +1,5 @@
 //! Runs of records in one claim: `LaneWriter::write_run` / `SharedLaneWriter::write_run` (the
-//! lane) and `Publisher::emit_many_raw` (the publisher). A run's records arrive like records
+//! lane) and `Publisher::emit_many` (the publisher). A run's records arrive like records
 //! claimed one at a time (in order, intact, framed on their own, padded at the ring's end);
 //! a run stops at its limits (`RUN_RECORDS` records, a span of `max_frame` bytes) and before a
 //! refused record, which is counted once; nothing is lost without being counted. And
@@ -176,7 +176,7 @@ fn emit_many_delivers_every_record_to_a_subscriber() {
     let mut sub = bus.subscribe();
     let lens = |i: u64| 8 + (i * 53 % 900) as usize;
     let batch: Vec<Vec<u8>> = (0..1000).map(|i| payload(i, lens(i))).collect();
-    p.emit_many_raw(meta, &batch).expect("every record written");
+    p.emit_many(meta, &batch).expect("every record written");
     assert_eq!(p.stats().written, 1000);
     let t0 = Instant::now();
     let mut got = Vec::new();
@@ -204,7 +204,7 @@ fn emit_many_counts_what_it_could_not_write_and_says_so() {
     let mut batch: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 200)).collect();
     batch[2] = payload(2, 200 << 10);
     batch[7] = payload(7, 200 << 10);
-    let err = p.emit_many_raw(meta, &batch).expect_err("two refused");
+    let err = p.emit_many(meta, &batch).expect_err("two refused");
     assert_eq!((err.written, err.total), (8, 10));
     assert!(matches!(
         err.first,
@@ -267,7 +267,7 @@ fn drain_in_place_hands_over_every_record_then_the_end() {
     let batch: Vec<Vec<u8>> = (0..3000)
         .map(|i| payload(i, 8 + (i % 5) as usize * 8))
         .collect();
-    p.emit_many_raw(meta, &batch).expect("written");
+    p.emit_many(meta, &batch).expect("written");
     p.close();
     let (seen, lost) = drain_to_end(&mut sub, 100);
     assert_eq!(lost, 0);
@@ -282,7 +282,7 @@ fn drain_in_place_counts_a_lap_exactly() {
     let (p, meta) = bus.publisher(256 << 10);
     let mut sub = bus.subscribe();
     let batch: Vec<Vec<u8>> = (0..20_000).map(|i| payload(i, 64)).collect();
-    p.emit_many_raw(meta, &batch).expect("written");
+    p.emit_many(meta, &batch).expect("written");
     p.close();
     let (seen, lost) = drain_to_end(&mut sub, usize::MAX);
     assert!(lost > 0, "the ring was lapped");
@@ -301,7 +301,7 @@ fn drain_in_place_stops_where_its_callback_says() {
     let (p, meta) = bus.publisher(1 << 20);
     let mut sub = bus.subscribe();
     let batch: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 8)).collect();
-    p.emit_many_raw(meta, &batch).expect("written");
+    p.emit_many(meta, &batch).expect("written");
     // Up to the tenth record: the call ends there, and the next one goes on after it.
     let mut seen = Vec::new();
     let t0 = Instant::now();
@@ -427,7 +427,7 @@ fn a_run_asks_each_payload_for_its_bytes_once() {
     let (p, meta) = bus.publisher(1 << 20);
     let calls = std::cell::Cell::new(0);
     let batch: Vec<Counted<'_>> = (0..200).map(|i| Counted(payload(i, 40), &calls)).collect();
-    p.emit_many_raw(meta, &batch).expect("written");
+    p.emit_many(meta, &batch).expect("written");
     assert_eq!(
         calls.get(),
         200,
@@ -451,7 +451,7 @@ fn drain_in_place_reads_batches_to_their_end() {
     }));
     // Under a batch: nothing is handed over, however often it is asked.
     let small: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 64)).collect();
-    p.emit_many_raw(meta, &small).expect("written");
+    p.emit_many(meta, &small).expect("written");
     let mut seen = Vec::new();
     for _ in 0..100 {
         sub.drain_in_place(
@@ -470,7 +470,7 @@ fn drain_in_place_reads_batches_to_their_end() {
     assert!(seen.is_empty(), "read before a batch: {seen:?}");
     // A batch (over 16 KiB with the frames' headers): all of it, in order, then the end.
     let more: Vec<Vec<u8>> = (10..300).map(|i| payload(i, 64)).collect();
-    p.emit_many_raw(meta, &more).expect("written");
+    p.emit_many(meta, &more).expect("written");
     p.close();
     let (rest, lost) = drain_to_end(&mut sub, usize::MAX);
     assert_eq!(lost, 0);

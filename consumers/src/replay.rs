@@ -131,7 +131,7 @@ pub fn replay<R: Read>(
                 w0 + Duration::from_secs_f64(m.t_nanos.saturating_sub(t0) as f64 / 1e9 / speed);
             wait_until(due, stop);
         }
-        match publisher.emit_raw(meta, &m.data) {
+        match publisher.emit_with(meta, m.data.len(), |w| Ok(w.put(&m.data)?)) {
             Ok(_) => summary.emitted += 1,
             Err(EmitError::Claim(_)) => summary.refused += 1,
             Err(e) => return Err(e.into()),

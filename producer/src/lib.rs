@@ -91,20 +91,23 @@
 //! of the producer dying).
 
 pub mod filter;
+mod lane_size;
 mod resource;
 mod telemetry;
 
 pub use filter::{Filter, FilterParseError};
+pub use lane_size::{
+    DEFAULT_LANE_BYTES, LaneBytesError, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes,
+};
 pub use resource::{RESOURCE_TARGET, ResourceSampler, read_sample, sample_resources};
 pub use snapbus_bus::lane::ClaimError;
 pub use snapbus_bus::level;
 pub use snapbus_bus::level::{Level, LevelFilter};
-pub use snapbus_bus::publisher::{EmitError, PublisherStats};
+pub use snapbus_bus::publisher::{EmitError, FillError, PayloadWriter, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
-    Config, DEFAULT_LANE_BYTES, LaneBytesError, Span, Stats, Telemetry, get_telemetry, init,
-    is_connected, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes, refusal, set_filter,
-    shutdown, stats, streams_large_payloads, wait_for_bus,
+    AtLevel, Config, Span, Stats, Telemetry, get_telemetry, init, is_connected, refusal,
+    set_filter, shutdown, stats, streams_large_payloads, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

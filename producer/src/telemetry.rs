@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
-use snapbus_bus::lane::layout::FRAME_HEADER_LEN;
-use snapbus_bus::lane::{Geometry, LaneConfig};
-use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig, PublisherStats};
+use snapbus_bus::publisher::{
+    EmitError, EmitMeta, FillError, PayloadWriter, Publisher, PublisherConfig, PublisherStats,
+};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::builtin::DurationSample;
-use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
 use crate::filter::Filter;
+use crate::lane_size::configured_lane;
 use crate::level::{Level, LevelFilter};
 
 /// Threshold value meaning "nothing enabled".
@@ -34,7 +35,7 @@ pub struct Config {
     pub perf_tag: Option<String>,
     /// Lane size in bytes, a power of two from 64 KiB to 1 TiB (default:
     /// `$SNAPBUS_LANE_BYTES`, else 64 MiB). An invalid size is reported once on stderr and the
-    /// default is used (telemetry never fails its host program); see [`lane_bytes_from_env`]
+    /// default is used (telemetry never fails its host program); see [`lane_bytes_from_env`](crate::lane_bytes_from_env)
     /// for programs that would rather refuse it.
     pub lane_bytes: Option<usize>,
     /// The runtime root the bus directory is in (default: `$SNAPBUS_RUNTIME_DIR`, else the
@@ -67,89 +68,6 @@ static GLOBAL: OnceLock<Global> = OnceLock::new();
 static PUBLISHER: OnceLock<Publisher> = OnceLock::new();
 /// Snapshots that passed the level filter before any bus was found (not written: no lane).
 static NO_BUS: AtomicU64 = AtomicU64::new(0);
-
-/// The lane size used when none is configured (64 MiB).
-pub const DEFAULT_LANE_BYTES: usize = 64 << 20;
-
-/// A lane size that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid lane size {value:?}: {reason} (a lane size is a number of bytes, a power of two \
-     from 65536 (64 KiB) to 1099511627776 (1 TiB), e.g. 67108864 for 64 MiB)"
-)]
-pub struct LaneBytesError {
-    /// The value given.
-    pub value: String,
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
-
-/// Parses a lane size in bytes (as `SNAPBUS_LANE_BYTES` holds it) and checks it.
-pub fn parse_lane_bytes(value: &str) -> Result<usize, LaneBytesError> {
-    let bytes: usize = value.trim().parse().map_err(|_| LaneBytesError {
-        value: value.to_owned(),
-        reason: "not a whole number",
-    })?;
-    lane_config(bytes)?;
-    Ok(bytes)
-}
-
-/// `$SNAPBUS_LANE_BYTES`, checked: `Ok(None)` if unset or empty. The producer itself only
-/// reports a bad value on stderr and uses the default; a program (such as `snapbus demo`)
-/// that would rather refuse to start calls this first.
-pub fn lane_bytes_from_env() -> Result<Option<usize>, LaneBytesError> {
-    match std::env::var("SNAPBUS_LANE_BYTES") {
-        Ok(v) if !v.trim().is_empty() => parse_lane_bytes(&v).map(Some).map_err(|mut e| {
-            e.value = format!("SNAPBUS_LANE_BYTES={v}");
-            e
-        }),
-        Ok(_) => Ok(None),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(LaneBytesError {
-            value: format!("SNAPBUS_LANE_BYTES={}", v.to_string_lossy()),
-            reason: "not a whole number",
-        }),
-    }
-}
-
-/// The geometry of a lane of `lane_bytes` bytes (frames up to 8 MiB, at most a quarter of
-/// the lane).
-fn lane_config(lane_bytes: usize) -> Result<LaneConfig, LaneBytesError> {
-    let bad = |reason| LaneBytesError {
-        value: lane_bytes.to_string(),
-        reason,
-    };
-    if !lane_bytes.is_power_of_two() {
-        return Err(bad("not a power of two"));
-    }
-    if lane_bytes < 64 << 10 {
-        return Err(bad("smaller than 64 KiB"));
-    }
-    if lane_bytes as u64 > 1 << 40 {
-        return Err(bad("larger than 1 TiB"));
-    }
-    let default = LaneConfig::default();
-    let lane = LaneConfig {
-        capacity: lane_bytes,
-        max_frame: default.max_frame.min(lane_bytes / 4),
-        block_size: default.block_size.min(lane_bytes / 4),
-    };
-    Geometry::new(
-        lane.capacity as u64,
-        lane.max_frame as u64,
-        lane.block_size.trailing_zeros(),
-        1,
-    )
-    .map_err(|e| bad(e.0))?;
-    Ok(lane)
-}
-
-/// The largest payload (encoded snapshot) a lane of `lane_bytes` bytes takes (`None`: the
-/// default size). A larger snapshot is not written and counted as `oversize` in [`stats`].
-pub fn max_payload_bytes(lane_bytes: Option<usize>) -> Result<usize, LaneBytesError> {
-    let lane = lane_config(lane_bytes.unwrap_or(DEFAULT_LANE_BYTES))?;
-    Ok(lane.max_frame - FRAME_HEADER_LEN)
-}
 
 /// Sets process-wide settings. Call it before the first [`get_telemetry`]; returns `false`
 /// (and changes nothing) if settings were already fixed.
@@ -214,7 +132,7 @@ fn start_watcher(g: &'static Global) {
             if PUBLISHER.get().is_some() {
                 return;
             }
-            let lane = configured_lane();
+            let lane = configured_lane(&g.config);
             let name = g.config.name.clone().unwrap_or_else(program_name);
             let config = PublisherConfig {
                 name,
@@ -233,27 +151,6 @@ fn start_watcher(g: &'static Global) {
         });
     if let Err(e) = spawned {
         snapbus_bus::say!("snapbus: telemetry stays off: {e}");
-    }
-}
-
-/// The lane geometry from [`Config::lane_bytes`] or `$SNAPBUS_LANE_BYTES`; an invalid size is
-/// reported (once per process: the watcher runs once) and the default used.
-fn configured_lane() -> LaneConfig {
-    let configured = match global().config.lane_bytes {
-        Some(b) => lane_config(b).map(Some).map_err(|mut e| {
-            e.value = format!("Config::lane_bytes = {b}");
-            e
-        }),
-        None => lane_bytes_from_env().and_then(|b| b.map(lane_config).transpose()),
-    };
-    match configured {
-        Ok(lane) => lane.unwrap_or_default(),
-        Err(e) => {
-            snapbus_bus::say!(
-                "snapbus: ignoring {e}; using the default lane of {DEFAULT_LANE_BYTES} bytes"
-            );
-            LaneConfig::default()
-        }
     }
 }
 
@@ -410,9 +307,10 @@ impl Telemetry {
         level: Level,
         event: &T,
     ) -> Result<Option<u64>, EmitError> {
-        let Some((p, emitter)) = self.publisher_at(level)? else {
+        let Some(at) = self.at(level) else {
             return Ok(None);
         };
+        let (p, emitter) = at.publisher()?;
         p.emit(level, emitter, event).map(Some)
     }
 
@@ -463,20 +361,24 @@ impl Telemetry {
         schema: &SchemaDescriptor,
         value: &Value<'_>,
     ) -> Result<Option<u64>, EmitError> {
-        let Some((p, emitter)) = self.publisher_at(level)? else {
+        let Some(at) = self.at(level) else {
             return Ok(None);
         };
+        let (p, emitter) = at.publisher()?;
         p.emit_value(level, emitter, schema, value).map(Some)
     }
 
     /// Emits a snapshot of the run-time schema `schema` that the caller encodes itself
     /// (language bindings that walk their own objects): `len` is the payload's exact length
-    /// and `fill` writes it, in the codec's layout, straight into the `len` bytes claimed in
-    /// the lane (no intermediate buffer). Everything else is as for
+    /// and `fill` writes it, in the codec's layout, through a [`PayloadWriter`] straight into
+    /// the `len` bytes claimed in the lane (no intermediate buffer; the writer copies large
+    /// parts past the caches where that pays). Everything else is as for
     /// [`Telemetry::try_snapshot_value`]: `Ok(None)` filtered out, the schema published
     /// before its first record, never blocks, fork-safe, and a record not written is counted
-    /// in [`stats`] by reason (a `fill` that fails as an encode error, its frame aborted).
-    /// The payload is not checked against `schema`: that is the caller's contract.
+    /// in [`stats`] by reason (a `fill` that fails, or writes other than `len` bytes, as an
+    /// encode error, its frame aborted). The payload is not checked against `schema`: that
+    /// is the caller's contract. A caller that checks the level before preparing its
+    /// payload uses [`Telemetry::at`] and [`AtLevel::snapshot_encoded`] instead.
     ///
     /// ```
     /// use snapbus::Level;
@@ -490,8 +392,8 @@ impl Telemetry {
     /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
     /// let telemetry = snapbus::telemetry!();
     /// // No bus is running here: not written, counted as `no_bus`.
-    /// let written = telemetry.try_snapshot_encoded(Level::INFO, &schema, 4, |buf| {
-    ///     buf.copy_from_slice(&7u32.to_le_bytes());
+    /// let written = telemetry.try_snapshot_encoded(Level::INFO, &schema, 4, |w| {
+    ///     w.put(&7u32.to_le_bytes())?;
     ///     Ok(())
     /// });
     /// assert!(written.is_err());
@@ -502,12 +404,12 @@ impl Telemetry {
         level: Level,
         schema: &SchemaDescriptor,
         len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> Result<(), FillError>,
     ) -> Result<Option<u64>, EmitError> {
-        let Some((p, emitter)) = self.publisher_at(level)? else {
-            return Ok(None);
-        };
-        p.emit_encoded(level, emitter, schema, len, fill).map(Some)
+        match self.at(level) {
+            Some(at) => at.snapshot_encoded(schema, len, fill).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Whether `level` passes this handle's level filter (one atomic load), whether or not
@@ -519,21 +421,15 @@ impl Telemetry {
         level.as_u8() >= self.target.threshold.load(Ordering::Relaxed)
     }
 
-    /// The publisher and this handle's emitter id if `level` passes the filter (`Ok(None)`
-    /// if not), or `NoLane` (counted as `no_bus`) before a bus was found.
-    fn publisher_at(&self, level: Level) -> Result<Option<(&'static Publisher, u16)>, EmitError> {
-        if !self.level_enabled(level) {
-            return Ok(None);
-        }
-        let Some(p) = PUBLISHER.get() else {
-            no_bus();
-            return Err(EmitError::NoLane("no bus was found yet"));
-        };
-        let emitter = *self
-            .target
-            .emitter
-            .get_or_init(|| p.emitter(&self.target.name));
-        Ok(Some((p, emitter)))
+    /// This handle at `level` if `level` passes its filter (one atomic load, as
+    /// [`Telemetry::level_enabled`]), for a caller that prepares its record only then and
+    /// emits it without a second check ([`AtLevel::snapshot_encoded`]).
+    #[inline]
+    pub fn at(&self, level: Level) -> Option<AtLevel<'_>> {
+        self.level_enabled(level).then_some(AtLevel {
+            telemetry: self,
+            level,
+        })
     }
 
     /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.
@@ -562,6 +458,51 @@ impl Telemetry {
             label: label.to_owned(),
             start: Instant::now(),
         }
+    }
+}
+
+/// A [`Telemetry`] handle at a level that passed its filter ([`Telemetry::at`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AtLevel<'a> {
+    telemetry: &'a Telemetry,
+    level: Level,
+}
+
+impl AtLevel<'_> {
+    /// The level.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// As [`Telemetry::try_snapshot_encoded`], the level already checked: `Ok(seq)` written.
+    pub fn snapshot_encoded(
+        self,
+        schema: &SchemaDescriptor,
+        len: usize,
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> Result<(), FillError>,
+    ) -> Result<u64, EmitError> {
+        let (p, emitter) = self.publisher()?;
+        let meta = EmitMeta {
+            schema_key: p.register_schema(schema)?,
+            // Registration refuses versions above `u16::MAX`.
+            schema_version: schema.version() as u16,
+            level: self.level,
+            emitter,
+        };
+        p.emit_with(meta, len, fill)
+    }
+
+    /// The publisher and the handle's emitter id, or `NoLane` (counted as `no_bus`) before a
+    /// bus was found.
+    #[inline]
+    fn publisher(&self) -> Result<(&'static Publisher, u16), EmitError> {
+        let Some(p) = PUBLISHER.get() else {
+            no_bus();
+            return Err(EmitError::NoLane("no bus was found yet"));
+        };
+        let target = &self.telemetry.target;
+        let emitter = *target.emitter.get_or_init(|| p.emitter(&target.name));
+        Ok((p, emitter))
     }
 }
 
@@ -642,8 +583,9 @@ pub fn is_connected() -> bool {
     PUBLISHER.get().is_some_and(Publisher::is_connected)
 }
 
-/// Whether large payloads should be copied into this process's lane with stores that bypass
-/// the caches (`snapbus_bus::stream`; the lane is larger than the last-level cache).
+/// Whether large payloads are copied into this process's lane with stores that bypass the
+/// caches (the lane is larger than the last-level cache; the publisher decides, for tests of
+/// that path).
 pub fn streams_large_payloads() -> bool {
     PUBLISHER
         .get()

@@ -3,14 +3,15 @@
 //! once on stderr and uses the default (telemetry never fails its host program).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use snapbus::{Config, DEFAULT_LANE_BYTES, Level};
 use snapbus_bus::broker;
 use snapbus_bus::client::{BusClient, Census};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::builtin::DurationSample;
+
+use crate::child::run_ignored_test;
 
 #[test]
 fn lane_sizes_are_checked_with_the_reason() {
@@ -80,33 +81,11 @@ fn lane_bytes_in_this_process() {
 }
 
 fn run_child(lane_bytes: &str) -> (String, String) {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "lane_bytes::lane_bytes_in_this_process",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("SNAPBUS_LANE_BYTES", lane_bytes)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the test binary");
-    let t0 = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child hung; killed it");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().expect("output");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    let (stdout, stderr) = run_ignored_test(
+        "lane_bytes::lane_bytes_in_this_process",
+        &[("SNAPBUS_LANE_BYTES", lane_bytes)],
+        Duration::from_secs(60),
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
     let lane = stdout
         .lines()
         .find_map(|l| l.strip_prefix("lane_bytes: "))

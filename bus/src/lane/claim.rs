@@ -22,7 +22,7 @@
 //! lock, no lap guard: its claims never overlap), the
 //! [`SharedLaneWriter`](super::SharedLaneWriter) under its claim lock, with the lap guard and
 //! in-flight slots. So the crash-point tests, which drive both, kill the sequence every
-//! `Publisher` runs. A run of records ([`write_run`], `Publisher::emit_many_raw`'s) passes the
+//! `Publisher` runs. A run of records ([`write_run`], `Publisher::emit_many`'s) passes the
 //! same gate once for all its records, with crash points of its own (`after_intent` before its
 //! first record, `run_after_first_commit`, `run_after_busy` inside its second).
 

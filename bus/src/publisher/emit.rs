@@ -1,14 +1,16 @@
-//! The emit path: three ways in (`emit` for a typed [`Snapshot`], `emit_value` for a schema
-//! known only at run time, `emit_raw` for an encoded payload) and one claim, fill, commit and
-//! ring sequence ([`Publisher::write_record`]). Schema keys and the wake state are cached per
-//! thread, so an emit takes no lock but the claim's.
+//! The emit path: four ways in (`emit` for a typed [`Snapshot`], `emit_value` for a schema
+//! known only at run time, `emit_with` for a payload the caller encodes itself, `emit_many` for
+//! a burst of encoded payloads) and one claim, fill, commit and ring sequence
+//! ([`Publisher::write_record`]). Schema keys and the wake state are cached per thread, so an
+//! emit takes no lock but the claim's.
 
 use std::cell::RefCell;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard, PoisonError};
 
-use snapbus_schemas::{EncodeError, SchemaDescriptor, Snapshot, Value, ValueEncoder};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, ValueEncoder};
 
+use super::payload::{FillError, PayloadWriter, copy_part};
 use super::{EmitError, EmitManyError, Keys, Publisher};
 use crate::doorbell::DoorbellPage;
 use crate::lane::{ClaimError, RecordMeta};
@@ -16,7 +18,7 @@ use crate::level::Level;
 use crate::mem::ShmMem;
 
 /// What a record says about itself besides its payload, as a producer hands it to
-/// [`Publisher::emit_raw`]: which registered schema and version, how severe, which emitter.
+/// [`Publisher::emit_with`] and [`Publisher::emit_many`]: which registered schema and version, how severe, which emitter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EmitMeta {
     /// The schema's key in this lane ([`Publisher::register_schema`]).
@@ -60,6 +62,16 @@ thread_local! {
 }
 
 impl Publisher {
+    /// The schema keys and the catalog, locked. A thread that panicked holding the lock left
+    /// them consistent (a key is recorded only once its catalog entry is written), so a
+    /// poisoned lock is taken over, not reported as an error.
+    pub(super) fn keys(&self) -> MutexGuard<'_, Keys> {
+        self.inner
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The schema key of `desc` in this lane, registering it in the catalog the first time.
     fn schema_key(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
         let ptr = desc as *const SchemaDescriptor as usize;
@@ -84,11 +96,7 @@ impl Publisher {
 
     fn register(&self, desc: &'static SchemaDescriptor) -> Result<u16, EmitError> {
         let ptr = desc as *const SchemaDescriptor as usize;
-        let mut keys = self
-            .inner
-            .keys
-            .lock()
-            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
+        let mut keys = self.keys();
         if let Some(&k) = keys.by_ptr.get(&ptr) {
             return Ok(k);
         }
@@ -117,57 +125,73 @@ impl Publisher {
         Ok(key)
     }
 
-    /// Registers a schema known only at run time (a replayed recording's), returning the key to
-    /// put in the [`EmitMeta`] of [`emit_raw`](Self::emit_raw).
+    /// The key of a schema known only at run time (a language binding's, a replayed
+    /// recording's) in this process's lane, registering it in the catalog the first time (a
+    /// thread-local cache by fingerprint after that): the `schema_key` of the [`EmitMeta`] of
+    /// [`emit_with`](Self::emit_with) and [`emit_many`](Self::emit_many). A schema that cannot
+    /// be registered is counted in `catalog_errors`.
     pub fn register_schema(&self, desc: &SchemaDescriptor) -> Result<u16, EmitError> {
-        let p = self.here().ok_or_else(no_own_lane)?;
-        let mut keys = p
-            .inner
-            .keys
-            .lock()
-            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
-        Self::key_of(&mut keys, desc)
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        p.dynamic_key(desc).inspect_err(|_| {
+            p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
+        })
     }
 
-    /// Emits an already-encoded payload of the schema registered as `meta.schema_key`. The
-    /// payload is not checked against the schema: it must be a payload some producer wrote
-    /// with that schema (replay copies them from a CRC-checked recording).
+    /// Emits a payload that the caller encodes itself, straight into the frame claimed for
+    /// it: `len` is its exact length, and `fill` writes it through a [`PayloadWriter`] (in the
+    /// codec's layout of the schema registered as `meta.schema_key`: a replayed recording's
+    /// bytes, a language binding's objects, a camera frame read into the ring). No
+    /// intermediate buffer: the writer copies each part once, large parts into a lane larger
+    /// than the caches with stores that bypass them. The payload is not checked against the
+    /// schema; writing what it describes is the caller's contract.
     ///
-    /// A payload of [`STREAM_MIN_BYTES`](crate::stream::STREAM_MIN_BYTES) or more, into a lane
-    /// larger than the last-level cache ([`streams_large_payloads`](Self::streams_large_payloads)),
-    /// is copied with non-temporal stores ([`crate::stream`]), as the Python binding copies
-    /// arrays: a 1 MiB payload of data costs the producer 60–70 % of a plain copy
-    /// (`BENCHMARKS.md`, "Streaming copies for large arrays"), and the lines reach memory
-    /// instead of the producer's caches. Other payloads of 2 KiB or more are copied with plain
-    /// stores at the frame's 16-byte boundaries ([`copy_lines`](crate::stream::copy_lines)),
-    /// which keep their speed whatever the source's alignment against the frame's.
-    pub fn emit_raw(&self, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
-        if !self.is_own() {
-            return match self.forked() {
-                Some(p) => p.emit_raw(meta, payload),
-                None => Err(self.count_no_lane()),
-            };
-        }
-        // A small payload is copied with inline moves, a large one into a lane larger than the
-        // caches with stores that bypass them (`crate::stream::copy_to_lane`): no
-        // read-for-ownership of lines about to be overwritten.
-        let streams = self.inner.streams;
-        self.write_record(meta.record(), payload.len(), |buf| {
-            crate::stream::copy_to_lane(buf, payload, streams);
-            Ok(())
+    /// Never waits, fork-safe, and counted like [`emit`](Self::emit). A `fill` that fails
+    /// with [`FillError::Encode`], or writes other than `len` bytes, leaves an aborted frame
+    /// and is counted in `encode_errors`; one that returns [`FillError::Abort`] (a loan given
+    /// up) leaves an aborted frame too, counted nowhere ([`EmitError::Aborted`]). Keep `fill`
+    /// short: until it returns, readers of the lane wait at this record (past the lane's stall
+    /// timeout, 5 s, they skip it as a hole), and other threads' records that would lap it
+    /// are dropped.
+    ///
+    /// ```no_run
+    /// # fn demo(p: &snapbus_bus::publisher::Publisher, meta: snapbus_bus::publisher::EmitMeta)
+    /// # -> Result<(), snapbus_bus::publisher::EmitError> {
+    /// // An encoded payload, as replay has it.
+    /// let payload = [7u8, 0, 0, 0];
+    /// p.emit_with(meta, payload.len(), |w| Ok(w.put(&payload)?))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn emit_with(
+        &self,
+        meta: EmitMeta,
+        len: usize,
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> Result<(), FillError>,
+    ) -> Result<u64, EmitError> {
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        let streams = p.inner.streams;
+        p.write_record(meta.record(), len, |buf| {
+            let mut w = PayloadWriter::new(buf, streams);
+            fill(&mut w)?;
+            Ok(w.finish()?)
         })
     }
 
     /// Emits many records of one schema and metadata at once, `payloads` in order, each an
-    /// encoded payload as for [`emit_raw`](Self::emit_raw): the way to emit a burst of small
-    /// records (a step's samples, a buffer of events from a device). The records are claimed
-    /// in runs of up to [`RUN_RECORDS`](crate::lane::RUN_RECORDS), each with one pass through
-    /// the claim lock, one clock read (a run's records share a timestamp) and one tail intent;
-    /// the doorbells are rung after each run. A record the lane refuses (too large, a lap of an
-    /// in-flight record) is counted as a single emit's would be, and the ones after it are still
-    /// tried; on a closed lane, it and every one after it are counted `closed`. The error then
-    /// says how many were written. Each payload's `as_ref` is called once.
-    pub fn emit_many_raw<P: AsRef<[u8]>>(
+    /// encoded payload as [`emit_with`](Self::emit_with) writes one: the way to emit a burst
+    /// of small records (a step's samples, a buffer of events from a device). The records are
+    /// claimed in runs of up to [`RUN_RECORDS`](crate::lane::RUN_RECORDS), each with one pass
+    /// through the claim lock, one clock read (a run's records share a timestamp) and one tail
+    /// intent; the doorbells are rung after each run. A record the lane refuses (too large, a
+    /// lap of an in-flight record) is counted as a single emit's would be, and the ones after
+    /// it are still tried; on a closed lane, it and every one after it are counted `closed`.
+    /// The error then says how many were written. Each payload's `as_ref` is called once.
+    pub fn emit_many<P: AsRef<[u8]>>(
         &self,
         meta: EmitMeta,
         payloads: &[P],
@@ -177,7 +201,7 @@ impl Publisher {
         }
         if !self.is_own() {
             return match self.forked() {
-                Some(p) => p.emit_many_raw(meta, payloads),
+                Some(p) => p.emit_many(meta, payloads),
                 None => {
                     let first = self.count_no_lane();
                     self.inner
@@ -204,7 +228,7 @@ impl Publisher {
                     // the very slice whose length it reserved (each `as_ref` is called once,
                     // before the claim), before committing it, and makes no other slice of it.
                     let dst = unsafe { lane.claimed_payload_mut(start, payload.len()) };
-                    crate::stream::copy_to_lane(dst, payload, streams);
+                    copy_part(dst, payload, streams);
                 },
             );
             written += run.written;
@@ -241,39 +265,6 @@ impl Publisher {
         }
     }
 
-    /// Emits a payload of `payload_len` bytes that `fill` writes in place, in the ring (a
-    /// loan): a camera frame read straight into it, a tensor computed into it, so the one copy
-    /// of a large payload is the one `fill` makes. `fill` returning `true` commits the record
-    /// (`Ok(Some(seq))`); `false` aborts it (`Ok(None)`: readers skip it, nothing is counted
-    /// lost). As with [`emit_raw`](Self::emit_raw), what `fill` writes must be a payload of
-    /// the schema registered as `meta.schema_key` (for a `bytes` field alone: its `u64`
-    /// length, then the bytes). `fill` has the bytes only while it runs; they are the ring's
-    /// old contents until it writes them. Keep `fill` short: until it returns, readers of the
-    /// lane wait at this record (past the lane's stall timeout, 5 s, they skip it as a hole),
-    /// and other threads' records that would lap it are dropped.
-    pub fn emit_in_place(
-        &self,
-        meta: EmitMeta,
-        payload_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> bool,
-    ) -> Result<Option<u64>, EmitError> {
-        if !self.is_own() {
-            return match self.forked() {
-                Some(p) => p.emit_in_place(meta, payload_len, fill),
-                None => Err(self.count_no_lane()),
-            };
-        }
-        let mut claim = self.claim(payload_len, meta.record())?;
-        if !fill(claim.payload_mut()) {
-            // Dropping the claim turns it into an aborted frame.
-            return Ok(None);
-        }
-        let seq = claim.seq();
-        claim.commit();
-        self.ring();
-        Ok(Some(seq))
-    }
-
     /// Encodes `value` straight into the lane and commits it, then wakes sleeping subscribers.
     /// Never waits for a consumer; failures are counted and returned.
     #[inline]
@@ -300,16 +291,18 @@ impl Publisher {
             emitter,
         };
         self.write_record(meta, value.encoded_len(), |buf| {
-            value.encode_into(buf).map(|_| ())
+            value.encode_into(buf)?;
+            Ok(())
         })
     }
 
     /// Encodes a dynamic `value` of the schema `desc` (known only at run time: language
     /// bindings, replay) straight into the lane with the codec's own writer: its exact length
     /// first, then in place in the claimed frame, with no intermediate buffer. The schema is
-    /// registered on first use. Same guarantees and counters as [`emit`](Self::emit): never
-    /// waits, fork-safe, and a value that does not match `desc` is an
-    /// [`EmitError::Encode`], counted in `encode_errors`, with nothing written to the lane.
+    /// registered on first use ([`register_schema`](Self::register_schema)). Same guarantees
+    /// and counters as [`emit`](Self::emit): never waits, fork-safe, and a value that does not
+    /// match `desc` is an [`EmitError::Encode`], counted in `encode_errors`, with nothing
+    /// written to the lane.
     pub fn emit_value(
         &self,
         level: Level,
@@ -327,45 +320,17 @@ impl Publisher {
                 return Err(e.into());
             }
         };
-        p.emit_encoded(level, emitter, desc, encoder.encoded_len(), |buf| {
-            encoder.encode_into(buf).map(|_| ())
-        })
-    }
-
-    /// Emits a payload of the run-time schema `desc` that the caller encodes itself, straight
-    /// into the claimed frame: `len` is its exact encoded length, and `fill` gets exactly
-    /// `len` bytes of the lane to write it into (the codec's layout; language bindings that
-    /// walk their own objects, e.g. Python dataclasses). No intermediate buffer. Same
-    /// guarantees and counters as [`emit_value`](Self::emit_value): the schema is registered
-    /// on first use, never waits, fork-safe, and a `fill` that fails leaves an aborted frame,
-    /// counted in `encode_errors`. The payload is not checked against `desc`: writing what
-    /// `desc` describes is the caller's contract.
-    pub fn emit_encoded(
-        &self,
-        level: Level,
-        emitter: u16,
-        desc: &SchemaDescriptor,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
-    ) -> Result<u64, EmitError> {
-        let Some(p) = self.here() else {
-            return Err(self.count_no_lane());
-        };
-        let key = match p.dynamic_key(desc) {
-            Ok(k) => k,
-            Err(e) => {
-                p.inner.catalog_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
         let meta = RecordMeta {
-            schema_key: key,
+            schema_key: p.register_schema(desc)?,
             // `key_of` refuses versions above `u16::MAX`.
             schema_version: desc.version() as u16,
             level: level.as_u8(),
             emitter,
         };
-        p.write_record(meta, len, fill)
+        p.write_record(meta, encoder.encoded_len(), |buf| {
+            encoder.encode_into(buf).map(|_| ())?;
+            Ok(())
+        })
     }
 
     /// Makes sure this process has its own lane: a no-op in the process that started the
@@ -389,12 +354,7 @@ impl Publisher {
         if let Some(k) = cached {
             return Ok(k);
         }
-        let mut keys = self
-            .inner
-            .keys
-            .lock()
-            .map_err(|_| EmitError::NoKey(desc.id().to_owned()))?;
-        let key = Self::key_of(&mut keys, desc)?;
+        let key = Self::key_of(&mut self.keys(), desc)?;
         DYN_KEY_CACHE.with(|c| {
             let mut c = c.borrow_mut();
             c.insert(0, (id, fp, key));
@@ -405,19 +365,24 @@ impl Publisher {
 
     /// Claims `payload_len` bytes, lets `fill` write the payload in place, and commits (then
     /// rings the doorbells). A `fill` that fails leaves an aborted frame (the claim is
-    /// dropped) and is counted in `encode_errors`.
+    /// dropped), counted in `encode_errors` unless it was given up on purpose.
     #[inline]
     fn write_record(
         &self,
         meta: RecordMeta,
         payload_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), EncodeError>,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), FillError>,
     ) -> Result<u64, EmitError> {
         let mut claim = self.claim(payload_len, meta)?;
         if let Err(e) = fill(claim.payload_mut()) {
             // Dropping the claim turns it into an aborted frame.
-            self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(e.into());
+            return Err(match e {
+                FillError::Encode(e) => {
+                    self.inner.encode_errors.fetch_add(1, Ordering::Relaxed);
+                    e.into()
+                }
+                FillError::Abort => EmitError::Aborted,
+            });
         }
         let seq = claim.seq();
         claim.commit();
@@ -473,9 +438,15 @@ impl Publisher {
                 .as_ref()
                 .is_some_and(|w| w.publisher == id && w.generation == generation);
             if !fresh {
-                let (page, mask) = match self.inner.wake.lock() {
-                    Ok(w) => (w.page.clone(), w.mask),
-                    Err(_) => (None, 0),
+                let (page, mask) = {
+                    // A thread that panicked holding the lock left a whole value (`set_wake`
+                    // assigns fields), so a poisoned lock is read as is.
+                    let w = self
+                        .inner
+                        .wake
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    (w.page.clone(), w.mask)
                 };
                 *c = Some(WakeCache {
                     publisher: id,
@@ -498,4 +469,97 @@ impl Publisher {
 
 fn no_own_lane() -> EmitError {
     EmitError::NoLane("this forked process could not create a lane of its own")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lane::LaneConfig;
+    use crate::publisher::PublisherConfig;
+    use crate::runtime::{BusDir, BusName};
+    use snapbus_schemas::TypeDesc;
+    use snapbus_schemas::builtin::DurationSample;
+
+    /// A publisher of a bus that has no broker (its connection thread keeps looking).
+    fn publisher() -> Publisher {
+        let root = std::env::temp_dir().join(format!("snapbus-emit-{}", std::process::id()));
+        let dir = BusDir::locate_in(&root, &BusName::new("emit-unit").expect("name"));
+        Publisher::start(
+            dir,
+            PublisherConfig {
+                name: "emit-unit".into(),
+                // The default lane: a sparse memfd, only its first pages touched here.
+                lane: LaneConfig::default(),
+                session_tag: None,
+                perf_tag: None,
+            },
+        )
+        .expect("publisher")
+    }
+
+    #[test]
+    fn a_poisoned_schema_lock_is_taken_over_not_reported_as_no_key() {
+        let p = publisher();
+        // A thread that panics holding the lock poisons it.
+        let panicked = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _keys = p.inner.keys.lock();
+                panic!("poisoning the schema lock on purpose");
+            })
+            .join()
+        });
+        assert!(panicked.is_err() && p.inner.keys.is_poisoned());
+
+        // Every path that takes the lock still works: a typed schema, a run-time one, an
+        // emitter name.
+        let emitter = p.emitter("unit");
+        assert_ne!(emitter, 0, "an emitter id despite the poisoned lock");
+        let sample = DurationSample {
+            label: "x".into(),
+            duration_nanos: 1,
+        };
+        p.emit(Level::INFO, emitter, &sample).expect("a typed emit");
+        let desc = SchemaDescriptor::new("unit.word", 1, TypeDesc::U32).expect("schema");
+        let key = p.register_schema(&desc).expect("a run-time schema");
+        let meta = EmitMeta {
+            schema_key: key,
+            schema_version: 1,
+            level: Level::INFO,
+            emitter,
+        };
+        p.emit_with(meta, 4, |w| Ok(w.put(&7u32.to_le_bytes())?))
+            .expect("an emit of it");
+        let stats = p.stats();
+        assert_eq!((stats.written, stats.catalog_errors), (2, 0), "{stats:?}");
+    }
+
+    #[test]
+    fn a_payload_written_short_or_given_up_is_not_committed() {
+        let p = publisher();
+        let desc = SchemaDescriptor::new("unit.word", 1, TypeDesc::U32).expect("schema");
+        let meta = EmitMeta {
+            schema_key: p.register_schema(&desc).expect("key"),
+            schema_version: 1,
+            level: Level::INFO,
+            emitter: 0,
+        };
+        let short = p.emit_with(meta, 4, |w| Ok(w.put(&[1, 2])?));
+        assert!(
+            matches!(
+                short,
+                Err(EmitError::Encode(
+                    snapbus_schemas::EncodeError::LengthMismatch {
+                        promised: 4,
+                        written: 2
+                    }
+                ))
+            ),
+            "{short:?}"
+        );
+        let given_up = p.emit_with(meta, 4, |_| Err(FillError::Abort));
+        assert!(matches!(given_up, Err(EmitError::Aborted)), "{given_up:?}");
+        let stats = p.stats();
+        assert_eq!((stats.written, stats.encode_errors), (0, 1), "{stats:?}");
+        assert_eq!(p.lane().lane.stats().aborted, 2);
+    }
 }

@@ -33,8 +33,10 @@ use crate::mem::ShmMem;
 use crate::runtime::BusDir;
 
 mod emit;
+mod payload;
 
 pub use emit::EmitMeta;
+pub use payload::{FillError, PayloadWriter};
 
 /// How often a producer without a broker looks for one.
 pub const RETRY: Duration = Duration::from_millis(200);
@@ -70,9 +72,13 @@ pub enum EmitError {
     /// publisher once one is), or this forked process could not create a lane of its own.
     #[error("not written: {0}")]
     NoLane(&'static str),
+    /// The caller gave the payload up while writing it ([`FillError::Abort`]): its frame is
+    /// aborted, and readers skip it. The one outcome that is not counted.
+    #[error("not written: the payload was given up")]
+    Aborted,
 }
 
-/// Why [`Publisher::emit_many_raw`] did not write every record: how many it wrote and the
+/// Why [`Publisher::emit_many`] did not write every record: how many it wrote and the
 /// first refusal (every refused record is counted, as for single emits).
 #[derive(Debug, Error)]
 #[error("{written} of {total} records written; the first refusal: {first}")]
@@ -427,9 +433,7 @@ impl Publisher {
     /// The emitter id of the handle named `name` (registered in the catalog once).
     pub fn emitter(&self, name: &str) -> u16 {
         let Some(p) = self.here() else { return 0 };
-        let Ok(mut keys) = p.inner.keys.lock() else {
-            return 0;
-        };
+        let mut keys = p.keys();
         if let Some(&id) = keys.emitters.get(name) {
             return id;
         }

@@ -91,7 +91,8 @@ impl SummarySink for PublisherSink {
             level: SUMMARY_LEVEL,
             emitter: self.emitter,
         };
-        self.publisher.emit_raw(meta, payload)?;
+        self.publisher
+            .emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))?;
         Ok(())
     }
 }

@@ -58,12 +58,12 @@ impl Telemetry {
     /// `logging` level). Never blocks and never raises for bus conditions (counted in
     /// `snapbus.stats()`); raises `TypeError` for a class that cannot be a schema.
     fn snapshot(&self, py: Python<'_>, level: i64, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        let level = level_of(level);
-        if !self.inner.level_enabled(level) {
+        // The one level check: the emit below goes through the handle at this level.
+        let Some(at) = self.inner.at(level_of(level)) else {
             return Ok(());
-        }
+        };
         let plan = plan::plan_for(&event.get_type())?;
-        emit(py, &self.inner, level, &plan, event)
+        emit(py, at, &plan, event)
     }
 
     /// Whether a snapshot at `level` would be written now (the level passes the filter and a
@@ -99,11 +99,11 @@ impl Telemetry {
     }
 }
 
-/// Encodes `event` with `plan` and emits it; data errors per the strict setting.
+/// Encodes `event` with `plan` and emits it at the level `at` passed; data errors per the
+/// strict setting.
 fn emit(
     py: Python<'_>,
-    tel: &snapbus::Telemetry,
-    level: Level,
+    at: snapbus::AtLevel<'_>,
     plan: &Compiled,
     event: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
@@ -111,11 +111,10 @@ fn emit(
     if let Err(e) = plan::measure(&plan.root, event, &mut staged) {
         return data_error(py, plan, &e);
     }
-    let len = staged.len();
-    // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate.
-    let stream = len >= snapbus_bus::stream::STREAM_MIN_BYTES && snapbus::streams_large_payloads();
-    let _ = tel.try_snapshot_encoded(level, &plan.desc, len, |buf| {
-        plan::write(py, &staged, buf, stream)
+    // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate, which
+    // also decides how each part is copied into the lane.
+    let _ = at.snapshot_encoded(&plan.desc, staged.len(), |w| {
+        Ok(plan::write(py, &staged, w)?)
     });
     Ok(())
 }

@@ -21,7 +21,7 @@ use crate::common::{
     Head, RunArgs, Tally, Wait, finish_consumer, run_producer, run_producer_batched, say, word_sum,
 };
 
-pub(crate) const HOW: &str = "`Publisher::emit_raw` of a `bench.blob { data: bytes }` \
+pub(crate) const HOW: &str = "`Publisher::emit_with` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
     copy into the ring; from 16 KiB on with non-temporal stores, the lane being larger than the \
     last-level cache; from 2 KiB on where it does not stream, plain stores at the frame's \
@@ -49,12 +49,12 @@ pub(crate) const HOW_BATCH: &str = "as **snapbus, reading in place**, with the s
 
 pub(crate) const HOW_EMIT_MANY: &str = "as **snapbus, batch reads, in place**, with the \
     producer emitting 64 KiB of messages at a time, as the batched socket writes them (1,024 \
-    of 64 B, 16 of 4 KiB, one of 1 MiB: `Publisher::emit_many_raw`, which claims them in runs of \
+    of 64 B, 16 of 4 KiB, one of 1 MiB: `Publisher::emit_many`, which claims them in runs of \
     up to 64 records, each run with one pass through the claim lock, one clock read and one \
     tail intent; every record is still framed, stamped and committed on its own, so readers see \
     the same records); no latency row.";
 
-/// Bytes of messages per `emit_many_raw` call of the `snapbus-emit-many` peer, as the batched
+/// Bytes of messages per `emit_many` call of the `snapbus-emit-many` peer, as the batched
 /// socket's 64 KiB buffer: 1,024 messages of 64 B, 16 of 4 KiB, one of 1 MiB.
 const EMIT_MANY_BYTES: usize = 64 << 10;
 
@@ -333,7 +333,7 @@ pub(crate) fn producer(args: &RunArgs) -> Result<()> {
     if args.peer == "snapbus-emit-many" {
         let batch = (EMIT_MANY_BYTES / args.size).max(1);
         let report = run_producer_batched(args, &prefix, batch, |payloads| {
-            publisher.emit_many_raw(meta, payloads)?;
+            publisher.emit_many(meta, payloads)?;
             Ok(())
         })?;
         publisher.close();
@@ -343,7 +343,7 @@ pub(crate) fn producer(args: &RunArgs) -> Result<()> {
         args,
         &prefix,
         |payload| {
-            publisher.emit_raw(meta, payload)?;
+            publisher.emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))?;
             Ok(())
         },
         || Ok(()),
