@@ -560,6 +560,6 @@ mod tests {
         assert!(matches!(given_up, Err(EmitError::Aborted)), "{given_up:?}");
         let stats = p.stats();
         assert_eq!((stats.written, stats.encode_errors), (0, 1), "{stats:?}");
-        assert_eq!(p.lane().lane.stats().aborted, 2);
+        assert_eq!(p.lane().lane().stats().aborted, 2);
     }
 }
