@@ -27,9 +27,13 @@ use clap::{ArgMatches, Args, FromArgMatches};
 use snapbus_bus::runtime::BusDir;
 
 use crate::cli::BusArgs;
+#[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
+#[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
+#[cfg(feature = "plotter")]
 use crate::command::plot::PlotArgs;
+#[cfg(feature = "prometheus")]
 use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
@@ -39,10 +43,14 @@ use crate::command::{attach, spawn};
 /// The built-in consumers, in the order `attach --help` lists them.
 pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<RecordArgs>(),
+    #[cfg(feature = "plotter")]
     ConsumerKind::of::<PlotArgs>(),
+    #[cfg(feature = "aggregator")]
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    #[cfg(feature = "prometheus")]
     ConsumerKind::of::<PrometheusArgs>(),
+    #[cfg(feature = "otlp")]
     ConsumerKind::of::<OtlpArgs>(),
     ConsumerKind::of::<RerunArgs>(),
 ];
@@ -530,6 +538,7 @@ mod tests {
     /// A relative path is forwarded made absolute (the consumer may be restarted by a broker
     /// whose working directory is another).
     #[test]
+    #[cfg_attr(not(feature = "aggregator"), allow(clippy::single_element_loop))]
     fn relative_paths_are_forwarded_absolute() {
         let dir = crate::bus::bus_dir(&BusArgs {
             bus: Some("fwd-test".into()),
@@ -538,6 +547,7 @@ mod tests {
         let cwd = std::env::current_dir().expect("cwd");
         for (kind, flag, given) in [
             ("recorder", "--output", ["recorder", "-o", "rel/r.mcap"]),
+            #[cfg(feature = "aggregator")]
             ("aggregator", "--csv", ["aggregator", "--csv", "rel/csv"]),
         ] {
             let kind = KINDS.iter().find(|k| k.name == kind).expect("kind");

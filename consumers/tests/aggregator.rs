@@ -18,19 +18,8 @@ use snapbus_consumers::aggregator::{
 use snapbus_consumers::{Consumer, ProducerChange, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Tensor, Value, Wire, decode};
 
+use crate::common::{Info, Mode};
 use crate::runtime::Bus;
-
-#[derive(Wire, Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Mode {
-    Train,
-    Eval,
-}
-
-#[derive(Wire, Debug, Clone, PartialEq)]
-pub(crate) struct Info {
-    pub(crate) loss: f64,
-    pub(crate) note: String,
-}
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "agg.step", version = 1)]

@@ -1,6 +1,7 @@
 //! One module per verb (the built-in consumers' verbs are listed in
 //! [`KINDS`](crate::consumer_kinds::KINDS)).
 
+#[cfg(feature = "aggregator")]
 pub(crate) mod aggregate;
 pub(crate) mod attach;
 mod demo;
@@ -12,8 +13,11 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
+#[cfg(feature = "otlp")]
 pub(crate) mod otlp;
+#[cfg(feature = "plotter")]
 pub(crate) mod plot;
+#[cfg(feature = "prometheus")]
 pub(crate) mod prometheus;
 pub(crate) mod python;
 pub(crate) mod record;
