@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::control::{Conn, FromBroker, Listener, ToBroker};
-use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
-use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::publisher::Publisher;
+
+use crate::common::{small_publisher, test_bus};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 
@@ -26,25 +26,10 @@ fn accept(l: &Listener) -> Conn {
 /// A bus directory with a stand-in broker listening on its socket, and a publisher `name`
 /// started on it (it connects to the stand-in); the root to remove at the end.
 fn stand_in(bus: &str, name: &str) -> (PathBuf, Listener, Publisher) {
-    let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{bus}-{}", std::process::id()));
-    let dir = BusDir::locate_in(&root, &BusName::new(bus).expect("name"));
+    let (root, dir) = test_bus(bus, bus);
     dir.create().expect("bus dir");
     let listener = Listener::bind(&dir.socket_path()).expect("bind");
-    let p = Publisher::start(
-        dir,
-        PublisherConfig {
-            name: name.into(),
-            lane: LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let p = small_publisher(dir, name);
     (root, listener, p)
 }
 

@@ -8,7 +8,6 @@
 //! `.ci/peers/prometheus` (or point `SNAPBUS_PEER_PROMETHEUS` at a `prometheus` 2.42 binary).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -18,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
-use crate::util::WATCHDOG;
+use crate::util::{WATCHDOG, http_get, percent_encode};
 
 /// How long a Prometheus peer may live before its watchdog kills it.
 const PEER_WATCHDOG: Duration = Duration::from_secs(180);
@@ -27,19 +26,7 @@ const PEER_WATCHDOG: Duration = Duration::from_secs(180);
 fn get(url: &str) -> (u16, String) {
     let rest = url.trim_start_matches("http://");
     let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (status, body.to_owned())
+    http_get(addr, path)
 }
 
 /// The value of the sample `name_and_labels` (exactly as written in the exposition) in a
@@ -49,17 +36,6 @@ fn sample(body: &str, name_and_labels: &str) -> Option<f64> {
         let (k, v) = l.rsplit_once(' ')?;
         (k == name_and_labels).then(|| v.parse().expect("a number"))
     })
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The demo's reward (`demo --help`).

@@ -88,3 +88,30 @@ pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
         stderr: err_reader.join().expect("stderr thread"),
     }
 }
+
+/// `GET target` (a path and query) from the HTTP server at `addr`: status and body.
+pub(crate) fn http_get(addr: &str, target: &str) -> (u16, String) {
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let request = format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    std::io::Write::write_all(&mut s, request.as_bytes()).expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    (status.expect("status"), body.to_owned())
+}
+
+/// Percent-encodes a query value.
+pub(crate) fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
