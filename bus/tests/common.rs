@@ -22,12 +22,11 @@ pub(crate) fn small_publisher(dir: BusDir, name: &str) -> Publisher {
         max_frame: 64 << 10,
         ..LaneConfig::default()
     };
-    let (session_tag, perf_tag) = (None, None);
     let config = PublisherConfig {
-        name: name.into(),
+        name: name.to_owned(),
         lane,
-        session_tag,
-        perf_tag,
+        session_tag: None,
+        perf_tag: None,
     };
     Publisher::start(dir, config).expect("publisher")
 }

@@ -147,20 +147,19 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("exp-rt-{}", std::process::id()));
     let dir = BusDir::locate_in(&root, &BusName::new(bus_name).expect("bus name"));
     let bus = InProcess::start(dir, Duration::from_secs(60)).expect("broker");
-    let p = Publisher::start(
-        bus.dir().clone(),
-        PublisherConfig {
-            name: "export-test".into(),
-            lane: LaneConfig {
-                capacity: 4 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let (session_tag, perf_tag) = (None, None);
+    let lane = LaneConfig {
+        capacity: 4 << 20,
+        max_frame: 64 << 10,
+        ..LaneConfig::default()
+    };
+    let config = PublisherConfig {
+        name: "export-test".into(),
+        lane,
+        session_tag,
+        perf_tag,
+    };
+    let p = Publisher::start(bus.dir().clone(), config).expect("publisher");
     let t0 = std::time::Instant::now();
     while !p.is_connected() {
         assert!(t0.elapsed() < Duration::from_secs(30), "never connected");
@@ -201,15 +200,7 @@ impl Direct {
     fn create(path: &Path, chunk_bytes: u64) -> Direct {
         let mut opts = WriterOptions::new("recorder", "test");
         opts.chunk_bytes = chunk_bytes;
-        let info = |pid: u32, name: &str| ProducerInfo {
-            pid,
-            name: name.into(),
-            cmdline: vec![name.into()],
-            session_tag: None,
-            perf_tag: None,
-            lane_id: u64::from(pid),
-            started_nanos: 1,
-        };
+        let info = |pid: u32, name: &str| crate::util::producer_info(pid, name, u64::from(pid));
         Direct {
             w: RecordingWriter::create(path, &opts).expect("create"),
             producers: [info(100, "alpha"), info(200, "beta")],

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use snapbus_bus::Level;
 
 use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, runtime_root};
@@ -482,15 +481,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     opts.chunk_bytes = 4000;
     let mut w =
         snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::control::ProducerInfo {
-        pid: 42,
-        name: "ticker".into(),
-        cmdline: vec!["ticker".into()],
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 0xabc,
-        started_nanos: 1,
-    };
+    let info = crate::util::producer_info(42, "ticker", 0xabc);
     let desc = std::sync::Arc::new(Tick::descriptor().clone());
     let n = 2000u64;
     for i in 0..n {
@@ -500,24 +491,8 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         }
         .encode_to_vec()
         .expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_700_000_000_000_000_000 + i * 1000,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
-        w.write(
-            1,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
+        let t = 1_700_000_000_000_000_000 + i * 1000;
+        crate::util::write_record(&mut w, &info, &desc, (i, t), &payload);
     }
     w.finish().expect("finish");
     let mut bytes = std::fs::read(&path).expect("read");

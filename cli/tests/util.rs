@@ -3,8 +3,15 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use snapbus_bus::Level;
+use snapbus_bus::control::ProducerInfo;
+use snapbus_consumers::recording::RecordingWriter;
+use snapbus_consumers::{Producer, RecordHeader};
+use snapbus_schemas::SchemaDescriptor;
 
 /// How long any single `snapbus` invocation in these tests may take before it is killed.
 pub(crate) const WATCHDOG: Duration = Duration::from_secs(60);
@@ -114,4 +121,40 @@ pub(crate) fn percent_encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// A producer as a recording names it (process `pid`, lane `lane_id`, started at 1 ns).
+pub(crate) fn producer_info(pid: u32, name: &str, lane_id: u64) -> ProducerInfo {
+    ProducerInfo {
+        pid,
+        name: name.into(),
+        cmdline: vec![name.into()],
+        session_tag: None,
+        perf_tag: None,
+        lane_id,
+        started_nanos: 1,
+    }
+}
+
+/// Writes record `seq` of `producer` (producer id 1; schema key and version 1) stamped
+/// `t_nanos`.
+pub(crate) fn write_record(
+    w: &mut RecordingWriter,
+    producer: &ProducerInfo,
+    desc: &Arc<SchemaDescriptor>,
+    (seq, t_nanos): (u64, u64),
+    payload: &[u8],
+) {
+    let header = RecordHeader {
+        payload_len: payload.len(),
+        seq,
+        t_nanos,
+        level: Level::INFO,
+        emitter_id: 0,
+        schema_key: 1,
+        schema_version: 1,
+    };
+    let producer = Producer::from(producer);
+    w.write(1, producer, desc, None, &header, payload)
+        .expect("write");
 }

@@ -1,5 +1,8 @@
 //! Fixtures shared by the test modules.
 
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::BusDir;
 use snapbus_schemas::Wire;
 
 #[derive(Wire, Debug, Clone, Copy, PartialEq)]
@@ -12,4 +15,19 @@ pub(crate) enum Mode {
 pub(crate) struct Info {
     pub(crate) loss: f64,
     pub(crate) note: String,
+}
+
+/// A publisher `name` on `dir` with a 1 MiB lane and 64 KiB frames (not waiting to join).
+#[cfg_attr(not(feature = "recording"), allow(dead_code))]
+pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
+    let mut lane = LaneConfig::default();
+    (lane.capacity, lane.max_frame) = (1 << 20, 64 << 10);
+    let (session_tag, perf_tag) = (None, None);
+    let config = PublisherConfig {
+        name: name.into(),
+        lane,
+        session_tag,
+        perf_tag,
+    };
+    Publisher::start(dir.clone(), config).expect("publisher")
 }

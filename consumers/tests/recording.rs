@@ -553,20 +553,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn named_publisher(dir: &snapbus_bus::runtime::BusDir, name: &str) -> Publisher {
-    let p = Publisher::start(
-        dir.clone(),
-        snapbus_bus::publisher::PublisherConfig {
-            name: name.into(),
-            lane: snapbus_bus::lane::LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let p = crate::common::small_publisher(dir, name);
     wait_for("the publisher to join", || p.is_connected());
     p
 }

@@ -420,15 +420,7 @@ fn tmp(name: &str) -> PathBuf {
 
 /// Writes a recording of `n` `otlp_peer.hop` records 15 s apart from `t0`.
 fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
-    let info = snapbus_bus::control::ProducerInfo {
-        pid: 77,
-        name: "recorded".into(),
-        cmdline: vec!["recorded".into()],
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 77,
-        started_nanos: 1,
-    };
+    let info = crate::util::producer_info(77, "recorded", 77);
     let mut w =
         RecordingWriter::create(path, &WriterOptions::new("recorder", "test")).expect("create");
     let desc = Arc::new(Hop::descriptor().clone());
@@ -437,24 +429,7 @@ fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
             value: i as f64 * 1.5,
         })
         .expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: t0 + i * 15_000_000_000,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
-        w.write(
-            1,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
+        crate::util::write_record(&mut w, &info, &desc, (i, t0 + i * 15_000_000_000), &payload);
     }
     w.finish().expect("finish");
 }
