@@ -1,8 +1,10 @@
 //! Fixtures shared by the test modules.
 
+use snapbus_bus::Level;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
+use snapbus_consumers::RecordHeader;
 use snapbus_schemas::Wire;
 
 #[derive(Wire, Debug, Clone, Copy, PartialEq)]
@@ -30,4 +32,21 @@ pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
         perf_tag,
     };
     Publisher::start(dir.clone(), config).expect("publisher")
+}
+
+/// The header of record `seq` stamped `t_nanos` (schema key and version 1, level INFO).
+#[cfg_attr(
+    not(any(feature = "recording", feature = "aggregator")),
+    allow(dead_code)
+)]
+pub(crate) fn header(seq: u64, t_nanos: u64, payload_len: usize) -> RecordHeader {
+    RecordHeader {
+        seq,
+        t_nanos,
+        payload_len,
+        schema_key: 1,
+        schema_version: 1,
+        level: Level::INFO,
+        emitter_id: 0,
+    }
 }

@@ -197,15 +197,7 @@ fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_000 + i,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
+        let meta = crate::common::header(i, 1_000 + i, payload.len());
         w.write(
             7,
             snapbus_consumers::Producer::from(&info),
@@ -811,15 +803,7 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_000 + i,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
+        let meta = crate::common::header(i, 1_000 + i, payload.len());
         w.write(
             7,
             snapbus_consumers::Producer::from(&info),
@@ -1069,15 +1053,7 @@ fn feed_record(
         producer: snapbus_consumers::Producer::from(who),
         schema,
         emitter: None,
-        header: snapbus_consumers::RecordHeader {
-            seq,
-            t_nanos: 1_000 + seq,
-            schema_key: 1,
-            schema_version: 1,
-            level: snapbus_bus::Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        },
+        header: crate::common::header(seq, 1_000 + seq, payload.len()),
         payload,
     };
     rec.on_event(&r).expect("on_event");
