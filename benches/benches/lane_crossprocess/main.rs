@@ -56,7 +56,7 @@ mod child;
 mod scenarios;
 
 use child::child_main;
-use scenarios::{Lat, Tput, idle_cpu, lane_latency, lane_tput, memcpy_ref, uds_latency, uds_tput};
+use scenarios::{idle_cpu, lane_latency, lane_tput, memcpy_ref, uds_latency, uds_tput};
 
 const META: RecordMeta = snapbus_benches::LANE_META;
 const SMALL: usize = 64;
@@ -118,6 +118,40 @@ impl Settings {
             },
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results of the scenarios (rows of the tables).
+// ---------------------------------------------------------------------------------------------
+
+/// One throughput measurement.
+#[derive(Clone, Debug)]
+struct Tput {
+    /// Records delivered per second at the consumer.
+    delivered_per_s: f64,
+    /// Payload bytes per second at the consumer (records/s × payload size).
+    bytes_per_s: f64,
+    /// Lost records, % of delivered + lost.
+    loss_pct: f64,
+    /// Records written per second by the producer.
+    produced_per_s: f64,
+    bad: u64,
+    lapped: u64,
+    torn: u64,
+}
+
+/// Latency percentiles (nanoseconds), from an exactly sorted sample.
+#[derive(Clone, Debug)]
+struct Lat {
+    n: usize,
+    p50: u64,
+    p90: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+    lost: u64,
+    /// Voluntary context switches (sleeps) of the consumer per record.
+    sleeps_per_rec: f64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,22 +66,6 @@ fn num(r: &BTreeMap<String, String>, key: &str) -> f64 {
 // Scenarios.
 // ---------------------------------------------------------------------------------------------
 
-/// One throughput measurement.
-#[derive(Clone, Debug)]
-pub(crate) struct Tput {
-    /// Records delivered per second at the consumer.
-    pub(crate) delivered_per_s: f64,
-    /// Payload bytes per second at the consumer (records/s × payload size).
-    pub(crate) bytes_per_s: f64,
-    /// Lost records, % of delivered + lost.
-    pub(crate) loss_pct: f64,
-    /// Records written per second by the producer.
-    pub(crate) produced_per_s: f64,
-    pub(crate) bad: u64,
-    pub(crate) lapped: u64,
-    pub(crate) torn: u64,
-}
-
 fn tput_from(r: &BTreeMap<String, String>, size: usize, produced: u64, prod_secs: f64) -> Tput {
     let delivered = num(r, "delivered");
     let lost = num(r, "lost");
@@ -206,20 +190,6 @@ pub(crate) fn memcpy_ref(dst_len: usize, dur: Duration) -> f64 {
         n += 1;
     }
     (n * LARGE) as f64 / start.elapsed().as_secs_f64()
-}
-
-/// Latency percentiles (nanoseconds), from an exactly sorted sample.
-#[derive(Clone, Debug)]
-pub(crate) struct Lat {
-    pub(crate) n: usize,
-    pub(crate) p50: u64,
-    pub(crate) p90: u64,
-    pub(crate) p99: u64,
-    pub(crate) p999: u64,
-    pub(crate) max: u64,
-    pub(crate) lost: u64,
-    /// Voluntary context switches (sleeps) of the consumer per record.
-    pub(crate) sleeps_per_rec: f64,
 }
 
 fn lat_from(r: &BTreeMap<String, String>) -> Lat {

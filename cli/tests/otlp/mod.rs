@@ -418,6 +418,14 @@ fn tmp(name: &str) -> PathBuf {
     p
 }
 
+/// `snapbus export FILE --format otlp --endpoint URL` and `extra` arguments.
+fn export_otlp(file: &std::path::Path, url: &str, extra: &[&str]) -> crate::util::Output {
+    let file = file.to_str().expect("utf-8");
+    let mut args = vec!["export", file, "--format", "otlp", "--endpoint", url];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// Writes a recording of `n` `otlp_peer.hop` records 15 s apart from `t0`.
 fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
     let info = crate::util::producer_info(77, "recorded", 77);
@@ -442,14 +450,7 @@ fn export_sends_a_recording_with_its_original_timestamps() {
     let t0 = 1_767_225_600_000_000_000u64;
     write_recording(&file, t0, 6);
     let base = format!("http://{}/opentelemetry", vm.addr);
-    let out = run(&[
-        "export",
-        file.to_str().expect("utf-8"),
-        "--format",
-        "otlp",
-        "--endpoint",
-        &base,
-    ]);
+    let out = export_otlp(&file, &base, &[]);
     assert!(out.status.success(), "export: {}", out.stderr);
     assert!(
         out.stderr
@@ -488,16 +489,7 @@ fn export_to_an_unreachable_endpoint_fails_and_counts_what_was_not_sent() {
     let file = tmp("unreachable.mcap");
     write_recording(&file, 1_767_225_600_000_000_000, 4);
     let url = format!("http://127.0.0.1:{}", free_port());
-    let out = run(&[
-        "export",
-        file.to_str().expect("utf-8"),
-        "--format",
-        "otlp",
-        "--endpoint",
-        &url,
-        "--timeout",
-        "1500ms",
-    ]);
+    let out = export_otlp(&file, &url, &["--timeout", "1500ms"]);
     assert!(!out.status.success(), "{}", out.stderr);
     assert!(
         out.stderr.contains("0 data points exported"),
