@@ -184,32 +184,8 @@ fn rotation_splits_the_stream_into_complete_files_in_order() {
 #[test]
 fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     let bus = Bus::start("rec3");
-    let p = bus.publisher();
-    let path = tmp("cut.mcap");
     // Small chunks: many cut points fall between complete chunks.
-    let mut w = RecordingWriter::create(&path, &{
-        let mut o = WriterOptions::new("recorder", "test");
-        o.chunk_bytes = 2000;
-        o
-    })
-    .expect("create");
-    let info = p.info().clone();
-    let desc = Arc::new(Step::descriptor().clone());
-    for i in 0..300u64 {
-        let payload = step(i).encode_to_vec().expect("encode");
-        let meta = crate::common::header(i, 1_000 + i, payload.len());
-        w.write(
-            7,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
-    }
-    w.finish().expect("finish");
-    let bytes = std::fs::read(&path).expect("read");
+    let bytes = small_chunks(&bus, "cut.mcap");
     let mut last_count = 0;
     for cut in (0..bytes.len()).step_by(37).chain([bytes.len() - 1]) {
         let (items, err) = read_all(&bytes[..cut]);
