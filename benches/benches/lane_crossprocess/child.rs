@@ -72,32 +72,52 @@ fn reader_report(
     report(&kv);
 }
 
+/// A consumer's measuring window (from its first record to the end of the stream) and its
+/// records whose payload did not match their sequence number.
+#[derive(Default)]
+struct Tally {
+    first: Option<Instant>,
+    bad: u64,
+}
+
+impl Tally {
+    /// Notes a record (the first one opens the window); `ok`: its payload matched.
+    fn saw(&mut self, ok: bool) {
+        self.first.get_or_insert_with(Instant::now);
+        self.bad += u64::from(!ok);
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.first.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// Prints the lane reader's results.
+    fn report(&self, reader: &LaneReader<ShmMem>) {
+        reader_report(reader, self.elapsed(), self.bad, &[]);
+    }
+}
+
 /// Consumer: `poll()` every record (copies the payload), spinning when there is nothing.
 fn child_lane_poll() {
     let lane = open_lane();
     let mut reader = lane.lane.reader(StartAt::Oldest);
     ready();
-    let mut first: Option<Instant> = None;
-    let mut bad = 0u64;
+    let mut tally = Tally::default();
     loop {
         match reader.poll() {
             Poll::Frame(f) => {
-                if first.is_none() {
-                    first = Some(Instant::now());
-                }
                 let p = f.payload;
                 let ok = p.len() >= 8
                     && p[..8] == f.meta.seq.to_le_bytes()
                     && p[p.len() - 1] == f.meta.seq as u8;
-                bad += u64::from(!ok);
+                tally.saw(ok);
             }
             Poll::Lagged(_) => {}
             Poll::Empty | Poll::Pending => spin_loop(),
             Poll::Closed => break,
         }
     }
-    let window = first.map_or(Duration::ZERO, |t| t.elapsed());
-    reader_report(&reader, window, bad, &[]);
+    tally.report(&reader);
 }
 
 /// Consumer: header + last byte of every record, in place.
@@ -105,22 +125,15 @@ fn child_lane_touch() {
     let lane = open_lane();
     let mut reader = lane.lane.reader(StartAt::Oldest);
     ready();
-    let mut first: Option<Instant> = None;
-    let mut bad = 0u64;
+    let mut tally = Tally::default();
     loop {
         match reader.read_in_place(|m, v| v.byte(m.payload_len.wrapping_sub(1))) {
-            Ok((meta, last)) => {
-                if first.is_none() {
-                    first = Some(Instant::now());
-                }
-                bad += u64::from(last != Some(meta.seq as u8));
-            }
+            Ok((meta, last)) => tally.saw(last == Some(meta.seq as u8)),
             Err(NoFrame::Closed) => break,
             Err(_) => spin_loop(),
         }
     }
-    let window = first.map_or(Duration::ZERO, |t| t.elapsed());
-    reader_report(&reader, window, bad, &[]);
+    tally.report(&reader);
 }
 
 /// Consumer: one-way latency. `bell_spins = None`: spin on `poll()`; `Some(n)`: sleep on the
@@ -208,30 +221,27 @@ fn child_uds_tput() {
     let mut sock = std::io::stdin().lock();
     let mut buf = vec![0u8; 256 << 10];
     ready();
-    let mut first: Option<Instant> = None;
+    let mut tally = Tally::default();
     let mut total = 0u64;
-    let mut bad = 0u64;
     loop {
         let n = sock.read(&mut buf).unwrap();
         if n == 0 {
             break;
         }
-        if first.is_none() {
-            first = Some(Instant::now());
-        }
         // Spot check: every message is 64 bytes and starts with its index.
+        let mut ok = true;
         if total % SMALL as u64 == 0 && n >= 8 {
             let idx = u64::from_le_bytes(buf[..8].try_into().unwrap());
-            bad += u64::from(idx != total / SMALL as u64);
+            ok = idx == total / SMALL as u64;
         }
+        tally.saw(ok);
         total += n as u64;
     }
-    let window = first.map_or(Duration::ZERO, |t| t.elapsed());
     report(&[
         ("delivered", (total / SMALL as u64).to_string()),
         ("lost", "0".into()),
-        ("bad", bad.to_string()),
-        ("secs", window.as_secs_f64().to_string()),
+        ("bad", tally.bad.to_string()),
+        ("secs", tally.elapsed().as_secs_f64().to_string()),
     ]);
 }
 
