@@ -153,11 +153,7 @@ fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
             "{}",
             out.stderr
         );
-        assert!(
-            out.stderr.contains(&format!("--image {image}")),
-            "{}",
-            out.stderr
-        );
+        out.assert_stderr_has(&format!("--image {image}"));
         assert!(!out.stderr.contains("is up"), "{}", out.stderr);
     }
     // What fits runs, in a small lane too (256 KiB records: 300x300 is 90,000 pixels).
@@ -168,11 +164,7 @@ fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
             .env("SNAPBUS_LANE_BYTES", "1048576"),
     );
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("emitted 3 of 3 events"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("emitted 3 of 3 events");
 }
 
 #[test]
@@ -222,11 +214,7 @@ fn demo_counts_only_the_events_it_wrote() {
             .env("SNAPBUS_FILTER", "warn,demo=info"),
     );
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("emitted 8 of 8 events"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("emitted 8 of 8 events");
     assert!(!out.stderr.contains("filtered"), "{}", out.stderr);
 }
 

@@ -231,8 +231,8 @@ fn a_port_in_use_is_a_clear_error() {
     let port = taken.local_addr().expect("addr").port().to_string();
     let out = bus.run(&["plot", "--port", &port]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+    out.assert_stderr_has("is the port in use");
     let out = bus.run(&["attach", "plotter", "--port", &port, "--restart", "never"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+    out.assert_stderr_has("is the port in use");
 }

@@ -457,7 +457,7 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     }
     let out = bus.run(&["prometheus", "--listen", "localhost"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
-    assert!(out.stderr.contains("--listen"), "{}", out.stderr);
+    out.assert_stderr_has("--listen");
     // --port sets the port of --listen's address.
     let out = bus.run(&["prometheus", "--listen", "127.0.0.1:1", "--port", &port]);
     assert!(!out.status.success());
@@ -473,11 +473,7 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     let out = bus.run(&["prometheus", "--port", "0", "--bus", "no-such-bus"]);
     assert!(!out.status.success());
-    assert!(
-        out.stderr.contains("no bus 'no-such-bus'"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("no bus 'no-such-bus'");
     // Nothing was left attached.
     let ls = bus.ls();
     assert!(

@@ -45,6 +45,20 @@ pub(crate) struct Output {
     pub(crate) stderr: String,
 }
 
+impl Output {
+    /// Asserts that stderr contains `needle` (and shows stderr if not).
+    #[track_caller]
+    pub(crate) fn assert_stderr_has(&self, needle: &str) {
+        assert!(self.stderr.contains(needle), "{}", self.stderr);
+    }
+
+    /// Asserts that stdout contains `needle` (and shows stdout if not).
+    #[track_caller]
+    pub(crate) fn assert_stdout_has(&self, needle: &str) {
+        assert!(self.stdout.contains(needle), "{}", self.stdout);
+    }
+}
+
 /// Waits for `child`, killing it if the watchdog expires (then panics: a hung CLI is a bug).
 pub(crate) fn wait_with_watchdog(child: &mut Child) -> ExitStatus {
     let deadline = Instant::now() + WATCHDOG;

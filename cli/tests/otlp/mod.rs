@@ -285,7 +285,7 @@ fn the_callers_otel_environment_reaches_the_attached_exporter() {
         .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", vm.otlp_url()),
     );
     assert!(out.status.success(), "attach: {}", out.stderr);
-    assert!(out.stderr.contains(&vm.otlp_url()), "{}", out.stderr);
+    out.assert_stderr_has(&vm.otlp_url());
     let id = out.stdout.trim().to_owned();
     bus.demo(1, 5, 50, &[]);
     wait_until("the demo's last step in VictoriaMetrics", WATCHDOG, || {
@@ -491,21 +491,9 @@ fn export_to_an_unreachable_endpoint_fails_and_counts_what_was_not_sent() {
     let url = format!("http://127.0.0.1:{}", free_port());
     let out = export_otlp(&file, &url, &["--timeout", "1500ms"]);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("0 data points exported"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains("did not take the data within"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains("records were not sent"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("0 data points exported");
+    out.assert_stderr_has("did not take the data within");
+    out.assert_stderr_has("records were not sent");
     let _ = std::fs::remove_file(&file);
 }
 
@@ -540,9 +528,9 @@ fn bad_urls_and_addresses_are_refused_before_anything_starts() {
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x"),
     );
     assert!(!out.status.success());
-    assert!(out.stderr.contains("ftp://x"), "{}", out.stderr);
+    out.assert_stderr_has("ftp://x");
     // With no bus, the foreground verb says so.
     let out = run(&["otlp", "--bus", "no-such-bus-otlp"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("no bus"), "{}", out.stderr);
+    out.assert_stderr_has("no bus");
 }

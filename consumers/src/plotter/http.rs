@@ -2,7 +2,7 @@
 //! request needs the server's random token (in the query, or in the cookie the page gets when
 //! it is opened with it): other users of the machine can reach 127.0.0.1 too.
 //!
-//! - `GET /`, `/app.css` and the page's ES modules ([`ASSETS`]: `/app.js` imports the others): the
+//! - `GET /`, `/app.css` and the page's ES modules (`ASSETS`: `/app.js` imports the others): the
 //!   page (embedded).
 //! - `GET /api/series`: series, image series and counters.
 //! - `GET /api/data?ids=1,2&x=time|step&from=F&to=T&width=W`: the min/max envelope per column.
