@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
+use crate::demo::expected_reward as reward;
 use crate::util::{WATCHDOG, http_get, percent_encode};
 
 /// How long a Prometheus peer may live before its watchdog kills it.
@@ -36,11 +37,6 @@ fn sample(body: &str, name_and_labels: &str) -> Option<f64> {
         let (k, v) = l.rsplit_once(' ')?;
         (k == name_and_labels).then(|| v.parse().expect("a number"))
     })
-}
-
-/// The demo's reward (`demo --help`).
-fn reward(e: u64, s: u64) -> f64 {
-    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
 }
 
 /// A real Prometheus on a free loopback port, killed (and its directory removed) on drop or by

@@ -16,6 +16,7 @@ use snapbus_consumers::recording::{RecordingWriter, WriterOptions};
 use snapbus_schemas::Snapshot;
 
 use crate::bus::{TestBus, wait_until};
+use crate::demo::expected_reward;
 use crate::util::{WATCHDOG, run};
 use peers::{Rotel, Vm, free_port};
 
@@ -46,34 +47,14 @@ fn series(vm: &Vm, re: &str) -> Series {
 }
 
 /// The demo's `demo.step` leaves for episode `e`, step `s` (8x6 images; `snapbus demo --help`).
-fn demo_step(e: u64, s: u64) -> BTreeMap<&'static str, f64> {
-    let pixels: Vec<f64> = (0..6u64)
-        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
-        .collect();
-    BTreeMap::from([
-        ("demo.step.episode", e as f64),
-        ("demo.step.step", s as f64),
-        ("demo.step.reward", reward(e, s)),
-        ("demo.step.position.0", f64::from(s as f32 * 0.5)),
-        ("demo.step.position.1", f64::from(e as f32)),
-        ("demo.step.position.2", f64::from((s % 8) as f32 - 4.0)),
-        (
-            "demo.step.observation.mean",
-            pixels.iter().sum::<f64>() / pixels.len() as f64,
-        ),
-        (
-            "demo.step.observation.min",
-            pixels.iter().copied().fold(f64::INFINITY, f64::min),
-        ),
-        (
-            "demo.step.observation.max",
-            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        ),
-    ])
-}
-
-fn reward(e: u64, s: u64) -> f64 {
-    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
+fn demo_step(e: u64, s: u64) -> BTreeMap<String, f64> {
+    let leaves = crate::demo::demo_leaves(e, s);
+    let leaves = leaves
+        .into_iter()
+        .map(|(k, v)| (format!("demo.step.{k}"), v));
+    std::iter::once(("demo.step.episode".to_owned(), e as f64))
+        .chain(leaves)
+        .collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -179,7 +160,8 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
         let want = demo_step(e, s);
         assert_eq!(leaves.len(), want.len(), "{t}: {leaves:?}");
         for (k, w) in &want {
-            assert!(close(leaves[*k], *w), "{t} {k}: {} != {w}", leaves[*k]);
+            let got = leaves[k.as_str()];
+            assert!(close(got, *w), "{t} {k}: {got} != {w}");
         }
         seen.insert((e, s));
     }
@@ -191,7 +173,7 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
     // Summaries: the experiment's mean reward over every step; each episode window's mean is
     // one episode's.
     let episode_means: Vec<f64> = (0..EPISODES)
-        .map(|e| (0..STEPS).map(|s| reward(e, s)).sum::<f64>() / STEPS as f64)
+        .map(|e| (0..STEPS).map(|s| expected_reward(e, s)).sum::<f64>() / STEPS as f64)
         .collect();
     let all_mean = episode_means.iter().sum::<f64>() / EPISODES as f64;
     let mut checked = 0;
