@@ -2,19 +2,17 @@
 //! encoded straight into the lane. A real broker (threads of this process) and a real
 //! subscriber.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::LaneConfig;
-use snapbus_bus::lane::StartAt;
-use snapbus_bus::publisher::{EmitError, Publisher, PublisherConfig};
-use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::publisher::EmitError;
 use snapbus_bus::schemas::{
     EncodeError, Field, SchemaDescriptor, TypeDesc, Value, decode, encode_value,
 };
-use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::Event;
+
+use crate::common::{small_publisher, subscribe_oldest, test_bus};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -51,24 +49,9 @@ fn value(step: u32) -> Value<'static> {
 
 #[test]
 fn dynamic_values_round_trip_and_a_mismatch_is_counted_with_nothing_written() {
-    let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dynamic-{}", std::process::id()));
-    let dir = BusDir::locate_in(&root, &BusName::new("dyntest").expect("name"));
+    let (root, dir) = test_bus("dynamic", "dyntest");
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
-    let p = Publisher::start(
-        dir.clone(),
-        PublisherConfig {
-            name: "dyntest".into(),
-            lane: LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let p = small_publisher(dir.clone(), "dyntest");
     let emitter = p.emitter("dyn");
     let desc = schema();
     for step in 0..3 {
@@ -92,18 +75,7 @@ fn dynamic_values_round_trip_and_a_mismatch_is_counted_with_nothing_written() {
     assert_eq!(stats.not_written(), 1);
     assert_eq!(p.lane().lane().stats().aborted, 0, "nothing half-written");
 
-    let mut sub = Subscriber::connect(
-        &dir,
-        SubscribeOptions {
-            kind: "test".into(),
-            globs: vec![Glob::new("test.dynamic").expect("glob")],
-            start: StartAt::Oldest,
-            cut: false,
-            skip_lanes: Vec::new(),
-            count_history_as_lost: false,
-        },
-    )
-    .expect("subscribe");
+    let mut sub = subscribe_oldest(&dir, "test.dynamic");
     let t0 = Instant::now();
     let mut seen = Vec::new();
     while seen.len() < 4 {

@@ -4,17 +4,16 @@
 //! real broker (threads of this process) and a real subscriber.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::StartAt;
-use snapbus_bus::lane::{LaneConfig, LaneState};
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
-use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::lane::LaneState;
+use snapbus_bus::publisher::Publisher;
 use snapbus_bus::schemas::{Snapshot, Wire};
-use snapbus_bus::subscriber::{Event, Glob, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::Event;
+
+use crate::common::{small_publisher, subscribe_oldest, test_bus};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "test.fork", version = 1, crate = "snapbus_bus::schemas")]
@@ -113,24 +112,9 @@ fn wait_child(pid: libc::pid_t) -> i32 {
 
 #[test]
 fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
-    let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fork-{}", std::process::id()));
-    let dir = BusDir::locate_in(&root, &BusName::new("forktest").expect("name"));
+    let (root, dir) = test_bus("fork", "forktest");
     let broker = broker::InProcess::start(dir.clone(), Duration::from_secs(60)).expect("broker");
-    let p = Publisher::start(
-        dir.clone(),
-        PublisherConfig {
-            name: "forktest".into(),
-            lane: LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let p = small_publisher(dir.clone(), "forktest");
     wait_until("the publisher joins", || p.is_connected());
     let emitter = p.emitter("fork-test");
     let parent = std::process::id();
@@ -152,18 +136,7 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     assert_eq!(p.stats().written, u64::from(2 * N));
     assert_eq!(p.info().pid, parent);
 
-    let mut sub = Subscriber::connect(
-        &dir,
-        SubscribeOptions {
-            kind: "test".into(),
-            globs: vec![Glob::new("test.fork").expect("glob")],
-            start: StartAt::Oldest,
-            cut: false,
-            skip_lanes: Vec::new(),
-            count_history_as_lost: false,
-        },
-    )
-    .expect("subscribe");
+    let mut sub = subscribe_oldest(&dir, "test.fork");
     // (lane pid, lane id) → (payload pid, i, emitter) in order.
     let mut lanes: BTreeMap<(u32, u64), Vec<Seen>> = BTreeMap::new();
     let t0 = Instant::now();

@@ -1,6 +1,7 @@
 //! Integration tests of snapbus-bus (one test binary, a module per area).
 
 mod batch;
+mod common;
 mod dynamic;
 mod fork;
 mod in_place;

@@ -22,6 +22,10 @@ pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Attached, what: &str)
 /// For a consumer that serves a URL, run in the foreground or by `attach`: writes it to
 /// `url_file` (for `attach`, which prints the URL of the process it started: [`announce_url`]),
 /// prints it on stdout and says so on stderr.
+#[cfg_attr(
+    not(any(feature = "plotter", feature = "prometheus")),
+    allow(dead_code)
+)]
 pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::path::Path) {
     let _ = crate::bus::create_file(url_file).and_then(|mut f| {
         use std::io::Write;
@@ -37,6 +41,10 @@ pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::p
 /// Prints what `attach` prints for a started consumer that serves a URL: the URL (which it
 /// wrote to `url_file` before it subscribed, and it has subscribed) on stdout, and how to stop
 /// it on stderr.
+#[cfg_attr(
+    not(any(feature = "plotter", feature = "prometheus")),
+    allow(dead_code)
+)]
 pub(crate) fn announce_url(
     dir: &BusDir,
     kind: &str,

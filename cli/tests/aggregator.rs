@@ -7,38 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
+use crate::demo::{demo_leaves, expected_mode as mode};
 use crate::util::{WATCHDOG, runtime_root};
-
-/// The demo's values (see `snapbus demo --help`) for episode `e`, step `s`, 8x6 images.
-fn demo_leaves(e: u64, s: u64) -> Vec<(&'static str, f64)> {
-    let reward = ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5;
-    let pixels: Vec<f64> = (0..6u64)
-        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
-        .collect();
-    vec![
-        ("step", s as f64),
-        ("reward", reward),
-        ("position.0", f64::from(s as f32 * 0.5)),
-        ("position.1", f64::from(e as f32)),
-        ("position.2", f64::from((s % 8) as f32 - 4.0)),
-        (
-            "observation.mean",
-            pixels.iter().sum::<f64>() / pixels.len() as f64,
-        ),
-        (
-            "observation.min",
-            pixels.iter().copied().fold(f64::INFINITY, f64::min),
-        ),
-        (
-            "observation.max",
-            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        ),
-    ]
-}
-
-fn mode(e: u64) -> &'static str {
-    if e % 4 == 3 { "Eval" } else { "Train" }
-}
 
 /// Checks the `stats` of a summary against the demo steps `(e, s)` it covers.
 fn check_stats(summary: &Value, steps: &[(u64, u64)]) {

@@ -8,12 +8,39 @@ use serde_json::{Value, json};
 use crate::util::{run, run_cmd, snapbus, wait_with_watchdog};
 
 /// The formulas from `snapbus demo --help`, restated independently.
-fn expected_reward(e: u64, s: u64) -> f64 {
+pub(crate) fn expected_reward(e: u64, s: u64) -> f64 {
     ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
 }
 
-fn expected_mode(e: u64) -> &'static str {
+pub(crate) fn expected_mode(e: u64) -> &'static str {
     if e % 4 == 3 { "Eval" } else { "Train" }
+}
+
+/// The demo's values (see `snapbus demo --help`) for episode `e`, step `s`, 8x6 images.
+pub(crate) fn demo_leaves(e: u64, s: u64) -> Vec<(&'static str, f64)> {
+    let reward = expected_reward(e, s);
+    let pixels: Vec<f64> = (0..6u64)
+        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
+        .collect();
+    vec![
+        ("step", s as f64),
+        ("reward", reward),
+        ("position.0", f64::from(s as f32 * 0.5)),
+        ("position.1", f64::from(e as f32)),
+        ("position.2", f64::from((s % 8) as f32 - 4.0)),
+        (
+            "observation.mean",
+            pixels.iter().sum::<f64>() / pixels.len() as f64,
+        ),
+        (
+            "observation.min",
+            pixels.iter().copied().fold(f64::INFINITY, f64::min),
+        ),
+        (
+            "observation.max",
+            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ),
+    ]
 }
 
 #[test]
@@ -153,11 +180,7 @@ fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
             "{}",
             out.stderr
         );
-        assert!(
-            out.stderr.contains(&format!("--image {image}")),
-            "{}",
-            out.stderr
-        );
+        out.assert_stderr_has(&format!("--image {image}"));
         assert!(!out.stderr.contains("is up"), "{}", out.stderr);
     }
     // What fits runs, in a small lane too (256 KiB records: 300x300 is 90,000 pixels).
@@ -168,11 +191,7 @@ fn demo_refuses_an_image_the_lane_cannot_hold_before_starting() {
             .env("SNAPBUS_LANE_BYTES", "1048576"),
     );
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("emitted 3 of 3 events"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("emitted 3 of 3 events");
 }
 
 #[test]
@@ -222,11 +241,7 @@ fn demo_counts_only_the_events_it_wrote() {
             .env("SNAPBUS_FILTER", "warn,demo=info"),
     );
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("emitted 8 of 8 events"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("emitted 8 of 8 events");
     assert!(!out.stderr.contains("filtered"), "{}", out.stderr);
 }
 

@@ -101,7 +101,7 @@ fn bus_names_starting_with_a_dash_are_refused() {
     }
     let out = crate::util::run_cmd(crate::util::snapbus().env("SNAPBUS_BUS", "-x").arg("up"));
     assert!(!out.status.success());
-    assert!(out.stderr.contains("invalid bus name"), "{}", out.stderr);
+    out.assert_stderr_has("invalid bus name");
 }
 
 /// Issue 15, item 13: values the CLI passes on to a supervised consumer are passed as
@@ -170,7 +170,7 @@ fn replay_checks_every_file_before_printing_anything() {
     let missing = "/nonexistent-snapbus-dir/r.mcap";
     let out = run(&["replay", "--print", good, missing]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains(missing), "{}", out.stderr);
+    out.assert_stderr_has(missing);
     assert_eq!(out.stdout, "", "nothing is printed before the check");
     // Not a recording at all.
     let not_mcap = crate::export::tmp("replay-not.mcap");
@@ -233,7 +233,7 @@ fn rotating_recorders_name_the_files_they_write() {
     let first = first.to_str().expect("utf-8");
     let out = bus.run(&["attach", "recorder", "--rotate-mb", "1", "-o", path]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(out.stderr.contains(first), "{}", out.stderr);
+    out.assert_stderr_has(first);
     assert!(!out.stderr.contains(&format!("{path} ")), "{}", out.stderr);
     let out = bus.run(&["detach", out.stdout.trim()]);
     assert!(out.status.success(), "{}", out.stderr);
@@ -273,15 +273,11 @@ fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
     // /proc exists and takes no new files, even for root.
     let out = bus.run(&["aggregate", "--until-end", "--csv", "/proc"]);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("--csv: cannot create files in /proc"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("--csv: cannot create files in /proc");
     assert!(!out.stderr.contains("summarizing"), "{}", out.stderr);
     let out = bus.run(&["attach", "aggregator", "--csv", "/proc"]);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(out.stderr.contains("--csv"), "{}", out.stderr);
+    out.assert_stderr_has("--csv");
     assert_eq!(consumer_ids(&bus), Vec::<String>::new());
 }
 
@@ -308,7 +304,7 @@ fn aggregate_schema_globs_that_match_nothing_are_reported() {
         "nomatch.*",
     ]);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(out.stderr.contains("demo.step"), "{}", out.stderr);
+    out.assert_stderr_has("demo.step");
     assert_eq!(consumer_ids(&bus), Vec::<String>::new());
     let out = bus.run(&["attach", "aggregator", "--schema", "nomatch.*"]);
     assert!(out.status.success(), "{}", out.stderr);

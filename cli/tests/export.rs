@@ -147,20 +147,19 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("exp-rt-{}", std::process::id()));
     let dir = BusDir::locate_in(&root, &BusName::new(bus_name).expect("bus name"));
     let bus = InProcess::start(dir, Duration::from_secs(60)).expect("broker");
-    let p = Publisher::start(
-        bus.dir().clone(),
-        PublisherConfig {
-            name: "export-test".into(),
-            lane: LaneConfig {
-                capacity: 4 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let (session_tag, perf_tag) = (None, None);
+    let lane = LaneConfig {
+        capacity: 4 << 20,
+        max_frame: 64 << 10,
+        ..LaneConfig::default()
+    };
+    let config = PublisherConfig {
+        name: "export-test".into(),
+        lane,
+        session_tag,
+        perf_tag,
+    };
+    let p = Publisher::start(bus.dir().clone(), config).expect("publisher");
     let t0 = std::time::Instant::now();
     while !p.is_connected() {
         assert!(t0.elapsed() < Duration::from_secs(30), "never connected");
@@ -201,15 +200,7 @@ impl Direct {
     fn create(path: &Path, chunk_bytes: u64) -> Direct {
         let mut opts = WriterOptions::new("recorder", "test");
         opts.chunk_bytes = chunk_bytes;
-        let info = |pid: u32, name: &str| ProducerInfo {
-            pid,
-            name: name.into(),
-            cmdline: vec![name.into()],
-            session_tag: None,
-            perf_tag: None,
-            lane_id: u64::from(pid),
-            started_nanos: 1,
-        };
+        let info = |pid: u32, name: &str| crate::util::producer_info(pid, name, u64::from(pid));
         Direct {
             w: RecordingWriter::create(path, &opts).expect("create"),
             producers: [info(100, "alpha"), info(200, "beta")],
@@ -363,7 +354,7 @@ fn jsonl_writes_loss_records_and_every_version() {
     let out = tmp("mixed.jsonl");
     let o = export(&rec, "jsonl", &out, &[]);
     assert_ok(&o);
-    assert!(o.stderr.contains("1 loss record →"), "{}", o.stderr);
+    o.assert_stderr_has("1 loss record →");
     let lines = read_lines(&out);
     assert_eq!(lines.len(), 30 + 5 + 1 + 4);
     let loss: Vec<&Json> = lines.iter().filter(|l| l.get("loss").is_some()).collect();
@@ -430,7 +421,7 @@ fn csv_has_a_file_per_schema_and_version_with_flattened_columns() {
             "snapbus.loss.csv"
         ]
     );
-    assert!(o.stderr.contains("4 files in"), "{}", o.stderr);
+    o.assert_stderr_has("4 files in");
 
     let (header, rows) = read_csv(&out.join("exp.obs.csv"));
     assert_eq!(
@@ -644,7 +635,7 @@ fn a_cut_recording_exports_what_precedes_the_cut_then_fails_naming_the_offset() 
     let check_failure = |o: &Output| {
         assert!(!o.status.success(), "a cut file exported without error");
         assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-        assert!(o.stderr.contains("the file is cut"), "{}", o.stderr);
+        o.assert_stderr_has("the file is cut");
         assert!(
             o.stderr.contains(&format!("at byte offset {offset}")),
             "names the offset {offset}: {}",
@@ -708,7 +699,7 @@ fn a_cut_recording_exports_what_precedes_the_cut_then_fails_naming_the_offset() 
     let out = tmp("junk.jsonl");
     let o = export(&junk, "jsonl", &out, &[]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("not an MCAP file"), "{}", o.stderr);
+    o.assert_stderr_has("not an MCAP file");
     assert!(
         !out.exists(),
         "no output for a file that is not a recording"
@@ -723,8 +714,8 @@ fn existing_output_is_refused_without_force() {
     std::fs::write(&out, "keep me").expect("write");
     let o = export(&rec, "jsonl", &out, &[]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("exists"), "{}", o.stderr);
-    assert!(o.stderr.contains("--force"), "{}", o.stderr);
+    o.assert_stderr_has("exists");
+    o.assert_stderr_has("--force");
     assert_eq!(
         std::fs::read_to_string(&out).expect("read"),
         "keep me",
@@ -738,7 +729,7 @@ fn existing_output_is_refused_without_force() {
     std::fs::create_dir_all(&dir).expect("mkdir");
     let o = export(&rec, "csv", &dir, &[]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("--force"), "{}", o.stderr);
+    o.assert_stderr_has("--force");
     assert!(dir_files(&dir).is_empty());
     let o = export(&rec, "csv", &dir, &["--force"]);
     assert_ok(&o);
@@ -747,7 +738,7 @@ fn existing_output_is_refused_without_force() {
     // Never over the input, even with --force.
     let o = export(&rec, "mcap-json", &rec, &["--force"]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("being exported"), "{}", o.stderr);
+    o.assert_stderr_has("being exported");
     assert!(RecordingReader::new(std::fs::read(&rec).expect("read").as_slice()).all(|r| r.is_ok()));
 }
 
@@ -759,7 +750,7 @@ fn parquet_without_the_feature_is_a_clear_error() {
     let out = tmp("no-parquet");
     let o = export(&rec, "parquet", &out, &[]);
     assert!(!o.status.success());
-    assert!(o.stderr.contains("--no-default-features"), "{}", o.stderr);
+    o.assert_stderr_has("--no-default-features");
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     assert!(!out.exists(), "nothing is created");
 }
@@ -981,16 +972,8 @@ fn payloads_that_do_not_decode_are_reported_never_dropped_silently() {
         "an undecodable payload fails the export"
     );
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-    assert!(
-        o.stderr.contains("1 record could not be decoded"),
-        "{}",
-        o.stderr
-    );
-    assert!(
-        o.stderr.contains("schema exp.obs v1 at t_nanos 1006"),
-        "{}",
-        o.stderr
-    );
+    o.assert_stderr_has("1 record could not be decoded");
+    o.assert_stderr_has("schema exp.obs v1 at t_nanos 1006");
     let lines = read_lines(&out);
     assert_eq!(
         lines.len(),
@@ -1007,11 +990,7 @@ fn payloads_that_do_not_decode_are_reported_never_dropped_silently() {
     let out = tmp("bad-payload-csv");
     let o = export(&rec, "csv", &out, &[]);
     assert!(!o.status.success());
-    assert!(
-        o.stderr.contains("they are not in the output"),
-        "{}",
-        o.stderr
-    );
+    o.assert_stderr_has("they are not in the output");
     let (_, rows) = read_csv(&out.join("exp.obs.csv"));
     let steps: Vec<&str> = rows.iter().map(|r| r["step"].as_str()).collect();
     assert_eq!(steps, ["0", "1", "2", "3", "4", "5", "7", "8", "9"]);
@@ -1133,7 +1112,7 @@ fn replay_print_merges_producers_by_record_time() {
     assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(lines.len(), 39, "{}", out.stderr);
     assert_time_ordered(&lines);
-    assert!(out.stderr.contains("lost 42 records"), "{}", out.stderr);
+    out.assert_stderr_has("lost 42 records");
 
     // Three producers written one after the other, with overlapping times.
     let rec = tmp("merge-blocks.mcap");
@@ -1211,7 +1190,7 @@ fn replay_print_of_a_cut_interleaved_file_merges_what_precedes_the_cut() {
     std::fs::write(&rec, &bytes[..bytes.len() * 3 / 4]).expect("cut");
     let (lines, out) = replay_print(&rec);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(out.stderr.contains("offset"), "{}", out.stderr);
+    out.assert_stderr_has("offset");
     assert!(lines.len() > 300 && lines.len() < 600, "{}", lines.len());
     assert_time_ordered(&lines);
     assert_eq!(

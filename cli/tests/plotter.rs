@@ -9,38 +9,19 @@
 //! (`/usr/bin/chromium`, or `$SNAPBUS_CHROMIUM`); without them it is skipped, unless
 //! `SNAPBUS_REQUIRE_BROWSER=1` (CI) makes that a failure.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
-use crate::util::{WATCHDOG, run_cmd, runtime_root};
+use crate::util::{WATCHDOG, http_get, run_cmd, runtime_root};
 
 /// `GET path` on the plotter of `url` (`http://ADDR/?token=T`), with its token.
 fn get(url: &str, path: &str) -> (u16, String) {
     let rest = url.trim_start_matches("http://");
     let (addr, token) = rest.split_once("/?token=").expect("a URL with a token");
     let sep = if path.contains('?') { '&' } else { '?' };
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path}{sep}token={token} HTTP/1.0\r\nHost: t\r\n\r\n"
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (status, body.to_owned())
+    http_get(addr, &format!("{path}{sep}token={token}"))
 }
 
 fn browser_dir() -> PathBuf {
@@ -250,8 +231,8 @@ fn a_port_in_use_is_a_clear_error() {
     let port = taken.local_addr().expect("addr").port().to_string();
     let out = bus.run(&["plot", "--port", &port]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+    out.assert_stderr_has("is the port in use");
     let out = bus.run(&["attach", "plotter", "--port", &port, "--restart", "never"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("is the port in use"), "{}", out.stderr);
+    out.assert_stderr_has("is the port in use");
 }

@@ -8,7 +8,6 @@
 //! `.ci/peers/prometheus` (or point `SNAPBUS_PEER_PROMETHEUS` at a `prometheus` 2.42 binary).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -18,7 +17,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
-use crate::util::WATCHDOG;
+use crate::demo::expected_reward as reward;
+use crate::util::{WATCHDOG, http_get, percent_encode};
 
 /// How long a Prometheus peer may live before its watchdog kills it.
 const PEER_WATCHDOG: Duration = Duration::from_secs(180);
@@ -27,19 +27,7 @@ const PEER_WATCHDOG: Duration = Duration::from_secs(180);
 fn get(url: &str) -> (u16, String) {
     let rest = url.trim_start_matches("http://");
     let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (status, body.to_owned())
+    http_get(addr, path)
 }
 
 /// The value of the sample `name_and_labels` (exactly as written in the exposition) in a
@@ -49,22 +37,6 @@ fn sample(body: &str, name_and_labels: &str) -> Option<f64> {
         let (k, v) = l.rsplit_once(' ')?;
         (k == name_and_labels).then(|| v.parse().expect("a number"))
     })
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The demo's reward (`demo --help`).
-fn reward(e: u64, s: u64) -> f64 {
-    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
 }
 
 /// A real Prometheus on a free loopback port, killed (and its directory removed) on drop or by
@@ -481,7 +453,7 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     }
     let out = bus.run(&["prometheus", "--listen", "localhost"]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
-    assert!(out.stderr.contains("--listen"), "{}", out.stderr);
+    out.assert_stderr_has("--listen");
     // --port sets the port of --listen's address.
     let out = bus.run(&["prometheus", "--listen", "127.0.0.1:1", "--port", &port]);
     assert!(!out.status.success());
@@ -497,11 +469,7 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     let out = bus.run(&["prometheus", "--port", "0", "--bus", "no-such-bus"]);
     assert!(!out.status.success());
-    assert!(
-        out.stderr.contains("no bus 'no-such-bus'"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("no bus 'no-such-bus'");
     // Nothing was left attached.
     let ls = bus.ls();
     assert!(

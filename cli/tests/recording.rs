@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use snapbus_bus::Level;
 
 use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, runtime_root};
@@ -93,7 +92,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     let original = live.json_lines(18);
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "detach: {}", out.stderr);
-    assert!(out.stdout.contains("exited 0"), "{}", out.stdout);
+    out.assert_stdout_has("exited 0");
     assert!(
         consumer(&bus, &id)["status"] == "exited 0",
         "ls shows how it ended"
@@ -105,23 +104,15 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
         out.stdout,
         out.stderr
     );
-    assert!(out.stdout.contains("records    18"), "{}", out.stdout);
-    assert!(out.stdout.contains("demo.step"), "{}", out.stdout);
-    assert!(
-        out.stdout.contains("read through the footer"),
-        "{}",
-        out.stdout
-    );
+    out.assert_stdout_has("records    18");
+    out.assert_stdout_has("demo.step");
+    out.assert_stdout_has("read through the footer");
 
     let replayed = bus.spawn("echo-replay", &["echo", "--raw", "--count", "18"]);
     replayed.expect_stderr("subscribed");
     let out = bus.run(&["replay", "--max", s(&file)]);
     assert!(out.status.success(), "replay: {}", out.stderr);
-    assert!(
-        out.stderr.contains("18 records republished"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("18 records republished");
     let again = replayed.json_lines(18);
     for (a, b) in original.iter().zip(&again) {
         assert_eq!(a["schema"], b["schema"]);
@@ -265,9 +256,9 @@ fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
     });
     let out = bus.run(&["inspect", s(&file)]);
     assert!(!out.status.success(), "an unfinished file is reported");
-    assert!(out.stdout.contains("records    18"), "{}", out.stdout);
-    assert!(out.stdout.contains("without its footer"), "{}", out.stdout);
-    assert!(out.stderr.contains("offset"), "{}", out.stderr);
+    out.assert_stdout_has("records    18");
+    out.assert_stdout_has("without its footer");
+    out.assert_stderr_has("offset");
     assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
 }
 
@@ -334,7 +325,7 @@ fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
     }
     let out = bus.run(&["inspect", s(&out_path("missing.mcap"))]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("opening"), "{}", out.stderr);
+    out.assert_stderr_has("opening");
 }
 
 #[test]
@@ -342,12 +333,12 @@ fn attach_and_detach_refuse_what_cannot_work() {
     let bus = TestBus::up();
     let out = bus.run(&["detach", "999"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("no consumer 999"), "{}", out.stderr);
+    out.assert_stderr_has("no consumer 999");
     let file = out_path("exists.mcap");
     std::fs::write(&file, b"keep me").expect("write");
     let out = bus.run(&["attach", "recorder", "-o", s(&file)]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("--force"), "{}", out.stderr);
+    out.assert_stderr_has("--force");
     assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
     let out = bus.run(&["attach", "recorder", "-o", "/proc/no/such/dir/x.mcap"]);
     assert!(!out.status.success());
@@ -360,10 +351,10 @@ fn attach_and_detach_refuse_what_cannot_work() {
     );
     let out = bus.run(&["snapshot", "--last", "soon", "-o", s(&out_path("x.mcap"))]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("duration"), "{}", out.stderr);
+    out.assert_stderr_has("duration");
     let out = bus.run(&["replay", "--speed", "0", s(&file)]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("--speed"), "{}", out.stderr);
+    out.assert_stderr_has("--speed");
 }
 
 #[test]
@@ -456,7 +447,7 @@ fn detach_of_a_recorder_waiting_to_be_restarted_cancels_the_restart() {
     });
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(out.stdout.contains("not restarted"), "{}", out.stdout);
+    out.assert_stdout_has("not restarted");
     assert_eq!(
         consumer(&bus, &id)["status"],
         "killed by signal 9; not restarted"
@@ -482,15 +473,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
     opts.chunk_bytes = 4000;
     let mut w =
         snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::ProducerInfo {
-        pid: 42,
-        name: "ticker".into(),
-        cmdline: vec!["ticker".into()],
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 0xabc,
-        started_nanos: 1,
-    };
+    let info = crate::util::producer_info(42, "ticker", 0xabc);
     let desc = std::sync::Arc::new(Tick::descriptor().clone());
     let n = 2000u64;
     for i in 0..n {
@@ -500,24 +483,8 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         }
         .encode_to_vec()
         .expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_700_000_000_000_000_000 + i * 1000,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
-        w.write(
-            1,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
+        let t = 1_700_000_000_000_000_000 + i * 1000;
+        crate::util::write_record(&mut w, &info, &desc, (i, t), &payload);
     }
     w.finish().expect("finish");
     let mut bytes = std::fs::read(&path).expect("read");
@@ -563,16 +530,8 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         "{}",
         text.stdout
     );
-    assert!(
-        text.stdout.contains(&format!("they held {lost} records")),
-        "{}",
-        text.stdout
-    );
-    assert!(
-        text.stderr.contains("1 damaged part was skipped"),
-        "{}",
-        text.stderr
-    );
+    text.assert_stdout_has(&format!("they held {lost} records"));
+    text.assert_stderr_has("1 damaged part was skipped");
 
     let (lines, ok, stderr) = printed(&bus, &path);
     assert!(!ok, "replay --print of a damaged file fails at the end");
@@ -596,7 +555,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         "{}",
         out.stderr
     );
-    assert!(out.stderr.contains("every other record"), "{}", out.stderr);
+    out.assert_stderr_has("every other record");
     let rows = std::fs::read_to_string(&exported).expect("export output");
     let records = rows.lines().filter(|l| l.contains("\"cli.tick\"")).count() as u64;
     assert_eq!(records, n - lost, "every other record is exported");
@@ -718,11 +677,7 @@ exit $rc"#;
         "{}",
         out.stderr
     );
-    assert!(
-        out.stderr.contains("No space left on device (os error 28)"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("No space left on device (os error 28)");
 }
 
 /// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
@@ -753,11 +708,7 @@ exit $rc"#;
         "{}",
         out.stderr
     );
-    assert!(
-        out.stderr.contains("No space left on device (os error 28)"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("No space left on device (os error 28)");
     assert!(
         !out.stderr.contains("attempted another write"),
         "{}",
@@ -770,7 +721,7 @@ exit $rc"#;
         out.stdout
     );
     assert!(!out.stdout.contains("none: every record"), "{}", out.stdout);
-    assert!(out.stdout.contains("not written: "), "{}", out.stdout);
+    out.assert_stdout_has("not written: ");
     assert!(
         out.stdout
             .contains("cut: the writer failed (No space left on device"),
@@ -798,11 +749,7 @@ exit $rc"#;
         !out.status.success(),
         "export of a cut file fails at the end"
     );
-    assert!(
-        out.stderr.contains("is incomplete: not written:"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("is incomplete: not written:");
     // The same snapshot where there is room.
     let roomy = out_path("roomy.mcap");
     let out = bus.run(&["snapshot", "-o", s(&roomy)]);
@@ -846,11 +793,7 @@ exit $rc"#;
         "{}",
         out.stderr
     );
-    assert!(
-        out.stderr.contains("No space left on device (os error 28)"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("No space left on device (os error 28)");
     assert!(
         !out.stderr.contains("attempted another write"),
         "{}",

@@ -3,8 +3,15 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use snapbus_bus::Level;
+use snapbus_bus::ProducerInfo;
+use snapbus_consumers::recording::RecordingWriter;
+use snapbus_consumers::{Producer, RecordHeader};
+use snapbus_schemas::SchemaDescriptor;
 
 /// How long any single `snapbus` invocation in these tests may take before it is killed.
 pub(crate) const WATCHDOG: Duration = Duration::from_secs(60);
@@ -36,6 +43,20 @@ pub(crate) struct Output {
     pub(crate) status: ExitStatus,
     pub(crate) stdout: String,
     pub(crate) stderr: String,
+}
+
+impl Output {
+    /// Asserts that stderr contains `needle` (and shows stderr if not).
+    #[track_caller]
+    pub(crate) fn assert_stderr_has(&self, needle: &str) {
+        assert!(self.stderr.contains(needle), "{}", self.stderr);
+    }
+
+    /// Asserts that stdout contains `needle` (and shows stdout if not).
+    #[track_caller]
+    pub(crate) fn assert_stdout_has(&self, needle: &str) {
+        assert!(self.stdout.contains(needle), "{}", self.stdout);
+    }
 }
 
 /// Waits for `child`, killing it if the watchdog expires (then panics: a hung CLI is a bug).
@@ -87,4 +108,67 @@ pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
         stdout: out_reader.join().expect("stdout thread"),
         stderr: err_reader.join().expect("stderr thread"),
     }
+}
+
+/// `GET target` (a path and query) from the HTTP server at `addr`: status and body.
+pub(crate) fn http_get(addr: &str, target: &str) -> (u16, String) {
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let request = format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    std::io::Write::write_all(&mut s, request.as_bytes()).expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    (status.expect("status"), body.to_owned())
+}
+
+/// Percent-encodes a query value.
+pub(crate) fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A producer as a recording names it (process `pid`, lane `lane_id`, started at 1 ns).
+pub(crate) fn producer_info(pid: u32, name: &str, lane_id: u64) -> ProducerInfo {
+    ProducerInfo {
+        pid,
+        name: name.into(),
+        cmdline: vec![name.into()],
+        session_tag: None,
+        perf_tag: None,
+        lane_id,
+        started_nanos: 1,
+    }
+}
+
+/// Writes record `seq` of `producer` (producer id 1; schema key and version 1) stamped
+/// `t_nanos`.
+pub(crate) fn write_record(
+    w: &mut RecordingWriter,
+    producer: &ProducerInfo,
+    desc: &Arc<SchemaDescriptor>,
+    (seq, t_nanos): (u64, u64),
+    payload: &[u8],
+) {
+    let header = RecordHeader {
+        payload_len: payload.len(),
+        seq,
+        t_nanos,
+        level: Level::INFO,
+        emitter_id: 0,
+        schema_key: 1,
+        schema_version: 1,
+    };
+    let producer = Producer::from(producer);
+    w.write(1, producer, desc, None, &header, payload)
+        .expect("write");
 }

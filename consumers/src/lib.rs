@@ -10,6 +10,11 @@
 //! and [`otlp`] (an OTLP/HTTP exporter to an OpenTelemetry Collector, isolated from its
 //! failures).
 //!
+//! Each sink is behind a cargo feature of the same name, all in the default build:
+//! `recording` (the `recording`, `recorder` and `replay` modules), `aggregator`, `plotter`,
+//! `prometheus` and `otlp`. With `default-features = false` the crate is the runtime and
+//! [`fields`], on top of `snapbus-bus`.
+//!
 //! # Guarantees
 //!
 //! - **A consumer never slows a producer.** Records are read from the producers' lanes in
@@ -65,15 +70,24 @@
 //! `consumers/examples/count.rs` is this example as a program:
 //! `cargo run -p snapbus-consumers --example count -- 'demo.*'`.
 
+#[cfg(feature = "aggregator")]
 pub mod aggregator;
 pub mod fields;
+#[cfg(feature = "otlp")]
 pub mod otlp;
+#[cfg(feature = "plotter")]
 pub mod plotter;
+#[cfg(feature = "prometheus")]
 pub mod prometheus;
+#[cfg(feature = "recording")]
 pub mod recorder;
+#[cfg(feature = "recording")]
 pub mod recording;
+#[cfg(feature = "recording")]
 pub mod replay;
 mod runtime;
+#[cfg(any(feature = "aggregator", feature = "otlp", feature = "prometheus"))]
+mod summary_name;
 
 pub use runtime::{
     Consumer, DRAIN_ON_STOP, Flow, HookError, InPlace, Producer, ProducerChange, Record,

@@ -18,19 +18,8 @@ use snapbus_consumers::aggregator::{
 use snapbus_consumers::{Consumer, ProducerChange, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Tensor, Value, Wire, decode};
 
+use crate::common::{Info, Mode};
 use crate::runtime::Bus;
-
-#[derive(Wire, Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Mode {
-    Train,
-    Eval,
-}
-
-#[derive(Wire, Debug, Clone, PartialEq)]
-pub(crate) struct Info {
-    pub(crate) loss: f64,
-    pub(crate) note: String,
-}
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "agg.step", version = 1)]
@@ -188,15 +177,7 @@ impl Feed {
             producer: snapbus_consumers::Producer::from(&self.producers[&lane]),
             schema,
             emitter: None,
-            header: snapbus_consumers::RecordHeader {
-                seq,
-                t_nanos,
-                schema_key: 1,
-                schema_version: 1,
-                level: Level::INFO,
-                emitter_id: 0,
-                payload_len: payload.len(),
-            },
+            header: crate::common::header(seq, t_nanos, payload.len()),
             payload,
         };
         c.on_event(&r).expect("on_event");
@@ -781,15 +762,7 @@ fn csv_rows_are_the_summaries_and_a_restart_appends_under_the_same_header() {
             producer: snapbus_consumers::Producer::from(&feed.producers[&1]),
             schema: &schema,
             emitter: None,
-            header: snapbus_consumers::RecordHeader {
-                seq: 3,
-                t_nanos: 1,
-                schema_key: 1,
-                schema_version: 1,
-                level: Level::INFO,
-                emitter_id: 0,
-                payload_len: 0,
-            },
+            header: crate::common::header(3, 1, 0),
             payload: &steps[3].encode_to_vec().expect("encode"),
         })
         .expect_err("other columns");

@@ -8,7 +8,7 @@ use snapbus_consumers::fields::{
 };
 use snapbus_schemas::{Snapshot, Tensor, Wire};
 
-use crate::aggregator::{Info, Mode};
+use crate::common::{Info, Mode};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "fields.step", version = 1)]

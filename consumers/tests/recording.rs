@@ -184,40 +184,8 @@ fn rotation_splits_the_stream_into_complete_files_in_order() {
 #[test]
 fn a_file_cut_anywhere_reads_up_to_the_cut_and_says_where() {
     let bus = Bus::start("rec3");
-    let p = bus.publisher();
-    let path = tmp("cut.mcap");
     // Small chunks: many cut points fall between complete chunks.
-    let mut w = RecordingWriter::create(&path, &{
-        let mut o = WriterOptions::new("recorder", "test");
-        o.chunk_bytes = 2000;
-        o
-    })
-    .expect("create");
-    let info = p.info().clone();
-    let desc = Arc::new(Step::descriptor().clone());
-    for i in 0..300u64 {
-        let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_000 + i,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
-        w.write(
-            7,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
-    }
-    w.finish().expect("finish");
-    let bytes = std::fs::read(&path).expect("read");
+    let bytes = small_chunks(&bus, "cut.mcap");
     let mut last_count = 0;
     for cut in (0..bytes.len()).step_by(37).chain([bytes.len() - 1]) {
         let (items, err) = read_all(&bytes[..cut]);
@@ -553,20 +521,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn named_publisher(dir: &snapbus_bus::runtime::BusDir, name: &str) -> Publisher {
-    let p = Publisher::start(
-        dir.clone(),
-        snapbus_bus::publisher::PublisherConfig {
-            name: name.into(),
-            lane: snapbus_bus::lane::LaneConfig {
-                capacity: 1 << 20,
-                max_frame: 64 << 10,
-                block_size: 64 << 10,
-            },
-            session_tag: None,
-            perf_tag: None,
-        },
-    )
-    .expect("publisher");
+    let p = crate::common::small_publisher(dir, name);
     wait_for("the publisher to join", || p.is_connected());
     p
 }
@@ -824,15 +779,7 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..300u64 {
         let payload = step(i).encode_to_vec().expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: 1_000 + i,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
+        let meta = crate::common::header(i, 1_000 + i, payload.len());
         w.write(
             7,
             snapbus_consumers::Producer::from(&info),
@@ -1082,15 +1029,7 @@ fn feed_record(
         producer: snapbus_consumers::Producer::from(who),
         schema,
         emitter: None,
-        header: snapbus_consumers::RecordHeader {
-            seq,
-            t_nanos: 1_000 + seq,
-            schema_key: 1,
-            schema_version: 1,
-            level: snapbus_bus::Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        },
+        header: crate::common::header(seq, 1_000 + seq, payload.len()),
         payload,
     };
     rec.on_event(&r).expect("on_event");

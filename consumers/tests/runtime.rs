@@ -420,6 +420,7 @@ fn a_record_overwritten_while_a_consumer_reads_it_in_place_is_never_delivered_bu
     drop(p);
 }
 
+#[cfg(feature = "prometheus")]
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "rt.big", version = 1, crate = "snapbus_bus::schemas")]
 struct Big {
@@ -429,6 +430,7 @@ struct Big {
 
 /// The Prometheus exporter reads records of `IN_PLACE_MIN_BYTES` and more in place: what it
 /// serves is what the records held.
+#[cfg(feature = "prometheus")]
 #[test]
 fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
     use std::io::{Read, Write};

@@ -1,8 +1,13 @@
 //! Integration tests of the consumer runtime (one test binary, a module per area).
 
+#[cfg(feature = "aggregator")]
 mod aggregator;
+mod common;
 mod fields;
+#[cfg(feature = "otlp")]
 mod otlp;
+#[cfg(feature = "plotter")]
 mod plotter;
+#[cfg(feature = "recording")]
 mod recording;
 mod runtime;

@@ -79,7 +79,11 @@ fn step_record_bytes(width: u32, height: u32) -> anyhow::Result<u64> {
 fn run_on_bus(args: &DemoArgs, bus: &str, stop: &AtomicBool) -> anyhow::Result<()> {
     let total = u64::from(args.episodes) * (u64::from(args.steps) + 1);
     // One summary per episode and one for the experiment (episodes without steps have none).
-    let aggregate = !args.no_echo && !args.no_aggregator && args.episodes > 0 && args.steps > 0;
+    let aggregate = cfg!(feature = "aggregator")
+        && !args.no_echo
+        && !args.no_aggregator
+        && args.episodes > 0
+        && args.steps > 0;
     let aggregator = if aggregate {
         Some(attach_aggregator(bus)?)
     } else {

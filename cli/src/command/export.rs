@@ -20,6 +20,7 @@
 mod columns;
 mod jsonl;
 mod mcap_json;
+#[cfg(feature = "otlp")]
 mod otlp;
 #[cfg(feature = "parquet")]
 mod parquet_dir;
@@ -86,7 +87,10 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     }
     let globs = crate::bus::globs(&args.schemas)?;
     if args.format == ExportFormat::Otlp {
+        #[cfg(feature = "otlp")]
         return otlp::run(args, &globs);
+        #[cfg(not(feature = "otlp"))]
+        bail!("this snapbus was built without OTLP support (cargo feature `otlp`)");
     }
     let Some(out) = args.output.as_deref() else {
         bail!("--output is required with --format {:?}", args.format);

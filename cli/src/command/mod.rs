@@ -2,6 +2,7 @@
 //! [`KINDS`](crate::consumer_kinds::KINDS)), and the command line they make up: [`Cli`], the
 //! top of the module graph (the verbs' options are in `cli.rs`, a leaf).
 
+#[cfg(feature = "aggregator")]
 pub(crate) mod aggregate;
 pub(crate) mod attach;
 mod demo;
@@ -13,8 +14,11 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
+#[cfg(feature = "otlp")]
 pub(crate) mod otlp;
+#[cfg(feature = "plotter")]
 pub(crate) mod plot;
+#[cfg(feature = "prometheus")]
 pub(crate) mod prometheus;
 pub(crate) mod python;
 pub(crate) mod record;

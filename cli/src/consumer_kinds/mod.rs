@@ -27,9 +27,13 @@ use std::marker::PhantomData;
 use clap::{ArgMatches, Args, FromArgMatches};
 use snapbus_bus::runtime::BusDir;
 
+#[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
+#[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
+#[cfg(feature = "plotter")]
 use crate::command::plot::PlotArgs;
+#[cfg(feature = "prometheus")]
 use crate::command::prometheus::PrometheusArgs;
 use crate::command::python::PythonArgs;
 use crate::command::record::RecordArgs;
@@ -43,10 +47,14 @@ use kind::BuiltinConsumer;
 /// The built-in consumers, in the order `attach --help` lists them.
 pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<RecordArgs>(),
+    #[cfg(feature = "plotter")]
     ConsumerKind::of::<PlotArgs>(),
+    #[cfg(feature = "aggregator")]
     ConsumerKind::of::<AggregateArgs>(),
     ConsumerKind::of::<PythonArgs>(),
+    #[cfg(feature = "prometheus")]
     ConsumerKind::of::<PrometheusArgs>(),
+    #[cfg(feature = "otlp")]
     ConsumerKind::of::<OtlpArgs>(),
     ConsumerKind::of::<RerunArgs>(),
 ];
@@ -432,6 +440,7 @@ mod tests {
     /// A relative path is forwarded made absolute (the consumer may be restarted by a broker
     /// whose working directory is another).
     #[test]
+    #[cfg_attr(not(feature = "aggregator"), allow(clippy::single_element_loop))]
     fn relative_paths_are_forwarded_absolute() {
         let dir = crate::bus::bus_dir(&BusArgs {
             bus: Some("fwd-test".into()),
@@ -440,6 +449,7 @@ mod tests {
         let cwd = std::env::current_dir().expect("cwd");
         for (kind, flag, given) in [
             ("recorder", "--output", ["recorder", "-o", "rel/r.mcap"]),
+            #[cfg(feature = "aggregator")]
             ("aggregator", "--csv", ["aggregator", "--csv", "rel/csv"]),
         ] {
             let kind = KINDS.iter().find(|k| k.name == kind).expect("kind");

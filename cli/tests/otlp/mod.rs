@@ -16,6 +16,7 @@ use snapbus_consumers::recording::{RecordingWriter, WriterOptions};
 use snapbus_schemas::Snapshot;
 
 use crate::bus::{TestBus, wait_until};
+use crate::demo::expected_reward;
 use crate::util::{WATCHDOG, run};
 use peers::{Rotel, Vm, free_port};
 
@@ -46,34 +47,14 @@ fn series(vm: &Vm, re: &str) -> Series {
 }
 
 /// The demo's `demo.step` leaves for episode `e`, step `s` (8x6 images; `snapbus demo --help`).
-fn demo_step(e: u64, s: u64) -> BTreeMap<&'static str, f64> {
-    let pixels: Vec<f64> = (0..6u64)
-        .flat_map(|y| (0..8u64).map(move |x| ((x + 2 * y + 3 * s + 5 * e) % 256) as f64))
-        .collect();
-    BTreeMap::from([
-        ("demo.step.episode", e as f64),
-        ("demo.step.step", s as f64),
-        ("demo.step.reward", reward(e, s)),
-        ("demo.step.position.0", f64::from(s as f32 * 0.5)),
-        ("demo.step.position.1", f64::from(e as f32)),
-        ("demo.step.position.2", f64::from((s % 8) as f32 - 4.0)),
-        (
-            "demo.step.observation.mean",
-            pixels.iter().sum::<f64>() / pixels.len() as f64,
-        ),
-        (
-            "demo.step.observation.min",
-            pixels.iter().copied().fold(f64::INFINITY, f64::min),
-        ),
-        (
-            "demo.step.observation.max",
-            pixels.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        ),
-    ])
-}
-
-fn reward(e: u64, s: u64) -> f64 {
-    ((31 * e + 17 * s) % 11) as f64 / 10.0 - 0.5
+fn demo_step(e: u64, s: u64) -> BTreeMap<String, f64> {
+    let leaves = crate::demo::demo_leaves(e, s);
+    let leaves = leaves
+        .into_iter()
+        .map(|(k, v)| (format!("demo.step.{k}"), v));
+    std::iter::once(("demo.step.episode".to_owned(), e as f64))
+        .chain(leaves)
+        .collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -179,7 +160,8 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
         let want = demo_step(e, s);
         assert_eq!(leaves.len(), want.len(), "{t}: {leaves:?}");
         for (k, w) in &want {
-            assert!(close(leaves[*k], *w), "{t} {k}: {} != {w}", leaves[*k]);
+            let got = leaves[k.as_str()];
+            assert!(close(got, *w), "{t} {k}: {got} != {w}");
         }
         seen.insert((e, s));
     }
@@ -191,7 +173,7 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
     // Summaries: the experiment's mean reward over every step; each episode window's mean is
     // one episode's.
     let episode_means: Vec<f64> = (0..EPISODES)
-        .map(|e| (0..STEPS).map(|s| reward(e, s)).sum::<f64>() / STEPS as f64)
+        .map(|e| (0..STEPS).map(|s| expected_reward(e, s)).sum::<f64>() / STEPS as f64)
         .collect();
     let all_mean = episode_means.iter().sum::<f64>() / EPISODES as f64;
     let mut checked = 0;
@@ -285,7 +267,7 @@ fn the_callers_otel_environment_reaches_the_attached_exporter() {
         .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", vm.otlp_url()),
     );
     assert!(out.status.success(), "attach: {}", out.stderr);
-    assert!(out.stderr.contains(&vm.otlp_url()), "{}", out.stderr);
+    out.assert_stderr_has(&vm.otlp_url());
     let id = out.stdout.trim().to_owned();
     bus.demo(1, 5, 50, &[]);
     wait_until("the demo's last step in VictoriaMetrics", WATCHDOG, || {
@@ -418,17 +400,17 @@ fn tmp(name: &str) -> PathBuf {
     p
 }
 
+/// `snapbus export FILE --format otlp --endpoint URL` and `extra` arguments.
+fn export_otlp(file: &std::path::Path, url: &str, extra: &[&str]) -> crate::util::Output {
+    let file = file.to_str().expect("utf-8");
+    let mut args = vec!["export", file, "--format", "otlp", "--endpoint", url];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// Writes a recording of `n` `otlp_peer.hop` records 15 s apart from `t0`.
 fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
-    let info = snapbus_bus::ProducerInfo {
-        pid: 77,
-        name: "recorded".into(),
-        cmdline: vec!["recorded".into()],
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 77,
-        started_nanos: 1,
-    };
+    let info = crate::util::producer_info(77, "recorded", 77);
     let mut w =
         RecordingWriter::create(path, &WriterOptions::new("recorder", "test")).expect("create");
     let desc = Arc::new(Hop::descriptor().clone());
@@ -437,24 +419,7 @@ fn write_recording(path: &std::path::Path, t0: u64, n: u64) {
             value: i as f64 * 1.5,
         })
         .expect("encode");
-        let meta = snapbus_consumers::RecordHeader {
-            seq: i,
-            t_nanos: t0 + i * 15_000_000_000,
-            schema_key: 1,
-            schema_version: 1,
-            level: Level::INFO,
-            emitter_id: 0,
-            payload_len: payload.len(),
-        };
-        w.write(
-            1,
-            snapbus_consumers::Producer::from(&info),
-            &desc,
-            None,
-            &meta,
-            &payload,
-        )
-        .expect("write");
+        crate::util::write_record(&mut w, &info, &desc, (i, t0 + i * 15_000_000_000), &payload);
     }
     w.finish().expect("finish");
 }
@@ -467,14 +432,7 @@ fn export_sends_a_recording_with_its_original_timestamps() {
     let t0 = 1_767_225_600_000_000_000u64;
     write_recording(&file, t0, 6);
     let base = format!("http://{}/opentelemetry", vm.addr);
-    let out = run(&[
-        "export",
-        file.to_str().expect("utf-8"),
-        "--format",
-        "otlp",
-        "--endpoint",
-        &base,
-    ]);
+    let out = export_otlp(&file, &base, &[]);
     assert!(out.status.success(), "export: {}", out.stderr);
     assert!(
         out.stderr
@@ -513,32 +471,11 @@ fn export_to_an_unreachable_endpoint_fails_and_counts_what_was_not_sent() {
     let file = tmp("unreachable.mcap");
     write_recording(&file, 1_767_225_600_000_000_000, 4);
     let url = format!("http://127.0.0.1:{}", free_port());
-    let out = run(&[
-        "export",
-        file.to_str().expect("utf-8"),
-        "--format",
-        "otlp",
-        "--endpoint",
-        &url,
-        "--timeout",
-        "1500ms",
-    ]);
+    let out = export_otlp(&file, &url, &["--timeout", "1500ms"]);
     assert!(!out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("0 data points exported"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains("did not take the data within"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.contains("records were not sent"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("0 data points exported");
+    out.assert_stderr_has("did not take the data within");
+    out.assert_stderr_has("records were not sent");
     let _ = std::fs::remove_file(&file);
 }
 
@@ -573,9 +510,9 @@ fn bad_urls_and_addresses_are_refused_before_anything_starts() {
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x"),
     );
     assert!(!out.status.success());
-    assert!(out.stderr.contains("ftp://x"), "{}", out.stderr);
+    out.assert_stderr_has("ftp://x");
     // With no bus, the foreground verb says so.
     let out = run(&["otlp", "--bus", "no-such-bus-otlp"]);
     assert!(!out.status.success());
-    assert!(out.stderr.contains("no bus"), "{}", out.stderr);
+    out.assert_stderr_has("no bus");
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::bus::wait_until;
-use crate::util::WATCHDOG;
+use crate::util::{WATCHDOG, percent_encode};
 
 /// The workspace root (two levels above this crate's manifest directory's parent).
 fn workspace_root() -> PathBuf {
@@ -159,7 +159,7 @@ impl Vm {
 
     /// `/api/v1/export` of the series matching `selector`: one JSON object per series.
     pub(crate) fn export(&self, selector: &str) -> Vec<serde_json::Value> {
-        let body = format!("match[]={}", percent(selector));
+        let body = format!("match[]={}", percent_encode(selector));
         let (status, text) = http(self.addr, "POST", "/api/v1/export", body.as_bytes())
             .expect("VictoriaMetrics export");
         assert_eq!(status, 200, "export {selector}: {text}");
@@ -221,18 +221,6 @@ impl Rotel {
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
-}
-
-/// Percent-encodes a query value.
-fn percent(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// One HTTP/1.0 request (a form body for POST) → (status, body); `None` if it cannot connect.

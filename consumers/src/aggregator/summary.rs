@@ -11,7 +11,7 @@ use super::stats::{QUANTILES, Stat};
 use crate::fields::{KeyType, KeyValue};
 
 /// The suffix of summary schema ids: `demo.step` is summarized as `demo.step.summary`.
-pub const SUMMARY_SUFFIX: &str = ".summary";
+pub const SUMMARY_SUFFIX: &str = crate::summary_name::SUMMARY_SUFFIX;
 
 /// The `window` value of experiment-level summaries.
 pub const EXPERIMENT: &str = "experiment";

@@ -22,9 +22,9 @@ use super::outbox::Outbox;
 use super::sender::{RetryPolicy, Sender};
 use super::signals::{self, Open, Pending, SpanTable};
 use super::stats::{DropReason, ExporterStats, Signal, StatEntry};
-use crate::aggregator::SUMMARY_SUFFIX;
 use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, Plan};
 use crate::runtime::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
+use crate::summary_name::SUMMARY_SUFFIX;
 
 /// How the exporter runs.
 #[derive(Debug, Clone)]

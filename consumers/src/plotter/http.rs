@@ -2,7 +2,8 @@
 //! request needs the server's random token (in the query, or in the cookie the page gets when
 //! it is opened with it): other users of the machine can reach 127.0.0.1 too.
 //!
-//! - `GET /`, `/app.js`, `/app.css`: the page (embedded).
+//! - `GET /`, `/app.css` and the page's ES modules (`ASSETS`: `/app.js` imports the others): the
+//!   page (embedded).
 //! - `GET /api/series`: series, image series and counters.
 //! - `GET /api/data?ids=1,2&x=time|step&from=F&to=T&width=W`: the min/max envelope per column.
 //! - `GET /api/frame?id=N`: the latest frame of an image series.
@@ -30,8 +31,25 @@ const MAX_WIDTH: usize = 4000;
 const MAX_STREAMS: usize = 64;
 
 const INDEX_HTML: &str = include_str!("web/index.html");
-const APP_JS: &str = include_str!("web/app.js");
-const APP_CSS: &str = include_str!("web/app.css");
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// The page's files other than `/`: path, content type, contents.
+const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "/app.css",
+        "text/css; charset=utf-8",
+        include_str!("web/app.css"),
+    ),
+    ("/app.js", JS, include_str!("web/app.js")),
+    ("/state.js", JS, include_str!("web/state.js")),
+    ("/format.js", JS, include_str!("web/format.js")),
+    ("/series.js", JS, include_str!("web/series.js")),
+    ("/sidebar.js", JS, include_str!("web/sidebar.js")),
+    ("/plots.js", JS, include_str!("web/plots.js")),
+    ("/stream.js", JS, include_str!("web/stream.js")),
+    ("/draw.js", JS, include_str!("web/draw.js")),
+    ("/images.js", JS, include_str!("web/images.js")),
+];
 
 /// A running server (its threads live as long as the process).
 #[derive(Debug)]
@@ -232,13 +250,6 @@ fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize, token: 
                 );
             let _ = request.respond(response);
         }
-        "/app.js" => respond(
-            request,
-            200,
-            "text/javascript; charset=utf-8",
-            APP_JS.into(),
-        ),
-        "/app.css" => respond(request, 200, "text/css; charset=utf-8", APP_CSS.into()),
         "/api/series" => {
             let body = with_store(store, |s| s.series_json(now_secs()));
             json_response(request, 200, &body);
@@ -274,7 +285,10 @@ fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize, token: 
             }
             Err(e) => bad(request, &e),
         },
-        _ => respond(request, 404, "text/plain", "not found\n".into()),
+        _ => match ASSETS.iter().find(|(p, _, _)| *p == path) {
+            Some(&(_, content_type, body)) => respond(request, 200, content_type, body.into()),
+            None => respond(request, 404, "text/plain", "not found\n".into()),
+        },
     }
 }
 

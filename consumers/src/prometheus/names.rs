@@ -20,8 +20,8 @@ use std::sync::Arc;
 use snapbus_schemas::{SchemaDescriptor, TypeDesc};
 
 use super::table::Labels;
-use crate::aggregator::SUMMARY_SUFFIX;
 use crate::fields::{KeyValue, Plan};
+use crate::summary_name::SUMMARY_SUFFIX;
 
 /// `text` as a Prometheus metric or label name: characters outside `[a-zA-Z0-9_]` become `_`,
 /// and a leading digit (or an empty name) gets a `_` in front.

@@ -119,14 +119,21 @@ impl Feed {
     }
 }
 
-/// Log records the receiver accepted, not counting data-gap records.
-fn accepted_logs(arrivals: &[Arrival]) -> u64 {
+/// Every log record the receiver accepted, data-gap records included.
+fn accepted_log_records(
+    arrivals: &[Arrival],
+) -> impl Iterator<Item = opentelemetry_proto::tonic::logs::v1::LogRecord> + '_ {
     arrivals
         .iter()
         .filter(|a| a.accepted() && a.path == "/v1/logs")
         .flat_map(|a| a.logs().resource_logs)
         .flat_map(|r| r.scope_logs)
         .flat_map(|s| s.log_records)
+}
+
+/// Log records the receiver accepted, not counting data-gap records.
+fn accepted_logs(arrivals: &[Arrival]) -> u64 {
+    accepted_log_records(arrivals)
         .filter(|l| l.event_name != DATA_GAP_EVENT)
         .count() as u64
 }
@@ -140,12 +147,7 @@ fn gaps(arrivals: &[Arrival]) -> Vec<(String, String, i64)> {
             .and_then(|a| a.value.clone())
             .and_then(|v| v.value)
     };
-    arrivals
-        .iter()
-        .filter(|a| a.accepted() && a.path == "/v1/logs")
-        .flat_map(|a| a.logs().resource_logs)
-        .flat_map(|r| r.scope_logs)
-        .flat_map(|s| s.log_records)
+    accepted_log_records(arrivals)
         .filter(|l| l.event_name == DATA_GAP_EVENT)
         .map(|l| {
             let s = |k| match attr(&l, k) {

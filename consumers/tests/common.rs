@@ -1,0 +1,52 @@
+//! Fixtures shared by the test modules.
+
+use snapbus_bus::Level;
+use snapbus_bus::lane::LaneConfig;
+use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::runtime::BusDir;
+use snapbus_consumers::RecordHeader;
+use snapbus_schemas::Wire;
+
+#[derive(Wire, Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Mode {
+    Train,
+    Eval,
+}
+
+#[derive(Wire, Debug, Clone, PartialEq)]
+pub(crate) struct Info {
+    pub(crate) loss: f64,
+    pub(crate) note: String,
+}
+
+/// A publisher `name` on `dir` with a 1 MiB lane and 64 KiB frames (not waiting to join).
+#[cfg_attr(not(feature = "recording"), allow(dead_code))]
+pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
+    let mut lane = LaneConfig::default();
+    (lane.capacity, lane.max_frame) = (1 << 20, 64 << 10);
+    let (session_tag, perf_tag) = (None, None);
+    let config = PublisherConfig {
+        name: name.into(),
+        lane,
+        session_tag,
+        perf_tag,
+    };
+    Publisher::start(dir.clone(), config).expect("publisher")
+}
+
+/// The header of record `seq` stamped `t_nanos` (schema key and version 1, level INFO).
+#[cfg_attr(
+    not(any(feature = "recording", feature = "aggregator")),
+    allow(dead_code)
+)]
+pub(crate) fn header(seq: u64, t_nanos: u64, payload_len: usize) -> RecordHeader {
+    RecordHeader {
+        seq,
+        t_nanos,
+        payload_len,
+        schema_key: 1,
+        schema_version: 1,
+        level: Level::INFO,
+        emitter_id: 0,
+    }
+}
