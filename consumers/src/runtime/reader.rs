@@ -172,30 +172,22 @@ impl Reader {
         let Some(ev) = ctl.after(ev) else {
             return Ok(None);
         };
-        Ok(match ev {
-            InPlaceEvent::Record {
-                producer_id,
-                producer,
-                schema,
-                emitter,
-                meta,
-                value,
-            } => {
-                let mut r: Record<'_> =
-                    RecordRef::of(producer_id, producer, schema, emitter, &meta, &[]);
-                match value {
-                    Read::Extracted => {
-                        ctl.read_in_place += 1;
-                        r.extracted = Some(&*extracted);
-                    }
-                    Read::Copied => r.payload = &copy[..meta.payload_len],
-                    // Never, once validated: as if nothing came.
-                    Read::Unreadable => return Ok(None),
-                }
-                Some(ctl.record(r))
+        let r = match ctl.sort(ev) {
+            Ok(r) => r,
+            Err(item) => return Ok(item),
+        };
+        let (read, len) = (r.payload, r.header.payload_len);
+        let mut r: Record<'_> = r.map(|_| &[][..]);
+        match read {
+            Read::Extracted => {
+                ctl.read_in_place += 1;
+                r.extracted = Some(&*extracted);
             }
-            InPlaceEvent::Other(e) => ctl.other(e),
-        })
+            Read::Copied => r.payload = &copy[..len],
+            // Never, once validated: as if nothing came.
+            Read::Unreadable => return Ok(None),
+        }
+        Ok(Some(ctl.record(r)))
     }
 
     /// [`next_timeout`](Reader::next_timeout), with the record's payload made by `read` from
@@ -213,27 +205,10 @@ impl Reader {
             return Ok(Some(t.into()));
         }
         let ev = sub.next_in_place(timeout, |r: &InPlaceRecord<'_>| read(&InPlace::from(r)))?;
-        let Some(ev) = ctl.after(ev) else {
-            return Ok(None);
-        };
-        Ok(match ev {
-            InPlaceEvent::Record {
-                producer_id,
-                producer,
-                schema,
-                emitter,
-                meta,
-                value,
-            } => Some(ctl.record(RecordRef::of(
-                producer_id,
-                producer,
-                schema,
-                emitter,
-                &meta,
-                value,
-            ))),
-            InPlaceEvent::Other(e) => ctl.other(e),
-        })
+        Ok(ctl.after(ev).and_then(|ev| match ctl.sort(ev) {
+            Ok(r) => Some(ctl.record(r)),
+            Err(item) => item,
+        }))
     }
 
     /// From now on, records of `schema` (by fingerprint: id, version and type) of at least
@@ -269,6 +244,7 @@ impl Reader {
 }
 
 /// How a record was read in place by [`Reader::next`].
+#[derive(Clone, Copy)]
 enum Read {
     /// Its numbers were extracted.
     Extracted,
@@ -378,6 +354,32 @@ impl Control {
         };
         self.ended = Some(summary);
         summary
+    }
+
+    /// A record found (`Ok`), or the item of anything else.
+    #[allow(clippy::type_complexity)]
+    fn sort<'a, V, P>(
+        &mut self,
+        ev: InPlaceEvent<'a, V>,
+    ) -> Result<RecordRef<'a, V>, Option<Item<'a, P>>> {
+        match ev {
+            InPlaceEvent::Record {
+                producer_id,
+                producer,
+                schema,
+                emitter,
+                meta,
+                value,
+            } => Ok(RecordRef::of(
+                producer_id,
+                producer,
+                schema,
+                emitter,
+                &meta,
+                value,
+            )),
+            InPlaceEvent::Other(e) => Err(self.other(e)),
+        }
     }
 
     /// A record's item, counted delivered.
