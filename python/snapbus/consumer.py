@@ -116,9 +116,9 @@ def run(
     producer has ended (`until_end`), or Ctrl-C or SIGTERM (in the main thread): then what was
     emitted until then is read first, for at most `drain_on_stop` seconds (a second signal
     ends it), and after a flush the signal goes to the handler `run` had replaced (Ctrl-C:
-    KeyboardInterrupt). `cut`: read only what the rings hold now (use with `until_end`). `batch`: read in
-    batches, a few milliseconds behind the producers (for consumers that need no
-    microseconds). A hook's exception flushes and is re-raised. Returns what it delivered and
+    KeyboardInterrupt). `cut`: read only what the rings hold now (use with `until_end`).
+    `batch`: read in batches, a few milliseconds behind the producers (for consumers that need
+    no microseconds). A hook's exception flushes and is re-raised. Returns what it delivered and
     lost."""
     kind = consumer.kind or type(consumer).__name__
     sub = _open(

@@ -173,8 +173,8 @@ impl Reader {
             return Ok(None);
         };
         let r = match ctl.sort(ev) {
-            Ok(r) => r,
-            Err(item) => return Ok(item),
+            Found::Record(r) => r,
+            Found::Other(item) => return Ok(item),
         };
         let (read, len) = (r.payload, r.header.payload_len);
         let mut r: Record<'_> = r.map(|_| &[][..]);
@@ -206,8 +206,8 @@ impl Reader {
         }
         let ev = sub.next_in_place(timeout, |r: &InPlaceRecord<'_>| read(&InPlace::from(r)))?;
         Ok(ctl.after(ev).and_then(|ev| match ctl.sort(ev) {
-            Ok(r) => Some(ctl.record(r)),
-            Err(item) => item,
+            Found::Record(r) => Some(ctl.record(r)),
+            Found::Other(item) => item,
         }))
     }
 
@@ -241,6 +241,13 @@ impl Reader {
     pub fn subscriber(&self) -> &Subscriber {
         &self.sub
     }
+}
+
+/// What a read found: a record (its payload as the reading closure made it), or another
+/// item (`None`: nothing to hand out).
+enum Found<'a, V, P> {
+    Record(RecordRef<'a, V>),
+    Other(Option<Item<'a, P>>),
 }
 
 /// How a record was read in place by [`Reader::next`].
@@ -356,12 +363,8 @@ impl Control {
         summary
     }
 
-    /// A record found (`Ok`), or the item of anything else.
-    #[allow(clippy::type_complexity)]
-    fn sort<'a, V, P>(
-        &mut self,
-        ev: InPlaceEvent<'a, V>,
-    ) -> Result<RecordRef<'a, V>, Option<Item<'a, P>>> {
+    /// A record found, or the item of anything else.
+    fn sort<'a, V, P>(&mut self, ev: InPlaceEvent<'a, V>) -> Found<'a, V, P> {
         match ev {
             InPlaceEvent::Record {
                 producer_id,
@@ -370,7 +373,7 @@ impl Control {
                 emitter,
                 meta,
                 value,
-            } => Ok(RecordRef::of(
+            } => Found::Record(RecordRef::of(
                 producer_id,
                 producer,
                 schema,
@@ -378,7 +381,7 @@ impl Control {
                 &meta,
                 value,
             )),
-            InPlaceEvent::Other(e) => Err(self.other(e)),
+            InPlaceEvent::Other(e) => Found::Other(self.other(e)),
         }
     }
 
