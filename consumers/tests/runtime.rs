@@ -123,6 +123,13 @@ fn opts(start: StartAt) -> RunOptions {
     o
 }
 
+/// Ticks `0..n`.
+fn emit_ticks(p: &Publisher, n: u64) {
+    for i in 0..n {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+    }
+}
+
 /// `n` ticks, each followed by a record of another schema, then the lane's end.
 fn emit_ticks_and_others(p: &Publisher, n: u64) {
     for i in 0..n {
@@ -158,9 +165,7 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
 fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
     let bus = Bus::start("rt2");
     let p = bus.publisher();
-    for i in 0..100u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 100);
     let mut c = Recorder {
         stop_after: Some(10),
         ..Recorder::default()
@@ -232,9 +237,7 @@ impl Consumer for StopsAtFirst<'_> {
 fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after() {
     let bus = Bus::start("rt-drain");
     let p = bus.publisher();
-    for i in 0..2000u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 2000);
     let stop = AtomicBool::new(false);
     let mut c = StopsAtFirst {
         stop: &stop,
@@ -283,9 +286,7 @@ fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after(
 fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
     let bus = Bus::start("rt-drain-slow");
     let p = bus.publisher();
-    for i in 0..1000u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 1000);
     let stop = AtomicBool::new(false);
     // 2 ms a record: 1000 records take 2 s, the drain has 100 ms.
     let mut c = StopsAtFirst {
@@ -411,9 +412,7 @@ fn records_below_the_extract_size_or_at_its_level_are_copied() {
 fn a_record_overwritten_while_it_is_read_in_place_is_never_delivered_but_counted_lost() {
     let bus = Bus::start("rt-inplace-lap");
     let p = bus.publisher();
-    for i in 0..100u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 100);
     // A tick's frame is at least 48 bytes: 30,000 of them lap the 1 MiB ring.
     let more = 30_000u64;
     let mut reader = Reader::open(bus.dir(), &opts(StartAt::Oldest)).expect("open");
@@ -566,9 +565,7 @@ fn pull(
 fn a_stopped_reader_hands_out_what_was_emitted_before_the_stop_then_its_end() {
     let bus = Bus::start("rt-reader-drain");
     let p = bus.publisher();
-    for i in 0..2000u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 2000);
     let mut o = opts(StartAt::Oldest);
     o.until_end = false;
     o.drain_on_stop = Duration::from_secs(3600);
@@ -600,9 +597,7 @@ fn a_reader_reports_records_overwritten_before_it_read_them_as_lag_with_exact_bo
     let p = bus.publisher();
     // A tick's frame is at least 48 bytes: 30,000 of them lap the 1 MiB ring.
     let n = 30_000u64;
-    for i in 0..n {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, n);
     p.close();
     let mut o = opts(StartAt::Oldest);
     o.subscribe.count_history_as_lost = true;
@@ -631,9 +626,7 @@ fn a_reader_in_batches_waits_for_a_batch_or_its_longest_wait() {
         max_wait: Duration::from_millis(400),
     });
     let mut reader = Reader::open(bus.dir(), &o).expect("open");
-    for i in 0..10u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 10);
     let t0 = std::time::Instant::now();
     let mut ticks = Vec::new();
     while ticks.len() < 10 {
