@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, SubscribeError, SubscriberStats};
+use snapbus_consumers::prelude::StartAt;
 use snapbus_consumers::{
     BatchReads, InPlace, Item as RunItem, Producer as RunProducer, ProducerChange, Reader,
     RecordRef, RunError, RunOptions, RunSummary, StopReason,
