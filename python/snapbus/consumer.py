@@ -82,6 +82,7 @@ class Consumer:
     (default: the class's name)."""
 
     kind: str | None = None
+    _snapbus_subscription: Subscription | None = None
 
     def on_event(self, event: Event) -> Any:
         """A record of a subscribed schema. Return `snapbus.STOP` to end the run."""
@@ -99,6 +100,14 @@ class Consumer:
     def flush(self) -> None:
         """Make what was received visible or durable: every `flush_every` seconds while
         running, and before `run` returns (also when a hook raised)."""
+
+    def set_status(self, key: str, value: int | float | str | None) -> None:
+        """Shows `key` and `value` for this consumer in `snapbus ls` while `run` runs it (an
+        int: a count, a float: a measurement, a str: a state or message; None removes it).
+        Does nothing outside `run`."""
+        sub = getattr(self, "_snapbus_subscription", None)
+        if sub is not None:
+            sub._set_status(key, value)
 
 
 def run(
@@ -133,6 +142,7 @@ def run(
         batch=batch,
     )
     signals = _Signals(sub)
+    consumer._snapbus_subscription = sub
     try:
         summary = _loop(consumer, sub)
     finally:
@@ -140,6 +150,7 @@ def run(
             signals.restore()
             consumer.flush()
         finally:
+            consumer._snapbus_subscription = None
             sub.close()
     signals.reraise()
     return summary

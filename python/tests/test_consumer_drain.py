@@ -7,7 +7,7 @@ import signal
 import textwrap
 
 import pytest
-from conftest import Bus
+from conftest import Bus, wait_until
 
 STEPS = 2000
 
@@ -69,3 +69,35 @@ def test_without_a_drain_a_signalled_python_consumer_stops_at_once(bus: Bus) -> 
     assert res.returncode == 0, res.stderr
     what, n, flushed = res.stdout.split()
     assert (what, flushed) == ("stopped", "True") and int(n) < STEPS, res.stdout
+
+
+def test_a_python_consumers_status_shows_in_snapbus_ls(bus: Bus) -> None:
+    child = bus.spawn_py(
+        textwrap.dedent("""
+        import snapbus
+
+        class Status(snapbus.Consumer):
+            def on_producer(self, change):
+                self.set_status("state", "busy")
+                self.set_status("seen", 3)
+                self.set_status("rate", 1.5)
+                print("set", flush=True)
+
+        snapbus.run(Status(), "demo.*")
+    """)
+    )
+    bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "1")
+    assert child.popen.stdout is not None
+    assert child.popen.stdout.readline().strip() == "set"
+
+    def board() -> object:
+        for c in bus.ls().get("consumers", []):  # type: ignore[attr-defined]
+            if c.get("kind") == "Status":
+                return c.get("board")
+        return None
+
+    wait_until(
+        "the board in snapbus ls", lambda: board() == {"state": "busy", "seen": 3, "rate": 1.5}
+    )
+    child.signal(signal.SIGTERM)
+    child.wait()

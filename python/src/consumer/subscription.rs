@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus_bus::runtime::{BusDir, BusName};
+use snapbus_bus::status::{StatusBoard, StatusValue};
 use snapbus_bus::subscriber::{Glob, SubscribeError, SubscriberStats};
 use snapbus_consumers::prelude::StartAt;
 use snapbus_consumers::{
@@ -146,6 +147,8 @@ pub(crate) struct Subscription {
     inner: Mutex<Inner>,
     /// The reader's stop flag (`_stop`: drain what was emitted until then, then end).
     stop: Arc<AtomicBool>,
+    /// The consumer's status board, sent with its counters (`snapbus ls` shows it).
+    board: StatusBoard,
     /// `close()` was called (a reader waiting in another thread leaves within a slice).
     closing: AtomicBool,
     /// The reader handed out its end.
@@ -369,11 +372,14 @@ impl Subscription {
         opts.flush_every = timeout_of(flush_every)?.unwrap_or(Duration::MAX);
         opts.drain_on_stop = timeout_of(Some(drain_on_stop))?.unwrap_or(Duration::MAX);
         opts.batch = batch.then(BatchReads::default);
+        let board = StatusBoard::new();
+        opts.status = Some(board.clone());
         let reader = py
             .detach(|| Reader::open(&dir, &opts))
             .map_err(|e| run_error(py, e))?;
         Ok(Subscription {
             stop: reader.stop_flag(),
+            board,
             inner: Mutex::new(Inner {
                 reader: Some(reader),
                 interned: Interned::default(),
@@ -481,6 +487,35 @@ impl Subscription {
         };
         self.finished.store(true, Ordering::Relaxed);
         Ok((reason_name(s.reason), s.delivered, s.lost, s.unread_bytes))
+    }
+
+    /// For `Consumer.set_status`: `key` on the subscription's status board, which `snapbus ls`
+    /// shows (an int: a count, a float: a measurement, a str: a state or message; `None`
+    /// removes it).
+    fn _set_status(&self, key: &str, value: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(v) = value else {
+            self.board.remove(key);
+            return Ok(());
+        };
+        let v = if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+            if let Ok(s) = v.cast::<PyString>() {
+                StatusValue::Text(s.to_str()?.to_owned())
+            } else if v.is_instance_of::<PyFloat>() {
+                StatusValue::Number(v.extract()?)
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "a status is an int, a float or a str, not {}",
+                    v.get_type().name()?
+                )));
+            }
+        } else {
+            match v.extract::<u64>() {
+                Ok(n) => StatusValue::Count(n),
+                Err(_) => StatusValue::Number(v.extract()?),
+            }
+        };
+        self.board.set(key, v);
+        Ok(())
     }
 
     /// Whether every producer's lane was read to its end (true when there are none).
