@@ -1,7 +1,9 @@
 //! The pull form of the runtime: a [`Reader`] hands out what [`run`](crate::run) hands to a
 //! consumer's hooks, one [`Item`] per call.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -153,41 +155,65 @@ impl Reader {
             return Ok(Some(t.into()));
         }
         let ev = sub.next_in_place(timeout, |r: &InPlaceRecord<'_>| {
-            if let Some(x) = extracts.get(r.schema)
-                && x.takes(r.payload.len(), r.meta.level)
-                // A payload that does not match its descriptor is copied: the consumer
-                // finds out from the bytes.
-                && x.plan.extract_from(r.payload, extracted).is_ok()
-            {
-                return Read::Extracted;
-            }
-            copy.resize(r.payload.len(), 0);
-            // A failed copy is out of bounds, which validation already excludes.
-            if r.payload.copy_to(copy) {
-                Read::Copied
-            } else {
-                Read::Unreadable
-            }
+            read_record(extracts, copy, extracted, r)
         })?;
-        let Some(ev) = ctl.after(ev) else {
-            return Ok(None);
-        };
-        let r = match ctl.sort(ev) {
-            Found::Record(r) => r,
-            Found::Other(item) => return Ok(item),
-        };
-        let (read, len) = (r.payload, r.header.payload_len);
-        let mut r: Record<'_> = r.map(|_| &[][..]);
-        match read {
-            Read::Extracted => {
-                ctl.read_in_place += 1;
-                r.extracted = Some(&*extracted);
-            }
-            Read::Copied => r.payload = &copy[..len],
-            // Never, once validated: as if nothing came.
-            Read::Unreadable => return Ok(None),
+        Ok(ctl.after(ev).and_then(|ev| match ctl.sort(ev) {
+            Found::Record(r) => ctl.resolve(r, copy, extracted),
+            Found::Other(item) => item,
+        }))
+    }
+
+    /// Hands `on` the items of everything a lane holds now, in one call (up to `max`, or until
+    /// `on` breaks): what [`next_timeout`](Reader::next_timeout) would return call after call,
+    /// without the per-call round over the lanes (the way [`run`](crate::run) reads: see
+    /// [`Subscriber::drain_in_place`]). Returns how many items `on` got (0: nothing within
+    /// `timeout`).
+    pub fn drain(
+        &mut self,
+        timeout: Duration,
+        max: usize,
+        mut on: impl FnMut(Item<'_>) -> ControlFlow<()>,
+    ) -> Result<usize, SubscribeError> {
+        let Reader {
+            sub,
+            ctl,
+            extracts,
+            copy,
+            extracted,
+        } = self;
+        if let Some(t) = ctl.before_read(sub) {
+            let _ = on(t.into());
+            return Ok(1);
         }
-        Ok(Some(ctl.record(r)))
+        // The reading closure fills the buffers, then the record is handed over from them
+        // (never at the same time).
+        let bufs = RefCell::new((copy, extracted));
+        let n = sub.drain_in_place(
+            timeout,
+            max,
+            #[inline(always)]
+            |r: &InPlaceRecord<'_>| {
+                let (copy, extracted) = &mut *bufs.borrow_mut();
+                read_record(extracts, copy, extracted, r)
+            },
+            |ev| {
+                let b = bufs.borrow();
+                let item = match ctl.sort(ev) {
+                    Found::Record(r) => ctl.resolve(r, b.0, b.1),
+                    Found::Other(item) => item,
+                };
+                item.map_or(ControlFlow::Continue(()), &mut on)
+            },
+        )?;
+        ctl.after_read = true;
+        if n == 0 {
+            ctl.since_clock = 64;
+        } else {
+            ctl.since_clock = ctl
+                .since_clock
+                .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        Ok(n)
     }
 
     /// [`next_timeout`](Reader::next_timeout), with the record's payload made by `read` from
@@ -240,6 +266,32 @@ impl Reader {
     /// The subscriber (its counters, its producers).
     pub fn subscriber(&self) -> &Subscriber {
         &self.sub
+    }
+}
+
+/// Reads a record where it lies in the ring for [`Reader::next`]: its numbers if they are all
+/// that is wanted, else a copy.
+#[inline(always)]
+fn read_record(
+    extracts: &mut Extracts,
+    copy: &mut Vec<u8>,
+    extracted: &mut Extracted,
+    r: &InPlaceRecord<'_>,
+) -> Read {
+    if let Some(x) = extracts.get(r.schema)
+        && x.takes(r.payload.len(), r.meta.level)
+        // A payload that does not match its descriptor is copied: the consumer finds out from
+        // the bytes.
+        && x.plan.extract_from(r.payload, extracted).is_ok()
+    {
+        return Read::Extracted;
+    }
+    copy.resize(r.payload.len(), 0);
+    // A failed copy is out of bounds, which validation already excludes.
+    if r.payload.copy_to(copy) {
+        Read::Copied
+    } else {
+        Read::Unreadable
     }
 }
 
@@ -383,6 +435,27 @@ impl Control {
             )),
             InPlaceEvent::Other(e) => Found::Other(self.other(e)),
         }
+    }
+
+    /// The item of a record read by [`read_record`] (`None`: unreadable, never once
+    /// validated).
+    fn resolve<'a>(
+        &mut self,
+        r: RecordRef<'a, Read>,
+        copy: &'a [u8],
+        extracted: &'a Extracted,
+    ) -> Option<Item<'a>> {
+        let (read, len) = (r.payload, r.header.payload_len);
+        let mut r: Record<'a> = r.map(|_| &[][..]);
+        match read {
+            Read::Extracted => {
+                self.read_in_place += 1;
+                r.extracted = Some(extracted);
+            }
+            Read::Copied => r.payload = &copy[..len],
+            Read::Unreadable => return None,
+        }
+        Some(self.record(r))
     }
 
     /// A record's item, counted delivered.

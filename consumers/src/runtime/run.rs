@@ -1,8 +1,12 @@
 //! [`run`]: a [`Reader`]'s items handed to a [`Consumer`]'s hooks.
 
+use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use snapbus_bus::runtime::BusDir;
+use snapbus_bus::schemas::SchemaDescriptor;
 
 use super::options::{RunError, RunOptions, RunSummary};
 use super::reader::{Item, Reader};
@@ -36,41 +40,72 @@ pub fn run<C: Consumer + ?Sized>(
     }
 }
 
-/// Hands the reader's next item to the consumer: `Some` when the run is over.
+/// What one batch of items did to the run.
+#[derive(Default)]
+struct Step {
+    /// The first record of a schema was handed over: ask the consumer what to extract.
+    new_schema: Option<Arc<SchemaDescriptor>>,
+    /// The run is over.
+    end: Option<RunSummary>,
+    /// A hook said to stop.
+    stop: bool,
+    error: Option<HookError>,
+}
+
+/// Hands the items of what a lane holds now to the consumer: `Some` when the run is over.
 fn step<C: Consumer + ?Sized>(
     reader: &mut Reader,
     consumer: &mut C,
 ) -> Result<Option<RunSummary>, RunError> {
-    let hook = RunError::Hook;
-    let (flow, new_schema) = match reader.next()? {
-        None => (Flow::Continue, None),
-        Some(Item::Record(r)) => (consumer.on_event(&r).map_err(hook)?, None),
-        Some(Item::NewSchema(r)) => (
-            first_record(consumer, &r).map_err(hook)?,
-            Some(r.schema.clone()),
-        ),
-        Some(Item::Lag {
+    let mut st = Step::default();
+    reader.drain(Duration::from_millis(100), usize::MAX, |item| {
+        match hand(consumer, item, &mut st) {
+            Ok(Flow::Continue) if st.new_schema.is_none() && st.end.is_none() => {
+                return ControlFlow::Continue(());
+            }
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Stop) => st.stop = true,
+            Err(e) => st.error = Some(e),
+        }
+        ControlFlow::Break(())
+    })?;
+    if let Some(e) = st.error {
+        return Err(RunError::Hook(e));
+    }
+    if let Some(schema) = st.new_schema {
+        reader.set_extract(&schema, consumer.extract(&schema));
+    }
+    Ok(match (st.end, st.stop) {
+        (Some(summary), _) => Some(summary),
+        (None, true) => Some(reader.end()),
+        (None, false) => None,
+    })
+}
+
+/// Hands one item to the consumer's hook.
+fn hand<C: Consumer + ?Sized>(
+    consumer: &mut C,
+    item: Item<'_>,
+    st: &mut Step,
+) -> Result<Flow, HookError> {
+    match item {
+        Item::Record(r) => consumer.on_event(&r),
+        Item::NewSchema(r) => {
+            st.new_schema = Some(Arc::clone(r.schema));
+            first_record(consumer, &r)
+        }
+        Item::Lag {
             producer_id,
             producer,
             lost,
-        }) => (
-            consumer.on_lag(producer_id, producer, lost).map_err(hook)?,
-            None,
-        ),
-        Some(Item::Producer(change)) => (consumer.on_producer(change).map_err(hook)?, None),
-        Some(Item::Flush) => {
-            consumer.flush().map_err(hook)?;
-            (Flow::Continue, None)
+        } => consumer.on_lag(producer_id, producer, lost),
+        Item::Producer(change) => consumer.on_producer(change),
+        Item::Flush => consumer.flush().map(|()| Flow::Continue),
+        Item::End(summary) => {
+            st.end = Some(summary);
+            Ok(Flow::Continue)
         }
-        Some(Item::End(summary)) => return Ok(Some(summary)),
-    };
-    if let Some(schema) = new_schema {
-        reader.set_extract(&schema, consumer.extract(&schema));
     }
-    Ok(match flow {
-        Flow::Continue => None,
-        Flow::Stop => Some(reader.end()),
-    })
 }
 
 /// The first record of a schema: the schema announced, then the record.
