@@ -35,8 +35,8 @@
 //!   lane, the lane's end (the aggregator then closes the last window and emits the
 //!   experiment summary), the final flush:
 //!   - `count`: a counting consumer (what subscribing and reading alone cost);
-//!   - `count_in_place`: the same, reading every record in place (`Consumer::reads_in_place`,
-//!     taking nothing: the run loop's in-place path, `Subscriber::drain_in_place`);
+//!   - `count_in_place`: the same, reading every record in place (`Consumer::extract`,
+//!     with a plan that takes no field: the run loop's in-place path);
 //!   - `all_fields`: the aggregator as in `core/all_fields`; asserts `summarized == N`, 1,000
 //!     windows and 1 experiment summary.
 //!
@@ -65,7 +65,8 @@ use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
-use snapbus_consumers::{Consumer, Flow, HookError, InPlace, RunOptions, run};
+use snapbus_consumers::fields::Plan;
+use snapbus_consumers::{Consumer, Extract, Flow, HookError, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 
 use snapbus_benches::{Event, TempDir, connected_publisher};
@@ -103,13 +104,14 @@ impl Consumer for CountInPlace {
         Ok(Flow::Continue)
     }
 
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(0)
-    }
-
-    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
-        black_box(r.header.seq);
-        true
+    /// A plan that extracts no field: only the walk over each record, in place.
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        let none = [Glob::new("no.such.field").unwrap()];
+        let plan = Plan::compile(schema.root(), &[], None, &none).unwrap();
+        Some(Extract {
+            min_bytes: 0,
+            ..Extract::new(Arc::new(plan))
+        })
     }
 }
 
@@ -183,6 +185,7 @@ fn feed<C: Consumer>(c: &mut C, info: &ProducerInfo, schema: &Arc<SchemaDescript
             emitter: None,
             header: meta(i),
             payload,
+            extracted: None,
         };
         if !matches!(c.on_event(&r), Ok(Flow::Continue)) {
             panic!("on_event failed at {i}");
@@ -272,16 +275,14 @@ fn lane(c: &mut Criterion, tmp: &TempDir) {
     }
     publisher.close();
 
-    let opts = RunOptions {
-        start: StartAt::Oldest,
+    let mut opts = RunOptions {
         until_end: true,
         handle_signals: false,
         ..RunOptions::new("aggregator")
     };
-    let count_opts = RunOptions {
-        kind: "count".into(),
-        ..opts.clone()
-    };
+    opts.subscribe.start = StartAt::Oldest;
+    let mut count_opts = opts.clone();
+    count_opts.subscribe.kind = "count".into();
     let agg_opts = AggregatorOptions::new(Window::Episode);
 
     let mut g = c.benchmark_group("aggregator/lane/64B");

@@ -109,12 +109,13 @@ fn timed(f: impl FnOnce()) -> (Duration, Duration, Duration) {
 }
 
 fn opts(kind: &str) -> RunOptions {
-    RunOptions {
-        start: StartAt::Oldest,
+    let mut o = RunOptions {
         until_end: true,
         handle_signals: false,
         ..RunOptions::new(kind)
-    }
+    };
+    o.subscribe.start = StartAt::Oldest;
+    o
 }
 
 fn run_count(dir: &BusDir, n: u64) -> (Duration, Duration, Duration) {
@@ -148,7 +149,7 @@ fn run_prometheus(dir: &BusDir, n: u64, series: u64) -> (Duration, Duration, Dur
         })
     };
     let mut o = e.run_options();
-    o.start = StartAt::Oldest;
+    o.subscribe.start = StartAt::Oldest;
     o.until_end = true;
     o.handle_signals = false;
     let t = timed(|| {

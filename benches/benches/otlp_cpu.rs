@@ -83,7 +83,7 @@ impl Consumer for Count {
 fn child(kind: &str, root: &Path, url: &str, tmp: &Path) {
     let dir = BusDir::locate_in(root, &BusName::new("bench").unwrap());
     let mut opts = RunOptions::new(kind);
-    opts.start = StartAt::Latest;
+    opts.subscribe.start = StartAt::Latest;
     println!("ready");
     std::io::stdout().flush().unwrap();
     match kind {

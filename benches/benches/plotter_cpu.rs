@@ -91,7 +91,7 @@ impl Consumer for Count {
 fn child(kind: &str, root: &Path) {
     let dir = BusDir::locate_in(root, &BusName::new("bench").unwrap());
     let mut opts = RunOptions::new(kind);
-    opts.start = StartAt::Latest;
+    opts.subscribe.start = StartAt::Latest;
     opts.handle_signals = true;
     if kind == "plotter" {
         let mut plotter = Plotter::new(PlotterOptions::default());

@@ -181,7 +181,7 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
     })
     .expect("recorder");
     let mut opts = RunOptions::new("recorder");
-    opts.start = StartAt::Oldest;
+    opts.subscribe.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run_consumer(bus.dir(), &opts, &mut rec, None).expect("run");

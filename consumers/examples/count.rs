@@ -21,7 +21,7 @@ impl Consumer for Count {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut opts = RunOptions::new("count");
-    opts.globs = std::env::args()
+    opts.subscribe.globs = std::env::args()
         .skip(1)
         .map(|g| Glob::new(&g))
         .collect::<Result<_, _>>()?;

@@ -1,5 +1,5 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
-//! [`run`] it. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
+//! [`run`] it; or pull what `run` would hand it from a [`Reader`]. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
 //! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
 //! [`replay`] (republishing a recording into a bus), [`fields`] (dotted field paths and
 //! allocation-free extraction of numeric leaves, shared by everything that flattens a
@@ -23,12 +23,12 @@
 //! - **Everything is decodable.** Each record comes with its schema's descriptor
 //!   ([`Consumer::on_schema`] is called once per schema before its first record), so a
 //!   consumer needs none of the producer's types.
-//! - **Nothing torn is delivered.** A consumer may read large records where they lie in the
-//!   ring ([`Consumer::read_in_place`]: no copy; the aggregator, the plotter and both
-//!   exporters do from 1 KiB on, for the records whose numbers are all they need; the
-//!   recorder, which writes every byte to its file, and `echo`, which decodes every byte, copy
-//!   them); a record the producer overwrote while it was being read is never handed to
-//!   [`Consumer::on_read_in_place`], and counts as lost like any other.
+//! - **Nothing torn is delivered.** A consumer that needs only a record's numbers has them
+//!   extracted where the record lies in the ring ([`Consumer::extract`]: no copy; the
+//!   aggregator, the plotter and both exporters do from 1 KiB on; the recorder, which writes
+//!   every byte to its file, and `echo`, which decodes every byte, copy records); a record
+//!   the producer overwrote while it was being read is never delivered, and counts as lost
+//!   like any other.
 //! - **Clean exits.** SIGINT and SIGTERM make [`run`] flush and return; a broker restart is
 //!   survived (lanes keep being read and the subscription rejoins the new broker).
 //! - **Summaries say what they miss.** Every aggregator summary carries the number of the
@@ -90,16 +90,16 @@ mod runtime;
 mod summary_name;
 
 pub use runtime::{
-    Consumer, DRAIN_ON_STOP, Flow, HookError, InPlace, Producer, ProducerChange, Record,
-    RecordHeader, RunError, RunOptions, RunSummary, StopReason, run,
+    Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Producer, ProducerChange,
+    Reader, Record, RecordHeader, RecordRef, RunError, RunOptions, RunSummary, StopReason, run,
 };
 pub use snapbus_bus::subscriber::{BatchReads, RingPayload};
 
 /// What a consumer needs, in one import: `use snapbus_consumers::prelude::*;`.
 pub mod prelude {
     pub use crate::runtime::{
-        Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record, RecordHeader,
-        RunOptions, RunSummary, run,
+        Consumer, Extract, Flow, HookError, Item, Producer, ProducerChange, Reader, Record,
+        RecordHeader, RunOptions, RunSummary, run,
     };
     pub use snapbus_bus::Level;
     pub use snapbus_bus::lane::StartAt;

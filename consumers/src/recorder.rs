@@ -118,8 +118,8 @@ impl Recorder {
     /// producer's history start says how many earlier records were overwritten).
     pub fn run_options(&self, kind: &str) -> RunOptions {
         let mut o = RunOptions::new(kind);
-        o.start = self.opts.start;
-        o.count_history_as_lost = self.opts.start == StartAt::Oldest;
+        o.subscribe.start = self.opts.start;
+        o.subscribe.count_history_as_lost = self.opts.start == StartAt::Oldest;
         o.status = Some(self.board.clone());
         // A file needs no microseconds: read a batch behind the producers (a stop still
         // reads up to where they were, `RunOptions::drain_on_stop`).

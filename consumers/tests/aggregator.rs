@@ -179,6 +179,7 @@ impl Feed {
             emitter: None,
             header: crate::common::header(seq, t_nanos, payload.len()),
             payload,
+            extracted: None,
         };
         c.on_event(&r).expect("on_event");
     }
@@ -764,6 +765,7 @@ fn csv_rows_are_the_summaries_and_a_restart_appends_under_the_same_header() {
             emitter: None,
             header: crate::common::header(3, 1, 0),
             payload: &steps[3].encode_to_vec().expect("encode"),
+            extracted: None,
         })
         .expect_err("other columns");
     assert!(
@@ -786,10 +788,10 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     let own = sink.publisher().info().lane_id;
     let mut agg = Aggregator::new(AggregatorOptions::new(Window::Episode), sink);
     let mut opts = RunOptions::new("aggregator");
-    opts.start = StartAt::Oldest;
+    opts.subscribe.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
-    opts.skip_lanes = vec![own];
+    opts.subscribe.skip_lanes = vec![own];
     let summary = run(bus.dir(), &opts, &mut agg, None).expect("run");
     assert_eq!(summary.delivered, 12);
     assert_eq!(agg.stats().windows, 3);
@@ -816,9 +818,9 @@ fn summaries_are_published_on_the_bus_for_any_consumer() {
     }
     let mut c = Collect(Sink::new());
     let mut o = RunOptions::new("collect");
-    o.globs = vec![Glob::new("agg.step.summary").expect("glob")];
-    o.start = StartAt::Oldest;
-    o.cut = true;
+    o.subscribe.globs = vec![Glob::new("agg.step.summary").expect("glob")];
+    o.subscribe.start = StartAt::Oldest;
+    o.subscribe.cut = true;
     o.until_end = true;
     o.handle_signals = false;
     run(bus.dir(), &o, &mut c, None).expect("collect");
@@ -883,7 +885,7 @@ fn summaries_of_steps_read_in_place_equal_statistics_computed_here() {
     }
     p.close();
     let mut o = RunOptions::new("aggregator");
-    o.start = StartAt::Oldest;
+    o.subscribe.start = StartAt::Oldest;
     o.until_end = true;
     o.handle_signals = false;
     let summary = run(bus.dir(), &o, &mut agg, None).expect("run");

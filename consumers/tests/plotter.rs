@@ -87,7 +87,7 @@ fn plot_to_the_end(bus: &Bus) -> (Server, Api, RunSummary) {
     let server = serve(plotter.store(), 0).expect("serve");
     let api = Api::of(&server);
     let mut opts = RunOptions::new("plotter");
-    opts.start = StartAt::Oldest;
+    opts.subscribe.start = StartAt::Oldest;
     opts.until_end = true;
     opts.handle_signals = false;
     let summary = run(bus.dir(), &opts, &mut plotter, None).expect("run");
@@ -344,7 +344,7 @@ fn a_plotter_follows_a_fast_producer_and_pages_never_block_it() {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             let mut opts = RunOptions::new("plotter");
-            opts.start = StartAt::Oldest;
+            opts.subscribe.start = StartAt::Oldest;
             opts.handle_signals = false;
             opts.until_end = true;
             let s = run(&dir, &opts, &mut plotter, Some(&stop)).expect("run");

@@ -395,7 +395,7 @@ fn records_lost_before_the_recorder_read_them_are_in_the_file_as_loss_records() 
     let dir = bus.dir().clone();
     let recorder = std::thread::spawn(move || {
         let mut opts = RunOptions::new("recorder");
-        opts.start = StartAt::Latest;
+        opts.subscribe.start = StartAt::Latest;
         opts.until_end = true;
         opts.handle_signals = false;
         let summary = run(&dir, &opts, &mut rec, None).expect("run");
@@ -1031,6 +1031,7 @@ fn feed_record(
         emitter: None,
         header: crate::common::header(seq, 1_000 + seq, payload.len()),
         payload,
+        extracted: None,
     };
     rec.on_event(&r).expect("on_event");
 }

@@ -14,7 +14,10 @@ use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Record;
-use snapbus_consumers::{Consumer, Flow, HookError, ProducerChange, RunOptions, StopReason, run};
+use snapbus_consumers::fields::Plan;
+use snapbus_consumers::{
+    Consumer, Extract, Flow, HookError, Item, ProducerChange, Reader, RunOptions, StopReason, run,
+};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "rt.tick", version = 1, crate = "snapbus_bus::schemas")]
@@ -113,11 +116,18 @@ impl Bus {
 
 fn opts(start: StartAt) -> RunOptions {
     let mut o = RunOptions::new("rt-test");
-    o.globs = vec![Glob::new("rt.t*").expect("glob")];
-    o.start = start;
+    o.subscribe.globs = vec![Glob::new("rt.t*").expect("glob")];
+    o.subscribe.start = start;
     o.until_end = true;
     o.handle_signals = false;
     o
+}
+
+/// Ticks `0..n`.
+fn emit_ticks(p: &Publisher, n: u64) {
+    for i in 0..n {
+        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+    }
 }
 
 /// `n` ticks, each followed by a record of another schema, then the lane's end.
@@ -155,9 +165,7 @@ fn run_delivers_every_subscribed_record_then_flushes_and_returns_at_the_end() {
 fn a_hook_can_stop_the_run_and_the_callers_flag_too() {
     let bus = Bus::start("rt2");
     let p = bus.publisher();
-    for i in 0..100u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 100);
     let mut c = Recorder {
         stop_after: Some(10),
         ..Recorder::default()
@@ -229,9 +237,7 @@ impl Consumer for StopsAtFirst<'_> {
 fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after() {
     let bus = Bus::start("rt-drain");
     let p = bus.publisher();
-    for i in 0..2000u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 2000);
     let stop = AtomicBool::new(false);
     let mut c = StopsAtFirst {
         stop: &stop,
@@ -280,9 +286,7 @@ fn a_stopped_run_first_reads_what_was_emitted_before_the_stop_and_nothing_after(
 fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
     let bus = Bus::start("rt-drain-slow");
     let p = bus.publisher();
-    for i in 0..1000u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
-    }
+    emit_ticks(&p, 1000);
     let stop = AtomicBool::new(false);
     // 2 ms a record: 1000 records take 2 s, the drain has 100 ms.
     let mut c = StopsAtFirst {
@@ -310,48 +314,30 @@ fn a_drain_that_runs_out_of_time_reports_what_it_left_unread() {
     drop(p);
 }
 
-/// A consumer that reads ticks in place: the tick number from the payload's first word.
+/// A consumer that has the ticks' numbers extracted in place ([`Consumer::extract`]).
 #[derive(Default)]
-struct InPlaceTicks<'a> {
+struct InPlaceTicks {
     /// Read in place (delivered), and read from a copy.
     in_place: Vec<u64>,
     copied: Vec<u64>,
-    staged: Option<u64>,
-    /// Read in place, whether delivered or not.
-    looked_at: Vec<u64>,
-    /// When it reads this tick in place, the producer laps the ring before it returns.
-    lap_at: Option<(u64, &'a Publisher, u64)>,
 }
 
-impl Consumer for InPlaceTicks<'_> {
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(0)
-    }
-    fn read_in_place(&mut self, r: &snapbus_consumers::InPlace<'_>) -> bool {
-        let i = r.payload.word(0).expect("a tick is one word");
-        self.looked_at.push(i);
-        if let Some((at, p, more)) = self.lap_at {
-            if i == at {
-                // Overwritten while it is being read: more than a ring's worth of records,
-                // the lane's last.
-                for j in 0..more {
-                    p.emit(Level::INFO, 0, &Tick { i: 1_000_000 + j })
-                        .expect("emit");
-                }
-                p.close();
-            }
-        }
-        self.staged = Some(i);
-        true
-    }
-    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        assert!(r.payload.is_empty(), "the payload was read in place");
-        self.in_place
-            .push(self.staged.take().expect("read before delivered"));
-        Ok(Flow::Continue)
+impl Consumer for InPlaceTicks {
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        Some(Extract {
+            min_bytes: 0,
+            ..Extract::new(Arc::new(Plan::numeric(schema.root())))
+        })
     }
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        self.copied.push(Tick::decode_exact(r.payload)?.i);
+        match r.extracted {
+            Some(x) => {
+                assert!(r.payload.is_empty(), "the payload was read in place");
+                assert_eq!(x.values.len(), 1, "one leaf: i");
+                self.in_place.push(x.values[0] as u64);
+            }
+            None => self.copied.push(Tick::decode_exact(r.payload)?.i),
+        }
         Ok(Flow::Continue)
     }
 }
@@ -372,45 +358,105 @@ fn a_consumer_that_reads_in_place_gets_the_first_record_of_a_schema_copied_and_t
 }
 
 #[test]
-fn a_record_overwritten_while_a_consumer_reads_it_in_place_is_never_delivered_but_counted_lost() {
-    let bus = Bus::start("rt-inplace-lap");
+fn records_below_the_extract_size_or_at_its_level_are_copied() {
+    let bus = Bus::start("rt-inplace-level");
     let p = bus.publisher();
     for i in 0..100u64 {
-        p.emit(Level::INFO, 0, &Tick { i }).expect("emit");
+        let level = if i % 2 == 0 { Level::INFO } else { Level::WARN };
+        p.emit(level, 0, &Tick { i }).expect("emit");
     }
+    p.close();
+    struct BelowWarn(InPlaceTicks);
+    impl Consumer for BelowWarn {
+        fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+            let x = self.0.extract(schema)?;
+            Some(Extract {
+                below_level: Some(Level::WARN),
+                ..x
+            })
+        }
+        fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+            self.0.on_event(r)
+        }
+    }
+    let mut c = BelowWarn(InPlaceTicks::default());
+    let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, None).expect("run");
+    assert_eq!((summary.delivered, summary.read_in_place), (100, 49));
+    assert_eq!(c.0.in_place, (2..100).step_by(2).collect::<Vec<_>>());
+    let copied: Vec<u64> = std::iter::once(0).chain((1..100).step_by(2)).collect();
+    assert_eq!(c.0.copied, copied);
+    // Records smaller than `min_bytes` are copied (a tick is 8 bytes).
+    let mut c = InPlaceTicks::default();
+    let mut reader = Reader::open(bus.dir(), &opts(StartAt::Oldest)).expect("open");
+    loop {
+        let schema = match reader.next().expect("next") {
+            Some(Item::End(s)) => break assert_eq!((s.delivered, s.read_in_place), (100, 0)),
+            Some(Item::NewSchema(r)) => {
+                c.on_event(&r).expect("on_event");
+                Arc::clone(r.schema)
+            }
+            Some(Item::Record(r)) => {
+                c.on_event(&r).expect("on_event");
+                continue;
+            }
+            _ => continue,
+        };
+        let x = c.extract(&schema).expect("extract");
+        reader.set_extract(&schema, Some(Extract { min_bytes: 9, ..x }));
+    }
+    assert_eq!(c.copied, (0..100).collect::<Vec<_>>());
+    drop(p);
+}
+
+#[test]
+fn a_record_overwritten_while_it_is_read_in_place_is_never_delivered_but_counted_lost() {
+    let bus = Bus::start("rt-inplace-lap");
+    let p = bus.publisher();
+    emit_ticks(&p, 100);
     // A tick's frame is at least 48 bytes: 30,000 of them lap the 1 MiB ring.
     let more = 30_000u64;
-    let mut c = InPlaceTicks {
-        lap_at: Some((10, &p, more)),
-        ..InPlaceTicks::default()
+    let mut reader = Reader::open(bus.dir(), &opts(StartAt::Oldest)).expect("open");
+    let (mut looked_at, mut delivered) = (Vec::new(), Vec::new());
+    let t0 = std::time::Instant::now();
+    let summary = loop {
+        // A watchdog stops it if tick 10 is never read in place (then the lane is never
+        // closed).
+        if t0.elapsed() > Duration::from_secs(60) {
+            reader.stop();
+        }
+        let item = reader
+            .next_with(Duration::from_millis(100), |r| {
+                let i = r.payload.word(0).expect("a tick is one word");
+                looked_at.push(i);
+                if i == 10 {
+                    // Overwritten while it is being read: more than a ring's worth of
+                    // records, the lane's last.
+                    for j in 0..more {
+                        p.emit(Level::INFO, 0, &Tick { i: 1_000_000 + j })
+                            .expect("emit");
+                    }
+                    p.close();
+                }
+                i
+            })
+            .expect("next");
+        match item {
+            Some(Item::Record(r) | Item::NewSchema(r)) => delivered.push(r.payload),
+            Some(Item::End(s)) => break s,
+            _ => {}
+        }
     };
-    // The lapping records are the lane's last: the run ends at the lane's end. A watchdog
-    // stops it if tick 10 is never read in place (then the lane is never closed).
-    let stop = AtomicBool::new(false);
-    let (done, watchdog) = std::sync::mpsc::channel::<()>();
-    let summary = std::thread::scope(|s| {
-        let stop = &stop;
-        s.spawn(move || {
-            if watchdog.recv_timeout(Duration::from_secs(60)).is_err() {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-        let summary = run(bus.dir(), &opts(StartAt::Oldest), &mut c, Some(stop));
-        let _ = done.send(());
-        summary.expect("run")
-    });
     assert_eq!(
         summary.reason,
         StopReason::AllEnded,
         "the watchdog stopped the run"
     );
     let last = 1_000_000 + more - 1;
-    assert!(c.looked_at.contains(&10), "tick 10 was read in place");
+    assert!(looked_at.contains(&10), "tick 10 was read in place");
     assert!(
-        !c.in_place.contains(&10),
+        !delivered.contains(&10),
         "tick 10 was overwritten while it was read, yet delivered"
     );
-    let delivered: Vec<u64> = c.copied.iter().chain(&c.in_place).copied().collect();
     assert!(delivered.windows(2).all(|w| w[0] < w[1]), "in order");
     assert_eq!(delivered.last(), Some(&last));
     // Exact books: every record emitted is delivered or counted lost.
@@ -457,7 +503,7 @@ fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
         .serve("127.0.0.1:0".parse().expect("addr"), None)
         .expect("serve");
     let mut o = e.run_options();
-    o.start = StartAt::Oldest;
+    o.subscribe.start = StartAt::Oldest;
     o.until_end = true;
     o.handle_signals = false;
     let summary = run(bus.dir(), &o, &mut e, None).expect("run");
@@ -494,5 +540,114 @@ fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
     assert_eq!(value("hist_mean"), mean);
     assert_eq!(value("hist_min"), f64::from(min));
     assert_eq!(value("hist_max"), f64::from(max));
+    drop(p);
+}
+
+/// Pulls a reader's items until its end: the ticks delivered (in place or copied), the lost
+/// counts it reported, and its summary. `at(reader, i)` runs after the `i`-th tick.
+fn pull(
+    reader: &mut Reader,
+    mut at: impl FnMut(&Reader, usize),
+) -> (Vec<u64>, Vec<u64>, snapbus_consumers::RunSummary) {
+    let (mut ticks, mut lags) = (Vec::new(), Vec::new());
+    loop {
+        match reader.next().expect("next") {
+            Some(Item::Record(r) | Item::NewSchema(r)) => {
+                ticks.push(Tick::decode_exact(r.payload).expect("a tick").i);
+                at(reader, ticks.len());
+            }
+            Some(Item::Lag { lost, .. }) => lags.push(lost),
+            Some(Item::End(s)) => return (ticks, lags, s),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_stopped_reader_hands_out_what_was_emitted_before_the_stop_then_its_end() {
+    let bus = Bus::start("rt-reader-drain");
+    let p = bus.publisher();
+    emit_ticks(&p, 2000);
+    let mut o = opts(StartAt::Oldest);
+    o.until_end = false;
+    o.drain_on_stop = Duration::from_secs(3600);
+    let mut reader = Reader::open(bus.dir(), &o).expect("open");
+    let (ticks, lags, summary) = pull(&mut reader, |reader, n| {
+        if n == 1 {
+            reader.stop();
+        }
+        if n == 2 {
+            // Emitted after the reader saw the stop: not for this run.
+            for i in 0..50 {
+                p.emit(Level::INFO, 0, &Tick { i: 1_000_000 + i })
+                    .expect("emit");
+            }
+        }
+    });
+    assert_eq!(summary.reason, StopReason::Stopped);
+    assert!(ticks.iter().copied().eq(0..2000), "{} read", ticks.len());
+    assert!(lags.is_empty());
+    assert_eq!((summary.delivered, summary.unread_bytes), (2000, 0));
+    // The end is repeated.
+    assert!(matches!(reader.next(), Ok(Some(Item::End(s))) if s == summary));
+    drop(p);
+}
+
+#[test]
+fn a_reader_reports_records_overwritten_before_it_read_them_as_lag_with_exact_books() {
+    let bus = Bus::start("rt-reader-lag");
+    let p = bus.publisher();
+    // A tick's frame is at least 48 bytes: 30,000 of them lap the 1 MiB ring.
+    let n = 30_000u64;
+    emit_ticks(&p, n);
+    p.close();
+    let mut o = opts(StartAt::Oldest);
+    o.subscribe.count_history_as_lost = true;
+    let mut reader = Reader::open(bus.dir(), &o).expect("open");
+    let (ticks, lags, summary) = pull(&mut reader, |_, _| {});
+    assert_eq!(summary.reason, StopReason::AllEnded);
+    let lost: u64 = lags.iter().sum();
+    assert!(lost > 0, "nothing lost");
+    assert_eq!(summary.lost, lost);
+    assert_eq!(summary.delivered, ticks.len() as u64);
+    assert_eq!(summary.delivered + lost, n);
+    // What is left of the ring, in order, up to the last.
+    assert!(ticks.windows(2).all(|w| w[0] + 1 == w[1]));
+    assert_eq!(ticks.last(), Some(&(n - 1)));
+    drop(p);
+}
+
+#[test]
+fn a_reader_in_batches_waits_for_a_batch_or_its_longest_wait() {
+    let bus = Bus::start("rt-reader-batch");
+    let p = bus.publisher();
+    let mut o = opts(StartAt::Oldest);
+    o.until_end = false;
+    o.batch = Some(snapbus_consumers::BatchReads {
+        min_bytes: 1 << 20,
+        max_wait: Duration::from_millis(400),
+    });
+    let mut reader = Reader::open(bus.dir(), &o).expect("open");
+    emit_ticks(&p, 10);
+    let t0 = std::time::Instant::now();
+    let mut ticks = Vec::new();
+    while ticks.len() < 10 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{ticks:?}");
+        if let Some(Item::Record(r) | Item::NewSchema(r)) = reader.next().expect("next") {
+            if ticks.is_empty() {
+                // Far less than a batch: read once its first byte has waited long enough.
+                assert!(
+                    t0.elapsed() >= Duration::from_millis(300),
+                    "{:?}",
+                    t0.elapsed()
+                );
+            }
+            ticks.push(Tick::decode_exact(r.payload).expect("a tick").i);
+        }
+    }
+    assert_eq!(ticks, (0..10).collect::<Vec<_>>());
+    reader.stop();
+    let (_, _, summary) = pull(&mut reader, |_, _| {});
+    assert_eq!(summary.reason, StopReason::Stopped);
     drop(p);
 }

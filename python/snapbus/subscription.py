@@ -19,6 +19,7 @@ decodes into your dataclass by field name.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from ._errors import BusNotRunning
 from ._snapbus import Event, Producer, Schema, Subscription
@@ -59,6 +60,20 @@ def subscribe(
     missed. Raises `BusNotRunning` (a ConnectionError) when no bus runs, `ValueError` for an
     unknown `start` or a bad glob.
     """
+    return _open(globs, start=start, bus=bus, kind=kind, cut=cut, until_end=until_end)
+
+
+def _open(
+    globs: tuple[str, ...],
+    *,
+    start: str | datetime.datetime,
+    bus: str | None,
+    kind: str,
+    cut: bool,
+    until_end: bool,
+    **run: Any,
+) -> Subscription:
+    """`subscribe`, with `snapbus.run`'s options (`flush_every`, `drain_on_stop`, `batch`)."""
     for g in globs:
         if not isinstance(g, str):
             raise TypeError(f"globs are strings, not {type(g).__name__}: {g!r}")
@@ -66,10 +81,10 @@ def subscribe(
         nanos = _unix_nanos(start)
         if nanos < 0:
             raise ValueError(f"start {start!r} is before 1970")
-        return Subscription(list(globs), "time", bus, kind, cut, until_end, nanos)
+        return Subscription(list(globs), "time", bus, kind, cut, until_end, nanos, **run)
     if start not in _STARTS:
         raise ValueError(
             f"unknown start {start!r}: use 'latest' (only records from now on), 'oldest' "
             "(the history the rings still hold) or a datetime"
         )
-    return Subscription(list(globs), start, bus, kind, cut, until_end)
+    return Subscription(list(globs), start, bus, kind, cut, until_end, **run)

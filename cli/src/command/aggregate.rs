@@ -163,14 +163,14 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
     let mut aggregator = Aggregator::new(opts.clone(), sink);
     aggregator.resume_from(resume);
     let mut run_opts = RunOptions::new(name.clone());
-    run_opts.globs = opts.globs.clone();
-    run_opts.start = args.from.start();
+    run_opts.subscribe.globs = opts.globs.clone();
+    run_opts.subscribe.start = args.from.start();
     run_opts.until_end = args.until_end;
     // Its own summaries are not read back (and its lane never ends while it runs).
-    run_opts.skip_lanes = vec![own_lane];
+    run_opts.subscribe.skip_lanes = vec![own_lane];
     // A producer's records overwritten before this worker read them are missing from its
     // experiment summary: say so.
-    run_opts.count_history_as_lost = true;
+    run_opts.subscribe.count_history_as_lost = true;
     // Summaries per episode need no microseconds: read a batch behind the producers.
     run_opts.batch = Some(BatchReads::default());
     snapbus_bus::say!(

@@ -182,8 +182,8 @@ pub(crate) fn run(args: &OtlpArgs) -> anyhow::Result<()> {
         args.interval
     );
     let mut ropts = RunOptions::new("otlp");
-    ropts.globs = globs;
-    ropts.start = args.from.start();
+    ropts.subscribe.globs = globs;
+    ropts.subscribe.start = args.from.start();
     ropts.flush_every = Duration::from_millis(500).min(args.interval);
     ropts.status = Some(board);
     // A push every interval needs no microseconds: read a batch behind the producers.

@@ -88,8 +88,8 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     let mut opts = RunOptions::new("plotter");
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);
-    opts.globs = globs;
-    opts.start = args.from.start();
+    opts.subscribe.globs = globs;
+    opts.subscribe.start = args.from.start();
     let result = run_consumer(&dir, &opts, &mut plotter, None);
     let _ = std::fs::remove_file(&url_file);
     result?;

@@ -131,8 +131,8 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
     let url_file = url_path(&dir, std::process::id());
     publish_url(&dir, "prometheus", &server.url(), &url_file);
     let mut opts = exporter.run_options();
-    opts.globs = globs;
-    opts.start = args.from.start();
+    opts.subscribe.globs = globs;
+    opts.subscribe.start = args.from.start();
     let result = run_consumer(&dir, &opts, &mut exporter, None);
     let _ = std::fs::remove_file(&url_file);
     if let Err(e) = result {

@@ -121,7 +121,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     })
     .map_err(write_error)?;
     let mut opts = recorder.run_options("recorder");
-    opts.globs = globs;
+    opts.subscribe.globs = globs;
     snapbus_bus::say!(
         "snapbus record: recording bus '{}' into {} (Ctrl-C to stop)",
         dir.name(),

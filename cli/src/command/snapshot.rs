@@ -66,8 +66,8 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     })
     .map_err(write_error)?;
     let mut opts = recorder.run_options("snapshot");
-    opts.globs = globs;
-    opts.cut = true;
+    opts.subscribe.globs = globs;
+    opts.subscribe.cut = true;
     opts.until_end = true;
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();

@@ -104,6 +104,7 @@ fuzz_target!(|data: &[u8]| {
                 payload_len: payload.len(),
             },
             payload,
+            extracted: None,
         };
         for a in &mut aggs {
             // A hook error (a CSV problem) cannot happen here: there is no CSV.

@@ -11,37 +11,20 @@ use super::resume::Resume;
 use super::sink::SummarySink;
 use super::state::{Aggregator, ProducerState, SchemaState};
 use super::summary::Acc;
-use crate::fields::{IN_PLACE_MIN_BYTES, Plan, decode_group};
-use crate::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
+use crate::fields::{Plan, decode_group};
+use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
 
 impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        self.record(r, None)
+        self.record(r)
     }
 
-    /// Records of [`IN_PLACE_MIN_BYTES`] or more are read in place: the plan's numbers and
+    /// Records of [`IN_PLACE_MIN_BYTES`](crate::fields::IN_PLACE_MIN_BYTES) or more are read in place: the plan's numbers and
     /// keys are extracted from the ring, one pass over the payload, no copy of it.
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(IN_PLACE_MIN_BYTES)
-    }
-
-    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
-        let Some(si) = self.known_schema_index(r.schema) else {
-            return false;
-        };
-        let Some((plan, _)) = &self.schemas[si].plan else {
-            return false;
-        };
-        self.taken = Some(plan.extract_from(r.payload, &mut self.scratch).is_ok());
-        true
-    }
-
-    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        match self.taken.take() {
-            Some(ok) => self.record(r, Some(ok)),
-            // Never: the run loop delivers a record read in place right after reading it.
-            None => Ok(Flow::Continue),
-        }
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        let si = self.known_schema_index(schema)?;
+        let (plan, _) = self.schemas[si].plan.as_ref()?;
+        Some(Extract::new(Arc::new(plan.clone())))
     }
 
     fn on_lag(
@@ -76,8 +59,8 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
 
 impl<S: SummarySink> Aggregator<S> {
     /// Summarizes a record: its numbers are extracted from its payload, or were already
-    /// (`taken`: read in place into `scratch`, and whether that succeeded).
-    fn record(&mut self, r: &Record<'_>, taken: Option<bool>) -> Result<Flow, HookError> {
+    /// (`r.extracted`: read in place).
+    fn record(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         self.out.stats.records += 1;
         let lane_id = r.producer.lane_id;
         let si = self.schema_index(r.schema, lane_id);
@@ -102,25 +85,22 @@ impl<S: SummarySink> Aggregator<S> {
             self.out.stats.skipped += 1;
             return Ok(Flow::Continue);
         };
-        let extracted = match taken {
-            Some(ok) => ok,
-            None => plan.extract(r.payload, &mut self.scratch).is_ok(),
+        let extracted = match r.extracted {
+            Some(x) => Ok(x),
+            None => plan
+                .extract(r.payload, &mut self.scratch)
+                .map(|()| &self.scratch),
         };
-        if !extracted {
+        let Ok(x) = extracted else {
             self.out.stats.skipped += 1;
             *malformed += 1;
             if *malformed == 1 {
                 warn_malformed(desc, r);
             }
             return Ok(Flow::Continue);
-        }
+        };
         let gi = match *last {
-            Some(i)
-                if groups[i].lane_id == lane_id
-                    && same_key(&groups[i].key, &self.scratch.group) =>
-            {
-                i
-            }
+            Some(i) if groups[i].lane_id == lane_id && same_key(&groups[i].key, &x.group) => i,
             _ => NewGroup {
                 opts: &self.out.opts,
                 resume: &self.resume,
@@ -129,7 +109,7 @@ impl<S: SummarySink> Aggregator<S> {
                 plan,
                 lane_id,
             }
-            .find_or_add(&mut self.key, &self.scratch.group, groups, index)?,
+            .find_or_add(&mut self.key, &x.group, groups, index)?,
         };
         *last = Some(gi);
         let g = &mut groups[gi];
@@ -139,7 +119,7 @@ impl<S: SummarySink> Aggregator<S> {
         }
         self.out.stats.summarized += 1;
         let window_key = if plan.has_window_field() {
-            self.scratch.window
+            x.window
         } else {
             None
         };
@@ -147,7 +127,7 @@ impl<S: SummarySink> Aggregator<S> {
             self.out.opts.window,
             window_key,
             (r.header.t_nanos, r.header.seq),
-            &self.scratch.values,
+            &x.values,
             plan.binary_leaves(),
             producer_lost,
         ) {

@@ -66,7 +66,7 @@
 //! opts.csv_dir = Some("summaries".into());
 //! let sink = PublisherSink::start(&dir, "aggregator")?;
 //! let mut run_opts = RunOptions::new("aggregator");
-//! run_opts.skip_lanes = vec![sink.publisher().info().lane_id];
+//! run_opts.subscribe.skip_lanes = vec![sink.publisher().info().lane_id];
 //! run(&dir, &run_opts, &mut Aggregator::new(opts, sink), None)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

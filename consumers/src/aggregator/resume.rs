@@ -83,12 +83,12 @@ pub fn previous_summaries(
         resume: Resume::default(),
     };
     let mut run_opts = RunOptions::new("aggregator-resume");
-    run_opts.globs = vec![
+    run_opts.subscribe.globs = vec![
         Glob::new(&format!("*{SUMMARY_SUFFIX}"))
             .map_err(|e| RunError::Hook(e.to_string().into()))?,
     ];
-    run_opts.start = StartAt::Oldest;
-    run_opts.cut = true;
+    run_opts.subscribe.start = StartAt::Oldest;
+    run_opts.subscribe.cut = true;
     run_opts.until_end = true;
     run_opts.handle_signals = false;
     crate::run(dir, &run_opts, &mut c, None)?;

@@ -33,8 +33,6 @@ pub struct Aggregator<S: SummarySink> {
     pub(super) last_producer: Option<(u64, u64)>,
     pub(super) resume: Resume,
     pub(super) scratch: Extracted,
-    /// Whether the last record read in place extracted (into `scratch`) without error.
-    pub(super) taken: Option<bool>,
     pub(super) key: Vec<u8>,
     /// What the options named that the schemas summarized so far lack (see
     /// [`Aggregator::unmatched_options`]).
@@ -75,7 +73,6 @@ impl<S: SummarySink> Aggregator<S> {
             last_producer: None,
             resume: Resume::default(),
             scratch: Extracted::default(),
-            taken: None,
             key: Vec::new(),
             matches: OptionMatches::default(),
         }

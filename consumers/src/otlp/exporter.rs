@@ -22,8 +22,8 @@ use super::outbox::Outbox;
 use super::sender::{RetryPolicy, Sender};
 use super::signals::{self, Open, Pending, SpanTable};
 use super::stats::{DropReason, ExporterStats, Signal, StatEntry};
-use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, Plan};
-use crate::runtime::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
+use crate::fields::{Extracted, Plan};
+use crate::runtime::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
 use crate::summary_name::SUMMARY_SUFFIX;
 
 /// How the exporter runs.
@@ -98,9 +98,6 @@ pub struct OtlpExporter {
     spans: Pending<Span>,
     open: SpanTable,
     extracted: Extracted,
-    /// What [`Consumer::read_in_place`] took for the record about to be delivered: whether
-    /// its numbers were extracted (`None`: nothing taken).
-    taken: Option<bool>,
     last_metrics: Instant,
     /// When the next export is due, in producer time: the run loop reads the clock only
     /// every 64 records, so a slow stream is also checked against its records' own times.
@@ -140,7 +137,6 @@ impl OtlpExporter {
             logs: Pending::new(Signal::Logs, cap),
             spans: Pending::new(Signal::Traces, cap),
             extracted: Extracted::default(),
-            taken: None,
             last_metrics: Instant::now(),
             next_push_nanos,
             board: None,
@@ -328,7 +324,9 @@ impl OtlpExporter {
             && plan.extract(r.payload, &mut self.extracted).is_ok()
         {
             let names = Arc::clone(names);
-            self.set_gauges(res, fp, &names, r.header.t_nanos);
+            let values = std::mem::take(&mut self.extracted.values);
+            self.set_gauges(res, fp, &names, r.header.t_nanos, &values);
+            self.extracted.values = values;
         }
         if as_log && self.enabled(Signal::Logs) {
             if let Ok(v) = decode(r.schema.root(), r.payload) {
@@ -339,11 +337,18 @@ impl OtlpExporter {
         Ok(())
     }
 
-    /// Sets the gauges of a numeric record from `self.extracted` (or counts them dropped,
-    /// over the series cap).
-    fn set_gauges(&mut self, res: &Arc<Res>, fp: u64, names: &Arc<[Arc<str>]>, t_nanos: u64) {
+    /// Sets the gauges of a numeric record from its extracted `values` (or counts them
+    /// dropped, over the series cap).
+    fn set_gauges(
+        &mut self,
+        res: &Arc<Res>,
+        fp: u64,
+        names: &Arc<[Arc<str>]>,
+        t_nanos: u64,
+        values: &[f64],
+    ) {
         match self.metrics.row(res, fp, names) {
-            Some(i) => self.metrics.set(i, t_nanos, &self.extracted.values),
+            Some(i) => self.metrics.set(i, t_nanos, values),
             None => self.outbox.note_dropped(
                 Signal::Metrics,
                 DropReason::Cardinality,
@@ -518,6 +523,16 @@ impl Consumer for OtlpExporter {
 
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         let fp = r.schema.fingerprint();
+        if let Some(x) = r.extracted {
+            // Numbers read in place: gauges only (see `extract`).
+            if let Some(Kind::Numeric { names, .. }) = self.kinds.get(&fp) {
+                let names = Arc::clone(names);
+                let res = self.resource(&r.producer);
+                self.set_gauges(&res, fp, &names, r.header.t_nanos, &x.values);
+            }
+            self.push_if_due(r.header.t_nanos);
+            return Ok(Flow::Continue);
+        }
         self.kinds.entry(fp).or_insert_with(|| Self::kind(r.schema));
         let res = self.resource(&r.producer);
         match self.kinds.get(&fp) {
@@ -540,41 +555,21 @@ impl Consumer for OtlpExporter {
         Ok(Flow::Continue)
     }
 
-    /// Numeric records of [`IN_PLACE_MIN_BYTES`] or more that only become gauges (not also
+    /// Numeric records of [`IN_PLACE_MIN_BYTES`](crate::fields::IN_PLACE_MIN_BYTES) or more that only become gauges (not also
     /// a log record: their level is below `log_level`) are read in place: their numbers are
     /// extracted from the ring, one pass over the payload, no copy of it.
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(IN_PLACE_MIN_BYTES)
-    }
-
-    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
-        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&r.schema.fingerprint()) else {
-            return false;
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&schema.fingerprint()) else {
+            return None;
         };
         // A record that is also logged needs all its bytes decoded: copied.
-        if names.is_empty()
-            || r.header.level >= self.opts.log_level
-            || !self.enabled(Signal::Metrics)
-        {
-            return false;
+        if names.is_empty() || !self.enabled(Signal::Metrics) {
+            return None;
         }
-        self.taken = Some(plan.extract_from(r.payload, &mut self.extracted).is_ok());
-        true
-    }
-
-    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        let Some(ok) = self.taken.take() else {
-            // Never: the run loop delivers a record read in place right after reading it.
-            return Ok(Flow::Continue);
-        };
-        let fp = r.schema.fingerprint();
-        if ok && let Some(Kind::Numeric { names, .. }) = self.kinds.get(&fp) {
-            let names = Arc::clone(names);
-            let res = self.resource(&r.producer);
-            self.set_gauges(&res, fp, &names, r.header.t_nanos);
-        }
-        self.push_if_due(r.header.t_nanos);
-        Ok(Flow::Continue)
+        Some(Extract {
+            below_level: Some(self.opts.log_level),
+            ..Extract::new(Arc::new(plan.clone()))
+        })
     }
 
     fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {

@@ -29,8 +29,8 @@ use std::time::Instant;
 
 use snapbus_schemas::{DType, SchemaDescriptor, Value, decode};
 
-use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, Plan, tensor_paths};
-use crate::{Consumer, Flow, HookError, InPlace, Producer, ProducerChange, Record};
+use crate::fields::{Extracted, Plan, tensor_paths};
+use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
 use store::{Frame, Image, Series};
 pub use store::{Store, XAxis};
@@ -65,9 +65,6 @@ pub struct Plotter {
     schemas: HashMap<(u64, u64), Feeds>,
     last: Option<(u64, u64)>,
     scratch: Extracted,
-    /// What [`Consumer::read_in_place`] took for the record about to be delivered: whether
-    /// its numbers were extracted into `scratch` (`None`: nothing taken).
-    taken: Option<bool>,
     /// Lanes whose producer ended or died → when (what it wrote may still arrive after).
     ended: HashMap<u64, f64>,
 }
@@ -95,7 +92,6 @@ impl Plotter {
             schemas: HashMap::new(),
             last: None,
             scratch: Extracted::default(),
-            taken: None,
             ended: HashMap::new(),
         }
     }
@@ -253,48 +249,16 @@ pub(crate) fn now_secs() -> f64 {
 }
 
 impl Consumer for Plotter {
-    /// Records of [`IN_PLACE_MIN_BYTES`] or more of a schema whose feeds are set up and that
+    /// Records of [`IN_PLACE_MIN_BYTES`](crate::fields::IN_PLACE_MIN_BYTES) or more of a schema whose feeds are set up and that
     /// carries no image (a frame needs the record's bytes) are read in place: their numbers
     /// are extracted from the ring, one pass over the payload, no copy of it.
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(IN_PLACE_MIN_BYTES)
-    }
-
-    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
-        let key = (r.producer.lane_id, r.schema.fingerprint());
-        let Some(feeds) = self.schemas.get(&key) else {
-            return false;
-        };
-        if !feeds.images.is_empty() {
-            return false;
-        }
-        self.taken = Some(
-            feeds
-                .plan
-                .extract_from(r.payload, &mut self.scratch)
-                .is_ok(),
-        );
-        true
-    }
-
-    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        let Some(extracted) = self.taken.take() else {
-            // Never: the run loop delivers a record read in place right after reading it.
-            return Ok(Flow::Continue);
-        };
-        let key = (r.producer.lane_id, r.schema.fingerprint());
-        let Some(feeds) = self.schemas.get(&key) else {
-            return Ok(Flow::Continue);
-        };
-        let t = r.header.t_nanos as f64 / 1e9;
-        let mut store = lock(&self.store)?;
-        store.count_record(now_secs());
-        if extracted {
-            for (id, v) in feeds.series.iter().zip(&self.scratch.values) {
-                store.push(*id, t, *v);
-            }
-        }
-        Ok(Flow::Continue)
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        let fp = schema.fingerprint();
+        let (_, feeds) = self.schemas.iter().find(|((_, f), _)| *f == fp)?;
+        feeds
+            .images
+            .is_empty()
+            .then(|| Extract::new(Arc::new(feeds.plan.clone())))
     }
 
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
@@ -307,7 +271,14 @@ impl Consumer for Plotter {
             return Ok(Flow::Continue);
         };
         let t = r.header.t_nanos as f64 / 1e9;
-        let extracted = feeds.plan.extract(r.payload, &mut self.scratch).is_ok();
+        let extracted = match r.extracted {
+            Some(x) => Some(x),
+            None => feeds
+                .plan
+                .extract(r.payload, &mut self.scratch)
+                .is_ok()
+                .then_some(&self.scratch),
+        };
         // The monotonic clock is read only for records that carry images.
         let now = (!feeds.images.is_empty()).then(Instant::now);
         let frame_due = now.is_some_and(|now| {
@@ -330,8 +301,8 @@ impl Consumer for Plotter {
         };
         let mut store = lock(&self.store)?;
         store.count_record(now_secs());
-        if extracted {
-            for (id, v) in feeds.series.iter().zip(&self.scratch.values) {
+        if let Some(x) = extracted {
+            for (id, v) in feeds.series.iter().zip(&x.values) {
                 store.push(*id, t, *v);
             }
         }

@@ -62,6 +62,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use snapbus_bus::runtime::BusDir;
+use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
 #[cfg(test)]
 use snapbus_bus::status::StatusValue;
@@ -72,8 +73,8 @@ pub use http::{
 };
 pub use table::TableCounters;
 
-use crate::fields::{Extracted, IN_PLACE_MIN_BYTES, decode_group};
-use crate::{BatchReads, Consumer, Flow, HookError, InPlace, ProducerChange, Record, RunOptions};
+use crate::fields::{Extracted, decode_group};
+use crate::{BatchReads, Consumer, Extract, Flow, HookError, ProducerChange, Record, RunOptions};
 use names::{SchemaMap, Tags};
 use table::{Labels, Shared, Slot, Table};
 
@@ -121,8 +122,6 @@ pub struct Exporter {
     summaries: HashMap<(u64, u16), HashMap<Vec<u8>, Binding>>,
     /// The table epoch the bindings belong to.
     epoch: u64,
-    /// Whether the last record read in place extracted (into `extracted`) without error.
-    taken: Option<bool>,
     tags: HashMap<u64, Tags>,
     extracted: Extracted,
     records: u64,
@@ -142,7 +141,6 @@ impl Exporter {
             plain: HashMap::new(),
             summaries: HashMap::new(),
             epoch: 0,
-            taken: None,
             tags: HashMap::new(),
             extracted: Extracted::default(),
             records: 0,
@@ -275,63 +273,48 @@ impl Exporter {
         }
     }
 
-    /// Sets the series of a plain (not summary) record from `self.extracted`.
-    fn set_plain(&mut self, key: (u64, u16)) {
+    /// Sets the series of a plain (not summary) record from its extracted `values`.
+    fn set_plain(&mut self, key: (u64, u16), values: &[f64]) {
         let b = &self.plain[&key];
-        for (slot, v) in b.slots.iter().zip(&self.extracted.values) {
+        for (slot, v) in b.slots.iter().zip(values) {
             if let Some(i) = slot {
                 self.table.set(*i, *v);
             }
         }
     }
-}
 
-impl Consumer for Exporter {
-    /// Records of a schema already bound, of [`IN_PLACE_MIN_BYTES`] or more, are read in place:
-    /// their numbers are extracted from the ring, one pass over the payload, no copy of it.
-    fn reads_in_place(&self) -> Option<usize> {
-        Some(IN_PLACE_MIN_BYTES)
-    }
-
-    fn read_in_place(&mut self, r: &InPlace<'_>) -> bool {
-        let key = (r.producer.lane_id, r.header.schema_key);
-        let Some(b) = self.plain.get(&key) else {
-            return false;
-        };
-        self.taken = Some(
-            b.map
-                .plan
-                .extract_from(r.payload, &mut self.extracted)
-                .is_ok(),
-        );
-        true
-    }
-
-    fn on_read_in_place(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        let Some(ok) = self.taken.take() else {
-            // Never: the run loop delivers a record read in place right after reading it.
-            return Ok(Flow::Continue);
-        };
-        self.records += 1;
-        self.check_epoch();
-        if !ok {
-            self.malformed += 1;
-            return Ok(Flow::Continue);
-        }
-        let key = (r.producer.lane_id, r.header.schema_key);
+    /// Binds a plain record's series if it is not yet (the first record of its lane and
+    /// schema, or the first after an epoch change).
+    fn bind(&mut self, key: (u64, u16), r: &Record<'_>) {
         if !self.plain.contains_key(&key) {
-            // Bound again after an epoch change (only plain records are read in place).
             let b = self.bind_plain(r);
             self.plain.insert(key, b);
         }
-        self.set_plain(key);
-        Ok(Flow::Continue)
+    }
+}
+
+impl Consumer for Exporter {
+    /// Records of a plain schema (not a summary), of
+    /// [`IN_PLACE_MIN_BYTES`](crate::fields::IN_PLACE_MIN_BYTES) or more, are
+    /// read in place: their numbers are extracted from the ring, one pass over the payload,
+    /// no copy of it.
+    fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
+        let map = self.maps.get(&schema.fingerprint())?;
+        map.summary_groups
+            .is_none()
+            .then(|| Extract::new(Arc::new(map.plan.clone())))
     }
 
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
         self.records += 1;
         self.check_epoch();
         let key = (r.producer.lane_id, r.header.schema_key);
+        if let Some(x) = r.extracted {
+            // Only plain records are read in place.
+            self.bind(key, r);
+            self.set_plain(key, &x.values);
+            return Ok(Flow::Continue);
+        }
         if !self.plain.contains_key(&key) {
             let map = self.map_of(r);
             if map.summary_groups.is_some() {
@@ -343,15 +326,16 @@ impl Consumer for Exporter {
                 self.malformed += 1;
                 return Ok(Flow::Continue);
             }
-            let b = self.bind_plain(r);
-            self.plain.insert(key, b);
+            self.bind(key, r);
         }
         let b = &self.plain[&key];
         if b.map.plan.extract(r.payload, &mut self.extracted).is_err() {
             self.malformed += 1;
             return Ok(Flow::Continue);
         }
-        self.set_plain(key);
+        let values = std::mem::take(&mut self.extracted.values);
+        self.set_plain(key, &values);
+        self.extracted.values = values;
         Ok(Flow::Continue)
     }
 

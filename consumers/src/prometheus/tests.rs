@@ -66,6 +66,7 @@ fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[
             payload_len: bytes.len(),
         },
         payload: &bytes,
+        extracted: None,
     };
     e.on_event(&r).expect("on_event");
 }
@@ -214,6 +215,7 @@ fn malformed_payloads_are_counted_not_exported() {
             payload_len: 3,
         },
         payload: &[1, 2, 3],
+        extracted: None,
     };
     e.on_event(&r).expect("on_event");
     e.flush().expect("flush");

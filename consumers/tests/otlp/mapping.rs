@@ -208,6 +208,7 @@ fn series_over_the_cap_are_dropped_and_counted() {
             payload_len: step.len(),
         },
         payload: &step,
+        extracted: None,
     };
     x.on_event(&rec).expect("on_event");
     x.shutdown();
@@ -373,7 +374,7 @@ fn gauges_of_records_read_in_place_carry_the_values_emitted() {
     }
     p.close();
     let mut ro = RunOptions::new("otlp");
-    ro.start = snapbus_bus::lane::StartAt::Oldest;
+    ro.subscribe.start = snapbus_bus::lane::StartAt::Oldest;
     ro.until_end = true;
     ro.handle_signals = false;
     let summary = run(bus.dir(), &ro, &mut x, None).expect("run");

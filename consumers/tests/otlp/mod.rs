@@ -101,6 +101,7 @@ impl Feed {
                 payload_len: payload.len(),
             },
             payload,
+            extracted: None,
         };
         self.seq += 1;
         x.on_event(&r).expect("on_event");

@@ -97,15 +97,15 @@ impl Producer {
 }
 
 impl Producer {
-    pub(crate) fn from_info(p: &snapbus_bus::ProducerInfo) -> Producer {
+    pub(crate) fn of(p: &snapbus_consumers::Producer<'_>) -> Producer {
         Producer {
-            name: p.name.clone(),
+            name: p.name.to_owned(),
             pid: p.pid,
             lane_id: p.lane_id,
             started_nanos: p.started_nanos,
-            session_tag: p.session_tag.clone(),
-            perf_tag: p.perf_tag.clone(),
-            cmdline: p.cmdline.clone(),
+            session_tag: p.session_tag.map(str::to_owned),
+            perf_tag: p.perf_tag.map(str::to_owned),
+            cmdline: p.cmdline.to_vec(),
         }
     }
 

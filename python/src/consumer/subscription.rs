@@ -1,22 +1,26 @@
-//! `Subscription`: the bus's pull API (`Subscriber::next`) as a Python iterator and queue.
+//! `Subscription`: the consumer runtime's pull form ([`Reader`]) as a Python iterator and
+//! queue, and the loop `snapbus.run` dispatches hooks over (drain-on-stop, batch reads and
+//! the flush cadence are the runtime's).
 //!
 //! Reading polls with the GIL held; waiting releases it (`py.detach`) in slices of at most
-//! 100 ms, with `py.check_signals()` between them, so Ctrl-C interrupts a blocked `get`.
+//! 100 ms, with `py.check_signals()` between them, so Ctrl-C interrupts a blocked `get`. A
+//! record is copied once, from the ring straight into its `bytes` (with the GIL taken back
+//! for it when it arrives during a wait).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
-use snapbus_bus::Level;
-use snapbus_bus::ProducerInfo;
-use snapbus_bus::lane::{FrameMeta, StartAt};
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::schemas::SchemaDescriptor;
-use snapbus_bus::subscriber::{
-    Event as BusEvent, Glob, SubscribeError, SubscribeOptions, Subscriber, SubscriberStats,
+use snapbus_bus::status::{StatusBoard, StatusValue};
+use snapbus_bus::subscriber::{Glob, SubscribeError, SubscriberStats};
+use snapbus_consumers::prelude::StartAt;
+use snapbus_consumers::{
+    BatchReads, InPlace, Item as RunItem, Producer as RunProducer, ProducerChange, Reader,
+    RecordRef, RunError, RunOptions, RunSummary, StopReason,
 };
 
 use super::event::{Event, Interned, Producer};
@@ -24,114 +28,85 @@ use super::event::{Event, Interned, Producer};
 /// The longest the GIL is released at once while waiting.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// What a subscription read: a record, or (for `snapbus.run`) a lifecycle notice.
+/// What a subscription read: a record, or (for `snapbus.run`) a notice.
 enum Item {
-    Event(Py<Event>),
+    /// A record (`true`: the first of its schema).
+    Event(Py<Event>, bool),
     Lag(Py<Producer>, u64),
     Change(&'static str, Py<Producer>),
-}
-
-/// A record copied out while the GIL was released (the borrowed form cannot leave the wait).
-struct OwnedRecord {
-    producer: ProducerInfo,
-    schema: Arc<SchemaDescriptor>,
-    emitter: Option<String>,
-    meta: FrameMeta,
-    payload: Vec<u8>,
-}
-
-enum Owned {
-    Record(OwnedRecord),
-    Lag(ProducerInfo, u64),
-    Change(&'static str, ProducerInfo),
-}
-
-fn own(e: BusEvent<'_>) -> Owned {
-    match e {
-        BusEvent::Record(r) => Owned::Record(OwnedRecord {
-            producer: r.producer.clone(),
-            schema: Arc::clone(r.schema),
-            emitter: r.emitter.map(str::to_owned),
-            meta: r.meta,
-            payload: r.payload.to_vec(),
-        }),
-        BusEvent::Lagged { producer, lost, .. } => Owned::Lag(producer.clone(), lost),
-        BusEvent::Joined(p) => Owned::Change("joined", p.clone()),
-        BusEvent::Died(p) => Owned::Change("died", p.clone()),
-        BusEvent::Ended(p) => Owned::Change("ended", p.clone()),
-    }
+    Flush,
+    End(RunSummary),
 }
 
 struct Inner {
-    sub: Option<Subscriber>,
+    reader: Option<Reader>,
     interned: Interned,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A record's payload copied from the ring straight into a new `bytes` (`None`: out of
+/// bounds, which validation excludes).
+fn payload_bytes(py: Python<'_>, r: &InPlace<'_>) -> Option<Py<PyBytes>> {
+    let mut copied = false;
+    let bytes = PyBytes::new_with(py, r.payload.len(), |buf| {
+        copied = r.payload.copy_to(buf);
+        Ok(())
+    })
+    .ok()?;
+    copied.then(|| bytes.unbind())
+}
+
+fn producer(
+    py: Python<'_>,
+    interned: &mut Interned,
+    p: &RunProducer<'_>,
+) -> PyResult<Py<Producer>> {
+    interned.producer(py, p.lane_id, || Producer::of(p))
+}
+
 fn record(
     py: Python<'_>,
     interned: &mut Interned,
-    producer: &ProducerInfo,
-    schema: &Arc<SchemaDescriptor>,
-    emitter: Option<&str>,
-    meta: &FrameMeta,
-    payload: &[u8],
-) -> PyResult<Item> {
-    let schema = interned.schema(py, schema)?;
-    let prod = interned.producer(py, producer.lane_id, || Producer::from_info(producer))?;
-    let emitter = interned.emitter(py, emitter);
-    let data = PyBytes::new(py, payload).unbind();
+    r: RecordRef<'_, Option<Py<PyBytes>>>,
+    first: bool,
+) -> PyResult<Option<Item>> {
+    let Some(data) = r.payload else {
+        return Ok(None);
+    };
     let ev = Event::new(
-        schema,
-        prod,
-        emitter,
-        Level::from_wire(meta.level),
-        meta.seq,
-        meta.t_nanos,
+        interned.schema(py, r.schema)?,
+        producer(py, interned, &r.producer)?,
+        interned.emitter(py, r.emitter),
+        r.header.level,
+        r.header.seq,
+        r.header.t_nanos,
         data,
     );
-    Ok(Item::Event(Py::new(py, ev)?))
+    Ok(Some(Item::Event(Py::new(py, ev)?, first)))
 }
 
-fn convert(py: Python<'_>, interned: &mut Interned, e: BusEvent<'_>) -> PyResult<Item> {
-    let p = |i: &mut Interned, info: &ProducerInfo| {
-        i.producer(py, info.lane_id, || Producer::from_info(info))
-    };
-    Ok(match e {
-        BusEvent::Record(r) => {
-            return record(
-                py, interned, r.producer, r.schema, r.emitter, &r.meta, r.payload,
-            );
+/// The subscription's item of what the reader read (`None`: nothing to hand out).
+fn convert(
+    py: Python<'_>,
+    interned: &mut Interned,
+    item: RunItem<'_, Option<Py<PyBytes>>>,
+) -> PyResult<Option<Item>> {
+    Ok(Some(match item {
+        RunItem::Record(r) => return record(py, interned, r, false),
+        RunItem::NewSchema(r) => return record(py, interned, r, true),
+        RunItem::Lag {
+            producer: p, lost, ..
+        } => Item::Lag(producer(py, interned, &p)?, lost),
+        RunItem::Producer(change) => {
+            let (what, p) = match change {
+                ProducerChange::Joined(p) => ("joined", p),
+                ProducerChange::Died(p) => ("died", p),
+                ProducerChange::Ended(p) => ("ended", p),
+            };
+            Item::Change(what, producer(py, interned, &p)?)
         }
-        BusEvent::Lagged { producer, lost, .. } => Item::Lag(p(interned, producer)?, lost),
-        BusEvent::Joined(info) => Item::Change("joined", p(interned, info)?),
-        BusEvent::Died(info) => Item::Change("died", p(interned, info)?),
-        BusEvent::Ended(info) => Item::Change("ended", p(interned, info)?),
-    })
-}
-
-fn convert_owned(py: Python<'_>, interned: &mut Interned, e: Owned) -> PyResult<Item> {
-    Ok(match e {
-        Owned::Record(r) => {
-            return record(
-                py,
-                interned,
-                &r.producer,
-                &r.schema,
-                r.emitter.as_deref(),
-                &r.meta,
-                &r.payload,
-            );
-        }
-        Owned::Lag(info, lost) => Item::Lag(
-            interned.producer(py, info.lane_id, || Producer::from_info(&info))?,
-            lost,
-        ),
-        Owned::Change(what, info) => Item::Change(
-            what,
-            interned.producer(py, info.lane_id, || Producer::from_info(&info))?,
-        ),
-    })
+        RunItem::Flush => Item::Flush,
+        RunItem::End(s) => Item::End(s),
+    }))
 }
 
 fn subscribe_error(py: Python<'_>, e: SubscribeError) -> PyErr {
@@ -149,14 +124,35 @@ fn subscribe_error(py: Python<'_>, e: SubscribeError) -> PyErr {
     }
 }
 
+fn run_error(py: Python<'_>, e: RunError) -> PyErr {
+    match e {
+        RunError::Subscribe(e) => subscribe_error(py, e),
+        e => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn reason_name(r: StopReason) -> &'static str {
+    match r {
+        StopReason::Consumer => "consumer",
+        StopReason::Signal => "signal",
+        StopReason::AllEnded => "all_ended",
+        StopReason::Stopped => "stopped",
+    }
+}
+
 /// A subscription to schemas of a bus (made by `snapbus.subscribe`): an iterator of
 /// [`Event`]s, a queue (`get`, `get_nowait`, `get_batch`) and a context manager.
 #[pyclass(frozen, module = "snapbus", name = "Subscription")]
 pub(crate) struct Subscription {
     inner: Mutex<Inner>,
-    until_end: bool,
+    /// The reader's stop flag (`_stop`: drain what was emitted until then, then end).
+    stop: Arc<AtomicBool>,
+    /// The consumer's status board, sent with its counters (`snapbus ls` shows it).
+    board: StatusBoard,
     /// `close()` was called (a reader waiting in another thread leaves within a slice).
     closing: AtomicBool,
+    /// The reader handed out its end.
+    finished: AtomicBool,
     /// Counters mirrored after every read, so they are read without the lock.
     delivered: AtomicU64,
     lost: AtomicU64,
@@ -179,7 +175,7 @@ impl Subscription {
     }
 
     /// The next item, waiting up to `timeout` (`None`: until there is one, or the
-    /// subscription ends). `records_only`: lag and lifecycle notices are skipped.
+    /// subscription ends). `records_only`: notices are skipped.
     fn next_item(
         &self,
         py: Python<'_>,
@@ -190,11 +186,11 @@ impl Subscription {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let got = self.next_locked(py, inner, deadline, records_only);
-        if let Some(sub) = inner.sub.as_ref() {
-            self.publish(sub.stats());
+        if let Some(reader) = inner.reader.as_ref() {
+            self.publish(reader.subscriber().stats());
         }
         if self.closing.load(Ordering::Relaxed) {
-            self.drop_sub(py, inner);
+            self.drop_reader(py, inner);
         }
         got
     }
@@ -205,10 +201,23 @@ impl Subscription {
         self.damaged.store(s.damaged, Ordering::Relaxed);
     }
 
-    fn drop_sub(&self, py: Python<'_>, inner: &mut Inner) {
-        if let Some(sub) = inner.sub.take() {
-            self.publish(sub.stats());
-            py.detach(|| drop(sub));
+    fn drop_reader(&self, py: Python<'_>, inner: &mut Inner) {
+        if let Some(reader) = inner.reader.take() {
+            self.publish(reader.subscriber().stats());
+            py.detach(|| drop(reader));
+        }
+    }
+
+    /// What `next_item` hands out of a reader's item (`None`: skip it).
+    fn keep(&self, item: Option<Item>, records_only: bool) -> Option<Item> {
+        match item {
+            Some(Item::End(s)) => {
+                self.finished.store(true, Ordering::Relaxed);
+                (!records_only).then_some(Item::End(s))
+            }
+            Some(Item::Event(..)) => item,
+            Some(_) if records_only => None,
+            other => other,
         }
     }
 
@@ -219,26 +228,30 @@ impl Subscription {
         deadline: Option<Instant>,
         records_only: bool,
     ) -> PyResult<Option<Item>> {
+        let Inner { reader, interned } = inner;
         loop {
-            if self.closing.load(Ordering::Relaxed) {
+            if self.closing.load(Ordering::Relaxed)
+                || (records_only && self.finished.load(Ordering::Relaxed))
+            {
                 return Ok(None);
             }
-            let Some(sub) = inner.sub.as_mut() else {
+            let Some(reader) = reader.as_mut() else {
                 return Ok(None);
             };
             // Poll with the GIL held: the hot path.
-            match sub.next(Duration::ZERO) {
-                Ok(Some(e)) => {
-                    if records_only && !matches!(e, BusEvent::Record(_)) {
-                        continue;
-                    }
-                    return convert(py, &mut inner.interned, e).map(Some);
+            let got = reader
+                .next_with(Duration::ZERO, |r| payload_bytes(py, r))
+                .map_err(|e| subscribe_error(py, e))?;
+            let waited = got.is_none();
+            if let Some(item) = got {
+                let item = convert(py, interned, item)?;
+                if let Some(item) = self.keep(item, records_only) {
+                    return Ok(Some(item));
                 }
-                Ok(None) => {}
-                Err(e) => return Err(subscribe_error(py, e)),
-            }
-            if self.until_end && sub.all_ended() {
-                return Ok(None);
+                if records_only && self.finished.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                continue;
             }
             let slice = match deadline {
                 None => SLICE,
@@ -250,25 +263,26 @@ impl Subscription {
                     left.min(SLICE)
                 }
             };
-            let got = py.detach(|| sub.next(slice).map(|o| o.map(own)));
-            match got {
-                Ok(Some(o)) => {
-                    if records_only && !matches!(o, Owned::Record(_)) {
-                        py.check_signals()?;
-                        continue;
-                    }
-                    return convert_owned(py, &mut inner.interned, o).map(Some);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(subscribe_error(py, e)),
+            // Waiting lets go of the GIL; a record that arrives takes it back for its bytes.
+            let got = py.detach(|| {
+                let item = reader.next_with(slice, |r| Python::attach(|py| payload_bytes(py, r)));
+                Python::attach(|py| match item {
+                    Ok(Some(item)) => convert(py, interned, item),
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(subscribe_error(py, e)),
+                })
+            })?;
+            if let Some(item) = self.keep(got, records_only) {
+                return Ok(Some(item));
             }
+            debug_assert!(waited);
             py.check_signals()?;
         }
     }
 
     fn next_event(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<Py<Event>>> {
         match self.next_item(py, timeout, true)? {
-            Some(Item::Event(e)) => Ok(Some(e)),
+            Some(Item::Event(e, _)) => Ok(Some(e)),
             _ => Ok(None),
         }
     }
@@ -307,7 +321,12 @@ fn empty(py: Python<'_>) -> PyErr {
 impl Subscription {
     /// Subscribes (see `snapbus.subscribe`).
     #[new]
-    #[pyo3(signature = (globs, start="latest", bus=None, kind="python", cut=false, until_end=false, start_nanos=None))]
+    ///
+    /// For `snapbus.run`: `flush_every` (seconds: `("flush",)` items from `_poll`; `None`:
+    /// none), `drain_on_stop` (seconds: after `_stop`, what was emitted until then is read
+    /// first, for at most this long) and `batch` (read in batches: for consumers that do not
+    /// need microseconds).
+    #[pyo3(signature = (globs, start="latest", bus=None, kind="python", cut=false, until_end=false, start_nanos=None, flush_every=None, drain_on_stop=0.0, batch=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -318,6 +337,9 @@ impl Subscription {
         cut: bool,
         until_end: bool,
         start_nanos: Option<u64>,
+        flush_every: Option<f64>,
+        drain_on_stop: f64,
+        batch: bool,
     ) -> PyResult<Subscription> {
         let start = match (start, start_nanos) {
             ("time", Some(t)) => StartAt::Time(t),
@@ -336,27 +358,34 @@ impl Subscription {
             .collect::<PyResult<Vec<_>>>()?;
         let name = BusName::resolve(bus).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let dir = BusDir::locate(&name);
-        let opts = SubscribeOptions {
-            kind: kind.to_owned(),
-            globs,
-            start,
-            cut,
-            skip_lanes: Vec::new(),
-            // From "latest", the lanes read from their oldest record are those of producers
-            // that joined after subscribing: whatever of theirs was overwritten before it was
-            // read (a consumer that was stopped, or busy) was lost to this subscription.
-            count_history_as_lost: matches!(start, StartAt::Latest),
-        };
-        let sub = py
-            .detach(|| Subscriber::connect(&dir, opts))
-            .map_err(|e| subscribe_error(py, e))?;
+        let mut opts = RunOptions::new(kind);
+        opts.subscribe.globs = globs;
+        opts.subscribe.start = start;
+        opts.subscribe.cut = cut;
+        // From "latest", the lanes read from their oldest record are those of producers
+        // that joined after subscribing: whatever of theirs was overwritten before it was
+        // read (a consumer that was stopped, or busy) was lost to this subscription.
+        opts.subscribe.count_history_as_lost = matches!(start, StartAt::Latest);
+        opts.until_end = until_end;
+        // Python handles its signals (KeyboardInterrupt); `snapbus.run` stops the reader.
+        opts.handle_signals = false;
+        opts.flush_every = timeout_of(flush_every)?.unwrap_or(Duration::MAX);
+        opts.drain_on_stop = timeout_of(Some(drain_on_stop))?.unwrap_or(Duration::MAX);
+        opts.batch = batch.then(BatchReads::default);
+        let board = StatusBoard::new();
+        opts.status = Some(board.clone());
+        let reader = py
+            .detach(|| Reader::open(&dir, &opts))
+            .map_err(|e| run_error(py, e))?;
         Ok(Subscription {
+            stop: reader.stop_flag(),
+            board,
             inner: Mutex::new(Inner {
-                sub: Some(sub),
+                reader: Some(reader),
                 interned: Interned::default(),
             }),
-            until_end,
             closing: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             damaged: AtomicU64::new(0),
@@ -405,44 +434,97 @@ impl Subscription {
     }
 
     /// For `snapbus.run`: the next record or notice, waiting up to `timeout` seconds; `None`
-    /// when none came. `("event", Event)`, `("lag", Producer, lost)`, or
-    /// `("joined" | "died" | "ended", Producer)`.
+    /// when none came. `("event", Event)`, `("schema", Event)` (the first record of a
+    /// schema), `("lag", Producer, lost)`, `("joined" | "died" | "ended", Producer)`,
+    /// `("flush",)`, or `("end", reason, delivered, lost, unread_bytes)` (then again on every
+    /// call).
     #[pyo3(signature = (timeout=None))]
     fn _poll<'py>(
         &self,
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        Ok(match self.next_item(py, timeout_of(timeout)?, false)? {
-            None => None,
-            Some(Item::Event(e)) => Some(PyTuple::new(
-                py,
-                [
-                    ("event").into_pyobject(py)?.into_any(),
+        let tuple = |items: Vec<Bound<'py, PyAny>>| PyTuple::new(py, items);
+        let s = |s: &str| s.into_pyobject(py).map(|o| o.into_any());
+        let n = |n: u64| n.into_pyobject(py).map(|o| o.into_any());
+        Ok(Some(
+            match self.next_item(py, timeout_of(timeout)?, false)? {
+                None => return Ok(None),
+                Some(Item::Event(e, first)) => tuple(vec![
+                    s(if first { "schema" } else { "event" })?,
                     e.into_bound(py).into_any(),
-                ],
-            )?),
-            Some(Item::Lag(p, n)) => Some(PyTuple::new(
-                py,
-                [
-                    "lag".into_pyobject(py)?.into_any(),
-                    p.into_bound(py).into_any(),
-                    n.into_pyobject(py)?.into_any(),
-                ],
-            )?),
-            Some(Item::Change(what, p)) => Some(PyTuple::new(
-                py,
-                [
-                    what.into_pyobject(py)?.into_any(),
-                    p.into_bound(py).into_any(),
-                ],
-            )?),
-        })
+                ])?,
+                Some(Item::Lag(p, lost)) => {
+                    tuple(vec![s("lag")?, p.into_bound(py).into_any(), n(lost)?])?
+                }
+                Some(Item::Change(what, p)) => tuple(vec![s(what)?, p.into_bound(py).into_any()])?,
+                Some(Item::Flush) => tuple(vec![s("flush")?])?,
+                Some(Item::End(sum)) => tuple(vec![
+                    s("end")?,
+                    s(reason_name(sum.reason))?,
+                    n(sum.delivered)?,
+                    n(sum.lost)?,
+                    n(sum.unread_bytes)?,
+                ])?,
+            },
+        ))
+    }
+
+    /// For `snapbus.run`: stop, as Ctrl-C stops a Rust consumer (what was emitted until now is
+    /// read first, for up to `drain_on_stop`, then `("end", "stopped", ...)`). From any
+    /// thread.
+    fn _stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// For `snapbus.run`: end here, the consumer's choice: `(reason, delivered, lost,
+    /// unread_bytes)`.
+    fn _end(&self) -> PyResult<(&'static str, u64, u64, u64)> {
+        let mut g = self.lock()?;
+        let s = match g.reader.as_mut() {
+            Some(r) => r.end(),
+            None => return Ok(("consumer", self.stats().delivered, self.stats().lost, 0)),
+        };
+        self.finished.store(true, Ordering::Relaxed);
+        Ok((reason_name(s.reason), s.delivered, s.lost, s.unread_bytes))
+    }
+
+    /// For `Consumer.set_status`: `key` on the subscription's status board, which `snapbus ls`
+    /// shows (an int: a count, a float: a measurement, a str: a state or message; `None`
+    /// removes it).
+    fn _set_status(&self, key: &str, value: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(v) = value else {
+            self.board.remove(key);
+            return Ok(());
+        };
+        let v = if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+            if let Ok(s) = v.cast::<PyString>() {
+                StatusValue::Text(s.to_str()?.to_owned())
+            } else if v.is_instance_of::<PyFloat>() {
+                StatusValue::Number(v.extract()?)
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "a status is an int, a float or a str, not {}",
+                    v.get_type().name()?
+                )));
+            }
+        } else {
+            match v.extract::<u64>() {
+                Ok(n) => StatusValue::Count(n),
+                Err(_) => StatusValue::Number(v.extract()?),
+            }
+        };
+        self.board.set(key, v);
+        Ok(())
     }
 
     /// Whether every producer's lane was read to its end (true when there are none).
     fn _all_ended(&self) -> PyResult<bool> {
-        Ok(self.lock()?.sub.as_ref().is_none_or(Subscriber::all_ended))
+        Ok(self
+            .lock()?
+            .reader
+            .as_ref()
+            .is_none_or(|r| r.subscriber().all_ended()))
     }
 
     /// Whether the subscription has ended: closed, or (with `until_end`) every producer's
@@ -452,11 +534,11 @@ impl Subscription {
         if self.closing.load(Ordering::Relaxed) {
             return true;
         }
+        if self.finished.load(Ordering::Relaxed) {
+            return true;
+        }
         match self.inner.try_lock() {
-            Ok(g) => g
-                .sub
-                .as_ref()
-                .is_none_or(|s| self.until_end && s.all_ended()),
+            Ok(g) => g.reader.is_none(),
             Err(_) => false,
         }
     }
@@ -493,7 +575,7 @@ impl Subscription {
     fn close(&self, py: Python<'_>) {
         self.closing.store(true, Ordering::Relaxed);
         if let Ok(mut g) = self.inner.try_lock() {
-            self.drop_sub(py, &mut g);
+            self.drop_reader(py, &mut g);
         }
     }
 

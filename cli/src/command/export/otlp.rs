@@ -88,6 +88,7 @@ impl Sink for OtlpSink {
                 payload_len: m.data.len(),
             },
             payload: &m.data,
+            extracted: None,
         };
         if self.exporter.on_schema(&c.schema).is_err() || self.exporter.on_event(&record).is_err() {
             bail!("exporting a {} record", c.schema.id());
