@@ -8,7 +8,9 @@ with no configuration for the common case.
 It needs `rerun-sdk==0.36.3` (Python >= 3.10, numpy >= 2) next to `snapbus` in the
 interpreter that runs it; the experiment itself may run any Python snapbus supports.
 
-Mapping (entity paths are `/<producer>/<schema id>/<field path>`):
+Mapping (entity paths are `/<producer>/<schema id>/<field path>`, the field path named by the
+rule of every sink, `snapbus.fields`, with `/` for `.`: `pose/x`, `pair/0`; also a map's
+entries by key, `table/a`, and a list of structs' elements by index, `poses/0/x`):
 
 - timelines: `time` (the record's `t_nanos`, a timestamp) and a sequence timeline for every
   integer leaf named like `episode`, `step`, `epoch` or `iteration` (`--timeline FIELD`

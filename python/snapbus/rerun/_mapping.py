@@ -1,5 +1,5 @@
-"""The rerun bridge's mapping: a decoded record's leaves, how each is shown, and the columns
-they are buffered in."""
+"""The rerun bridge's mapping: a decoded record's leaves (named as `snapbus.fields` names
+fields, with `/` for `.`), how each is shown, and the columns they are buffered in."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import dataclasses
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-SERIES_MAX = 16
+from ..fields import FieldPlan
+
+SERIES_MAX = FieldPlan.MAX_ELEMENTWISE
 """1-D arrays up to this length are a series per index; longer ones a bar chart."""
 
 _INT_DTYPES = {
@@ -58,7 +60,11 @@ def _leaves(
             guards.append((get, lambda v: type(v) is dict and v.keys() == keys))
         for k, v in value.items():
             _leaves(v, (*path, str(k)), _then(get, itemgetter(k)), out, guards)
-    elif isinstance(value, (list, tuple)) and value and not _is_numeric_list(value):
+    elif isinstance(value, tuple) or (
+        isinstance(value, list) and value and not _is_numeric_list(value)
+    ):
+        # A tuple's elements by index, as every sink names them (`pair.0`); a list of structs
+        # (or strings) too, per record; a list of numbers is one leaf (a series, bars).
         if guards is not None:
             n = len(value)
             guards.append((get, lambda v: len(v) == n))
