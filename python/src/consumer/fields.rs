@@ -12,6 +12,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyTuple, PyType};
+use snapbus_bus::schemas::walk::{Kind, LayoutPlan};
 use snapbus_bus::schemas::{SchemaDescriptor, TypeDesc};
 use snapbus_consumers::fields::{FieldNode, MAX_ELEMENTWISE, Parts, Plan};
 
@@ -158,24 +159,27 @@ fn leaf(n: &FieldNode<'_>, parts: &[String], dtype: String, shape: Option<Vec<u6
 
 /// The dtype and shape of a leaf's descriptor.
 fn kind(desc: &TypeDesc) -> (String, Option<Vec<u64>>) {
-    if let Some(d) = desc.as_dtype() {
-        return (d.name().into(), Some(Vec::new()));
-    }
-    let numbers = |elem: &TypeDesc| elem.as_dtype().map(|d| d.name().to_owned());
-    match desc {
-        TypeDesc::Bool => ("bool".into(), Some(Vec::new())),
-        TypeDesc::U128 => ("u128".into(), Some(Vec::new())),
-        TypeDesc::I128 => ("i128".into(), Some(Vec::new())),
-        TypeDesc::String => ("string".into(), Some(Vec::new())),
-        TypeDesc::Bytes => ("bytes".into(), Some(Vec::new())),
-        TypeDesc::Array { len, elem } => (
-            numbers(elem).unwrap_or_else(|| "array".into()),
-            Some(vec![*len]),
-        ),
-        TypeDesc::Seq { elem } => (numbers(elem).unwrap_or_else(|| "seq".into()), None),
-        TypeDesc::Tensor { dtype } => (dtype.name().into(), None),
-        TypeDesc::Map { .. } => ("map".into(), None),
+    let plan = LayoutPlan::compile(desc);
+    let root = LayoutPlan::ROOT;
+    // The element dtype of a sequence or an array of numbers.
+    let numbers = |or: &str| {
+        plan.children(root)
+            .find_map(|c| plan.node(c).dtype())
+            .map_or_else(|| or.to_owned(), |d| d.name().to_owned())
+    };
+    let one = Some(Vec::new());
+    match plan.node(root).kind() {
+        Kind::Num(d) => (d.name().into(), one),
+        Kind::Bool => ("bool".into(), one),
+        Kind::U128 => ("u128".into(), one),
+        Kind::I128 => ("i128".into(), one),
+        Kind::Str => ("string".into(), one),
+        Kind::Bytes => ("bytes".into(), one),
+        Kind::Array { len } => (numbers("array"), Some(vec![len])),
+        Kind::Seq => (numbers("seq"), None),
+        Kind::Tensor(d) => (d.name().into(), None),
+        Kind::Map => ("map".into(), None),
         // Structs, tuples, options and enums have parts (FieldNode::tree).
-        other => (other.to_string(), None),
+        other => (format!("{other:?}").to_lowercase(), None),
     }
 }

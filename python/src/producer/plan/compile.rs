@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyType};
-use snapbus::schemas::{SchemaDescriptor, TypeDesc, VariantKind, check_compatible};
+use snapbus::schemas::walk::{Kind, LayoutPlan, NodeId, VariantShape};
+use snapbus::schemas::{SchemaDescriptor, TypeDesc, check_compatible};
 
 use super::{Compiled, Node};
 
@@ -52,56 +53,56 @@ impl<'py> Walked<'py> {
     }
 }
 
-/// Builds the encode plan of `desc`, taking the enum nodes' value dicts from `enums` in
-/// depth-first order. Only the types `snapbus.schema` makes have a plan.
-fn node_of(py: Python<'_>, desc: &TypeDesc, enums: &mut EnumValues<'_, '_>) -> PyResult<Node> {
-    if let Some(dtype) = desc.as_dtype() {
-        return Ok(Node::Num(dtype));
-    }
-    Ok(match desc {
-        TypeDesc::Bool => Node::Bool,
-        TypeDesc::String => Node::Str,
-        TypeDesc::Bytes => Node::Bytes,
-        TypeDesc::Enum { variants } => {
-            let mut names = Vec::with_capacity(variants.len());
-            for v in variants {
-                if !matches!(v.kind, VariantKind::Unit) {
-                    return Err(no_plan(desc));
+/// Builds the encode plan of node `id` of `plan` (the descriptor's layout), taking the enum
+/// nodes' value dicts from `enums` in depth-first order. Only the types `snapbus.schema` makes
+/// have an encode plan.
+fn node_of(
+    py: Python<'_>,
+    plan: &LayoutPlan<'_>,
+    id: NodeId,
+    enums: &mut EnumValues<'_, '_>,
+) -> PyResult<Node> {
+    let sub = |i: usize, enums: &mut EnumValues<'_, '_>| {
+        node_of(py, plan, plan.child(id, i), enums).map(Box::new)
+    };
+    Ok(match plan.node(id).kind() {
+        Kind::Bool => Node::Bool,
+        Kind::Num(dtype) => Node::Num(dtype),
+        Kind::Str => Node::Str,
+        Kind::Bytes => Node::Bytes,
+        Kind::Enum => {
+            let mut names = Vec::new();
+            for v in plan.children(id).map(|v| plan.node(v)) {
+                if v.kind() != Kind::Variant(VariantShape::Unit) {
+                    return Err(no_plan(v.kind()));
                 }
-                names.push(v.name.clone());
+                names.push(v.name().to_owned());
             }
             Node::Enum(enums.next()?, names)
         }
-        TypeDesc::Option { some } => Node::Option(Box::new(node_of(py, some, enums)?)),
-        TypeDesc::Seq { elem } => Node::Seq(Box::new(node_of(py, elem, enums)?)),
-        TypeDesc::Tuple { elems } => Node::Tuple(
-            elems
-                .iter()
-                .map(|e| node_of(py, e, enums))
+        Kind::Option => Node::Option(sub(0, enums)?),
+        Kind::Seq => Node::Seq(sub(0, enums)?),
+        Kind::Map => Node::Map(sub(0, enums)?, sub(1, enums)?),
+        Kind::Tuple => Node::Tuple(
+            plan.children(id)
+                .map(|c| node_of(py, plan, c, enums))
                 .collect::<PyResult<_>>()?,
         ),
-        TypeDesc::Map { key, value } => Node::Map(
-            Box::new(node_of(py, key, enums)?),
-            Box::new(node_of(py, value, enums)?),
-        ),
-        TypeDesc::Struct { fields } => Node::Struct(
-            fields
-                .iter()
-                .map(|f| {
-                    Ok((
-                        PyString::intern(py, &f.name).unbind(),
-                        node_of(py, &f.ty, enums)?,
-                    ))
+        Kind::Struct => Node::Struct(
+            plan.children(id)
+                .map(|c| {
+                    let name = PyString::intern(py, plan.node(c).name()).unbind();
+                    Ok((name, node_of(py, plan, c, enums)?))
                 })
                 .collect::<PyResult<_>>()?,
         ),
-        TypeDesc::Tensor { dtype } => Node::Tensor(*dtype),
-        _ => return Err(no_plan(desc)),
+        Kind::Tensor(dtype) => Node::Tensor(dtype),
+        other => return Err(no_plan(other)),
     })
 }
 
-fn no_plan(desc: &TypeDesc) -> PyErr {
-    PyTypeError::new_err(format!("{desc} has no Python encoding"))
+fn no_plan(kind: Kind) -> PyErr {
+    PyTypeError::new_err(format!("{kind:?} has no Python encoding"))
 }
 
 /// The enum nodes' value dicts of a walk, taken in order.
@@ -188,7 +189,8 @@ fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
         list: &enums,
         next: 0,
     };
-    let node = node_of(py, &schema.root, &mut values)
+    let layout = LayoutPlan::compile(&schema.root);
+    let node = node_of(py, &layout, LayoutPlan::ROOT, &mut values)
         .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
     let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
         .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
