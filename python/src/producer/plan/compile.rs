@@ -34,11 +34,6 @@ impl<'py> Walked<'py> {
     fn read(walked: &Bound<'py, PyAny>, class: &str) -> PyResult<Walked<'py>> {
         let py = walked.py();
         let schema = walked.get_item("schema")?;
-        let bad = |e: &dyn std::fmt::Display| {
-            PyTypeError::new_err(format!(
-                "{class}: snapbus.schema made a bad descriptor: {e}"
-            ))
-        };
         let id: String = schema.get_item("id")?.extract()?;
         let version: u32 = schema.get_item("version")?.extract()?;
         let json: String = py
@@ -46,7 +41,11 @@ impl<'py> Walked<'py> {
             .getattr("dumps")?
             .call1((schema.get_item("root")?,))?
             .extract()?;
-        let root = serde_json::from_str(&json).map_err(|e| bad(&e))?;
+        let root = serde_json::from_str(&json).map_err(|e| {
+            PyTypeError::new_err(format!(
+                "{class}: snapbus.schema made a bad descriptor: {e}"
+            ))
+        })?;
         let schema = WalkedSchema { id, version, root };
         let enums = walked.get_item("enums")?.cast_into::<PyList>()?;
         Ok(Walked { schema, enums })
@@ -185,15 +184,19 @@ fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
         .call1((cls,))?;
     let class = cls.qualname()?.to_string();
     let Walked { schema, enums } = Walked::read(&walked, &class)?;
+    let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
+        .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
     let mut values = EnumValues {
         list: &enums,
         next: 0,
     };
-    let layout = LayoutPlan::compile(&schema.root);
-    let node = node_of(py, &layout, LayoutPlan::ROOT, &mut values)
-        .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
-    let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
-        .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
+    let node = node_of(
+        py,
+        &LayoutPlan::compile(desc.root()),
+        LayoutPlan::ROOT,
+        &mut values,
+    )
+    .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
     check_layout(&desc, &class)?;
     Ok(Compiled {
         desc,
