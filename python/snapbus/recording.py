@@ -13,26 +13,13 @@ got.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
 from ._snapbus import Recording as _NativeRecording
+from .fields import columns
 
 __all__ = ["Recording", "open_recording"]
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            _flatten(f"{prefix}{f.name}.", getattr(value, f.name), out)
-    elif isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        if not value:
-            out[prefix[:-1]] = value
-        for k, v in value.items():
-            _flatten(f"{prefix}{k}.", v, out)
-    else:
-        out[prefix[:-1]] = value
 
 
 class Recording(_NativeRecording):
@@ -41,9 +28,11 @@ class Recording(_NativeRecording):
     def to_pandas(self, schema: str) -> Any:
         """The records of schema id `schema` (read from where the iteration stands) as a
         pandas DataFrame: header columns `t_nanos`, `producer`, `pid`, `seq`, `version`, then
-        one column per payload leaf with dotted names (`position.x`; a leaf named like a
-        header column gets a `payload.` prefix); tensors and lists are cells (numpy arrays,
-        lists). Needs pandas."""
+        one column per leaf of the schema's field tree, named as every sink names it
+        (`snapbus.fields`: `position.x`, `pair.0`, an enum's variant name at `mode` and its
+        payload at `mode.Jump.height`; a leaf named like a header column gets a `payload.`
+        prefix), the same columns as `snapbus export`'s; tensors, lists and maps are cells
+        (numpy arrays, lists, dicts). Needs pandas."""
         import pandas  # type: ignore[import-untyped, unused-ignore]
 
         rows: list[dict[str, Any]] = []
@@ -57,13 +46,7 @@ class Recording(_NativeRecording):
                 "seq": ev.seq,
                 "version": ev.schema.version,
             }
-            payload = ev.payload
-            leaves: dict[str, Any] = {}
-            if dataclasses.is_dataclass(payload) or isinstance(payload, dict):
-                _flatten("", payload, leaves)
-            else:
-                leaves["payload"] = payload
-            for k, v in leaves.items():
+            for k, v in columns(ev.payload, ev.schema).items():
                 row["payload." + k if k in row else k] = v
             rows.append(row)
         return pandas.DataFrame(rows)

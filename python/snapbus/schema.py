@@ -2,8 +2,9 @@
 
 A dataclass with ``schema_id: ClassVar[str]`` and ``schema_version: ClassVar[int]`` is a
 schema. Its fields map by annotation (see the table below); the walk runs once per class, at
-its first emit or ``schema_of``, and produces a *plan*: nested tuples the native module
-compiles, once, into a validated ``SchemaDescriptor`` and an encode plan cached by class.
+its first emit or ``schema_of``, and produces the schema's descriptor in the JSON form of the
+Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module compiles, once,
+into a validated ``SchemaDescriptor`` and an encode plan cached by class.
 
 ==========================================  ===========================================
 annotation                                  descriptor
@@ -42,6 +43,8 @@ from typing import (
     Tuple,
     TypeVar,
 )
+
+from .core_schema import DTypeName, Field, ScalarDesc, StructDesc, TypeDesc, Walked
 
 if sys.version_info >= (3, 9):
     from typing import Annotated, Literal, get_args, get_origin, get_type_hints
@@ -112,7 +115,7 @@ class TelemetryEvent:
 
 
 # numpy dtype.str -> descriptor dtype (native little-endian only).
-_DTYPES = {
+_DTYPES: Dict[str, DTypeName] = {
     "|u1": "u8",
     "<u2": "u16",
     "<u4": "u32",
@@ -125,9 +128,6 @@ _DTYPES = {
     "<f8": "f64",
 }
 
-# A plan node is a tuple whose first item names its kind; see python/src/producer/plan.rs.
-Plan = Tuple[Any, ...]
-
 _NONE = type(None)
 _SEQ_ORIGINS = {list, List, typing.Sequence, typing.MutableSequence}
 try:
@@ -139,7 +139,7 @@ except ImportError:  # pragma: no cover
     _MAP_ORIGINS = {dict, Dict}
 
 
-def _dtype_of(scalar: Any, path: str) -> str:
+def _dtype_of(scalar: Any, path: str) -> DTypeName:
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy-less environments cannot have dtypes
@@ -164,11 +164,23 @@ def _is_ndarray(tp: Any) -> bool:
     return np is not None and tp is np.ndarray
 
 
+def _scalar(name: str) -> ScalarDesc:
+    return {"type": name}
+
+
 class _Walker:
+    """One class's walk: its descriptor, and the enum nodes' Python values in walk order
+    (depth-first: what ``python/src/producer/plan/compile.rs`` expects)."""
+
     def __init__(self) -> None:
         self.stack: list[type] = []
+        self.enums: List[Dict[Any, int]] = []
 
-    def struct(self, cls: type, path: str) -> Plan:
+    def enum(self, names: List[str], values: Dict[Any, int]) -> TypeDesc:
+        self.enums.append(values)
+        return {"type": "enum", "variants": [{"name": n, "kind": "unit"} for n in names]}
+
+    def struct(self, cls: type, path: str) -> StructDesc:
         if cls in self.stack:
             raise TypeError(
                 f"field `{path}`: {cls.__qualname__} contains itself (recursive dataclasses "
@@ -179,17 +191,17 @@ class _Walker:
             hints = get_type_hints(cls, include_extras=True)
         except Exception as e:  # NameError for an unresolvable forward reference, ...
             raise TypeError(f"{cls.__qualname__}: cannot resolve its annotations ({e})") from e
-        fields = []
+        fields: List[Field] = []
         for f in dataclasses.fields(cls):
             sub = f"{path}.{f.name}" if path else f.name
             since = f.metadata.get("since", 1) if f.metadata else 1
             if not isinstance(since, int) or isinstance(since, bool) or since < 1:
                 raise TypeError(f"field `{sub}`: `since` must be an int >= 1, not {since!r}")
-            fields.append((f.name, since, self.node(hints[f.name], sub)))
+            fields.append({"name": f.name, "type": self.node(hints[f.name], sub), "since": since})
         self.stack.pop()
-        return ("struct", fields)
+        return {"type": "struct", "fields": fields}
 
-    def node(self, tp: Any, path: str) -> Plan:
+    def node(self, tp: Any, path: str) -> TypeDesc:
         if isinstance(tp, (str, typing.ForwardRef)):
             raise TypeError(f"field `{path}`: cannot resolve the annotation {tp!r}")
         origin, args = _origin_args(tp)
@@ -206,34 +218,34 @@ class _Walker:
                         raise TypeError(
                             f"field `{path}`: {scalar!r} annotates {want.__name__}, not {base!r}"
                         )
-                    return (scalar.kind, scalar.name)
+                    return _scalar(scalar.name)
             return self.node(base, path)
         if tp is bool:
-            return ("bool",)
+            return _scalar("bool")
         if tp is int:
-            return ("int", "i64")
+            return _scalar("i64")
         if tp is float:
-            return ("float", "f64")
+            return _scalar("f64")
         if tp is str:
-            return ("str",)
+            return _scalar("string")
         if tp is bytes:
-            return ("bytes",)
+            return _scalar("bytes")
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             members = list(tp)
             if not members:
                 raise TypeError(f"field `{path}`: enum {tp.__qualname__} has no members")
-            return ("enum", [m.name for m in members], {m: i for i, m in enumerate(members)})
+            return self.enum([m.name for m in members], {m: i for i, m in enumerate(members)})
         if origin in _LITERALS:
             if not args or not all(isinstance(a, str) for a in args):
                 raise TypeError(
                     f"field `{path}`: only Literal of strings maps to an enum, not {tp!r}"
                 )
             names = list(dict.fromkeys(args))
-            return ("enum", names, {n: i for i, n in enumerate(names)})
+            return self.enum(names, {n: i for i, n in enumerate(names)})
         if origin is typing.Union or _is_union_type(tp):
             rest = [a for a in args if a is not _NONE]
             if len(rest) == 1 and len(args) == 2:
-                return ("option", self.node(rest[0], path))
+                return {"type": "option", "some": self.node(rest[0], path)}
             raise TypeError(
                 f"field `{path}`: union {tp!r} is not supported (only Optional[T]; use an "
                 "Enum or separate fields)"
@@ -246,7 +258,7 @@ class _Walker:
                 "NDArray[np.float32] (numpy.typing) or snapbus.Tensor[np.float32]"
             )
         if origin is Tensor:
-            return ("tensor", _dtype_of(args[0], path))
+            return {"type": "tensor", "dtype": _dtype_of(args[0], path)}
         if origin is not None and _is_ndarray(origin):
             dtype_arg = args[-1] if args else None
             inner = _origin_args(dtype_arg)[1] if dtype_arg is not None else ()
@@ -255,21 +267,25 @@ class _Walker:
                     f"field `{path}`: a numpy array annotation needs a dtype, e.g. "
                     "NDArray[np.float32]"
                 )
-            return ("tensor", _dtype_of(inner[0], path))
+            return {"type": "tensor", "dtype": _dtype_of(inner[0], path)}
         if origin in _SEQ_ORIGINS:
             if not args:
                 raise TypeError(f"field `{path}`: {tp!r} needs an element type, e.g. list[int]")
-            return ("seq", self.node(args[0], f"{path}[]"))
+            return {"type": "seq", "elem": self.node(args[0], f"{path}[]")}
         if origin is tuple or origin is Tuple:
             if len(args) == 2 and args[1] is Ellipsis:
-                return ("seq", self.node(args[0], f"{path}[]"))
+                return {"type": "seq", "elem": self.node(args[0], f"{path}[]")}
             if not args or args == ((),):
                 raise TypeError(f"field `{path}`: {tp!r} needs element types")
-            return ("tuple", [self.node(a, f"{path}.{i}") for i, a in enumerate(args)])
+            return {
+                "type": "tuple",
+                "elems": [self.node(a, f"{path}.{i}") for i, a in enumerate(args)],
+            }
         if origin in _MAP_ORIGINS:
             if len(args) != 2:
                 raise TypeError(f"field `{path}`: {tp!r} needs key and value types")
-            return ("map", self.node(args[0], f"{path}{{key}}"), self.node(args[1], f"{path}{{}}"))
+            key = self.node(args[0], f"{path}{{key}}")
+            return {"type": "map", "key": key, "value": self.node(args[1], f"{path}{{}}")}
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return self.struct(tp, path)
         if tp in (list, tuple, dict):
@@ -329,8 +345,9 @@ def _is_union_type(tp: Any) -> bool:
     return ut is not None and isinstance(tp, ut)
 
 
-def plan_of(cls: type) -> tuple[str, int, Plan]:
-    """The (schema id, version, root plan) of an event class; ``TypeError`` if it is not one.
+def plan_of(cls: type) -> Walked:
+    """The descriptor of an event class, with its enums' Python values (see
+    ``snapbus.core_schema``); ``TypeError`` naming the field if it is not one.
 
     Called by the native module once per class (its result is compiled and cached there).
     """
@@ -345,7 +362,9 @@ def plan_of(cls: type) -> tuple[str, int, Plan]:
         raise TypeError(f'{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. "lab.step")')
     if not isinstance(ver, int) or isinstance(ver, bool):
         raise TypeError(f"{cls.__qualname__} has no `schema_version: ClassVar[int]` (e.g. 1)")
-    return sid, ver, _Walker().struct(cls, "")
+    walker = _Walker()
+    root = walker.struct(cls, "")
+    return {"schema": {"id": sid, "version": ver, "root": root}, "enums": walker.enums}
 
 
 def schema_of(cls: type) -> dict[str, Any]:

@@ -5,8 +5,9 @@
 
 use crate::cursor::WireReader;
 use crate::desc::{
-    DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
+    Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
 };
+use crate::dtype::DType;
 use crate::error::{DecodeError, DecodeErrorKind, DescriptorError};
 
 /// Magic prefix of a descriptor's canonical bytes (`"SBD"` + layout version 1).

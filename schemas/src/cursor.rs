@@ -81,6 +81,13 @@ impl<'a> WireReader<'a> {
         self.buf.len() - self.pos
     }
 
+    /// The `len` bytes at offset `at` of the whole input (wherever the reader is), if they are
+    /// in it: what a [`walk`](crate::walk) visitor borrows a span with.
+    #[inline]
+    pub fn slice(&self, at: usize, len: usize) -> Option<&'a [u8]> {
+        self.buf.get(at..at.checked_add(len)?)
+    }
+
     /// Takes the next `n` bytes.
     #[inline]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {

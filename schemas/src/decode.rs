@@ -4,11 +4,12 @@
 use std::borrow::Cow;
 
 use crate::cursor::WireReader;
-use crate::desc::{DType, Field, MAX_DESC_DEPTH, TypeDesc, Variant, VariantKind};
+use crate::desc::TypeDesc;
+use crate::dtype::DType;
 use crate::element::{Packed, TensorView};
 use crate::error::{DecodeError, DecodeErrorKind};
-use crate::tensor::{element_count, read_shape};
 use crate::value::Value;
+use crate::walk::{Kind, LayoutPlan, Node, NodeId, Scalar, Visit, walk};
 
 /// Decodes `bytes` as a value of type `desc`. The whole input must be consumed.
 ///
@@ -30,8 +31,13 @@ use crate::value::Value;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn decode<'a>(desc: &'a TypeDesc, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
+    decode_with(&LayoutPlan::compile(desc), bytes)
+}
+
+/// [`decode`] with a [`LayoutPlan`] compiled once (for many payloads of one type).
+pub fn decode_with<'a>(plan: &LayoutPlan<'a>, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
     let mut r = WireReader::new(bytes);
-    let v = Decoder::new(desc, &mut r).value(desc, 0)?;
+    let v = walk(plan, &mut r, &mut ValueVisitor)?;
     r.finish()?;
     Ok(v)
 }
@@ -41,278 +47,191 @@ pub fn decode_from<'a>(
     desc: &'a TypeDesc,
     r: &mut WireReader<'a>,
 ) -> Result<Value<'a>, DecodeError> {
-    Decoder::new(desc, r).value(desc, 0)
+    walk(&LayoutPlan::compile(desc), r, &mut ValueVisitor)
 }
 
-/// Bounds the number of values one decode may build. A value that consumes input bytes is
-/// paid for by them, but zero-sized values (`()`, empty structs) cost nothing, so a hostile
-/// descriptor (`[[[(); 16]; 16]; …]`) could otherwise make a 100-byte payload build billions
-/// of values. Legitimate payloads build at most about one value per byte per nesting level.
-struct Budget {
-    left: u64,
-    max: u64,
+/// The [`Visit`]or that builds [`Value`]s borrowing from the payload and the descriptor.
+struct ValueVisitor;
+
+/// The `len` bytes at `at` (the walk has checked they are there).
+#[inline]
+fn span<'a>(r: &WireReader<'a>, at: usize, len: usize) -> Result<&'a [u8], DecodeError> {
+    r.slice(at, len).ok_or_else(|| {
+        DecodeError::new(
+            at,
+            DecodeErrorKind::UnexpectedEnd {
+                needed: len,
+                remaining: r.remaining(),
+            },
+        )
+    })
 }
 
-impl Budget {
-    fn for_payload(desc: &TypeDesc, len: usize) -> Budget {
-        let depth = desc.depth().min(MAX_DESC_DEPTH) as u64;
-        let max = (depth + 1)
-            .saturating_mul(len as u64 + 1)
-            .saturating_add(4096);
-        Budget { left: max, max }
+impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor {
+    type Out = Value<'a>;
+    type Error = DecodeError;
+    type Seq = Vec<Value<'a>>;
+    type Record = Vec<(Cow<'a, str>, Value<'a>)>;
+    type Map = Vec<(Value<'a>, Value<'a>)>;
+
+    #[inline]
+    fn scalar(&mut self, v: Scalar) -> Result<Value<'a>, DecodeError> {
+        Ok(match v {
+            Scalar::Bool(v) => Value::Bool(v),
+            Scalar::U8(v) => Value::U8(v),
+            Scalar::U16(v) => Value::U16(v),
+            Scalar::U32(v) => Value::U32(v),
+            Scalar::U64(v) => Value::U64(v),
+            Scalar::U128(v) => Value::U128(v),
+            Scalar::I8(v) => Value::I8(v),
+            Scalar::I16(v) => Value::I16(v),
+            Scalar::I32(v) => Value::I32(v),
+            Scalar::I64(v) => Value::I64(v),
+            Scalar::I128(v) => Value::I128(v),
+            Scalar::F32(v) => Value::F32(v),
+            Scalar::F64(v) => Value::F64(v),
+        })
     }
 
     #[inline]
-    fn spend(&mut self, r: &WireReader<'_>) -> Result<(), DecodeError> {
-        if self.left == 0 {
-            return Err(DecodeError::new(
-                r.offset(),
-                DecodeErrorKind::TooManyValues { max: self.max },
-            ));
-        }
-        self.left -= 1;
+    fn string(
+        &mut self,
+        r: &WireReader<'a>,
+        at: usize,
+        len: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let s = std::str::from_utf8(span(r, at, len)?)
+            .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))?;
+        Ok(Value::Str(Cow::Borrowed(s)))
+    }
+
+    #[inline]
+    fn bytes(
+        &mut self,
+        r: &WireReader<'a>,
+        at: usize,
+        len: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        Ok(Value::Bytes(Cow::Borrowed(span(r, at, len)?)))
+    }
+
+    #[inline]
+    fn packed(
+        &mut self,
+        r: &WireReader<'a>,
+        dtype: DType,
+        at: usize,
+        count: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let bytes = span(r, at, count.saturating_mul(dtype.size_bytes()))?;
+        Ok(Value::Packed(Packed {
+            dtype,
+            bytes: Cow::Borrowed(bytes),
+        }))
+    }
+
+    #[inline]
+    fn tensor(
+        &mut self,
+        r: &WireReader<'a>,
+        dtype: DType,
+        shape: &[u64],
+        at: usize,
+    ) -> Result<Value<'a>, DecodeError> {
+        let n = shape.iter().product::<u64>() as usize;
+        let data = span(r, at, n.saturating_mul(dtype.size_bytes()))?;
+        Ok(Value::Tensor(TensorView {
+            dtype,
+            shape: shape.to_vec(),
+            data: Cow::Borrowed(data),
+        }))
+    }
+
+    #[inline]
+    fn option(&mut self, value: Option<Value<'a>>) -> Result<Value<'a>, DecodeError> {
+        Ok(Value::Option(value.map(Box::new)))
+    }
+
+    #[inline]
+    fn seq_begin(&mut self, _: &Node<'a>, len: usize) -> Result<Self::Seq, DecodeError> {
+        Ok(Vec::with_capacity(len))
+    }
+
+    #[inline]
+    fn seq_item(&mut self, seq: &mut Self::Seq, item: Value<'a>) -> Result<(), DecodeError> {
+        seq.push(item);
         Ok(())
     }
-}
 
-/// One dynamic decode in progress: the reader and the value budget every nested value draws on.
-struct Decoder<'a, 'r> {
-    r: &'r mut WireReader<'a>,
-    budget: Budget,
-}
-
-impl<'a, 'r> Decoder<'a, 'r> {
-    fn new(desc: &TypeDesc, r: &'r mut WireReader<'a>) -> Decoder<'a, 'r> {
-        let budget = Budget::for_payload(desc, r.remaining());
-        Decoder { r, budget }
+    #[inline]
+    fn seq_end(&mut self, _: &Node<'a>, seq: Self::Seq) -> Result<Value<'a>, DecodeError> {
+        Ok(Value::Seq(seq))
     }
 
-    /// Decodes one value of type `desc` at nesting `depth`: scalars here, composite types in the
-    /// helpers below (each recursing back here for its children).
-    fn value(&mut self, desc: &'a TypeDesc, depth: usize) -> Result<Value<'a>, DecodeError> {
-        self.budget.spend(self.r)?;
-        if depth >= MAX_DESC_DEPTH {
-            return Err(DecodeError::new(
-                self.r.offset(),
-                DecodeErrorKind::TooDeep {
-                    max: MAX_DESC_DEPTH,
-                },
-            ));
-        }
-        macro_rules! num {
-            ($t:ty, $v:ident) => {
-                Value::$v(<$t>::from_le_bytes(self.r.take_array()?))
-            };
-        }
-        Ok(match desc {
-            TypeDesc::Bool => {
-                let at = self.r.offset();
-                match self.r.read_u8()? {
-                    0 => Value::Bool(false),
-                    1 => Value::Bool(true),
-                    byte => {
-                        return Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }));
-                    }
-                }
-            }
-            TypeDesc::U8 => num!(u8, U8),
-            TypeDesc::U16 => num!(u16, U16),
-            TypeDesc::U32 => num!(u32, U32),
-            TypeDesc::U64 => num!(u64, U64),
-            TypeDesc::U128 => num!(u128, U128),
-            TypeDesc::I8 => num!(i8, I8),
-            TypeDesc::I16 => num!(i16, I16),
-            TypeDesc::I32 => num!(i32, I32),
-            TypeDesc::I64 => num!(i64, I64),
-            TypeDesc::I128 => num!(i128, I128),
-            TypeDesc::F32 => num!(f32, F32),
-            TypeDesc::F64 => num!(f64, F64),
-            TypeDesc::String => {
-                let n = self.r.read_len(1)?;
-                let at = self.r.offset();
-                let bytes = self.r.take(n)?;
-                let s = std::str::from_utf8(bytes)
-                    .map_err(|_| DecodeError::new(at, DecodeErrorKind::InvalidUtf8))?;
-                Value::Str(Cow::Borrowed(s))
-            }
-            TypeDesc::Bytes => {
-                let n = self.r.read_len(1)?;
-                Value::Bytes(Cow::Borrowed(self.r.take(n)?))
-            }
-            TypeDesc::Option { some } => self.option(some, depth)?,
-            TypeDesc::Seq { elem } => {
-                let n = read_count(self.r, elem.min_encoded_len())?;
-                self.elems(elem, n, depth)?
-            }
-            TypeDesc::Array { len, elem } => self.array(*len, elem, depth)?,
-            TypeDesc::Tuple { elems } => self.tuple(elems, None, depth)?,
-            TypeDesc::Struct { fields } => self.fields(fields, depth)?,
-            TypeDesc::Enum { variants } => self.enum_variant(variants, depth)?,
-            TypeDesc::Map { key, value } => self.map(key, value, depth)?,
-            TypeDesc::Tensor { dtype } => decode_tensor(*dtype, self.r)?,
-        })
-    }
-
-    fn fields(&mut self, fields: &'a [Field], depth: usize) -> Result<Value<'a>, DecodeError> {
-        let mut out = Vec::with_capacity(fields.len());
-        for f in fields {
-            let v = self
-                .value(&f.ty, depth + 1)
-                .map_err(|e| e.in_field(&f.name))?;
-            out.push((Cow::Borrowed(f.name.as_str()), v));
-        }
-        Ok(Value::Struct(out))
-    }
-
-    fn elems(
+    #[inline]
+    fn record_begin(
         &mut self,
-        elem: &'a TypeDesc,
-        n: usize,
-        depth: usize,
-    ) -> Result<Value<'a>, DecodeError> {
-        if let Some(dtype) = elem.as_dtype() {
-            let bytes = self.r.take(n.saturating_mul(dtype.size_bytes()))?;
-            return Ok(Value::Packed(Packed {
-                dtype,
-                bytes: Cow::Borrowed(bytes),
-            }));
-        }
-        let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            out.push(
-                self.value(elem, depth + 1)
-                    .map_err(|e| e.in_field(&i.to_string()))?,
-            );
-        }
-        Ok(Value::Seq(out))
+        _: NodeId,
+        _: &Node<'a>,
+        len: usize,
+    ) -> Result<Self::Record, DecodeError> {
+        Ok(Vec::with_capacity(len))
     }
 
-    fn option(&mut self, some: &'a TypeDesc, depth: usize) -> Result<Value<'a>, DecodeError> {
-        let at = self.r.offset();
-        match self.r.read_u8()? {
-            0 => Ok(Value::Option(None)),
-            1 => Ok(Value::Option(Some(Box::new(self.value(some, depth + 1)?)))),
-            tag => Err(DecodeError::new(
-                at,
-                DecodeErrorKind::InvalidOptionTag { tag },
-            )),
-        }
-    }
-
-    /// A fixed array: its `len` elements must fit in what remains before any is built.
-    fn array(
+    #[inline]
+    fn field(
         &mut self,
-        len: u64,
-        elem: &'a TypeDesc,
-        depth: usize,
-    ) -> Result<Value<'a>, DecodeError> {
-        let at = self.r.offset();
-        let need = len.saturating_mul(elem.min_encoded_len().max(1));
-        if need > self.r.remaining() as u64 {
-            return Err(DecodeError::new(
-                at,
-                DecodeErrorKind::LengthTooLarge {
-                    len,
-                    remaining: self.r.remaining(),
-                },
-            ));
-        }
-        self.elems(elem, len as usize, depth)
+        record: &mut Self::Record,
+        field: &Node<'a>,
+        value: Value<'a>,
+    ) -> Result<(), DecodeError> {
+        record.push((field.name_cow(), value));
+        Ok(())
     }
 
-    /// The elements of a tuple (or of a tuple variant, whose name then prefixes error paths).
-    fn tuple(
+    #[inline]
+    fn record_end(
         &mut self,
-        elems: &'a [TypeDesc],
-        variant: Option<&str>,
-        depth: usize,
+        _: NodeId,
+        _: &Node<'a>,
+        record: Self::Record,
     ) -> Result<Value<'a>, DecodeError> {
-        let mut out = Vec::with_capacity(elems.len());
-        for (i, e) in elems.iter().enumerate() {
-            out.push(self.value(e, depth + 1).map_err(|err| match variant {
-                None => err.in_field(&i.to_string()),
-                Some(name) => err.in_field(&format!("{name}.{i}")),
-            })?);
-        }
-        Ok(Value::Seq(out))
+        Ok(Value::Struct(record))
     }
 
-    fn enum_variant(
+    #[inline]
+    fn variant(
         &mut self,
-        variants: &'a [Variant],
-        depth: usize,
+        index: u32,
+        variant: &Node<'a>,
+        payload: Option<Value<'a>>,
     ) -> Result<Value<'a>, DecodeError> {
-        let at = self.r.offset();
-        let index = self.r.read_u32()?;
-        let Some(variant) = variants.get(index as usize) else {
-            return Err(DecodeError::new(
-                at,
-                DecodeErrorKind::InvalidVariant {
-                    index,
-                    count: variants.len(),
-                },
-            ));
-        };
-        let value = match &variant.kind {
-            VariantKind::Unit => Value::Unit,
-            VariantKind::Tuple { elems } => self.tuple(elems, Some(&variant.name), depth)?,
-            VariantKind::Struct { fields } => self
-                .fields(fields, depth)
-                .map_err(|e| e.in_field(&variant.name))?,
-        };
+        debug_assert!(matches!(variant.kind(), Kind::Variant(_)));
         Ok(Value::Variant {
             index,
-            name: Cow::Borrowed(variant.name.as_str()),
-            value: Box::new(value),
+            name: variant.name_cow(),
+            value: Box::new(payload.unwrap_or(Value::Unit)),
         })
     }
 
-    fn map(
+    #[inline]
+    fn map_begin(&mut self, len: usize) -> Result<Self::Map, DecodeError> {
+        Ok(Vec::with_capacity(len))
+    }
+
+    #[inline]
+    fn map_entry(
         &mut self,
-        key: &'a TypeDesc,
-        value: &'a TypeDesc,
-        depth: usize,
-    ) -> Result<Value<'a>, DecodeError> {
-        let n = read_count(
-            self.r,
-            key.min_encoded_len()
-                .saturating_add(value.min_encoded_len()),
-        )?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let k = self.value(key, depth + 1)?;
-            let v = self.value(value, depth + 1)?;
-            out.push((k, v));
-        }
-        Ok(Value::Map(out))
+        map: &mut Self::Map,
+        key: Value<'a>,
+        value: Value<'a>,
+    ) -> Result<(), DecodeError> {
+        map.push((key, value));
+        Ok(())
     }
-}
 
-/// Reads a count of items of type `elem`, bounded by the remaining input.
-fn read_count(r: &mut WireReader<'_>, elem_min: u64) -> Result<usize, DecodeError> {
-    r.read_len(usize::try_from(elem_min).unwrap_or(usize::MAX))
-}
-
-/// A tensor: shape, then an element count that must equal the shape's product.
-fn decode_tensor<'a>(dtype: DType, r: &mut WireReader<'a>) -> Result<Value<'a>, DecodeError> {
-    let shape = read_shape(r).map_err(|e| e.in_field("shape"))?;
-    let at = r.offset();
-    let n = r.read_len(dtype.size_bytes())?;
-    let expected = element_count(&shape).unwrap_or(u64::MAX);
-    if expected != n as u64 {
-        return Err(DecodeError::new(
-            at,
-            DecodeErrorKind::TensorShape {
-                shape,
-                expected,
-                found: n as u64,
-            },
-        ));
+    #[inline]
+    fn map_end(&mut self, map: Self::Map) -> Result<Value<'a>, DecodeError> {
+        Ok(Value::Map(map))
     }
-    let data = r.take(n * dtype.size_bytes())?;
-    Ok(Value::Tensor(TensorView {
-        dtype,
-        shape,
-        data: Cow::Borrowed(data),
-    }))
 }

@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::DType;
 use crate::error::DescriptorError;
 
 /// Maximum nesting depth of a type descriptor. Deeper descriptors are refused, so decoding a
@@ -20,124 +21,6 @@ pub const MAX_DESC_WIDTH: usize = 4096;
 
 /// Maximum length in bytes of a schema id, field name or variant name.
 pub const MAX_NAME_LEN: usize = 256;
-
-/// Numeric element type of a [`Tensor`](crate::Tensor) or of a packed numeric sequence.
-///
-/// All dtypes are little-endian on the wire, as in numpy's `<u1`, `<f4`, ….
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DType {
-    /// `u8`, numpy `uint8`.
-    U8,
-    /// `u16`, numpy `uint16`.
-    U16,
-    /// `u32`, numpy `uint32`.
-    U32,
-    /// `u64`, numpy `uint64`.
-    U64,
-    /// `i8`, numpy `int8`.
-    I8,
-    /// `i16`, numpy `int16`.
-    I16,
-    /// `i32`, numpy `int32`.
-    I32,
-    /// `i64`, numpy `int64`.
-    I64,
-    /// `f32`, numpy `float32`.
-    F32,
-    /// `f64`, numpy `float64`.
-    F64,
-}
-
-impl DType {
-    /// All dtypes, in code order.
-    pub const ALL: [DType; 10] = [
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::F32,
-        DType::F64,
-    ];
-
-    /// Size of one element in bytes.
-    pub const fn size_bytes(self) -> usize {
-        match self {
-            DType::U8 | DType::I8 => 1,
-            DType::U16 | DType::I16 => 2,
-            DType::U32 | DType::I32 | DType::F32 => 4,
-            DType::U64 | DType::I64 | DType::F64 => 8,
-        }
-    }
-
-    /// Lower-case Rust name (`"f32"`), also used in JSON.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::U8 => "u8",
-            DType::U16 => "u16",
-            DType::U32 => "u32",
-            DType::U64 => "u64",
-            DType::I8 => "i8",
-            DType::I16 => "i16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        }
-    }
-
-    /// The numpy dtype string (`"<f4"`), for `numpy.frombuffer`.
-    pub const fn numpy(self) -> &'static str {
-        match self {
-            DType::U8 => "|u1",
-            DType::U16 => "<u2",
-            DType::U32 => "<u4",
-            DType::U64 => "<u8",
-            DType::I8 => "|i1",
-            DType::I16 => "<i2",
-            DType::I32 => "<i4",
-            DType::I64 => "<i8",
-            DType::F32 => "<f4",
-            DType::F64 => "<f8",
-        }
-    }
-
-    /// The dtype's code in canonical descriptor bytes.
-    pub(crate) const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The dtype of a canonical code.
-    pub(crate) fn from_code(code: u8) -> Option<DType> {
-        DType::ALL.get(usize::from(code)).copied()
-    }
-
-    /// The scalar descriptor of one element.
-    pub fn scalar_desc(self) -> TypeDesc {
-        match self {
-            DType::U8 => TypeDesc::U8,
-            DType::U16 => TypeDesc::U16,
-            DType::U32 => TypeDesc::U32,
-            DType::U64 => TypeDesc::U64,
-            DType::I8 => TypeDesc::I8,
-            DType::I16 => TypeDesc::I16,
-            DType::I32 => TypeDesc::I32,
-            DType::I64 => TypeDesc::I64,
-            DType::F32 => TypeDesc::F32,
-            DType::F64 => TypeDesc::F64,
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The shape of a value on the wire.
 ///
@@ -308,6 +191,24 @@ impl Variant {
         Variant {
             name: name.into(),
             kind: VariantKind::Struct { fields },
+        }
+    }
+}
+
+impl DType {
+    /// The scalar descriptor of one element.
+    pub fn scalar_desc(self) -> TypeDesc {
+        match self {
+            DType::U8 => TypeDesc::U8,
+            DType::U16 => TypeDesc::U16,
+            DType::U32 => TypeDesc::U32,
+            DType::U64 => TypeDesc::U64,
+            DType::I8 => TypeDesc::I8,
+            DType::I16 => TypeDesc::I16,
+            DType::I32 => TypeDesc::I32,
+            DType::I64 => TypeDesc::I64,
+            DType::F32 => TypeDesc::F32,
+            DType::F64 => TypeDesc::F64,
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::cursor::WireReader;
-use crate::desc::DType;
+use crate::dtype::DType;
 use crate::wire::{Wire, for_each_element};
 
 /// Scalar numeric element types: the element types of [`Tensor`](crate::Tensor) and of packed

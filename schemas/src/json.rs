@@ -18,7 +18,8 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::desc::{DType, Field, TypeDesc, VariantKind};
+use crate::desc::{Field, TypeDesc, VariantKind};
+use crate::dtype::DType;
 use crate::element::Scalar;
 use crate::schema::SchemaDescriptor;
 use crate::value::Value;

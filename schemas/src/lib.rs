@@ -156,14 +156,15 @@
 
 extern crate self as snapbus_schemas;
 
-// The modules form a DAG, bottom first: error; cursor, desc; canonical, wire; schema, element;
-// tensor; value; decode, encode, snapshot; json, builtin (ARCHITECTURE.md lists each edge).
+// The modules form a DAG, bottom first: error, dtype; cursor, desc; canonical, wire; schema, element;
+// tensor; value; walk; decode, encode, snapshot; json, builtin (ARCHITECTURE.md lists each edge).
 // Modules import from the module that defines an item, never through the crate root.
 pub mod builtin;
 mod canonical;
 mod cursor;
 mod decode;
 mod desc;
+mod dtype;
 mod element;
 mod encode;
 mod error;
@@ -172,14 +173,16 @@ mod schema;
 mod snapshot;
 mod tensor;
 mod value;
+pub mod walk;
 mod wire;
 
 pub use canonical::DESCRIPTOR_MAGIC;
 pub use cursor::{WireReader, WireWriter};
-pub use decode::{decode, decode_from};
+pub use decode::{decode, decode_from, decode_with};
 pub use desc::{
-    DType, Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
+    Field, MAX_DESC_DEPTH, MAX_DESC_WIDTH, MAX_NAME_LEN, TypeDesc, Variant, VariantKind,
 };
+pub use dtype::{ArrowType, DType};
 pub use element::{Element, Packed, TensorView};
 pub use encode::{ValueEncoder, encode_value, encode_value_into, value_encoded_len};
 pub use error::{DecodeError, DecodeErrorKind, DescriptorError, EncodeError, IncompatibleSchema};

@@ -8,3 +8,4 @@ mod golden;
 mod json;
 mod roundtrip;
 mod untrusted;
+mod walk;

@@ -4,7 +4,7 @@
 //! ([`export`]).
 //!
 //! - **What runs.** The Python bridge of the `snapbus` package, `PYTHON -m snapbus.rerun`
-//!   (python/snapbus/rerun.py: the mapping, batched `send_columns`), exec'd like `snapbus
+//!   (python/snapbus/rerun/: the mapping, batched `send_columns`), exec'd like `snapbus
 //!   python` does ([`python::exec`]): the broker supervises that pid.
 //! - **Which interpreter.** One that imports `snapbus` and `rerun-sdk==0.36.3` (Python >= 3.10,
 //!   numpy >= 2), which the experiment's need not: `--python PATH`, else

@@ -24,7 +24,7 @@ pub(crate) struct Schema {
     /// The descriptor's fingerprint (covers id, version and type).
     #[pyo3(get)]
     fingerprint: u64,
-    desc: Arc<SchemaDescriptor>,
+    pub(crate) desc: Arc<SchemaDescriptor>,
     plan: PyOnceLock<Plan>,
 }
 

@@ -2,6 +2,7 @@
 
 mod decode;
 mod event;
+mod fields;
 mod recording;
 mod subscription;
 
@@ -21,6 +22,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event::Producer>()?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<recording::Recording>()?;
+    m.add_class::<fields::FieldPlan>()?;
     m.add_function(wrap_pyfunction!(_report_exit, m)?)?;
     Ok(())
 }

@@ -1,113 +1,123 @@
-//! Compiling plans: the plan `snapbus.schema` walks out of a class's annotations, made into a
-//! [`Node`] tree and its validated [`SchemaDescriptor`], checked against the layouts this
-//! process registered before, and cached per class (thread-local first, then process-wide).
+//! Compiling plans: the descriptor `snapbus.schema` walks out of a class's annotations (in
+//! `TypeDesc`'s serde JSON, typed in `snapbus/core_schema.py`), deserialised, validated into a
+//! [`SchemaDescriptor`], made into a [`Node`] tree, checked against the layouts this process
+//! registered before, and cached per class (thread-local first, then process-wide).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType};
-use snapbus::schemas::{DType, Field, SchemaDescriptor, TypeDesc, Variant, check_compatible};
+use pyo3::types::{PyDict, PyList, PyString, PyType};
+use snapbus::schemas::walk::{Kind, LayoutPlan, NodeId, VariantShape};
+use snapbus::schemas::{SchemaDescriptor, TypeDesc, check_compatible};
 
-use super::{Compiled, Int, Node};
+use super::{Compiled, Node};
 
-fn dtype_named(name: &str) -> PyResult<DType> {
-    DType::ALL
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or_else(|| PyTypeError::new_err(format!("unknown dtype {name:?}")))
+/// What `snapbus.schema.plan_of` returns (typed in `snapbus/core_schema.py`): the descriptor
+/// in `TypeDesc`'s serde JSON, and per enum node, depth-first, the dict of the Python values
+/// that encode as each variant index.
+struct Walked<'py> {
+    schema: WalkedSchema,
+    enums: Bound<'py, PyList>,
 }
 
-/// Compiles a plan node (see `snapbus/schema.py`) into a [`Node`] and its [`TypeDesc`].
-fn compile_node(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<(Node, TypeDesc)> {
-    let t = plan.cast::<PyTuple>()?;
-    let kind: String = t.get_item(0)?.extract()?;
-    Ok(match kind.as_str() {
-        "bool" => (Node::Bool, TypeDesc::Bool),
-        "int" => {
-            let name: String = t.get_item(1)?.extract()?;
-            let (k, d) = match name.as_str() {
-                "u8" => (Int::U8, TypeDesc::U8),
-                "u16" => (Int::U16, TypeDesc::U16),
-                "u32" => (Int::U32, TypeDesc::U32),
-                "u64" => (Int::U64, TypeDesc::U64),
-                "i8" => (Int::I8, TypeDesc::I8),
-                "i16" => (Int::I16, TypeDesc::I16),
-                "i32" => (Int::I32, TypeDesc::I32),
-                "i64" => (Int::I64, TypeDesc::I64),
-                other => return Err(PyTypeError::new_err(format!("unknown int {other:?}"))),
-            };
-            (Node::Int(k), d)
-        }
-        "float" => {
-            let name: String = t.get_item(1)?.extract()?;
-            if name == "f32" {
-                (Node::F32, TypeDesc::F32)
-            } else {
-                (Node::F64, TypeDesc::F64)
+/// `SchemaDescriptor`'s JSON less its fingerprint (`snapbus.core_schema.SchemaDesc`).
+struct WalkedSchema {
+    id: String,
+    version: u32,
+    root: TypeDesc,
+}
+
+impl<'py> Walked<'py> {
+    /// Reads `plan_of`'s result (a bad one is this module's bug, reported as a `TypeError`).
+    fn read(walked: &Bound<'py, PyAny>, class: &str) -> PyResult<Walked<'py>> {
+        let py = walked.py();
+        let schema = walked.get_item("schema")?;
+        let id: String = schema.get_item("id")?.extract()?;
+        let version: u32 = schema.get_item("version")?.extract()?;
+        let json: String = py
+            .import("json")?
+            .getattr("dumps")?
+            .call1((schema.get_item("root")?,))?
+            .extract()?;
+        let root = serde_json::from_str(&json).map_err(|e| {
+            PyTypeError::new_err(format!(
+                "{class}: snapbus.schema made a bad descriptor: {e}"
+            ))
+        })?;
+        let schema = WalkedSchema { id, version, root };
+        let enums = walked.get_item("enums")?.cast_into::<PyList>()?;
+        Ok(Walked { schema, enums })
+    }
+}
+
+/// Builds the encode plan of node `id` of `plan` (the descriptor's layout), taking the enum
+/// nodes' value dicts from `enums` in depth-first order. Only the types `snapbus.schema` makes
+/// have an encode plan.
+fn node_of(
+    py: Python<'_>,
+    plan: &LayoutPlan<'_>,
+    id: NodeId,
+    enums: &mut EnumValues<'_, '_>,
+) -> PyResult<Node> {
+    let sub = |i: usize, enums: &mut EnumValues<'_, '_>| {
+        node_of(py, plan, plan.child(id, i), enums).map(Box::new)
+    };
+    Ok(match plan.node(id).kind() {
+        Kind::Bool => Node::Bool,
+        Kind::Num(dtype) => Node::Num(dtype),
+        Kind::Str => Node::Str,
+        Kind::Bytes => Node::Bytes,
+        Kind::Enum => {
+            let mut names = Vec::new();
+            for v in plan.children(id).map(|v| plan.node(v)) {
+                if v.kind() != Kind::Variant(VariantShape::Unit) {
+                    return Err(no_plan(v.kind()));
+                }
+                names.push(v.name().to_owned());
             }
+            Node::Enum(enums.next()?, names)
         }
-        "str" => (Node::Str, TypeDesc::String),
-        "bytes" => (Node::Bytes, TypeDesc::Bytes),
-        "enum" => {
-            let names: Vec<String> = t.get_item(1)?.extract()?;
-            let map = t.get_item(2)?.cast_into::<PyDict>()?.unbind();
-            let variants = names.iter().map(Variant::unit).collect();
-            (Node::Enum(map, names), TypeDesc::Enum { variants })
-        }
-        "option" => {
-            let (n, d) = compile_node(py, &t.get_item(1)?)?;
-            (
-                Node::Option(Box::new(n)),
-                TypeDesc::Option { some: Box::new(d) },
-            )
-        }
-        "seq" => {
-            let (n, d) = compile_node(py, &t.get_item(1)?)?;
-            (Node::Seq(Box::new(n)), TypeDesc::Seq { elem: Box::new(d) })
-        }
-        "tuple" => {
-            let mut nodes = Vec::new();
-            let mut descs = Vec::new();
-            for e in t.get_item(1)?.try_iter()? {
-                let (n, d) = compile_node(py, &e?)?;
-                nodes.push(n);
-                descs.push(d);
-            }
-            (Node::Tuple(nodes), TypeDesc::Tuple { elems: descs })
-        }
-        "map" => {
-            let (kn, kd) = compile_node(py, &t.get_item(1)?)?;
-            let (vn, vd) = compile_node(py, &t.get_item(2)?)?;
-            (
-                Node::Map(Box::new(kn), Box::new(vn)),
-                TypeDesc::Map {
-                    key: Box::new(kd),
-                    value: Box::new(vd),
-                },
-            )
-        }
-        "struct" => {
-            let mut nodes = Vec::new();
-            let mut fields = Vec::new();
-            for f in t.get_item(1)?.try_iter()? {
-                let f = f?;
-                let f = f.cast::<PyTuple>()?;
-                let name: String = f.get_item(0)?.extract()?;
-                let since: u32 = f.get_item(1)?.extract()?;
-                let (n, d) = compile_node(py, &f.get_item(2)?)?;
-                nodes.push((PyString::intern(py, &name).unbind(), n));
-                fields.push(Field::since(name, d, since));
-            }
-            (Node::Struct(nodes), TypeDesc::Struct { fields })
-        }
-        "tensor" => {
-            let d = dtype_named(&t.get_item(1)?.extract::<String>()?)?;
-            (Node::Tensor(d), TypeDesc::Tensor { dtype: d })
-        }
-        other => return Err(PyTypeError::new_err(format!("unknown plan node {other:?}"))),
+        Kind::Option => Node::Option(sub(0, enums)?),
+        Kind::Seq => Node::Seq(sub(0, enums)?),
+        Kind::Map => Node::Map(sub(0, enums)?, sub(1, enums)?),
+        Kind::Tuple => Node::Tuple(
+            plan.children(id)
+                .map(|c| node_of(py, plan, c, enums))
+                .collect::<PyResult<_>>()?,
+        ),
+        Kind::Struct => Node::Struct(
+            plan.children(id)
+                .map(|c| {
+                    let name = PyString::intern(py, plan.node(c).name()).unbind();
+                    Ok((name, node_of(py, plan, c, enums)?))
+                })
+                .collect::<PyResult<_>>()?,
+        ),
+        Kind::Tensor(dtype) => Node::Tensor(dtype),
+        other => return Err(no_plan(other)),
     })
+}
+
+fn no_plan(kind: Kind) -> PyErr {
+    PyTypeError::new_err(format!("{kind:?} has no Python encoding"))
+}
+
+/// The enum nodes' value dicts of a walk, taken in order.
+struct EnumValues<'a, 'py> {
+    list: &'a Bound<'py, PyList>,
+    next: usize,
+}
+
+impl EnumValues<'_, '_> {
+    fn next(&mut self) -> PyResult<Py<PyDict>> {
+        let item = self.list.get_item(self.next).map_err(|_| {
+            PyTypeError::new_err("snapbus.schema gave fewer enum value maps than enums")
+        })?;
+        self.next += 1;
+        Ok(item.cast_into::<PyDict>()?.unbind())
+    }
 }
 
 /// Every class compiled in this process (holding the class, so its address stays unique).
@@ -163,19 +173,30 @@ fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
     Ok(compiled)
 }
 
-/// Walks `cls` (Python) and compiles the result (Rust): descriptor validated, layout checked
-/// against what this process already registered under the same id and version.
+/// Walks `cls` (Python: its descriptor) and compiles the result (Rust: the encode plan built
+/// from that descriptor), validated and checked against what this process already registered
+/// under the same id and version.
 fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
     let py = cls.py();
     let walked = py
         .import("snapbus.schema")?
         .getattr("plan_of")?
         .call1((cls,))?;
-    let (id, version, root): (String, u32, Bound<'_, PyAny>) = walked.extract()?;
     let class = cls.qualname()?.to_string();
-    let (node, desc) = compile_node(py, &root)?;
-    let desc = SchemaDescriptor::new(id.clone(), version, desc)
+    let Walked { schema, enums } = Walked::read(&walked, &class)?;
+    let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
         .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
+    let mut values = EnumValues {
+        list: &enums,
+        next: 0,
+    };
+    let node = node_of(
+        py,
+        &LayoutPlan::compile(desc.root()),
+        LayoutPlan::ROOT,
+        &mut values,
+    )
+    .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
     check_layout(&desc, &class)?;
     Ok(Compiled {
         desc,

@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus::schemas::DType;
 
 use super::buffer::{buffer, check_dtype};
-use super::{DataError, Int, Node, Piece, STAGE_MAX_BYTES, Staged, type_name};
+use super::{DataError, Node, Piece, STAGE_MAX_BYTES, Staged, type_name};
 
 /// Pass 1: checks `obj` against `node` and stages its encoding.
 pub(crate) fn measure<'py>(
@@ -24,9 +24,9 @@ pub(crate) fn measure<'py>(
                 .map_err(|_| DataError::ty(format!("expected bool, got {}", type_name(obj))))?;
             out.put(&[u8::from(b)]);
         }
-        Node::Int(kind) => int(*kind, obj, out)?,
-        Node::F64 => out.put(&float(obj)?.to_le_bytes()),
-        Node::F32 => out.put(&(float(obj)? as f32).to_le_bytes()),
+        Node::Num(DType::F64) => out.put(&float(obj)?.to_le_bytes()),
+        Node::Num(DType::F32) => out.put(&(float(obj)? as f32).to_le_bytes()),
+        Node::Num(dtype) => int(*dtype, obj, out)?,
         Node::Str => measure_str(obj, out)?,
         Node::Bytes => measure_bytes(obj, out)?,
         Node::Enum(map, names) => measure_enum(map, names, obj, out)?,
@@ -196,9 +196,9 @@ fn float(obj: &Bound<'_, PyAny>) -> Result<f64, DataError> {
         .map_err(|_| DataError::ty(format!("expected float, got {}", type_name(obj))))
 }
 
-/// An integer of width `kind`: range-checked, little-endian. A `float` or `str` is refused
+/// An integer of dtype `kind`: range-checked, little-endian. A `float` or `str` is refused
 /// before any conversion (CPython 3.8 would truncate a float through `__int__`).
-fn int(kind: Int, obj: &Bound<'_, PyAny>, out: &mut Staged<'_>) -> Result<(), DataError> {
+fn int(kind: DType, obj: &Bound<'_, PyAny>, out: &mut Staged<'_>) -> Result<(), DataError> {
     if !obj.is_exact_instance_of::<PyInt>()
         && (obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyString>())
     {
@@ -226,14 +226,17 @@ fn int(kind: Int, obj: &Bound<'_, PyAny>, out: &mut Staged<'_>) -> Result<(), Da
         }};
     }
     match kind {
-        Int::U8 => get!(u8, "u8"),
-        Int::U16 => get!(u16, "u16"),
-        Int::U32 => get!(u32, "u32"),
-        Int::U64 => get!(u64, "u64"),
-        Int::I8 => get!(i8, "i8"),
-        Int::I16 => get!(i16, "i16"),
-        Int::I32 => get!(i32, "i32"),
-        Int::I64 => get!(i64, "i64"),
+        DType::U8 => get!(u8, "u8"),
+        DType::U16 => get!(u16, "u16"),
+        DType::U32 => get!(u32, "u32"),
+        DType::U64 => get!(u64, "u64"),
+        DType::I8 => get!(i8, "i8"),
+        DType::I16 => get!(i16, "i16"),
+        DType::I32 => get!(i32, "i32"),
+        DType::I64 => get!(i64, "i64"),
+        // Not reached: `measure` takes floats before the integer checks above.
+        DType::F32 => out.put(&(float(obj)? as f32).to_le_bytes()),
+        DType::F64 => out.put(&float(obj)?.to_le_bytes()),
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! Encode plans: a dataclass's schema, compiled once per class from the plan `snapbus.schema`
-//! walks out of its annotations, into a validated [`SchemaDescriptor`] and a tree of [`Node`]s
+//! Encode plans: a dataclass's schema, compiled once per class from the descriptor
+//! `snapbus.schema` walks out of its annotations, into a validated [`SchemaDescriptor`] and a
+//! tree of [`Node`]s
 //! that encodes an instance in two passes. Pass 1 ([`measure()`]) reads every field (interned
 //! `getattr`, one typed extract each), checks it, and stages the encoding: its small parts
 //! (numbers, lengths, tags, short strings) as bytes, its large parts (arrays, long `str` and
@@ -48,25 +49,11 @@ pub(crate) struct Compiled {
     pub(crate) class_id: usize,
 }
 
-/// Integer widths.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Int {
-    U8,
-    U16,
-    U32,
-    U64,
-    I8,
-    I16,
-    I32,
-    I64,
-}
-
 /// One node of an encode plan.
 pub(crate) enum Node {
     Bool,
-    Int(Int),
-    F32,
-    F64,
+    /// An integer or a float of this dtype.
+    Num(DType),
     Str,
     Bytes,
     /// Enum members (or literal strings) → variant index; the names for messages.
@@ -84,19 +71,10 @@ impl Node {
     /// The dtype of a numeric scalar node (the packed-sequence fast path).
     #[inline]
     fn dtype(&self) -> Option<DType> {
-        Some(match self {
-            Node::Int(Int::U8) => DType::U8,
-            Node::Int(Int::U16) => DType::U16,
-            Node::Int(Int::U32) => DType::U32,
-            Node::Int(Int::U64) => DType::U64,
-            Node::Int(Int::I8) => DType::I8,
-            Node::Int(Int::I16) => DType::I16,
-            Node::Int(Int::I32) => DType::I32,
-            Node::Int(Int::I64) => DType::I64,
-            Node::F32 => DType::F32,
-            Node::F64 => DType::F64,
-            _ => return None,
-        })
+        match self {
+            Node::Num(dtype) => Some(*dtype),
+            _ => None,
+        }
     }
 }
 
