@@ -125,7 +125,7 @@ impl Plan {
             plan: self,
         };
         let out = walk(&self.layout, &mut r, &mut v).map_err(|e| e.0)?;
-        r.finish().map_err(|e| PyErr::from(Failed::from(e).0))?;
+        r.finish().map_err(|e| Failed::from(e).0)?;
         Ok(out.unbind())
     }
 }
