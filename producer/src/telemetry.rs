@@ -324,16 +324,14 @@ impl Telemetry {
     ///
     /// ```
     /// use snapbus::Level;
-    /// use snapbus::schemas::{Field, SchemaDescriptor, TypeDesc, Value};
+    /// use snapbus::schemas::{DType, Field, SchemaDescriptor, Value};
     ///
-    /// // A schema built at run time (e.g. from a Python dataclass).
-    /// let schema = SchemaDescriptor::new(
-    ///     "lab.probe",
-    ///     1,
-    ///     TypeDesc::Struct {
-    ///         fields: vec![Field::new("step", TypeDesc::U32), Field::new("loss", TypeDesc::F64)],
-    ///     },
-    /// )?;
+    /// // A schema built at run time (e.g. from a Python dataclass): a struct of two fields.
+    /// let fields = vec![
+    ///     Field::new("step", DType::U32.into()),
+    ///     Field::new("loss", DType::F64.into()),
+    /// ];
+    /// let schema = SchemaDescriptor::new("lab.probe", 1, fields.into())?;
     /// let value = Value::Struct(vec![
     ///     ("step".into(), Value::U32(7)),
     ///     ("loss".into(), Value::F64(0.25)),
@@ -382,13 +380,11 @@ impl Telemetry {
     ///
     /// ```
     /// use snapbus::Level;
-    /// use snapbus::schemas::{Field, SchemaDescriptor, TypeDesc};
+    /// use snapbus::schemas::{DType, Field, SchemaDescriptor};
     ///
-    /// let schema = SchemaDescriptor::new(
-    ///     "lab.counter",
-    ///     1,
-    ///     TypeDesc::Struct { fields: vec![Field::new("n", TypeDesc::U32)] },
-    /// )?;
+    /// // A struct of one `u32` field.
+    /// let fields = vec![Field::new("n", DType::U32.into())];
+    /// let schema = SchemaDescriptor::new("lab.counter", 1, fields.into())?;
     /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
     /// let telemetry = snapbus::telemetry!();
     /// // No bus is running here: not written, counted as `no_bus`.

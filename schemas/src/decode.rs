@@ -182,6 +182,7 @@ impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor {
     fn field(
         &mut self,
         record: &mut Self::Record,
+        _: NodeId,
         field: &Node<'a>,
         value: Value<'a>,
     ) -> Result<(), DecodeError> {
@@ -203,6 +204,7 @@ impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor {
     fn variant(
         &mut self,
         index: u32,
+        _: NodeId,
         variant: &Node<'a>,
         payload: Option<Value<'a>>,
     ) -> Result<Value<'a>, DecodeError> {

@@ -213,7 +213,43 @@ impl DType {
     }
 }
 
+impl From<DType> for TypeDesc {
+    /// The scalar descriptor of one element ([`DType::scalar_desc`]).
+    fn from(dtype: DType) -> TypeDesc {
+        dtype.scalar_desc()
+    }
+}
+
+impl From<Vec<Field>> for TypeDesc {
+    /// A struct of `fields`.
+    fn from(fields: Vec<Field>) -> TypeDesc {
+        TypeDesc::Struct { fields }
+    }
+}
+
 impl TypeDesc {
+    /// The fields of a struct, in order (empty for other types).
+    pub fn fields(&self) -> &[Field] {
+        match self {
+            TypeDesc::Struct { fields } => fields,
+            _ => &[],
+        }
+    }
+
+    /// The field `name` of a struct.
+    pub fn field(&self, name: &str) -> Option<&Field> {
+        self.fields().iter().find(|f| f.name == name)
+    }
+
+    /// `Some(dtype)` if this is a sequence or fixed array of numbers (packed on the wire: a
+    /// reader views them in place).
+    pub fn packed_dtype(&self) -> Option<DType> {
+        match self {
+            TypeDesc::Seq { elem } | TypeDesc::Array { elem, .. } => elem.as_dtype(),
+            _ => None,
+        }
+    }
+
     /// `Some(dtype)` if this is a scalar numeric type that can be packed (sequences and arrays
     /// of it decode to zero-copy [`Value::Packed`](crate::Value::Packed) views).
     pub fn as_dtype(&self) -> Option<DType> {

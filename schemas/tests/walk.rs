@@ -170,7 +170,13 @@ impl<'d> Visit<'d, Chunked<'_>> for Text {
     ) -> Result<Vec<String>, DecodeError> {
         Ok(Vec::new())
     }
-    fn field(&mut self, r: &mut Vec<String>, f: &Node<'d>, v: String) -> Result<(), DecodeError> {
+    fn field(
+        &mut self,
+        r: &mut Vec<String>,
+        _: NodeId,
+        f: &Node<'d>,
+        v: String,
+    ) -> Result<(), DecodeError> {
         r.push(format!("{}={v}", f.name()));
         Ok(())
     }
@@ -182,7 +188,13 @@ impl<'d> Visit<'d, Chunked<'_>> for Text {
     ) -> Result<String, DecodeError> {
         Ok(format!("#{id}{{{}}}", r.join(",")))
     }
-    fn variant(&mut self, i: u32, v: &Node<'d>, p: Option<String>) -> Result<String, DecodeError> {
+    fn variant(
+        &mut self,
+        i: u32,
+        _: NodeId,
+        v: &Node<'d>,
+        p: Option<String>,
+    ) -> Result<String, DecodeError> {
         Ok(format!("{i}:{}({p:?})", v.name()))
     }
     fn map_begin(&mut self, _: usize) -> Result<Vec<String>, DecodeError> {

@@ -23,7 +23,7 @@ use snapbus_bus::ProducerInfo;
 use snapbus_consumers::Record;
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
 use snapbus_consumers::{Consumer, ProducerChange};
-use snapbus_schemas::{Bytes, SchemaDescriptor, Snapshot, Tensor, TypeDesc, Value, Wire, decode};
+use snapbus_schemas::{Bytes, SchemaDescriptor, Snapshot, Tensor, Value, Wire, decode};
 
 #[derive(Wire)]
 enum Kind {
@@ -67,10 +67,7 @@ fuzz_target!(|data: &[u8]| {
         SchemaDescriptor::from_canonical_bytes(desc_bytes)
             .unwrap_or_else(|_| Step::descriptor().clone()),
     );
-    let first_field = match schema.root() {
-        TypeDesc::Struct { fields } => fields.first().map(|f| f.name.clone()),
-        _ => None,
-    };
+    let first_field = schema.root().fields().first().map(|f| f.name.clone());
     let mut grouped = AggregatorOptions::new(Window::Episode);
     grouped.group_by = first_field.into_iter().collect();
     let ungrouped = AggregatorOptions::new(Window::Steps(3));

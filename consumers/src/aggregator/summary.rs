@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use snapbus_schemas::{
-    DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, decode, encode_value,
+    DType, DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, Wire, decode, encode_value,
 };
 
 use super::stats::{QUANTILES, Stat};
@@ -111,52 +111,51 @@ impl Layout {
         group: &[(String, KeyType)],
         leaves: &[String],
     ) -> Result<Layout, DescriptorError> {
-        let stat_ty = TypeDesc::Struct {
-            fields: STAT_NAMES
-                .iter()
-                .map(|n| {
-                    let ty = if *n == "count" {
-                        TypeDesc::U64
-                    } else {
-                        TypeDesc::F64
-                    };
-                    Field::new(*n, ty)
-                })
-                .chain(QUANTILES.iter().map(|(n, _)| Field::new(*n, TypeDesc::F64)))
-                .collect(),
-        };
+        let stat_fields: Vec<Field> = STAT_NAMES
+            .iter()
+            .map(|n| {
+                let ty = if *n == "count" {
+                    DType::U64
+                } else {
+                    DType::F64
+                };
+                Field::new(*n, ty.into())
+            })
+            .chain(
+                QUANTILES
+                    .iter()
+                    .map(|(n, _)| Field::new(*n, DType::F64.into())),
+            )
+            .collect();
+        let stat_ty: TypeDesc = stat_fields.into();
         let mut stats = Tree::default();
         for leaf in leaves {
             stats.insert(leaf.split('.'), stat_ty.clone());
         }
         let mut fields = vec![
-            Field::new("producer", TypeDesc::String),
-            Field::new("producer_pid", TypeDesc::U32),
-            Field::new("producer_lane", TypeDesc::U64),
+            Field::new("producer", String::type_desc()),
+            Field::new("producer_pid", u32::type_desc()),
+            Field::new("producer_lane", u64::type_desc()),
         ];
         if !group.is_empty() {
-            fields.push(Field::new(
-                "group",
-                TypeDesc::Struct {
-                    fields: group.iter().map(|(n, t)| Field::new(n, t.desc())).collect(),
-                },
-            ));
+            let group: Vec<Field> = group.iter().map(|(n, t)| Field::new(n, t.desc())).collect();
+            fields.push(Field::new("group", group.into()));
         }
         fields.extend([
-            Field::new("window", TypeDesc::String),
-            Field::new("index", TypeDesc::U64),
-            Field::new("count", TypeDesc::U64),
-            Field::new("lost", TypeDesc::U64),
-            Field::new("first_t_nanos", TypeDesc::U64),
-            Field::new("last_t_nanos", TypeDesc::U64),
-            Field::new("first_seq", TypeDesc::U64),
-            Field::new("last_seq", TypeDesc::U64),
+            Field::new("window", String::type_desc()),
+            Field::new("index", u64::type_desc()),
+            Field::new("count", u64::type_desc()),
+            Field::new("lost", u64::type_desc()),
+            Field::new("first_t_nanos", u64::type_desc()),
+            Field::new("last_t_nanos", u64::type_desc()),
+            Field::new("first_seq", u64::type_desc()),
+            Field::new("last_seq", u64::type_desc()),
             Field::new("stats", stats.into_desc()),
         ]);
         let desc = SchemaDescriptor::new(
             format!("{}{SUMMARY_SUFFIX}", source.id()),
             source.version(),
-            TypeDesc::Struct { fields },
+            fields.into(),
         )?;
         Ok(Layout {
             desc: Arc::new(desc),
@@ -398,12 +397,11 @@ impl Tree<TypeDesc> {
             Some(d) if children.len() == 0 => d,
             // A name that is both a leaf and a parent (`a` and `a.b`): the descriptor refuses
             // the empty field name, and the schema is reported as not summarizable.
-            Some(d) => TypeDesc::Struct {
-                fields: std::iter::once(Field::new("", d)).chain(children).collect(),
-            },
-            None => TypeDesc::Struct {
-                fields: children.collect(),
-            },
+            Some(d) => std::iter::once(Field::new("", d))
+                .chain(children)
+                .collect::<Vec<_>>()
+                .into(),
+            None => children.collect::<Vec<_>>().into(),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Key values: what a group-by (or window) field holds in one record, and its type.
 
-use snapbus_schemas::{DType, TypeDesc};
+use snapbus_schemas::{DType, TypeDesc, Wire};
 
-use super::read::{Scalar, num};
+use super::read::Scalar;
 
 /// The value of a group-by or window field in one record.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,14 +48,14 @@ impl KeyValue {
     pub(super) fn read(s: Scalar, b: &[u8]) -> KeyValue {
         match s {
             Scalar::Bool => KeyValue::Bool(b[0] != 0),
-            Scalar::Num(d @ (DType::F32 | DType::F64)) => KeyValue::F64(num(d, b)),
+            Scalar::Num(d @ (DType::F32 | DType::F64)) => KeyValue::F64(d.to_f64(b)),
             Scalar::Num(d @ (DType::I8 | DType::I16 | DType::I32 | DType::I64)) => {
-                KeyValue::I64(num(d, b) as i64)
+                KeyValue::I64(d.to_f64(b) as i64)
             }
             Scalar::Num(DType::U64) => {
                 KeyValue::U64(u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
             }
-            Scalar::Num(d) => KeyValue::U64(num(d, b) as u64),
+            Scalar::Num(d) => KeyValue::U64(d.to_f64(b) as u64),
         }
     }
 }
@@ -96,11 +96,11 @@ impl KeyType {
     /// The type as a descriptor.
     pub fn desc(self) -> TypeDesc {
         match self {
-            KeyType::Bool => TypeDesc::Bool,
-            KeyType::U64 => TypeDesc::U64,
-            KeyType::I64 => TypeDesc::I64,
-            KeyType::F64 => TypeDesc::F64,
-            KeyType::Str => TypeDesc::String,
+            KeyType::Bool => bool::type_desc(),
+            KeyType::U64 => u64::type_desc(),
+            KeyType::I64 => i64::type_desc(),
+            KeyType::F64 => f64::type_desc(),
+            KeyType::Str => String::type_desc(),
         }
     }
 

@@ -1,12 +1,13 @@
 //! The compiled plan: a descriptor turned once into a short list of operations.
 
 use snapbus_bus::subscriber::Glob;
-use snapbus_schemas::{DType, TypeDesc, VariantKind};
+use snapbus_schemas::walk::{self, Kind, LayoutPlan};
+use snapbus_schemas::{DType, TypeDesc};
 
 #[cfg(doc)]
 use super::key::decode_group;
 use super::key::{KeyType, KeyValue, encode_str, reserve_str};
-use super::read::{Cursor, Malformed, Scalar, Source, fixed_size, skip_value, tensor_count};
+use super::read::{Cursor, Malformed, Scalar, Source, tensor_count};
 use super::tree::{FieldNode, Parts, REDUCTIONS, join};
 
 /// Fixed-size numeric arrays up to this length are extracted element by element
@@ -19,8 +20,8 @@ pub const MAX_ELEMENTWISE: u64 = 16;
 enum Op {
     /// Skip this many bytes.
     Skip(usize),
-    /// Skip one value of this (variable-size) type.
-    SkipDyn(Box<TypeDesc>),
+    /// Skip one value of this (variable-size) type, by the walk of its layout.
+    SkipDyn(Box<LayoutPlan<'static>>),
     /// A numeric scalar (or a bool, as 0/1) summarized as leaf `leaf`.
     Num { scalar: Scalar, leaf: usize },
     /// An optional numeric scalar (a tag, then the value if some), summarized as leaf `leaf`
@@ -39,10 +40,11 @@ enum Op {
     Key { scalar: Scalar, slot: usize },
     /// A string key.
     KeyStr { slot: usize },
-    /// An enum: its variant's name is key slot `slot` (if any), its payload is skipped.
+    /// An enum: its variant's name is key slot `slot` (if any), its payload is skipped (the
+    /// variants are the children of the layout's root).
     Enum {
         slot: Option<usize>,
-        variants: Vec<(String, Option<Box<TypeDesc>>)>,
+        layout: Box<LayoutPlan<'static>>,
     },
 }
 
@@ -171,7 +173,7 @@ impl Plan {
         for op in &self.ops {
             match op {
                 Op::Skip(n) => cur.skip(*n)?,
-                Op::SkipDyn(d) => skip_value(d, &mut cur, 0)?,
+                Op::SkipDyn(layout) => walk::skip(layout, LayoutPlan::ROOT, &mut cur)?,
                 Op::Num { scalar, leaf } => out.values[*leaf] = cur.scalar(*scalar)?,
                 Op::OptNum { scalar, leaf } => match cur.u8()? {
                     0 => {}
@@ -213,15 +215,18 @@ impl Plan {
                     payload.read(at, &mut out.group[bytes.clone()])?;
                     std::str::from_utf8(&out.group[bytes]).map_err(|_| Malformed)?;
                 }
-                Op::Enum { slot, variants } => {
+                Op::Enum { slot, layout } => {
                     let idx = cur.u32()? as usize;
-                    let (name, payload_desc) = variants.get(idx).ok_or(Malformed)?;
+                    let variants = layout.children(LayoutPlan::ROOT);
+                    if idx >= variants.len() {
+                        return Err(Malformed);
+                    }
+                    let variant = layout.child(LayoutPlan::ROOT, idx);
                     if let Some(slot) = slot {
+                        let name = layout.node(variant).name();
                         push_str_key(&mut out.group, *slot, name.as_bytes());
                     }
-                    if let Some(d) = payload_desc {
-                        skip_value(d, &mut cur, 0)?;
-                    }
+                    walk::skip(layout, variant, &mut cur)?;
                 }
             }
         }
@@ -289,20 +294,20 @@ impl Compiler<'_> {
             }
         }
         let selected = self.selected(path);
-        match (&n.parts, desc) {
+        match (&n.parts, n.kind) {
             (Parts::Struct(parts) | Parts::Tuple(parts), _) => {
                 parts.iter().for_each(|p| self.node(p));
             }
-            (_, d) if Scalar::of(d).is_some() && selected => {
-                let scalar = Scalar::of(d).unwrap_or(Scalar::Bool);
+            (_, kind) if selected && Scalar::of(kind).is_some() => {
+                let scalar = Scalar::of(kind).unwrap_or(Scalar::Bool);
                 let leaf = self.leaf(path.to_owned());
                 self.binary[leaf] = scalar == Scalar::Bool;
                 self.ops.push(Op::Num { scalar, leaf });
             }
-            (_, TypeDesc::Array { len, elem }) if selected && elem.as_dtype().is_some() => {
-                let dtype = elem.as_dtype().unwrap_or(DType::U8);
-                if *len <= MAX_ELEMENTWISE {
-                    for i in 0..*len {
+            (_, Kind::Array { len }) if selected && desc.packed_dtype().is_some() => {
+                let dtype = desc.packed_dtype().unwrap_or(DType::U8);
+                if len <= MAX_ELEMENTWISE {
+                    for i in 0..len {
                         let leaf = self.leaf(join(path, &i.to_string()));
                         self.ops.push(Op::Num {
                             scalar: Scalar::Num(dtype),
@@ -313,13 +318,13 @@ impl Compiler<'_> {
                     let leaf = self.reduced_leaves(path);
                     self.ops.push(Op::Packed {
                         dtype,
-                        count: Some(*len),
+                        count: Some(len),
                         leaf,
                     });
                 }
             }
-            (_, TypeDesc::Seq { elem }) if selected && elem.as_dtype().is_some() => {
-                let dtype = elem.as_dtype().unwrap_or(DType::U8);
+            (_, Kind::Seq) if selected && desc.packed_dtype().is_some() => {
+                let dtype = desc.packed_dtype().unwrap_or(DType::U8);
                 let leaf = self.reduced_leaves(path);
                 self.ops.push(Op::Packed {
                     dtype,
@@ -327,23 +332,18 @@ impl Compiler<'_> {
                     leaf,
                 });
             }
-            (_, TypeDesc::Tensor { dtype }) if selected => {
+            (_, Kind::Tensor(dtype)) if selected => {
                 let leaf = self.reduced_leaves(path);
-                self.ops.push(Op::Tensor {
-                    dtype: *dtype,
-                    leaf,
-                });
+                self.ops.push(Op::Tensor { dtype, leaf });
             }
-            (_, TypeDesc::Option { some }) if Scalar::of(some).is_some() && selected => {
-                let scalar = Scalar::of(some).unwrap_or(Scalar::Bool);
+            (Parts::Option(some), _) if selected && Scalar::of(some.kind).is_some() => {
+                let scalar = Scalar::of(some.kind).unwrap_or(Scalar::Bool);
                 let leaf = self.leaf(path.to_owned());
                 self.binary[leaf] = scalar == Scalar::Bool;
                 self.ops.push(Op::OptNum { scalar, leaf });
             }
-            (_, TypeDesc::Enum { variants }) => {
-                self.ops.push(enum_op(variants, None));
-            }
-            (_, d) => self.skip(d),
+            (_, Kind::Enum) => self.ops.push(enum_op(desc, None)),
+            _ => self.skip(desc),
         }
     }
 
@@ -355,10 +355,10 @@ impl Compiler<'_> {
     }
 
     fn key(&mut self, desc: &TypeDesc, path: &str, slot: usize) {
-        let (op, ty) = match desc {
-            TypeDesc::String => (Op::KeyStr { slot }, KeyType::Str),
-            TypeDesc::Enum { variants } => (enum_op(variants, Some(slot)), KeyType::Str),
-            d => match Scalar::of(d) {
+        let (op, ty) = match Kind::of(desc) {
+            Kind::Str => (Op::KeyStr { slot }, KeyType::Str),
+            Kind::Enum => (enum_op(desc, Some(slot)), KeyType::Str),
+            kind => match Scalar::of(kind) {
                 Some(scalar) => (Op::Key { scalar, slot }, KeyType::of_scalar(scalar)),
                 None => (Op::Skip(0), KeyType::Bool),
             },
@@ -396,30 +396,20 @@ impl Compiler<'_> {
     }
 
     fn skip(&mut self, desc: &TypeDesc) {
-        match fixed_size(desc) {
+        let layout = LayoutPlan::compile(desc);
+        match layout.node(LayoutPlan::ROOT).fixed_size() {
             Some(n) => self.ops.push(Op::Skip(n)),
-            None => self.ops.push(Op::SkipDyn(Box::new(desc.clone()))),
+            None => self.ops.push(Op::SkipDyn(Box::new(layout.into_owned()))),
         }
     }
 }
 
-fn enum_op(variants: &[snapbus_schemas::Variant], slot: Option<usize>) -> Op {
-    let variants = variants
-        .iter()
-        .map(|v| {
-            let payload = match &v.kind {
-                VariantKind::Unit => None,
-                VariantKind::Tuple { elems } => Some(Box::new(TypeDesc::Tuple {
-                    elems: elems.clone(),
-                })),
-                VariantKind::Struct { fields } => Some(Box::new(TypeDesc::Struct {
-                    fields: fields.clone(),
-                })),
-            };
-            (v.name.clone(), payload)
-        })
-        .collect();
-    Op::Enum { slot, variants }
+/// The operation of enum `desc`, its variant's name a key in `slot` if any.
+fn enum_op(desc: &TypeDesc, slot: Option<usize>) -> Op {
+    Op::Enum {
+        slot,
+        layout: Box::new(LayoutPlan::compile(desc).into_owned()),
+    }
 }
 
 /// Adjacent fixed skips become one.

@@ -1,8 +1,10 @@
-//! Reading a payload: a bounds-checked cursor, little-endian numbers as `f64`, reductions of
-//! packed numbers, and skipping values of any type (no allocation).
+//! Reading a payload: a bounds-checked cursor (a [`ByteSource`] of the one walk of the wire
+//! format, which skips values of any type), numbers as `f64`, reductions of packed numbers
+//! (no allocation).
 
 use snapbus_bus::subscriber::RingPayload;
-use snapbus_schemas::{DType, TypeDesc, VariantKind};
+use snapbus_schemas::walk::{ByteSource, Kind};
+use snapbus_schemas::{DType, DecodeError, DecodeErrorKind};
 
 /// A payload that is not what its descriptor says (shorter than it says, a bad tag, a tensor
 /// whose element count is not the product of its dimensions, invalid UTF-8 in a string key).
@@ -18,10 +20,11 @@ pub(super) enum Scalar {
 }
 
 impl Scalar {
-    pub(super) fn of(desc: &TypeDesc) -> Option<Scalar> {
-        match desc {
-            TypeDesc::Bool => Some(Scalar::Bool),
-            d => d.as_dtype().map(Scalar::Num),
+    pub(super) fn of(kind: Kind) -> Option<Scalar> {
+        match kind {
+            Kind::Bool => Some(Scalar::Bool),
+            Kind::Num(d) => Some(Scalar::Num(d)),
+            _ => None,
         }
     }
 
@@ -33,13 +36,9 @@ impl Scalar {
     }
 }
 
-/// The encoded size of a type if it is always the same.
-pub(super) fn fixed_size(desc: &TypeDesc) -> Option<usize> {
-    match desc {
-        TypeDesc::Struct { fields } => fields.iter().map(|f| fixed_size(&f.ty)).sum(),
-        TypeDesc::Tuple { elems } => elems.iter().map(fixed_size).sum(),
-        TypeDesc::Array { len, elem } => fixed_size(elem)?.checked_mul(usize::try_from(*len).ok()?),
-        d => Scalar::of(d).map(Scalar::size),
+impl From<DecodeError> for Malformed {
+    fn from(_: DecodeError) -> Malformed {
+        Malformed
     }
 }
 
@@ -214,7 +213,7 @@ impl<'a, S: Source + ?Sized> Cursor<'a, S> {
             },
             Scalar::Num(d) => {
                 let b = self.bytes8(d.size_bytes())?;
-                Ok(num(d, &b))
+                Ok(d.to_f64(&b))
             }
         }
     }
@@ -232,28 +231,6 @@ impl<'a, S: Source + ?Sized> Cursor<'a, S> {
         self.src.pieces(at, n, &mut |piece| acc.add(d, piece))?;
         acc.finish(out);
         Ok(())
-    }
-}
-
-/// A little-endian number of type `d` (`b` has exactly its size) as f64.
-#[inline(always)]
-pub(super) fn num(d: DType, b: &[u8]) -> f64 {
-    fn arr<const N: usize>(b: &[u8]) -> [u8; N] {
-        let mut a = [0u8; N];
-        a.copy_from_slice(&b[..N]);
-        a
-    }
-    match d {
-        DType::U8 => f64::from(b[0]),
-        DType::I8 => f64::from(b[0] as i8),
-        DType::U16 => f64::from(u16::from_le_bytes(arr(b))),
-        DType::I16 => f64::from(i16::from_le_bytes(arr(b))),
-        DType::U32 => f64::from(u32::from_le_bytes(arr(b))),
-        DType::I32 => f64::from(i32::from_le_bytes(arr(b))),
-        DType::U64 => u64::from_le_bytes(arr(b)) as f64,
-        DType::I64 => i64::from_le_bytes(arr(b)) as f64,
-        DType::F32 => f64::from(f32::from_le_bytes(arr(b))),
-        DType::F64 => f64::from_le_bytes(arr(b)),
     }
 }
 
@@ -359,78 +336,42 @@ pub(super) fn tensor_count<S: Source + ?Sized>(cur: &mut Cursor<'_, S>) -> Resul
     Ok(count)
 }
 
-/// Skips one value of type `desc` (descriptors are at most 64 deep, so is this recursion).
-pub(super) fn skip_value<S: Source + ?Sized>(
-    desc: &TypeDesc,
-    cur: &mut Cursor<'_, S>,
-    depth: usize,
-) -> Result<(), Malformed> {
-    if depth > 64 {
-        return Err(Malformed);
+/// The cursor is the walk's [`ByteSource`], so [`walk::skip`](snapbus_schemas::walk::skip)
+/// moves it past values of any type.
+impl<S: Source + ?Sized> ByteSource for Cursor<'_, S> {
+    #[inline(always)]
+    fn offset(&self) -> usize {
+        self.pos
     }
-    if let Some(n) = fixed_size(desc) {
-        return cur.skip(n);
+
+    #[inline(always)]
+    fn remaining(&self) -> usize {
+        self.left()
     }
-    match desc {
-        TypeDesc::String | TypeDesc::Bytes => {
-            let n = cur.u64()?;
-            cur.take_elems(n, 1).map(drop)
-        }
-        TypeDesc::Option { some } => match cur.u8()? {
-            0 => Ok(()),
-            1 => skip_value(some, cur, depth + 1),
-            _ => Err(Malformed),
-        },
-        TypeDesc::Seq { elem } => {
-            let n = cur.u64()?;
-            match fixed_size(elem) {
-                Some(size) => cur.take_elems(n, size).map(drop),
-                None => {
-                    // Every element takes at least one byte: a count beyond the payload is
-                    // malformed, not a reason to loop.
-                    if n > cur.left() as u64 {
-                        return Err(Malformed);
-                    }
-                    (0..n).try_for_each(|_| skip_value(elem, cur, depth + 1))
-                }
-            }
-        }
-        TypeDesc::Array { len, elem } => {
-            if *len > cur.left() as u64 {
-                return Err(Malformed);
-            }
-            (0..*len).try_for_each(|_| skip_value(elem, cur, depth + 1))
-        }
-        TypeDesc::Tuple { elems } => elems.iter().try_for_each(|e| skip_value(e, cur, depth + 1)),
-        TypeDesc::Struct { fields } => fields
-            .iter()
-            .try_for_each(|f| skip_value(&f.ty, cur, depth + 1)),
-        TypeDesc::Enum { variants } => {
-            let v = variants.get(cur.u32()? as usize).ok_or(Malformed)?;
-            match &v.kind {
-                VariantKind::Unit => Ok(()),
-                VariantKind::Tuple { elems } => {
-                    elems.iter().try_for_each(|e| skip_value(e, cur, depth + 1))
-                }
-                VariantKind::Struct { fields } => fields
-                    .iter()
-                    .try_for_each(|f| skip_value(&f.ty, cur, depth + 1)),
-            }
-        }
-        TypeDesc::Map { key, value } => {
-            let n = cur.u64()?;
-            if n > cur.left() as u64 {
-                return Err(Malformed);
-            }
-            (0..n).try_for_each(|_| {
-                skip_value(key, cur, depth + 1)?;
-                skip_value(value, cur, depth + 1)
-            })
-        }
-        TypeDesc::Tensor { dtype } => {
-            let count = tensor_count(cur)?;
-            cur.take_elems(count, dtype.size_bytes()).map(drop)
-        }
-        _ => Err(Malformed),
+
+    #[inline(always)]
+    fn read_array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        self.take::<N>().map_err(|_| self.short(N))
+    }
+
+    #[inline(always)]
+    fn skip(&mut self, n: usize) -> Result<usize, DecodeError> {
+        let at = self.pos;
+        Cursor::skip(self, n).map_err(|_| self.short(n))?;
+        Ok(at)
+    }
+}
+
+impl<S: Source + ?Sized> Cursor<'_, S> {
+    /// The error of a read of `n` bytes past the end.
+    #[cold]
+    fn short(&self, n: usize) -> DecodeError {
+        DecodeError::new(
+            self.pos,
+            DecodeErrorKind::UnexpectedEnd {
+                needed: n,
+                remaining: self.left(),
+            },
+        )
     }
 }

@@ -1,5 +1,6 @@
 //! A descriptor as a tree of dotted paths: the one walk that names fields.
 
+use snapbus_schemas::walk::Kind;
 use snapbus_schemas::{TypeDesc, VariantKind};
 
 /// The name of a tensor's shape next to the tensor (`obs.shape` for tensor `obs`).
@@ -26,6 +27,8 @@ pub struct FieldNode<'d> {
     pub path: String,
     /// The value's type.
     pub desc: &'d TypeDesc,
+    /// What the type is ([`Kind::of`] the descriptor): what the users of the tree match on.
+    pub kind: Kind,
     /// Its parts that have paths of their own.
     pub parts: Parts<'d>,
 }
@@ -85,7 +88,12 @@ impl<'d> FieldNode<'d> {
             ),
             _ => Parts::Leaf,
         };
-        FieldNode { path, desc, parts }
+        FieldNode {
+            path,
+            desc,
+            kind: Kind::of(desc),
+            parts,
+        }
     }
 }
 
@@ -103,7 +111,7 @@ fn elems_at<'d>(elems: &'d [TypeDesc], path: &str) -> Vec<FieldNode<'d>> {
 pub fn tensor_paths(root: &TypeDesc) -> Vec<String> {
     fn walk(n: &FieldNode<'_>, out: &mut Vec<String>) {
         match &n.parts {
-            Parts::Leaf if matches!(n.desc, TypeDesc::Tensor { .. }) => out.push(n.path.clone()),
+            Parts::Leaf if matches!(n.kind, Kind::Tensor(_)) => out.push(n.path.clone()),
             Parts::Struct(fields) => fields.iter().for_each(|f| walk(f, out)),
             _ => {}
         }

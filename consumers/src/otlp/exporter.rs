@@ -221,10 +221,7 @@ impl OtlpExporter {
         if fp == SpanEvent::descriptor().fingerprint() {
             return Kind::SpanEvent;
         }
-        let has = |f: &str| {
-            matches!(schema.root(), snapbus_schemas::TypeDesc::Struct { fields }
-            if fields.iter().any(|x| x.name == f))
-        };
+        let has = |f: &str| schema.root().field(f).is_some();
         if schema.id().ends_with(SUMMARY_SUFFIX) && has("stats") && has("window") {
             return Kind::Summary;
         }

@@ -354,13 +354,13 @@ impl Consumer for Plotter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snapbus_schemas::{Tensor, TypeDesc};
+    use snapbus_schemas::{Tensor, Wire};
 
     #[test]
     fn frames_are_scaled_subsampled_and_shaped() {
         let t = Tensor::new(vec![2, 3], vec![0u16, 100, 200, 300, 400, 1000]).expect("tensor");
         let bytes = snapbus_schemas::Wire::encode_to_vec(&t).expect("encode");
-        let desc = TypeDesc::Tensor { dtype: DType::U16 };
+        let desc = Tensor::<u16>::type_desc();
         let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
             panic!("a tensor");
         };
@@ -373,7 +373,7 @@ mod tests {
 
         let big = Tensor::new(vec![1030, 4, 3], vec![9u8; 1030 * 4 * 3]).expect("tensor");
         let bytes = snapbus_schemas::Wire::encode_to_vec(&big).expect("encode");
-        let desc = TypeDesc::Tensor { dtype: DType::U8 };
+        let desc = Tensor::<u8>::type_desc();
         let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
             panic!("a tensor");
         };

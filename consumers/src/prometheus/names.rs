@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use snapbus_schemas::{SchemaDescriptor, TypeDesc};
+use snapbus_schemas::SchemaDescriptor;
 
 use super::table::Labels;
 use crate::fields::{KeyValue, Plan};
@@ -231,9 +231,7 @@ fn summary_groups(schema: &SchemaDescriptor) -> Option<Vec<String>> {
     if !schema.id().ends_with(SUMMARY_SUFFIX) {
         return None;
     }
-    let TypeDesc::Struct { fields } = schema.root() else {
-        return None;
-    };
+    let fields = schema.root().fields();
     let has = |n: &str| fields.iter().any(|f| f.name == n);
     if !(has("producer") && has("producer_lane") && has("window") && has("stats")) {
         return None;
@@ -242,10 +240,7 @@ fn summary_groups(schema: &SchemaDescriptor) -> Option<Vec<String>> {
         fields
             .iter()
             .find(|f| f.name == "group")
-            .map(|g| match &g.ty {
-                TypeDesc::Struct { fields } => fields.iter().map(|f| f.name.clone()).collect(),
-                _ => Vec::new(),
-            })
+            .map(|g| g.ty.fields().iter().map(|f| f.name.clone()).collect())
             .unwrap_or_default(),
     )
 }
@@ -280,6 +275,7 @@ fn summary_leaf(id: &str, leaf: &str) -> Option<LeafMetric> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use snapbus_schemas::DType;
 
     #[test]
     fn help_text_escapes_what_would_break_the_exposition() {
@@ -291,12 +287,11 @@ mod tests {
             &snapbus_schemas::SchemaDescriptor::new(
                 "odd.schema",
                 1,
-                snapbus_schemas::TypeDesc::Struct {
-                    fields: vec![snapbus_schemas::Field::new(
-                        "a\nb",
-                        snapbus_schemas::TypeDesc::F64,
-                    )],
-                },
+                vec![snapbus_schemas::Field::new(
+                    "a\nb",
+                    snapbus_schemas::DType::F64.into(),
+                )]
+                .into(),
             )
             .expect("a field name may hold a line break"),
         );
@@ -331,12 +326,11 @@ mod tests {
         let s = SchemaDescriptor::new(
             "snapbus.producer",
             1,
-            TypeDesc::Struct {
-                fields: vec![
-                    snapbus_schemas::Field::new("records", TypeDesc::F64),
-                    snapbus_schemas::Field::new("x", TypeDesc::F64),
-                ],
-            },
+            vec![
+                snapbus_schemas::Field::new("records", DType::F64.into()),
+                snapbus_schemas::Field::new("x", DType::F64.into()),
+            ]
+            .into(),
         )
         .expect("schema");
         let m = SchemaMap::new(&s);

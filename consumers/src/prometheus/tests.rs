@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use snapbus_schemas::{Field, SchemaDescriptor, TypeDesc, Value, encode_value};
+use snapbus_schemas::{DType, Field, SchemaDescriptor, Value, encode_value};
 
 use super::*;
 use crate::{Producer, RecordHeader};
@@ -15,15 +15,13 @@ use crate::{Producer, RecordHeader};
 fn schema(id: &str, fields: &[&str]) -> Arc<SchemaDescriptor> {
     let fields = fields
         .iter()
-        .map(|f| Field::new(*f, TypeDesc::F64))
-        .collect();
-    Arc::new(SchemaDescriptor::new(id, 1, TypeDesc::Struct { fields }).expect("schema"))
+        .map(|f| Field::new(*f, DType::F64.into()))
+        .collect::<Vec<_>>();
+    Arc::new(SchemaDescriptor::new(id, 1, fields.into()).expect("schema"))
 }
 
 fn payload(s: &SchemaDescriptor, values: &[f64]) -> Vec<u8> {
-    let TypeDesc::Struct { fields } = s.root() else {
-        panic!("a struct")
-    };
+    let fields = s.root().fields();
     let v = Value::Struct(
         fields
             .iter()

@@ -42,12 +42,8 @@ impl Schema {
     /// The field names of the payload's root struct (empty for other types).
     #[getter]
     fn fields(&self) -> Vec<String> {
-        match self.desc.root() {
-            snapbus_bus::schemas::TypeDesc::Struct { fields } => {
-                fields.iter().map(|f| f.name.clone()).collect()
-            }
-            _ => Vec::new(),
-        }
+        let fields = self.desc.root().fields();
+        fields.iter().map(|f| f.name.clone()).collect()
     }
 }
 

@@ -28,33 +28,15 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use snapbus_consumers::fields::{FieldNode, MAX_ELEMENTWISE, Parts, TENSOR_SHAPE, join};
-use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value};
+use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value, walk};
 
 /// What a column holds (and so its Parquet type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `bool`.
     Bool,
-    /// Unsigned integers, by width.
-    U8,
-    /// See [`Kind::U8`].
-    U16,
-    /// See [`Kind::U8`].
-    U32,
-    /// See [`Kind::U8`].
-    U64,
-    /// Signed integers, by width.
-    I8,
-    /// See [`Kind::I8`].
-    I16,
-    /// See [`Kind::I8`].
-    I32,
-    /// See [`Kind::I8`].
-    I64,
-    /// `f32`.
-    F32,
-    /// `f64`.
-    F64,
+    /// A number of one dtype (its Arrow type: [`DType::arrow`]).
+    Num(DType),
     /// Text: strings, enum variant names, 128-bit integers in decimal.
     Text,
     /// A byte buffer.
@@ -167,10 +149,10 @@ enum Node {
 
 /// The fixed columns every table starts with.
 pub(crate) const FIXED: [(&str, Kind); 4] = [
-    ("t_nanos", Kind::U64),
-    ("producer_id", Kind::U64),
+    ("t_nanos", Kind::Num(DType::U64)),
+    ("producer_id", Kind::Num(DType::U64)),
     ("producer", Kind::Text),
-    ("seq", Kind::U32),
+    ("seq", Kind::Num(DType::U32)),
 ];
 
 /// The columns of one schema and how its values fill them.
@@ -216,28 +198,28 @@ impl Builder {
                 let variants = variants.iter().map(|parts| self.fields(parts)).collect();
                 Node::Enum { tag, variants }
             }
-            Parts::Leaf => match n.desc {
-                TypeDesc::Tensor { .. } => {
+            Parts::Leaf => match walk::Kind::of(n.desc) {
+                walk::Kind::Tensor(_) => {
                     let data = self.column(&n.path, Kind::Floats);
                     let shape = self.column(&join(&n.path, TENSOR_SHAPE), Kind::Shape);
                     Node::Tensor { data, shape }
                 }
-                TypeDesc::Array { elem, len }
-                    if self.split_arrays
-                        && *len <= MAX_ELEMENTWISE
-                        && elem.as_dtype().is_some() =>
-                {
-                    let kind = Kind::of_leaf(elem);
-                    let first = self.columns.len();
-                    for k in 0..*len {
-                        self.column(&join(&n.path, &k.to_string()), kind);
-                    }
-                    Node::Elements {
-                        first,
-                        len: usize::try_from(*len).unwrap_or(0),
+                walk::Kind::Array { len } if self.split_arrays && len <= MAX_ELEMENTWISE => {
+                    match n.desc.packed_dtype() {
+                        Some(dtype) => {
+                            let first = self.columns.len();
+                            for k in 0..len {
+                                self.column(&join(&n.path, &k.to_string()), Kind::Num(dtype));
+                            }
+                            Node::Elements {
+                                first,
+                                len: usize::try_from(len).unwrap_or(0),
+                            }
+                        }
+                        None => Node::Leaf(self.column(&n.path, Kind::of_leaf(n.desc))),
                     }
                 }
-                d => Node::Leaf(self.column(&n.path, Kind::of_leaf(d))),
+                _ => Node::Leaf(self.column(&n.path, Kind::of_leaf(n.desc))),
             },
         }
     }
@@ -250,23 +232,12 @@ impl Builder {
 impl Kind {
     /// The kind of a leaf of the field tree (not a tensor: it has two columns).
     fn of_leaf(desc: &TypeDesc) -> Kind {
-        match desc {
-            TypeDesc::Bool => Kind::Bool,
-            TypeDesc::U8 => Kind::U8,
-            TypeDesc::U16 => Kind::U16,
-            TypeDesc::U32 => Kind::U32,
-            TypeDesc::U64 => Kind::U64,
-            TypeDesc::I8 => Kind::I8,
-            TypeDesc::I16 => Kind::I16,
-            TypeDesc::I32 => Kind::I32,
-            TypeDesc::I64 => Kind::I64,
-            TypeDesc::F32 => Kind::F32,
-            TypeDesc::F64 => Kind::F64,
-            TypeDesc::U128 | TypeDesc::I128 | TypeDesc::String => Kind::Text,
-            TypeDesc::Bytes => Kind::Bytes,
-            TypeDesc::Seq { elem } | TypeDesc::Array { elem, .. } if elem.as_dtype().is_some() => {
-                Kind::Floats
-            }
+        match walk::Kind::of(desc) {
+            walk::Kind::Bool => Kind::Bool,
+            walk::Kind::Num(d) => Kind::Num(d),
+            walk::Kind::U128 | walk::Kind::I128 | walk::Kind::Str => Kind::Text,
+            walk::Kind::Bytes => Kind::Bytes,
+            _ if desc.packed_dtype().is_some() => Kind::Floats,
             // Other sequences, arrays and maps (structs, tuples, options, enums and tensors are
             // not leaves).
             _ => Kind::Json,

@@ -34,7 +34,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use snapbus_schemas::{Packed, SchemaDescriptor, Value};
+use snapbus_schemas::{ArrowType, Packed, SchemaDescriptor, Value};
 
 use super::columns::{Cell, Kind, Plan};
 use super::tables::{Format, TableWriter};
@@ -80,16 +80,18 @@ impl Col {
     fn new(kind: Kind) -> (DataType, Col) {
         match kind {
             Kind::Bool => (DataType::Boolean, Col::Bool(BooleanBuilder::new())),
-            Kind::U8 => (DataType::UInt8, Col::U8(UInt8Builder::new())),
-            Kind::U16 => (DataType::UInt16, Col::U16(UInt16Builder::new())),
-            Kind::U32 => (DataType::UInt32, Col::U32(UInt32Builder::new())),
-            Kind::U64 => (DataType::UInt64, Col::U64(UInt64Builder::new())),
-            Kind::I8 => (DataType::Int8, Col::I8(Int8Builder::new())),
-            Kind::I16 => (DataType::Int16, Col::I16(Int16Builder::new())),
-            Kind::I32 => (DataType::Int32, Col::I32(Int32Builder::new())),
-            Kind::I64 => (DataType::Int64, Col::I64(Int64Builder::new())),
-            Kind::F32 => (DataType::Float32, Col::F32(Float32Builder::new())),
-            Kind::F64 => (DataType::Float64, Col::F64(Float64Builder::new())),
+            Kind::Num(d) => match d.arrow() {
+                ArrowType::UInt8 => (DataType::UInt8, Col::U8(UInt8Builder::new())),
+                ArrowType::UInt16 => (DataType::UInt16, Col::U16(UInt16Builder::new())),
+                ArrowType::UInt32 => (DataType::UInt32, Col::U32(UInt32Builder::new())),
+                ArrowType::UInt64 => (DataType::UInt64, Col::U64(UInt64Builder::new())),
+                ArrowType::Int8 => (DataType::Int8, Col::I8(Int8Builder::new())),
+                ArrowType::Int16 => (DataType::Int16, Col::I16(Int16Builder::new())),
+                ArrowType::Int32 => (DataType::Int32, Col::I32(Int32Builder::new())),
+                ArrowType::Int64 => (DataType::Int64, Col::I64(Int64Builder::new())),
+                ArrowType::Float32 => (DataType::Float32, Col::F32(Float32Builder::new())),
+                ArrowType::Float64 => (DataType::Float64, Col::F64(Float64Builder::new())),
+            },
             Kind::Text | Kind::Json => (DataType::Utf8, Col::Text(StringBuilder::new())),
             Kind::Bytes => (DataType::Binary, Col::Bytes(BinaryBuilder::new())),
             Kind::Floats => (
