@@ -17,22 +17,12 @@ import argparse
 import logging
 import sys
 import timeit
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import snapbus
-from numpy.typing import NDArray
+from compare_py import Patch  # the event of compare's numpy rows
 
 SIZES = (4 << 10, 16 << 10, 64 << 10, 1 << 20)
-
-
-@dataclass
-class Frame:
-    schema_id: ClassVar[str] = "bench.py.frame"
-    schema_version: ClassVar[int] = 1
-    step: int
-    obs: NDArray[np.float32]
 
 
 def main(argv: list[str]) -> int:
@@ -48,7 +38,7 @@ def main(argv: list[str]) -> int:
     out = []
     for size in SIZES:
         arr = np.random.default_rng(2).random(size // 4, dtype=np.float32)
-        ev = Frame(step=1, obs=arr)
+        ev = Patch(step=1, obs=arr)
         snap(logging.INFO, ev)
         number = max(200, 10_000_000 // size)
         names = {"snap": snap, "ev": ev, "np": np, "arr": arr, "INFO": logging.INFO}

@@ -12,8 +12,7 @@ import signal
 import sys
 from typing import Any
 
-from ._snapbus import _report_exit
-from .consumer import Consumer, run
+from .consumer import Consumer, _exit_reported, run
 
 
 class _Terminated(Exception):
@@ -81,13 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = 1
-    try:
-        code = main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        if not isinstance(e.code, int) and e.code is not None:
-            print(e.code, file=sys.stderr)
-    finally:
-        _report_exit(code)
-    sys.exit(code)
+    sys.exit(_exit_reported(main))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
-from ._snapbus import Event, Producer, Schema, Subscription
+from ._snapbus import Event, Producer, Schema, Subscription, _report_exit
 from .subscription import _open
 
 __all__ = ["STOP", "Consumer", "ProducerChange", "RunSummary", "run"]
@@ -215,6 +216,30 @@ class _Signals:
         if self.first is not None:
             signum, frame = self.first
             self._call_previous(signum, frame)
+
+
+def _exit_reported(
+    main: Callable[[], int], prog: str = "", errors: tuple[type[Exception], ...] = ()
+) -> int:
+    """Runs the `main` of a consumer's process (`python -m snapbus run`, the rerun bridge) and
+    tells the broker its exit code (it supervises the consumers `snapbus attach` starts);
+    returns the code. A `SystemExit`'s message is printed; `errors` are printed as `PROG:
+    message`, exit code 1; Ctrl-C is 130."""
+    code = 1
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except errors as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        _report_exit(code)
+    return code
 
 
 def _dispatch(consumer: Consumer, what: str, item: tuple[Any, ...]) -> Any:

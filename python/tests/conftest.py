@@ -253,6 +253,10 @@ def echo_oldest(bus: Bus, count: int, *globs: str) -> List[Dict[str, object]]:
 # ---------------------------------------------------------------------------------------------
 
 
+# The fields of `demo.step`, in their order (`snapbus demo --help`).
+DEMO_STEP_FIELDS = ["episode", "step", "mode", "reward", "position", "observation"]
+
+
 def demo_step_expected(e: int, s: int, width: int = 8, height: int = 6) -> dict[str, object]:
     """What `snapbus demo --help` says step `s` of episode `e` holds (observation as rows)."""
     return {
@@ -288,3 +292,21 @@ def demo_emitted(proc_stdout_stderr: str) -> int:
     m = re.search(r"emitted (\d+) of (\d+) events", proc_stdout_stderr)
     assert m, proc_stdout_stderr
     return int(m.group(1))
+
+
+# The demo run of `demo_while_stopped`: 50 000 steps, 50 episode ends.
+LAP_EPISODES, LAP_STEPS = 50, 1000
+
+
+def demo_while_stopped(bus: Bus, consumer: Proc, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Runs `snapbus demo` (LAP_EPISODES x LAP_STEPS) flat out into a 1 MiB ring (~7000
+    records) while `consumer` is stopped (SIGSTOP, SIGCONT after): the ring is lapped under it.
+    How many events the demo emitted."""
+    consumer.signal(signal.SIGSTOP)
+    monkeypatch.setenv("SNAPBUS_LANE_BYTES", str(1 << 20))
+    size = ("--episodes", str(LAP_EPISODES), "--steps", str(LAP_STEPS))
+    try:
+        out = bus.cli("demo", "--no-echo", "--rate", "0", *size)
+    finally:
+        consumer.signal(signal.SIGCONT)
+    return demo_emitted(out.stdout + out.stderr)

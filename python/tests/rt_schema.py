@@ -1,16 +1,29 @@
-"""The dataclasses of the round-trip tests: every row of the mapping table, imported by the
-producer child and by the test itself."""
+"""The tests' shared schemas: the dataclasses of the round-trip tests (every row of the mapping
+table), imported by the producer children and by the tests themselves, and `event`, the
+one-off event classes of the tests and their children."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar, Dict, List, Literal, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Tuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 import snapbus
+
+
+def event(schema_id: str, name: str = "E", /, **fields: Any) -> Any:
+    """A one-off event class, version 1: `event("test.crash", i=int)` is the dataclass `E` (or
+    `name`) with `schema_id = "test.crash"`, `schema_version = 1` and the field `i: int`
+    (fields in the order given)."""
+    return dataclasses.make_dataclass(
+        name,
+        list(fields.items()),
+        namespace={"schema_id": schema_id, "schema_version": 1},
+    )
 
 
 class Mode(enum.Enum):

@@ -4,13 +4,12 @@ in hooks flushed and re-raised, until_end/cut."""
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
 import threading
 from typing import Any
 
 import pytest
-from conftest import Bus, demo_emitted, wait_until
+from conftest import LAP_EPISODES, Bus, demo_while_stopped, wait_until
 
 import snapbus
 
@@ -122,7 +121,6 @@ def test_run_with_bad_input_raises(bus: Bus) -> None:
 def test_on_lag_reports_exactly_what_a_stopped_consumer_lost(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    episodes, steps = 50, 1000
     child = bus.spawn_py(
         textwrap.dedent(f"""
         import snapbus
@@ -134,7 +132,7 @@ def test_on_lag_reports_exactly_what_a_stopped_consumer_lost(
                     print("joined", flush=True)
             def on_event(self, ev):
                 self.events += 1
-                if ev.schema.id == "demo.episode_end" and ev.payload.episode == {episodes - 1}:
+                if ev.schema.id == "demo.episode_end" and ev.payload.episode == {LAP_EPISODES - 1}:
                     return snapbus.STOP
             def on_lag(self, producer, lost):
                 assert producer.name == "demo"
@@ -149,15 +147,7 @@ def test_on_lag_reports_exactly_what_a_stopped_consumer_lost(
     assert child.popen.stdout is not None
     assert child.popen.stdout.readline().strip() == "ready"
     wait_until("the consumer in snapbus ls", lambda: "Count" in json.dumps(bus.ls()))
-    child.signal(signal.SIGSTOP)
-    monkeypatch.setenv("SNAPBUS_LANE_BYTES", str(1 << 20))
-    try:
-        out = bus.cli(
-            "demo", "--no-echo", "--rate", "0", "--episodes", str(episodes), "--steps", str(steps)
-        )
-    finally:
-        child.signal(signal.SIGCONT)
-    emitted = demo_emitted(out.stdout + out.stderr)
+    emitted = demo_while_stopped(bus, child, monkeypatch)
     res = child.wait()
     assert res.returncode == 0, res.stderr
     lines = res.stdout.split("\n")

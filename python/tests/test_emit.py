@@ -11,7 +11,7 @@ import textwrap
 import types
 
 import pytest
-from conftest import CHILD_CWD, echo_oldest, run_producer, wait_until
+from conftest import CHILD_CWD, TESTS_ON_PATH, echo_oldest, run_producer, wait_until
 
 # Definitions shared by the producer child and the expected values.
 DEFS = textwrap.dedent(
@@ -227,13 +227,8 @@ def test_bus_conditions_are_counted_never_raised(bus) -> None:
     code = textwrap.dedent(
         """
         import json, logging, snapbus
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class E:
-            schema_id: ClassVar[str] = "test.nobus"
-            schema_version: ClassVar[int] = 1
-            x: int
+        from rt_schema import event
+        E = event("test.nobus", x=int)
         t = snapbus.get_telemetry("lab")
         for i in range(5):
             t.snapshot(logging.INFO, E(i))            # no bus: counted
@@ -246,7 +241,7 @@ def test_bus_conditions_are_counted_never_raised(bus) -> None:
         print(json.dumps(before))
         """
     )
-    p = bus.spawn_py(code, env={"SNAPBUS_BUS": "no-such-bus"})
+    p = bus.spawn_py(TESTS_ON_PATH + code, env={"SNAPBUS_BUS": "no-such-bus"})
     out = p.wait()
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
@@ -283,13 +278,8 @@ def test_filter_uses_dotted_module_names(bus) -> None:
     code = textwrap.dedent(
         """
         import logging
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class E:
-            schema_id: ClassVar[str] = "test.filter"
-            schema_version: ClassVar[int] = 1
-            who: str
+        from rt_schema import event
+        E = event("test.filter", who=str)
         models = snapbus.get_telemetry("lab.models.policy")
         env = snapbus.get_telemetry("lab.env")
         assert models.isEnabledFor(logging.DEBUG) and not env.enabled(logging.INFO)
@@ -300,7 +290,7 @@ def test_filter_uses_dotted_module_names(bus) -> None:
         snapbus.shutdown()
         """
     )
-    run_producer(bus, code, env={"SNAPBUS_FILTER": "warn,lab.models=debug"})
+    run_producer(bus, TESTS_ON_PATH + code, env={"SNAPBUS_FILTER": "warn,lab.models=debug"})
     events = echo_oldest(bus, 2, "test.filter")
     assert [(e["payload"]["who"], e["level"]) for e in events] == [
         ("models-debug", "debug"),
@@ -347,13 +337,8 @@ def test_a_killed_producer_is_marked_dead_and_its_ring_stays_readable(bus, tmp_p
     code = textwrap.dedent(
         """
         import logging, time
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class E:
-            schema_id: ClassVar[str] = "test.crash"
-            schema_version: ClassVar[int] = 1
-            i: int
+        from rt_schema import event
+        E = event("test.crash", i=int)
         t = snapbus.get_telemetry("lab")
         for i in range(10):
             t.snapshot(logging.INFO, E(i))
@@ -361,7 +346,7 @@ def test_a_killed_producer_is_marked_dead_and_its_ring_stays_readable(bus, tmp_p
         time.sleep(60)
         """
     )
-    p = bus.spawn_py("import snapbus\nassert snapbus.wait_for_bus(30)\n" + code)
+    p = bus.spawn_py(TESTS_ON_PATH + "import snapbus\nassert snapbus.wait_for_bus(30)\n" + code)
     assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "ready"
     pid = p.pid
     p.kill()
@@ -474,16 +459,8 @@ def test_numpy_scalars_and_threads(bus) -> None:
         """
         import logging, threading, time
         import numpy as np
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class S:
-            schema_id: ClassVar[str] = "test.scalars"
-            schema_version: ClassVar[int] = 1
-            i: snapbus.u16
-            f: float
-            h: snapbus.f32
-            b: bool
+        from rt_schema import event
+        S = event("test.scalars", i=snapbus.u16, f=float, h=snapbus.f32, b=bool)
         t = snapbus.get_telemetry("lab.np")
         t.snapshot(logging.INFO, S(np.uint8(7), np.float32(0.5), np.float64(1.5), np.bool_(True)))
         # One decorated function timed from two threads at once: one sample per call.
@@ -497,7 +474,7 @@ def test_numpy_scalars_and_threads(bus) -> None:
         snapbus.shutdown()
         """
     )
-    run_producer(bus, code)
+    run_producer(bus, TESTS_ON_PATH + code)
     ev = echo_oldest(bus, 1, "test.scalars")[0]
     assert ev["payload"] == {"i": 7, "f": 0.5, "h": 1.5, "b": True}
     spans = sorted(e["payload"]["duration_nanos"] for e in echo_oldest(bus, 2, "snapbus.duration"))
@@ -508,13 +485,8 @@ def test_snapbus_filter_changes_python_targets_live(bus) -> None:
     code = textwrap.dedent(
         """
         import logging, time
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class E:
-            schema_id: ClassVar[str] = "test.live"
-            schema_version: ClassVar[int] = 1
-            i: int
+        from rt_schema import event
+        E = event("test.live", i=int)
         t = snapbus.get_telemetry("lab.models.policy")
         assert snapbus.wait_for_bus(30)
         print("ready", flush=True)
@@ -527,7 +499,7 @@ def test_snapbus_filter_changes_python_targets_live(bus) -> None:
         snapbus.shutdown()
         """
     )
-    p = bus.spawn_py("import snapbus\n" + code)
+    p = bus.spawn_py(TESTS_ON_PATH + "import snapbus\n" + code)
     assert p.popen.stdout is not None and p.popen.stdout.readline().strip() == "ready"
     bus.cli("filter", "info,lab.models=debug")
     out = p.wait()

@@ -14,7 +14,7 @@ from typing import Any, List, Literal, Optional
 
 import numpy as np
 import pytest
-from conftest import Bus, demo_step_expected
+from conftest import DEMO_STEP_FIELDS, Bus, demo_step_expected
 
 import snapbus
 
@@ -57,14 +57,7 @@ def test_payload_is_a_record_per_schema_with_lazy_cached_decode(bus: Bus) -> Non
     assert type(p0).__name__ == "demo_step"
     assert steps[0].payload is p0  # cached
     assert [f.name for f in dataclasses.fields(p0)] == steps[0].schema.fields
-    assert steps[0].schema.fields == [
-        "episode",
-        "step",
-        "mode",
-        "reward",
-        "position",
-        "observation",
-    ]
+    assert steps[0].schema.fields == DEMO_STEP_FIELDS
     assert isinstance(steps[0].data, bytes) and len(steps[0].data) > 48
     assert steps[0].schema.fingerprint == steps[1].schema.fingerprint
     assert steps[0].schema is steps[1].schema

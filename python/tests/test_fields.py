@@ -5,11 +5,10 @@ Python hands Rust a `TypeDesc` in its serde JSON, not tuples) and the one field-
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
-from rt_schema import Mode, Row, row
+from rt_schema import Mode, Row, event, row
 
 import snapbus
 import snapbus.schema as schema_mod
@@ -36,13 +35,10 @@ def test_the_walk_hands_rust_the_descriptor_it_publishes() -> None:
     ]
 
 
-def test_a_bad_descriptor_from_the_walk_is_a_type_error_naming_the_class() -> None:
-    @dataclass
-    class Broken:
-        schema_id: ClassVar[str] = "test.fields.broken"
-        schema_version: ClassVar[int] = 1
-        x: int
-
+def test_a_bad_descriptor_from_the_walk_is_a_type_error_naming_the_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = event("test.fields.broken", "Broken", x=int)
     original = schema_mod.plan_of
 
     def bad(cls: type) -> Any:
@@ -50,12 +46,9 @@ def test_a_bad_descriptor_from_the_walk_is_a_type_error_naming_the_class() -> No
         walked["schema"]["root"]["fields"][0]["type"] = {"type": "i65"}
         return walked
 
-    schema_mod.plan_of = bad  # type: ignore[assignment]
-    try:
-        with pytest.raises(TypeError, match=r"Broken: snapbus\.schema made a bad descriptor"):
-            snapbus.schema_of(Broken)
-    finally:
-        schema_mod.plan_of = original  # type: ignore[assignment]
+    monkeypatch.setattr(schema_mod, "plan_of", bad)
+    with pytest.raises(TypeError, match=r"Broken: snapbus\.schema made a bad descriptor"):
+        snapbus.schema_of(broken)
 
 
 ROW_LEAVES = [

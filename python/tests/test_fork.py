@@ -6,20 +6,14 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-from conftest import echo_oldest, wait_until
+from conftest import TESTS_ON_PATH, echo_oldest, wait_until
 
 CODE = textwrap.dedent(
     """
     import logging, multiprocessing as mp, os
-    from dataclasses import dataclass
-    from typing import ClassVar
+    from rt_schema import event
 
-    @dataclass
-    class Hello:
-        schema_id: ClassVar[str] = "test.hello"
-        schema_version: ClassVar[int] = 1
-        who: str
-        pid: snapbus.u32
+    Hello = event("test.hello", who=str, pid=snapbus.u32)
 
     def child(who):
         t = snapbus.get_telemetry("lab.child")
@@ -46,7 +40,7 @@ CODE = textwrap.dedent(
 
 def test_fork_and_spawn_children_are_producers_of_their_own(bus, tmp_path) -> None:
     script = tmp_path / "forking_experiment.py"
-    script.write_text("import snapbus\nassert snapbus.wait_for_bus(30)\n" + CODE)
+    script.write_text(TESTS_ON_PATH + "import snapbus\nassert snapbus.wait_for_bus(30)\n" + CODE)
     p = bus.spawn_py([str(script)])
     out = p.wait()
     assert out.returncode == 0, out.stderr
@@ -70,13 +64,8 @@ def test_a_fork_child_that_never_emitted_before_the_fork(bus) -> None:
     code = textwrap.dedent(
         """
         import logging, os, multiprocessing as mp
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class Hi:
-            schema_id: ClassVar[str] = "test.hi"
-            schema_version: ClassVar[int] = 1
-            pid: snapbus.u32
+        from rt_schema import event
+        Hi = event("test.hi", pid=snapbus.u32)
         def child():
             assert snapbus.wait_for_bus(30)
             snapbus.get_telemetry("c").snapshot(logging.INFO, Hi(os.getpid()))
@@ -86,7 +75,7 @@ def test_a_fork_child_that_never_emitted_before_the_fork(bus) -> None:
         assert p.exitcode == 0
         """
     )
-    out = bus.spawn_py("import snapbus\n" + code).wait()
+    out = bus.spawn_py(TESTS_ON_PATH + "import snapbus\n" + code).wait()
     assert out.returncode == 0, out.stderr
     ev = echo_oldest(bus, 1, "test.hi")[0]
     assert ev["producer"]["pid"] == ev["payload"]["pid"]
@@ -98,13 +87,8 @@ def test_producers_that_just_end_show_as_closed_not_dead(bus, tmp_path) -> None:
     code = textwrap.dedent(
         """
         import logging, multiprocessing as mp, os
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class Bye:
-            schema_id: ClassVar[str] = "test.bye"
-            schema_version: ClassVar[int] = 1
-            pid: snapbus.u32
+        from rt_schema import event
+        Bye = event("test.bye", pid=snapbus.u32)
         def child():
             assert snapbus.wait_for_bus(30)
             snapbus.get_telemetry("c").snapshot(logging.INFO, Bye(os.getpid()))
@@ -117,7 +101,7 @@ def test_producers_that_just_end_show_as_closed_not_dead(bus, tmp_path) -> None:
         """
     )
     script = tmp_path / "ends_quietly.py"
-    script.write_text("import snapbus\nassert snapbus.wait_for_bus(30)\n" + code)
+    script.write_text(TESTS_ON_PATH + "import snapbus\nassert snapbus.wait_for_bus(30)\n" + code)
     out = bus.spawn_py([str(script)]).wait()
     assert out.returncode == 0, out.stderr
     pids = {e["producer"]["pid"] for e in echo_oldest(bus, 3, "test.bye")}

@@ -7,26 +7,20 @@ from __future__ import annotations
 import io
 import logging
 import textwrap
-from dataclasses import dataclass
-from typing import ClassVar
 
 import pytest
-from conftest import echo_oldest, run_producer
+from conftest import TESTS_ON_PATH, echo_oldest, run_producer
+from rt_schema import event
 
 import snapbus
 
 
 def test_records_and_events_reach_the_bus(bus) -> None:
-    code = textwrap.dedent(
+    code = TESTS_ON_PATH + textwrap.dedent(
         """
         import logging
-        from dataclasses import dataclass
-        from typing import ClassVar
-        @dataclass
-        class Step:
-            schema_id: ClassVar[str] = "test.step"
-            schema_version: ClassVar[int] = 1
-            episode: int
+        from rt_schema import event
+        Step = event("test.step", episode=int)
         log = logging.getLogger("lab.models")
         log.setLevel(logging.DEBUG)
         log.addHandler(snapbus.SnapbusHandler())
@@ -62,11 +56,7 @@ def test_records_and_events_reach_the_bus(bus) -> None:
     assert "ZeroDivisionError" in events[3]["payload"]["exc_text"]
 
 
-@dataclass
-class Broken:
-    schema_id: ClassVar[str] = "test.broken"
-    schema_version: ClassVar[int] = 1
-    x: snapbus.u8
+Broken = event("test.broken", x=snapbus.u8)
 
 
 class Recording(snapbus.SnapbusHandler):

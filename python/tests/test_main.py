@@ -7,8 +7,9 @@ import json
 import signal
 import textwrap
 from pathlib import Path
+from typing import Optional
 
-from conftest import Bus, wait_until
+from conftest import Bus, Proc, wait_until
 
 CONSUMER = textwrap.dedent("""
     import json, snapbus
@@ -38,29 +39,26 @@ def _module(tmp_path: Path) -> dict:
     return {"PYTHONPATH": str(tmp_path)}
 
 
+def _run(bus: Bus, target: str, *args: str, env: Optional[dict] = None) -> Proc:
+    """Starts `python -m snapbus run TARGET ARGS` on `bus`."""
+    return bus.spawn_py(["-m", "snapbus", "run", target, *args], env=env)
+
+
+def _steps_to_end(bus: Bus, target: str, out: Path, env: Optional[dict] = None) -> object:
+    """Runs the `Count` consumer TARGET over the demo's steps, from the oldest to the end; the
+    [episode, step] pairs it wrote to `out`."""
+    args = ("--glob", "demo.step", "--start", "oldest", "--until-end", "--", str(out))
+    res = _run(bus, target, *args, env=env).wait()
+    assert res.returncode == 0, res.stderr
+    return json.loads(out.read_text())
+
+
 def test_run_a_consumer_class_to_the_end(bus: Bus, tmp_path: Path) -> None:
     env = _module(tmp_path)
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "2", "--steps", "3")
     out = tmp_path / "steps.json"
-    p = bus.spawn_py(
-        [
-            "-m",
-            "snapbus",
-            "run",
-            "my_consumers:Count",
-            "--glob",
-            "demo.step",
-            "--start",
-            "oldest",
-            "--until-end",
-            "--",
-            str(out),
-        ],
-        env=env,
-    )
-    res = p.wait()
-    assert res.returncode == 0, res.stderr
-    assert json.loads(out.read_text()) == [[e, s] for e in range(2) for s in range(3)]
+    got = _steps_to_end(bus, "my_consumers:Count", out, env)
+    assert got == [[e, s] for e in range(2) for s in range(3)]
 
 
 def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(
@@ -69,21 +67,8 @@ def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(
 ) -> None:
     env = _module(tmp_path)
     out = tmp_path / "steps.json"
-    p = bus.spawn_py(
-        [
-            "-m",
-            "snapbus",
-            "run",
-            "my_consumers:Count",
-            "--glob",
-            "demo.step",
-            "--flush-every",
-            "60",
-            "--",
-            str(out),
-        ],
-        env=env,
-    )
+    args = ("--glob", "demo.step", "--flush-every", "60", "--", str(out))
+    p = _run(bus, "my_consumers:Count", *args, env=env)
     wait_until("the consumer in snapbus ls", lambda: "counter" in json.dumps(bus.ls()))
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "2")
     wait_until(
@@ -99,7 +84,7 @@ def test_a_running_consumer_shows_its_kind_and_flushes_on_sigterm(
 def test_a_hook_exception_fails_the_process_with_its_traceback(bus: Bus, tmp_path: Path) -> None:
     env = _module(tmp_path)
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "1")
-    p = bus.spawn_py(["-m", "snapbus", "run", "my_consumers:Broken", "--start", "oldest"], env=env)
+    p = _run(bus, "my_consumers:Broken", "--start", "oldest", env=env)
     res = p.wait()
     assert res.returncode == 1
     assert "ValueError: broken consumer" in res.stderr
@@ -112,7 +97,7 @@ def test_bad_targets_are_refused(bus: Bus, tmp_path: Path) -> None:
         ("my_consumers:Nope", "has no 'Nope'"),
         ("json:dumps", "not a snapbus.Consumer subclass"),
     ]:
-        res = bus.spawn_py(["-m", "snapbus", "run", target], env=env).wait()
+        res = _run(bus, target, env=env).wait()
         assert res.returncode != 0 and msg in res.stderr, (target, res.stderr)
 
 
@@ -121,21 +106,4 @@ def test_a_script_path_target(bus: Bus, tmp_path: Path) -> None:
     script.write_text(CONSUMER)
     bus.cli("demo", "--no-echo", "--rate", "0", "--episodes", "1", "--steps", "2")
     out = tmp_path / "steps.json"
-    p = bus.spawn_py(
-        [
-            "-m",
-            "snapbus",
-            "run",
-            f"{script}:Count",
-            "--glob",
-            "demo.step",
-            "--start",
-            "oldest",
-            "--until-end",
-            "--",
-            str(out),
-        ]
-    )
-    res = p.wait()
-    assert res.returncode == 0, res.stderr
-    assert json.loads(out.read_text()) == [[0, 0], [0, 1]]
+    assert _steps_to_end(bus, f"{script}:Count", out) == [[0, 0], [0, 1]]

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Bus, demo_episode_end_expected, demo_step_expected, wait_until
+from conftest import (
+    DEMO_STEP_FIELDS,
+    Bus,
+    demo_episode_end_expected,
+    demo_step_expected,
+    wait_until,
+)
 
 import snapbus
 
@@ -45,17 +51,7 @@ def test_to_pandas_gives_dotted_columns_and_array_cells(bus: Bus, tmp_path: Path
     path = _snapshot(bus, tmp_path)
     df = snapbus.open_recording(path).to_pandas("demo.step")
     assert len(df) == EPISODES * STEPS
-    for col in (
-        "t_nanos",
-        "producer",
-        "seq",
-        "episode",
-        "step",
-        "mode",
-        "reward",
-        "position",
-        "observation",
-    ):
+    for col in ("t_nanos", "producer", "seq", *DEMO_STEP_FIELDS):
         assert col in df.columns, df.columns
     assert df["producer"].unique().tolist() == ["demo"]
     assert df["reward"].tolist() == pytest.approx(

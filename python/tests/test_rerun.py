@@ -391,20 +391,17 @@ def test_bad_input_fails_before_attach_returns(rbus: Bus, tmp_path: Path) -> Non
 KINDS = (
     TESTS_ON_PATH
     + """
-from dataclasses import dataclass
-from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
-from rt_schema import row
+from rt_schema import event, row
 
-@dataclass
-class Shapes:
-    schema_id: ClassVar[str] = "rt.shapes"
-    schema_version: ClassVar[int] = 1
-    step: int
-    bars: NDArray[np.float32]
-    cube: NDArray[np.float32]
-    rgba: NDArray[np.uint8]
+Shapes = event(
+    "rt.shapes",
+    step=int,
+    bars=NDArray[np.float32],
+    cube=NDArray[np.float32],
+    rgba=NDArray[np.uint8],
+)
 
 telemetry = snapbus.get_telemetry("lab.kinds")
 for i in range(6):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import snapbus_bin
 from numpy.typing import NDArray
+from rt_schema import event
 
 import snapbus
 
@@ -162,15 +163,9 @@ def test_the_mapping_table() -> None:
         assert t == {"type": "tensor", "dtype": "u16"}
 
 
-def refused(annotation: Any, extra: Optional[Dict[str, Any]] = None) -> str:
-    ns: Dict[str, Any] = {"__annotations__": {"ok": int, "bad": annotation}}
-    ns.update({"schema_id": "test.refused", "schema_version": 1})
-    ns["__annotations__"]["schema_id"] = ClassVar[str]
-    ns["__annotations__"]["schema_version"] = ClassVar[int]
-    ns.update(extra or {})
-    cls = dataclass(type("Refused", (), ns))
+def refused(annotation: Any, schema_id: str = "test.refused") -> str:
     with pytest.raises(TypeError) as info:
-        snapbus.schema_of(cls)
+        snapbus.schema_of(event(schema_id, "Refused", ok=int, bad=annotation))
     return str(info.value)
 
 
@@ -205,11 +200,7 @@ class Leaf:
     value: Any
 
 
-@dataclass
-class Outer:
-    schema_id: ClassVar[str] = "test.nested"
-    schema_version: ClassVar[int] = 1
-    leaves: List[Leaf]
+Outer = event("test.nested", "Outer", leaves=List[Leaf])
 
 
 @dataclass
@@ -252,7 +243,7 @@ def test_events_need_schema_id_and_version() -> None:
         t.snapshot(snapbus.INFO, NoId(1))
     with pytest.raises(TypeError, match="is not a dataclass"):
         t.snapshot(snapbus.INFO, {"x": 1})
-    bad_id = refused(int, {"schema_id": "Not A Valid Id!"})
+    bad_id = refused(int, "Not A Valid Id!")
     assert "not a valid schema" in bad_id
 
 
@@ -267,12 +258,9 @@ def test_evolution_follows_the_rust_rules() -> None:
     fields = snapbus.schema_of(V2)["root"]["fields"]
     assert [(f["name"], f["since"]) for f in fields] == [("a", 1), ("b", 2)]
 
-    @dataclass
-    class SinceTooNew:
+    class SinceTooNew(V2):  # V2's fields, at version 1
         schema_id: ClassVar[str] = "test.evolve.bad"
         schema_version: ClassVar[int] = 1
-        a: int
-        b: float = field(default=0.0, metadata={"since": 2})
 
     with pytest.raises(TypeError, match="SinceTooNew: not a valid schema"):
         snapbus.schema_of(SinceTooNew)
@@ -315,7 +303,7 @@ def test_an_incompatible_redefinition_under_the_same_version_is_refused() -> Non
         t.snapshot(snapbus.INFO, changed("x"))
 
 
-def test_plans_are_compiled_once_per_class() -> None:
+def test_plans_are_compiled_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     import snapbus.schema as schema_mod
 
@@ -325,21 +313,13 @@ def test_plans_are_compiled_once_per_class() -> None:
         calls.append(cls)
         return original(cls)
 
-    @dataclass
-    class Once:
-        schema_id: ClassVar[str] = "test.once"
-        schema_version: ClassVar[int] = 1
-        x: int
-
-    schema_mod.plan_of = counting  # type: ignore[assignment]
-    try:
-        t = snapbus.get_telemetry("test.once")
-        for i in range(100):
-            t.snapshot(snapbus.INFO, Once(i))
-        snapbus.schema_of(Once)
-    finally:
-        schema_mod.plan_of = original  # type: ignore[assignment]
-    assert calls == [Once]
+    once = event("test.once", x=int)
+    monkeypatch.setattr(schema_mod, "plan_of", counting)
+    t = snapbus.get_telemetry("test.once")
+    for i in range(100):
+        t.snapshot(snapbus.INFO, once(i))
+    snapbus.schema_of(once)
+    assert calls == [once]
 
 
 def test_levels_are_logging_levels() -> None:
@@ -356,11 +336,7 @@ def test_levels_are_logging_levels() -> None:
 
 
 def test_versions_of_one_schema_must_evolve_by_appending() -> None:
-    @dataclass
-    class V1:
-        schema_id: ClassVar[str] = "test.evo2"
-        schema_version: ClassVar[int] = 1
-        a: int
+    v1 = event("test.evo2", "V1", a=int)
 
     @dataclass
     class V2:
@@ -370,13 +346,11 @@ def test_versions_of_one_schema_must_evolve_by_appending() -> None:
         b: str = field(default="", metadata={"since": 2})
 
     @dataclass
-    class V3Retyped:
-        schema_id: ClassVar[str] = "test.evo2"
+    class V3Retyped(V2):  # V2 with `a` retyped
         schema_version: ClassVar[int] = 3
         a: float
-        b: str = field(default="", metadata={"since": 2})
 
-    snapbus.schema_of(V1)
+    snapbus.schema_of(v1)
     snapbus.schema_of(V2)  # appended with `since`: fine
     with pytest.raises(
         TypeError,

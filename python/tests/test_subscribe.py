@@ -14,10 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (
+    LAP_EPISODES,
+    LAP_STEPS,
     Bus,
     demo_emitted,
     demo_episode_end_expected,
     demo_step_expected,
+    demo_while_stopped,
     wait_until,
 )
 
@@ -114,7 +117,6 @@ def test_cut_until_end_reads_what_the_rings_hold_then_stops(bus: Bus) -> None:
 def test_loss_is_counted_exactly_under_a_stopped_consumer(
     bus: Bus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    episodes, steps = 50, 1000
     child = bus.spawn_py(
         textwrap.dedent(f"""
         import snapbus, sys
@@ -124,23 +126,15 @@ def test_loss_is_counted_exactly_under_a_stopped_consumer(
         for ev in sub:
             if ev.schema.id == "demo.step":
                 steps += 1
-            if ev.schema.id == "demo.episode_end" and ev.payload.episode == {episodes - 1}:
+            if ev.schema.id == "demo.episode_end" and ev.payload.episode == {LAP_EPISODES - 1}:
                 break
         print(sub.delivered, sub.lost, steps, flush=True)
     """)
     )
     assert child.popen.stdout is not None
     assert child.popen.stdout.readline().strip() == "ready"
-    child.signal(signal.SIGSTOP)
-    monkeypatch.setenv("SNAPBUS_LANE_BYTES", str(1 << 20))  # the demo's ring: ~7000 records
-    try:
-        out = bus.cli(
-            "demo", "--no-echo", "--rate", "0", "--episodes", str(episodes), "--steps", str(steps)
-        )
-    finally:
-        child.signal(signal.SIGCONT)
-    emitted = demo_emitted(out.stdout + out.stderr)
-    assert emitted == episodes * (steps + 1)
+    emitted = demo_while_stopped(bus, child, monkeypatch)
+    assert emitted == LAP_EPISODES * (LAP_STEPS + 1)
     res = child.wait()
     assert res.returncode == 0, res.stderr
     delivered, lost, _ = map(int, res.stdout.split())

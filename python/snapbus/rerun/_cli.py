@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any, Optional, Sequence
 
-from ..consumer import run
+from ..consumer import _exit_reported, run
 from ._bridge import Bridge, _Terminated
 from ._setup import (
     DEFAULT_TIMELINES,
@@ -181,20 +181,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _entry() -> int:
-    from .._snapbus import _report_exit
-
-    code = 1
-    try:
-        code = main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-        if not isinstance(e.code, int) and e.code is not None:
-            print(e.code, file=sys.stderr)
-    except (RerunMissing, ValueError, OSError) as e:
-        print(f"snapbus rerun: {e}", file=sys.stderr)
-        code = 1
-    except KeyboardInterrupt:
-        code = 130
-    finally:
-        _report_exit(code)
-    return code
+    return _exit_reported(main, "snapbus rerun", (RerunMissing, ValueError, OSError))
