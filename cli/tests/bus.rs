@@ -4,7 +4,7 @@
 //! and every bus is taken down on drop.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,6 +98,24 @@ impl TestBus {
         serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
     }
 
+    /// The consumers in `ls --json`.
+    pub(crate) fn consumers(&self) -> Vec<Value> {
+        self.ls()["consumers"]
+            .as_array()
+            .expect("consumers")
+            .clone()
+    }
+
+    /// The first consumer in `ls --json` that `pick` picks.
+    pub(crate) fn consumer_where(&self, pick: impl Fn(&Value) -> bool) -> Option<Value> {
+        self.consumers().into_iter().find(|c| pick(c))
+    }
+
+    /// The consumer with id `id` (as `attach` prints it) in `ls --json`.
+    pub(crate) fn consumer_by_id(&self, id: &str) -> Option<Value> {
+        self.consumer_where(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
+    }
+
     pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
         find_producer(&self.ls(), pid)
     }
@@ -143,12 +161,7 @@ pub(crate) struct Bg {
 
 impl Bg {
     pub(crate) fn spawn(name: &str, mut cmd: Command) -> Bg {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn snapbus");
+        let mut child = crate::util::spawn_piped(&mut cmd);
         let log = Arc::new(Mutex::new(String::new()));
         let pipe = |r: Box<dyn std::io::Read + Send>, tag: &'static str| {
             let (tx, rx) = channel();
@@ -341,11 +354,7 @@ fn a_late_echo_from_oldest_gets_the_history() {
     // The demo has exited; its lane is kept and read from its oldest record.
     let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.step"]);
     assert!(out.status.success(), "echo: {}", out.stderr);
-    let lines: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let lines = out.json_lines();
     let expected: Vec<_> = demo_order(3, 4)
         .into_iter()
         .filter(|(_, s)| s.is_some())
@@ -713,12 +722,7 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 
 /// The consumer with process id `pid` in `ls --json`.
 fn consumer(bus: &TestBus, pid: u32) -> Option<Value> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["info"]["pid"] == pid)
-        .cloned()
+    bus.consumer_where(|c| c["info"]["pid"] == pid)
 }
 
 /// A SIGSTOPped consumer does not report; `ls` shows it stale, and works out from its last

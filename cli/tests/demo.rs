@@ -58,11 +58,7 @@ fn demo_emits_the_documented_values_in_order() {
         "0",
     ]);
     assert!(out.status.success(), "{}", out.stderr);
-    let all: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let all = out.json_lines();
     // The events, and the aggregator's summaries: one per episode, one for the experiment.
     let (summaries, lines): (Vec<&Value>, Vec<&Value>) =
         all.iter().partition(|l| l["schema"] == "demo.step.summary");

@@ -256,9 +256,7 @@ fn rotating_recorders_name_the_files_they_write() {
 
 /// The ids of the consumers in `ls`.
 fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
+    bus.consumers()
         .iter()
         .map(|c| c["id"].to_string())
         .collect()

@@ -1073,12 +1073,7 @@ fn a_schema_glob_that_matches_nothing_is_an_error_naming_the_schemas() {
 /// `replay --print FILE`: the printed records (and the command's success).
 fn replay_print(file: &Path) -> (Vec<Json>, Output) {
     let out = run(&["replay", "--print", path_str(file)]);
-    let lines = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    (lines, out)
+    (out.json_lines(), out)
 }
 
 /// Checks that `lines` are in record-time order and each producer's records in its own order.

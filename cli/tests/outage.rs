@@ -17,16 +17,14 @@ const RATE_HZ: &str = "10000";
 
 /// The ids of the consumers `ls` shows as running, by pid.
 fn consumers(bus: &TestBus) -> BTreeMap<u64, Value> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
+    bus.consumers()
+        .into_iter()
         .filter(|c| {
             c["status"]
                 .as_str()
                 .is_some_and(|s| s.starts_with("running"))
         })
-        .map(|c| (c["info"]["pid"].as_u64().expect("pid"), c.clone()))
+        .map(|c| (c["info"]["pid"].as_u64().expect("pid"), c))
         .collect()
 }
 
@@ -202,11 +200,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     assert!(out.status.success(), "detach the recorder: {}", out.stderr);
     let out = bus.run(&["replay", "--print", rec.to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "replay --print: {}", out.stderr);
-    let recorded: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let recorded = out.json_lines();
     assert!(
         recorded
             .iter()
@@ -307,10 +301,6 @@ fn a_broker_killed_mid_run_loses_no_record() {
     // A late reader of the new broker gets the whole history, outage included.
     let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.*"]);
     assert!(out.status.success(), "{}", out.stderr);
-    let late: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let late = out.json_lines();
     check(&late);
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
-use crate::util::{WATCHDOG, runtime_root};
+use crate::util::{WATCHDOG, kill9, runtime_root};
 
 /// A fresh path for a recording of this test process.
 fn out_path(name: &str) -> PathBuf {
@@ -26,12 +26,7 @@ fn s(p: &std::path::Path) -> &str {
 /// `replay --print FILE`: the records as JSON, and the exit status's success.
 fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) {
     let out = bus.run(&["replay", "--print", s(file)]);
-    let lines = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
-    (lines, out.status.success(), out.stderr)
+    (out.json_lines(), out.status.success(), out.stderr)
 }
 
 fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
@@ -58,22 +53,11 @@ fn kill9_once_recorded(bus: &TestBus, file: &std::path::Path, id: &str, n: usize
     wait_until("the records are in the file", WATCHDOG, || {
         printed(bus, file).0.len() == n
     });
-    let pid = consumer(bus, id)["info"]["pid"].as_u64().expect("pid");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    kill9(consumer(bus, id)["info"]["pid"].as_u64().expect("pid"));
 }
 
 fn consumer(bus: &TestBus, id: &str) -> Value {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
-        .cloned()
-        .unwrap_or(Value::Null)
+    bus.consumer_by_id(id).unwrap_or(Value::Null)
 }
 
 #[test]
@@ -367,12 +351,9 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
     // Emitted while no recorder runs: still in the ring when the restarted one starts.
     run_demo(&bus, 3, 5, 0);
     let restarted = || {
-        bus.ls()["consumers"]
-            .as_array()
-            .expect("consumers")
-            .iter()
-            .find(|c| c["info"]["kind"] == "recorder" && c["status"] == "running (restarted 1x)")
-            .cloned()
+        bus.consumer_where(|c| {
+            c["info"]["kind"] == "recorder" && c["status"] == "running (restarted 1x)"
+        })
     };
     wait_until("ls shows the recorder restarted", WATCHDOG, || {
         restarted().is_some()

@@ -72,13 +72,8 @@ fn attach_otlp(bus: &TestBus, args: &[&str]) -> String {
 
 /// The status board of consumer `id` in `ls --json`.
 fn board(bus: &TestBus, id: &str) -> Value {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
-        .map(|c| c["board"].clone())
-        .unwrap_or(Value::Null)
+    bus.consumer_by_id(id)
+        .map_or(Value::Null, |c| c["board"].clone())
 }
 
 const EPISODES: u64 = 3;
