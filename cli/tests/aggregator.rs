@@ -61,14 +61,9 @@ fn summaries(bus: &TestBus, glob: &str, n: usize) -> Vec<Value> {
 }
 
 fn attach(bus: &TestBus, args: &[&str]) -> Vec<String> {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    let ids: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
-    assert!(
-        ids.iter().all(|i| i.parse::<u64>().is_ok()),
-        "ids: {:?}",
-        out.stdout
-    );
+    let out = bus.attach(args);
+    let ids: Vec<String> = out.lines().map(str::to_owned).collect();
+    assert!(ids.iter().all(|i| i.parse::<u64>().is_ok()), "ids: {out:?}");
     ids
 }
 

@@ -98,6 +98,15 @@ impl TestBus {
         serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
     }
 
+    /// Runs `snapbus ARGS` (an `attach` or `spawn`), asserting success; what it printed (the
+    /// ids or URL), trimmed.
+    #[track_caller]
+    pub(crate) fn attach(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{args:?}: {}", out.stderr);
+        out.stdout.trim().to_owned()
+    }
+
     /// The consumers in `ls --json`.
     pub(crate) fn consumers(&self) -> Vec<Value> {
         self.ls()["consumers"]

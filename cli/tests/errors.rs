@@ -347,18 +347,10 @@ fn aggregate_fields_that_match_nothing_are_reported() {
     ]);
     assert!(out.status.success(), "{}", out.stderr);
     // The caller is told (the demo's schemas are known to this build).
-    assert!(
-        out.stderr
-            .contains("warning: --field 'nope' matches no numeric field of demo.step v1"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("warning: --field 'nope' matches no numeric field of demo.step v1");
     let id = out.stdout.trim().to_owned();
-    let log = bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
+    let log = bus
+        .consumer_by_id(&id)
         .and_then(|c| c["log"].as_str().map(str::to_owned))
         .expect("the aggregator's log");
     crate::bus::wait_until(

@@ -45,12 +45,9 @@ impl Drop for Reaper {
 
 /// The id `attach` printed.
 fn attach(bus: &TestBus, args: &[&str]) -> u64 {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    out.stdout
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?} printed {:?}", out.stdout))
+    let out = bus.attach(args);
+    out.parse()
+        .unwrap_or_else(|_| panic!("{args:?} printed {out:?}"))
 }
 
 #[test]

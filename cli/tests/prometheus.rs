@@ -195,9 +195,7 @@ fn samples(result: &[Value]) -> Vec<Series> {
 fn attach_exporter(bus: &TestBus, args: &[&str]) -> String {
     let mut a = vec!["attach", "prometheus", "--port", "0"];
     a.extend_from_slice(args);
-    let out = bus.run(&a);
-    assert!(out.status.success(), "attach prometheus: {}", out.stderr);
-    let url = out.stdout.trim().to_owned();
+    let url = bus.attach(&a);
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/metrics"),
         "{url}"

@@ -36,14 +36,8 @@ fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
 fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> String {
     let mut args = vec!["attach", "recorder", "-o", s(file)];
     args.extend_from_slice(extra);
-    let out = bus.run(&args);
-    assert!(out.status.success(), "attach: {}", out.stderr);
-    let id = out.stdout.trim().to_owned();
-    assert!(
-        id.parse::<u64>().is_ok(),
-        "attach prints the id: {:?}",
-        out.stdout
-    );
+    let id = bus.attach(&args);
+    assert!(id.parse::<u64>().is_ok(), "attach prints the id: {id:?}");
     id
 }
 
@@ -557,12 +551,7 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     let full = out_path("wrapped-snap.mcap");
     let out = bus.run(&["snapshot", "-o", s(&full)]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("earlier records were already overwritten"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("earlier records were already overwritten");
     let out = bus.run(&["inspect", s(&full)]);
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     let losses = losses_section(&out.stdout);

@@ -51,9 +51,7 @@ fn consumer(ls: &Value, id: u64) -> Option<Value> {
 }
 
 fn attach(bus: &TestBus, args: &[&str]) -> (u64, u64) {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    let id: u64 = out.stdout.trim().parse().expect("attach prints the id");
+    let id: u64 = bus.attach(args).parse().expect("attach prints the id");
     let pid = consumer(&bus.ls(), id).expect("attached consumer in ls")["info"]["pid"]
         .as_u64()
         .expect("pid");
