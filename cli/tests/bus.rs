@@ -41,21 +41,30 @@ impl TestBus {
         Bg::spawn(name, self.cmd(args))
     }
 
+    /// The command of `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at
+    /// once).
+    pub(crate) fn demo_cmd(&self, episodes: &str, steps: &str, rate: &str) -> Command {
+        self.cmd(&[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            episodes,
+            "--steps",
+            steps,
+            "--rate",
+            rate,
+        ])
+    }
+
+    /// The command of a demo that runs until killed, with episodes of `steps` steps, emitting
+    /// `rate` steps per second.
+    pub(crate) fn endless_demo(&self, steps: &str, rate: &str) -> Command {
+        self.demo_cmd("1000000", steps, rate)
+    }
+
     /// A demo that runs until killed, emitting `rate` steps per second, once it is live.
     pub(crate) fn spawn_demo(&self, rate: &str) -> Bg {
-        let demo = self.spawn(
-            "demo",
-            &[
-                "demo",
-                "--no-echo",
-                "--episodes",
-                "1000000",
-                "--steps",
-                "10",
-                "--rate",
-                rate,
-            ],
-        );
+        let demo = Bg::spawn("demo", self.endless_demo("10", rate));
         let pid = demo.pid();
         wait_until("the demo is live", WATCHDOG, || {
             self.producer(pid).is_some_and(|p| p["status"] == "live")
@@ -67,16 +76,7 @@ impl TestBus {
     /// extra environment variables, run to its end.
     pub(crate) fn demo(&self, episodes: u32, steps: u32, rate: u32, env: &[(&str, &str)]) {
         let (e, s, r) = (episodes.to_string(), steps.to_string(), rate.to_string());
-        let mut cmd = self.cmd(&[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &e,
-            "--steps",
-            &s,
-            "--rate",
-            &r,
-        ]);
+        let mut cmd = self.demo_cmd(&e, &s, &r);
         cmd.envs(env.iter().copied());
         let out = run_cmd(&mut cmd);
         assert!(out.status.success(), "demo: {}", out.stderr);
@@ -301,6 +301,26 @@ pub(crate) fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
     assert_eq!(line["producer"]["name"], "demo", "{line}");
 }
 
+/// Checks that `lines` are the demo's records of `episodes` × `steps`, each as the demo makes
+/// it, in order, numbered from 0 with nothing lost and nothing twice.
+#[track_caller]
+pub(crate) fn check_demo_grid(lines: &[Value], episodes: u64, steps: u64) {
+    let order = demo_order(episodes, steps);
+    assert_eq!(lines.len(), order.len(), "one line per record of the grid");
+    for (line, (e, s)) in lines.iter().zip(order) {
+        check_demo_line(line, e, s);
+    }
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..lines.len() as u64).collect::<Vec<_>>(),
+        "nothing lost, nothing twice"
+    );
+}
+
 /// The demo's events in order: (episode, Some(step)) for steps, (episode, None) for ends.
 pub(crate) fn demo_order(episodes: u64, steps: u64) -> Vec<(u64, Option<u64>)> {
     (0..episodes)
@@ -316,30 +336,9 @@ fn echo_receives_exactly_the_demo_events_in_order() {
     let echo = bus.spawn("echo", &["echo", "--count", &n.to_string()]);
     // Subscribed (from the latest record) before the experiment starts.
     echo.expect_stderr("subscribed");
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "4",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    bus.demo(4, 5, 0, &[]);
     let lines = echo.json_lines(n);
-    for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
-        check_demo_line(line, e, s);
-    }
-    let seqs: Vec<u64> = lines
-        .iter()
-        .map(|l| l["seq"].as_u64().expect("seq"))
-        .collect();
-    assert_eq!(
-        seqs,
-        (0..n as u64).collect::<Vec<_>>(),
-        "nothing lost, nothing twice"
-    );
+    check_demo_grid(&lines, episodes, steps);
     let mut echo = echo;
     let (status, rest) = echo.wait();
     assert!(status.success(), "{}", echo.log());
@@ -349,17 +348,7 @@ fn echo_receives_exactly_the_demo_events_in_order() {
 #[test]
 fn a_late_echo_from_oldest_gets_the_history() {
     let bus = TestBus::up();
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "4",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    bus.demo(3, 4, 0, &[]);
     // The demo has exited; its lane is kept and read from its oldest record.
     let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.step"]);
     assert!(out.status.success(), "echo: {}", out.stderr);
@@ -475,17 +464,7 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
 fn two_buses_side_by_side_stay_isolated() {
     let a = TestBus::up();
     let b = TestBus::up();
-    let out = a.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "2",
-        "--steps",
-        "2",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
+    a.demo(2, 2, 0, &[]);
     assert_eq!(a.ls()["producers"].as_array().map(Vec::len), Some(1));
     assert_eq!(b.ls()["producers"].as_array().map(Vec::len), Some(0));
     let out = b.run(&["echo", "--from", "oldest", "--until-end"]);
@@ -671,17 +650,7 @@ fn the_broker_survives_garbage_and_silent_clients() {
         bus.ls()["producers"].as_array().is_some(),
         "ls works meanwhile"
     );
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1",
-        "--steps",
-        "2",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
+    bus.demo(1, 2, 0, &[]);
     let closed = closed_within(&silent, WATCHDOG);
     assert_eq!(closed, Some(true), "silent: {closed:?}");
 }
@@ -740,16 +709,7 @@ fn consumer(bus: &TestBus, pid: u32) -> Option<Value> {
 #[test]
 fn a_stopped_consumer_is_shown_stale_with_its_loss_and_lag() {
     let bus = TestBus::up();
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "10",
-        "--rate",
-        "5000",
-    ]);
+    let mut cmd = bus.endless_demo("10", "5000");
     cmd.env("SNAPBUS_LANE_BYTES", "65536");
     let demo = Bg::spawn("demo", cmd);
     let demo_pid = demo.pid();
@@ -970,16 +930,7 @@ fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("--reset"), "{}", out.stdout);
     // Its own filter would silence the demo (it emits at INFO).
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "10",
-        "--rate",
-        "500",
-    ]);
+    let mut cmd = bus.endless_demo("10", "500");
     cmd.env("SNAPBUS_FILTER", "warn");
     let demo = Bg::spawn("demo", cmd);
     let pid = demo.pid();

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::bus::{TestBus, check_demo_line, demo_order, wait_until};
+use crate::bus::{Bg, TestBus, check_demo_grid, check_demo_line, demo_order, wait_until};
 use crate::util::WATCHDOG;
 
 const EPISODES: u64 = 60;
@@ -102,19 +102,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     assert!(ids(&before).contains(&(agg_id, true)), "{before:?}");
 
     let (e, s) = (EPISODES.to_string(), STEPS.to_string());
-    let mut demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &e,
-            "--steps",
-            &s,
-            "--rate",
-            RATE_HZ,
-        ],
-    );
+    let mut demo = Bg::spawn("demo", bus.demo_cmd(&e, &s, RATE_HZ));
     let demo_pid = demo.pid();
     for round in 0..2 {
         // Let the demo get a little ahead of the last outage, then take the broker away.
@@ -225,19 +213,8 @@ fn a_broker_killed_mid_run_loses_no_record() {
     // 6,060 events at 1,000 steps/s: about 6 s, so the broker is down and back meanwhile.
     let (episodes, steps) = (60u64, 100u64);
     let total = episodes * (steps + 1);
-    let mut demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &episodes.to_string(),
-            "--steps",
-            &steps.to_string(),
-            "--rate",
-            "1000",
-        ],
-    );
+    let (e, s) = (episodes.to_string(), steps.to_string());
+    let mut demo = Bg::spawn("demo", bus.demo_cmd(&e, &s, "1000"));
     let pid = demo.pid();
     wait_until("the demo is live", WATCHDOG, || {
         bus.producer(pid).is_some_and(|p| p["status"] == "live")
@@ -269,21 +246,7 @@ fn a_broker_killed_mid_run_loses_no_record() {
     assert!(extra.is_empty(), "more than --count: {extra:?}");
 
     // Every step of the grid, in order, nothing twice.
-    let check = |lines: &[Value]| {
-        assert_eq!(lines.len() as u64, total);
-        for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
-            check_demo_line(line, e, s);
-        }
-        let seqs: Vec<u64> = lines
-            .iter()
-            .map(|l| l["seq"].as_u64().expect("seq"))
-            .collect();
-        assert_eq!(
-            seqs,
-            (0..total).collect::<Vec<_>>(),
-            "no gap in the sequence"
-        );
-    };
+    let check = |lines: &[Value]| check_demo_grid(lines, episodes, steps);
     check(&lines);
     // The demo's count is what reached the lane, and the lane dropped nothing.
     assert!(

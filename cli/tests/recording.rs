@@ -805,19 +805,9 @@ exit $rc"#;
 #[test]
 fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
     let bus = TestBus::up();
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "100",
-        "--rate",
-        "2000",
-        "--image",
-        "16x16",
-    ]);
-    cmd.env("SNAPBUS_LANE_BYTES", "262144");
+    let mut cmd = bus.endless_demo("100", "2000");
+    cmd.args(["--image", "16x16"])
+        .env("SNAPBUS_LANE_BYTES", "262144");
     let demo = crate::bus::Bg::spawn("demo", cmd);
     let pid = demo.pid();
     // A young producer whose ring has not wrapped: it lost nothing, so no warning names it.
