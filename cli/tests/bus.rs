@@ -41,6 +41,13 @@ impl TestBus {
         Bg::spawn(name, self.cmd(args))
     }
 
+    /// [`Self::spawn`] of a subscriber (`echo`), once it says it has subscribed.
+    pub(crate) fn spawn_subscribed(&self, name: &str, args: &[&str]) -> Bg {
+        let bg = self.spawn(name, args);
+        bg.expect_stderr("subscribed");
+        bg
+    }
+
     /// The command of `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at
     /// once).
     pub(crate) fn demo_cmd(&self, episodes: &str, steps: &str, rate: &str) -> Command {
@@ -123,6 +130,15 @@ impl TestBus {
     /// The consumer with id `id` (as `attach` prints it) in `ls --json`.
     pub(crate) fn consumer_by_id(&self, id: &str) -> Option<Value> {
         self.consumer_where(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
+    }
+
+    /// Kills the producer `p` with SIGKILL and waits until `ls` shows it dead.
+    pub(crate) fn kill9_producer(&self, p: &mut Bg) {
+        let pid = p.pid();
+        p.kill9();
+        wait_until("ls shows the producer dead", WATCHDOG, || {
+            self.producer(pid).is_some_and(|p| p["status"] == "dead")
+        });
     }
 
     pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
@@ -333,9 +349,8 @@ fn echo_receives_exactly_the_demo_events_in_order() {
     let bus = TestBus::up();
     let (episodes, steps) = (4u64, 5u64);
     let n = (episodes * (steps + 1)) as usize;
-    let echo = bus.spawn("echo", &["echo", "--count", &n.to_string()]);
     // Subscribed (from the latest record) before the experiment starts.
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "--count", &n.to_string()]);
     bus.demo(4, 5, 0, &[]);
     let lines = echo.json_lines(n);
     check_demo_grid(&lines, episodes, steps);
@@ -395,15 +410,10 @@ fn a_late_echo_from_oldest_gets_the_history() {
 fn a_killed_producer_is_shown_dead_and_echo_ends_cleanly() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("200");
-    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "--until-end", "--from", "oldest"]);
     let first = echo.json_lines(5);
     assert_eq!(first[0]["seq"], 0);
-    let pid = demo.pid();
-    demo.kill9();
-    wait_until("ls shows the demo dead", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
-    });
+    bus.kill9_producer(&mut demo);
     let mut echo = echo;
     let (status, _) = echo.wait();
     assert!(status.success(), "{}", echo.log());
@@ -421,8 +431,7 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
     let demo = bus.spawn_demo("200");
     let pid = demo.pid();
     // A consumer attached before the broker dies keeps reading, and rejoins the new broker.
-    let echo = bus.spawn("echo", &["echo"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo"]);
     echo.json_lines(3);
     bus.kill9_broker();
     let out = bus.run(&["up"]);

@@ -62,8 +62,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     let mut reaper = Reaper::default();
     let bus = TestBus::up();
 
-    let echo = bus.spawn("echo", &["echo", "demo.*", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "demo.*", "--from", "oldest"]);
     let rec_id = attach(
         &bus,
         &[
@@ -219,11 +218,10 @@ fn a_broker_killed_mid_run_loses_no_record() {
     wait_until("the demo is live", WATCHDOG, || {
         bus.producer(pid).is_some_and(|p| p["status"] == "live")
     });
-    let echo = bus.spawn(
+    let echo = bus.spawn_subscribed(
         "echo",
         &["echo", "--from", "oldest", "--count", &total.to_string()],
     );
-    echo.expect_stderr("subscribed");
     let mut lines = echo.json_lines(50);
 
     bus.kill9_broker();

@@ -63,8 +63,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     assert_eq!(c["supervised"], true, "{c}");
     assert_eq!(c["status"], "running", "{c}");
     assert_eq!(c["info"]["kind"], "recorder", "{c}");
-    let live = bus.spawn("echo-live", &["echo", "--raw", "--count", "18"]);
-    live.expect_stderr("subscribed");
+    let live = bus.spawn_subscribed("echo-live", &["echo", "--raw", "--count", "18"]);
     // Emitted right after `attach` returned: every event must be in the file.
     run_demo(&bus, 3, 5, 0);
     let original = live.json_lines(18);
@@ -86,8 +85,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     out.assert_stdout_has("demo.step");
     out.assert_stdout_has("read through the footer");
 
-    let replayed = bus.spawn("echo-replay", &["echo", "--raw", "--count", "18"]);
-    replayed.expect_stderr("subscribed");
+    let replayed = bus.spawn_subscribed("echo-replay", &["echo", "--raw", "--count", "18"]);
     let out = bus.run(&["replay", "--max", s(&file)]);
     assert!(out.status.success(), "replay: {}", out.stderr);
     out.assert_stderr_has("18 records republished");
@@ -134,14 +132,10 @@ fn replay_keeps_the_original_timing_unless_told_otherwise() {
 fn a_snapshot_after_kill9_holds_the_dead_producers_last_events() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("200");
-    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "--until-end", "--from", "oldest"]);
     let mut seen = echo.json_lines(5);
     let pid = demo.pid();
-    demo.kill9();
-    wait_until("ls shows the demo dead", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
-    });
+    bus.kill9_producer(&mut demo);
     let mut echo = echo;
     let (status, rest) = echo.wait();
     assert!(status.success(), "{}", echo.log());

@@ -92,8 +92,7 @@ fn a_restarted_broker_keeps_ids_readopts_supervision_and_detach_stops_the_right_
     );
     let (agg, agg_pid) = attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]);
     let mut reaper = Reaper(vec![rec_pid, agg_pid]);
-    let echo = bus.spawn("echo", &["echo"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo"]);
     let echo_id = bus.ls()["consumers"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["info"]["pid"] == echo.pid()).cloned())
