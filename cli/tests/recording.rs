@@ -283,28 +283,22 @@ fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
     for (what, data, needle) in cases {
         let path = out_path(&format!("bad-{}.mcap", what.replace(' ', "-")));
         std::fs::write(&path, data).expect("write");
-        for verb in [vec!["inspect"], vec!["replay", "--print"], vec!["replay"]] {
-            let mut args = verb.clone();
-            args.push(s(&path));
-            let out = bus.run(&args);
-            assert!(!out.status.success(), "{what}: {verb:?} succeeded");
+        let refuses = |args: &[&str]| {
+            let out = bus.run(args);
+            assert!(!out.status.success(), "{what}: {args:?} succeeded");
             assert!(
                 out.stderr.contains(needle),
-                "{what}: {verb:?}: {needle:?} not in {}",
+                "{what}: {args:?}: {needle:?} not in {}",
                 out.stderr
             );
             assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
-        }
+        };
+        refuses(&["inspect", s(&path)]);
+        refuses(&["replay", "--print", s(&path)]);
+        refuses(&["replay", s(&path)]);
         let exported = out_path(&format!("bad-{}.jsonl", what.replace(' ', "-")));
         let _ = std::fs::remove_file(&exported);
-        let out = bus.run(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
-        assert!(!out.status.success(), "{what}: export succeeded");
-        assert!(
-            out.stderr.contains(needle),
-            "{what}: export: {}",
-            out.stderr
-        );
-        assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        refuses(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
     }
     let out = bus.run(&["inspect", s(&out_path("missing.mcap"))]);
     assert!(!out.status.success());
