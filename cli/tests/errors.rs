@@ -304,15 +304,22 @@ fn aggregate_schema_globs_that_match_nothing_are_reported() {
     assert!(!out.status.success(), "{}", out.stderr);
     out.assert_stderr_has("demo.step");
     assert_eq!(consumer_ids(&bus), Vec::<String>::new());
-    let out = bus.run(&["attach", "aggregator", "--schema", "nomatch.*"]);
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = attach_and_detach(&bus, &["attach", "aggregator", "--schema", "nomatch.*"]);
     assert!(
         out.stderr.contains("warning") && out.stderr.contains("demo.step"),
         "{}",
         out.stderr
     );
-    let out = bus.run(&["detach", out.stdout.trim()]);
+}
+
+/// `ARGS` (an `attach`), which succeeds, then `detach` of the consumer it started; what the
+/// `attach` printed.
+fn attach_and_detach(bus: &crate::bus::TestBus, args: &[&str]) -> crate::util::Output {
+    let out = bus.run(args);
     assert!(out.status.success(), "{}", out.stderr);
+    let detached = bus.run(&["detach", out.stdout.trim()]);
+    assert!(detached.status.success(), "{}", detached.stderr);
+    out
 }
 
 /// Issue 15, item 16: `--field` and `--episode-field` that name no field of the summarized
@@ -363,23 +370,18 @@ fn aggregate_fields_that_match_nothing_are_reported() {
     );
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "{}", out.stderr);
-    let out = bus.run(&[
-        "attach",
-        "aggregator",
-        "--schema",
-        "demo.step",
-        "--episode-field",
-        "nope",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("warning: demo.step v1 has no integer field \"nope\""),
-        "{}",
-        out.stderr
+    let out = attach_and_detach(
+        &bus,
+        &[
+            "attach",
+            "aggregator",
+            "--schema",
+            "demo.step",
+            "--episode-field",
+            "nope",
+        ],
     );
-    let out = bus.run(&["detach", out.stdout.trim()]);
-    assert!(out.status.success(), "{}", out.stderr);
+    out.assert_stderr_has("warning: demo.step v1 has no integer field \"nope\"");
 }
 
 /// Issue 15, item 16 (and the repro of item 8): `attach recorder -o PATH` where the file cannot
