@@ -871,12 +871,8 @@ fn damaged_frames_are_skipped_fast_and_counted_as_damage() {
                 .is_some_and(|r| r.contains("'demo'") && r.contains("magic"))
         })
     });
-    let text = bus.run(&["ls"]);
-    assert!(
-        text.stdout.contains("refuses producer 'demo'"),
-        "{}",
-        text.stdout
-    );
+    bus.run(&["ls"])
+        .assert_stdout_has("refuses producer 'demo'");
 }
 
 /// A producer's rate and its schemas' rates come from the same ring timestamps, so they agree;
