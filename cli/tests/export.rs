@@ -286,6 +286,23 @@ pub(crate) fn record_mixed(path: &Path) {
     d.finish();
 }
 
+/// The recording of [`record_mixed`], written to `tmp(name)`.
+fn mixed(name: &str) -> PathBuf {
+    let rec = tmp(name);
+    record_mixed(&rec);
+    rec
+}
+
+/// Exports [`mixed`]`(name)` as `format` to `tmp(out)`, which must succeed: the recording, the
+/// output and what `export` printed.
+fn export_mixed(name: &str, format: &str, out: &str) -> (PathBuf, PathBuf, Output) {
+    let rec = mixed(name);
+    let out = tmp(out);
+    let o = export(&rec, format, &out, &[]);
+    assert_ok(&o);
+    (rec, out, o)
+}
+
 fn read_lines(path: &Path) -> Vec<Json> {
     std::fs::read_to_string(path)
         .expect("read output")
@@ -356,11 +373,7 @@ fn jsonl_holds_every_record_as_echo_prints_it() {
 
 #[test]
 fn jsonl_writes_loss_records_and_every_version() {
-    let rec = tmp("mixed-j.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed.jsonl");
-    let o = export(&rec, "jsonl", &out, &[]);
-    assert_ok(&o);
+    let (_, out, o) = export_mixed("mixed-j.mcap", "jsonl", "mixed.jsonl");
     o.assert_stderr_has("1 loss record →");
     let lines = read_lines(&out);
     assert_eq!(lines.len(), 30 + 5 + 1 + 4);
@@ -414,11 +427,7 @@ fn dir_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn csv_has_a_file_per_schema_and_version_with_flattened_columns() {
-    let rec = tmp("mixed-c.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed-csv");
-    let o = export(&rec, "csv", &out, &[]);
-    assert_ok(&o);
+    let (rec, out, o) = export_mixed("mixed-c.mcap", "csv", "mixed-csv");
     assert_eq!(
         dir_files(&out),
         [
@@ -538,11 +547,7 @@ fn read_mcap(bytes: &[u8]) -> (mcap::Summary, Vec<mcap::Message<'static>>) {
 
 #[test]
 fn mcap_json_reads_back_with_the_mcap_crate() {
-    let rec = tmp("mixed-m.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed-json.mcap");
-    let o = export(&rec, "mcap-json", &out, &[]);
-    assert_ok(&o);
+    let (_, out, _) = export_mixed("mixed-m.mcap", "mcap-json", "mixed-json.mcap");
     let bytes = std::fs::read(&out).expect("read");
     let (summary, messages) = read_mcap(&bytes);
     // exp.obs, exp.tick v1, exp.tick v2, snapbus.loss.
@@ -715,8 +720,7 @@ fn a_cut_recording_exports_what_precedes_the_cut_then_fails_naming_the_offset() 
 
 #[test]
 fn existing_output_is_refused_without_force() {
-    let rec = tmp("mixed-f.mcap");
-    record_mixed(&rec);
+    let rec = mixed("mixed-f.mcap");
     let out = tmp("exists.jsonl");
     std::fs::write(&out, "keep me").expect("write");
     let o = export(&rec, "jsonl", &out, &[]);
@@ -752,8 +756,7 @@ fn existing_output_is_refused_without_force() {
 #[cfg(not(feature = "parquet"))]
 #[test]
 fn parquet_without_the_feature_is_a_clear_error() {
-    let rec = tmp("mixed-p0.mcap");
-    record_mixed(&rec);
+    let rec = mixed("mixed-p0.mcap");
     let out = tmp("no-parquet");
     let o = export(&rec, "parquet", &out, &[]);
     assert!(!o.status.success());
@@ -767,11 +770,7 @@ fn parquet_without_the_feature_is_a_clear_error() {
 fn parquet_has_typed_columns_and_every_row() {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    let rec = tmp("mixed-p.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed-parquet");
-    let o = export(&rec, "parquet", &out, &[]);
-    assert_ok(&o);
+    let (_, out, _) = export_mixed("mixed-p.mcap", "parquet", "mixed-parquet");
     assert_eq!(
         dir_files(&out),
         [
@@ -890,31 +889,24 @@ fn python_mcap_reads_the_recording_and_the_mcap_json_export() {
     if !python_with("mcap") {
         return;
     }
-    let rec = tmp("mixed-py.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed-py-json.mcap");
-    assert_ok(&export(&rec, "mcap-json", &out, &[]));
+    let (rec, out, _) = export_mixed("mixed-py.mcap", "mcap-json", "mixed-py-json.mcap");
     let topics = json!({"exp.obs": 30, "exp.tick": 9, "snapbus.loss": 1});
     for mode in [None, Some("--stream")] {
-        let mut args = vec![path_str(&rec)];
-        args.extend(mode);
-        let r = python_json("check_mcap.py", &args);
-        assert_eq!(r["messages"], 40, "{r}");
-        assert_eq!(r["topics"], topics, "{r}");
-        assert_eq!(r["schemas"], 4, "{r}");
-        assert_eq!(r["channels"], 4, "{r}");
-        assert_eq!(r["schema_encodings"], json!(["snapbus.descriptor"]), "{r}");
-        assert_eq!(r["message_encodings"], json!(["snapbus"]), "{r}");
-
-        let mut args = vec![path_str(&out)];
-        args.extend(mode);
-        let j = python_json("check_mcap.py", &args);
-        assert_eq!(j["messages"], 40, "{j}");
-        assert_eq!(j["topics"], topics, "{j}");
-        assert_eq!(j["schemas"], 4, "{j}");
-        assert_eq!(j["channels"], 4, "{j}");
-        assert_eq!(j["schema_encodings"], json!(["jsonschema"]), "{j}");
-        assert_eq!(j["message_encodings"], json!(["json"]), "{j}");
+        // The recording, then its export: the same messages, encoded their own way.
+        let check = |file: &Path, schema_encoding: &str, message_encoding: &str| {
+            let mut args = vec![path_str(file)];
+            args.extend(mode);
+            let r = python_json("check_mcap.py", &args);
+            assert_eq!(r["messages"], 40, "{r}");
+            assert_eq!(r["topics"], topics, "{r}");
+            assert_eq!(r["schemas"], 4, "{r}");
+            assert_eq!(r["channels"], 4, "{r}");
+            assert_eq!(r["schema_encodings"], json!([schema_encoding]), "{r}");
+            assert_eq!(r["message_encodings"], json!([message_encoding]), "{r}");
+            r
+        };
+        check(&rec, "snapbus.descriptor", "snapbus");
+        let j = check(&out, "jsonschema", "json");
         assert_eq!(j["json_messages"], 40, "every message parses as JSON: {j}");
         assert_eq!(j["json_schemas"], 4, "every schema parses as JSON: {j}");
         assert_eq!(
@@ -931,10 +923,7 @@ fn pyarrow_and_pandas_read_the_parquet_export() {
     if !python_with("pyarrow, pandas") {
         return;
     }
-    let rec = tmp("mixed-pq-py.mcap");
-    record_mixed(&rec);
-    let out = tmp("mixed-pq-py");
-    assert_ok(&export(&rec, "parquet", &out, &[]));
+    let (_, out, _) = export_mixed("mixed-pq-py.mcap", "parquet", "mixed-pq-py");
     let r = python_json("check_parquet.py", &[path_str(&out)]);
     let obs_table = &r["exp.obs.parquet"];
     assert_eq!(obs_table["rows"], 30, "{r}");
@@ -1011,8 +1000,7 @@ pub(crate) fn mode(path: &Path) -> u32 {
 /// every format, whatever the umask lets through.
 #[test]
 fn every_export_file_and_directory_is_private() {
-    let rec = tmp("modes.mcap");
-    record_mixed(&rec);
+    let rec = mixed("modes.mcap");
     let mut formats = vec![("jsonl", false), ("mcap-json", false), ("csv", true)];
     if cfg!(feature = "parquet") {
         formats.push(("parquet", true));
@@ -1039,8 +1027,7 @@ fn every_export_file_and_directory_is_private() {
 /// among several that matches nothing is a warning.
 #[test]
 fn a_schema_glob_that_matches_nothing_is_an_error_naming_the_schemas() {
-    let rec = tmp("nomatch.mcap");
-    record_mixed(&rec);
+    let rec = mixed("nomatch.mcap");
     let mut formats = vec!["jsonl", "csv", "mcap-json"];
     if cfg!(feature = "parquet") {
         formats.push("parquet");
@@ -1106,8 +1093,7 @@ fn assert_time_ordered(lines: &[Json]) {
 #[test]
 fn replay_print_merges_producers_by_record_time() {
     // alpha at 1000.., beta at 2000.. but written interleaved; then beta's loss and v2 ticks.
-    let rec = tmp("merge-mixed.mcap");
-    record_mixed(&rec);
+    let rec = mixed("merge-mixed.mcap");
     let (lines, out) = replay_print(&rec);
     assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(lines.len(), 39, "{}", out.stderr);
