@@ -118,14 +118,7 @@ fn consumer_arguments_starting_with_a_dash_reach_the_consumer() {
     ]);
     assert!(out.status.success(), "{}", out.stderr);
     let id = out.stdout.trim().to_owned();
-    let ls = bus.ls();
-    let c = ls["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
-        .cloned()
-        .expect("the aggregator in ls");
+    let c = bus.consumer_by_id(&id).expect("the aggregator in ls");
     assert!(
         c["status"]
             .as_str()
