@@ -196,8 +196,7 @@ fn replay_refuses_an_empty_name() {
 /// is created, naming the schemas that are there.
 #[test]
 fn snapshot_of_a_schema_glob_that_matches_nothing_is_an_error() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     let file = crate::export::tmp("snap-nomatch.mcap");
     let out = bus.run(&[
         "snapshot",
@@ -247,6 +246,14 @@ fn rotating_recorders_name_the_files_they_write() {
     assert!(line.contains(want.to_str().expect("utf-8")), "{line}");
 }
 
+/// A bus whose rings hold a short demo that has ended (1 episode of 3 steps): its schemas are
+/// on the bus.
+fn bus_after_a_short_demo() -> crate::bus::TestBus {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    bus
+}
+
 /// The ids of the consumers in `ls`.
 fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
     bus.consumers()
@@ -259,8 +266,7 @@ fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
 /// is read; `attach aggregator` fails in the caller and starts nothing.
 #[test]
 fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     // /proc exists and takes no new files, even for root.
     let out = bus.run(&["aggregate", "--until-end", "--csv", "/proc"]);
     assert!(!out.status.success(), "{}", out.stderr);
@@ -276,8 +282,7 @@ fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
 /// with `--until-end` and a warning to the caller on a live bus, naming the schemas there.
 #[test]
 fn aggregate_schema_globs_that_match_nothing_are_reported() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     let out = bus.run(&["aggregate", "--until-end", "--schema", "nomatch.*"]);
     assert!(!out.status.success(), "{}", out.stderr);
     assert!(
@@ -320,8 +325,7 @@ fn attach_and_detach(bus: &crate::bus::TestBus, args: &[&str]) -> crate::util::O
 /// otherwise.
 #[test]
 fn aggregate_fields_that_match_nothing_are_reported() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     for (flag, needle) in [
         ("--field", "--field 'nope' matched no field of demo.step v1"),
         ("--episode-field", "--episode-field 'nope'"),
