@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
 use crate::demo::{demo_leaves, expected_mode as mode};
-use crate::util::{WATCHDOG, runtime_root};
+use crate::util::{WATCHDOG, kill9, runtime_root};
 
 /// Checks the `stats` of a summary against the demo steps `(e, s)` it covers.
 fn check_stats(summary: &Value, steps: &[(u64, u64)]) {
@@ -61,14 +61,9 @@ fn summaries(bus: &TestBus, glob: &str, n: usize) -> Vec<Value> {
 }
 
 fn attach(bus: &TestBus, args: &[&str]) -> Vec<String> {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    let ids: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
-    assert!(
-        ids.iter().all(|i| i.parse::<u64>().is_ok()),
-        "ids: {:?}",
-        out.stdout
-    );
+    let out = bus.attach(args);
+    let ids: Vec<String> = out.lines().map(str::to_owned).collect();
+    assert!(ids.iter().all(|i| i.parse::<u64>().is_ok()), "ids: {out:?}");
     ids
 }
 
@@ -238,24 +233,13 @@ fn a_killed_worker_shows_in_ls_and_its_restart_reports_what_the_ring_lost() {
     );
     // Kill worker 2 of 3; it is restarted after a second.
     let worker = |kind: &str| -> Value {
-        bus.ls()["consumers"]
-            .as_array()
-            .expect("consumers")
-            .iter()
-            .find(|c| c["info"]["kind"] == kind)
-            .cloned()
+        bus.consumer_where(|c| c["info"]["kind"] == kind)
             .unwrap_or(Value::Null)
     };
     let pid = worker("aggregator-2of3")["info"]["pid"]
         .as_u64()
         .expect("pid");
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .expect("kill")
-            .success()
-    );
+    kill9(pid);
     // Meanwhile a demo with a 64 KiB ring (about 450 steps) emits 2,000 steps: the restarted
     // worker finds most of them overwritten.
     bus.demo(20, 100, 0, &[("SNAPBUS_LANE_BYTES", "65536")]);
@@ -333,13 +317,7 @@ fn a_restarted_aggregator_emits_every_window_once_and_its_experiment_counts_them
         })
     };
     let (first_pid, _) = pid(&bus).expect("the aggregator in ls");
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-9", &first_pid.to_string()])
-            .status()
-            .expect("kill")
-            .success()
-    );
+    kill9(first_pid);
     wait_until("ls shows the aggregator restarted", WATCHDOG, || {
         pid(&bus).is_some_and(|(p, status)| p != first_pid && status.contains("restarted 1x"))
     });

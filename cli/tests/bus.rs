@@ -4,7 +4,7 @@
 //! and every bus is taken down on drop.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,21 +41,37 @@ impl TestBus {
         Bg::spawn(name, self.cmd(args))
     }
 
+    /// [`Self::spawn`] of a subscriber (`echo`), once it says it has subscribed.
+    pub(crate) fn spawn_subscribed(&self, name: &str, args: &[&str]) -> Bg {
+        let bg = self.spawn(name, args);
+        bg.expect_stderr("subscribed");
+        bg
+    }
+
+    /// The command of `snapbus demo --no-echo` of `episodes` × `steps` at `rate` steps/s (0: at
+    /// once).
+    pub(crate) fn demo_cmd(&self, episodes: &str, steps: &str, rate: &str) -> Command {
+        self.cmd(&[
+            "demo",
+            "--no-echo",
+            "--episodes",
+            episodes,
+            "--steps",
+            steps,
+            "--rate",
+            rate,
+        ])
+    }
+
+    /// The command of a demo that runs until killed, with episodes of `steps` steps, emitting
+    /// `rate` steps per second.
+    pub(crate) fn endless_demo(&self, steps: &str, rate: &str) -> Command {
+        self.demo_cmd("1000000", steps, rate)
+    }
+
     /// A demo that runs until killed, emitting `rate` steps per second, once it is live.
     pub(crate) fn spawn_demo(&self, rate: &str) -> Bg {
-        let demo = self.spawn(
-            "demo",
-            &[
-                "demo",
-                "--no-echo",
-                "--episodes",
-                "1000000",
-                "--steps",
-                "10",
-                "--rate",
-                rate,
-            ],
-        );
+        let demo = Bg::spawn("demo", self.endless_demo("10", rate));
         let pid = demo.pid();
         wait_until("the demo is live", WATCHDOG, || {
             self.producer(pid).is_some_and(|p| p["status"] == "live")
@@ -67,16 +83,7 @@ impl TestBus {
     /// extra environment variables, run to its end.
     pub(crate) fn demo(&self, episodes: u32, steps: u32, rate: u32, env: &[(&str, &str)]) {
         let (e, s, r) = (episodes.to_string(), steps.to_string(), rate.to_string());
-        let mut cmd = self.cmd(&[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &e,
-            "--steps",
-            &s,
-            "--rate",
-            &r,
-        ]);
+        let mut cmd = self.demo_cmd(&e, &s, &r);
         cmd.envs(env.iter().copied());
         let out = run_cmd(&mut cmd);
         assert!(out.status.success(), "demo: {}", out.stderr);
@@ -96,6 +103,42 @@ impl TestBus {
         let out = self.run(&["ls", "--json"]);
         assert!(out.status.success(), "ls: {}", out.stderr);
         serde_json::from_str(out.stdout.trim()).expect("ls --json is JSON")
+    }
+
+    /// Runs `snapbus ARGS` (an `attach` or `spawn`), asserting success; what it printed (the
+    /// ids or URL), trimmed.
+    #[track_caller]
+    pub(crate) fn attach(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{args:?}: {}", out.stderr);
+        out.stdout.trim().to_owned()
+    }
+
+    /// The consumers in `ls --json`.
+    pub(crate) fn consumers(&self) -> Vec<Value> {
+        self.ls()["consumers"]
+            .as_array()
+            .expect("consumers")
+            .clone()
+    }
+
+    /// The first consumer in `ls --json` that `pick` picks.
+    pub(crate) fn consumer_where(&self, pick: impl Fn(&Value) -> bool) -> Option<Value> {
+        self.consumers().into_iter().find(|c| pick(c))
+    }
+
+    /// The consumer with id `id` (as `attach` prints it) in `ls --json`.
+    pub(crate) fn consumer_by_id(&self, id: &str) -> Option<Value> {
+        self.consumer_where(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
+    }
+
+    /// Kills the producer `p` with SIGKILL and waits until `ls` shows it dead.
+    pub(crate) fn kill9_producer(&self, p: &mut Bg) {
+        let pid = p.pid();
+        p.kill9();
+        wait_until("ls shows the producer dead", WATCHDOG, || {
+            self.producer(pid).is_some_and(|p| p["status"] == "dead")
+        });
     }
 
     pub(crate) fn producer(&self, pid: u32) -> Option<Value> {
@@ -143,12 +186,7 @@ pub(crate) struct Bg {
 
 impl Bg {
     pub(crate) fn spawn(name: &str, mut cmd: Command) -> Bg {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn snapbus");
+        let mut child = crate::util::spawn_piped(&mut cmd);
         let log = Arc::new(Mutex::new(String::new()));
         let pipe = |r: Box<dyn std::io::Read + Send>, tag: &'static str| {
             let (tx, rx) = channel();
@@ -279,6 +317,26 @@ pub(crate) fn check_demo_line(line: &Value, episode: u64, step: Option<u64>) {
     assert_eq!(line["producer"]["name"], "demo", "{line}");
 }
 
+/// Checks that `lines` are the demo's records of `episodes` × `steps`, each as the demo makes
+/// it, in order, numbered from 0 with nothing lost and nothing twice.
+#[track_caller]
+pub(crate) fn check_demo_grid(lines: &[Value], episodes: u64, steps: u64) {
+    let order = demo_order(episodes, steps);
+    assert_eq!(lines.len(), order.len(), "one line per record of the grid");
+    for (line, (e, s)) in lines.iter().zip(order) {
+        check_demo_line(line, e, s);
+    }
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..lines.len() as u64).collect::<Vec<_>>(),
+        "nothing lost, nothing twice"
+    );
+}
+
 /// The demo's events in order: (episode, Some(step)) for steps, (episode, None) for ends.
 pub(crate) fn demo_order(episodes: u64, steps: u64) -> Vec<(u64, Option<u64>)> {
     (0..episodes)
@@ -291,33 +349,11 @@ fn echo_receives_exactly_the_demo_events_in_order() {
     let bus = TestBus::up();
     let (episodes, steps) = (4u64, 5u64);
     let n = (episodes * (steps + 1)) as usize;
-    let echo = bus.spawn("echo", &["echo", "--count", &n.to_string()]);
     // Subscribed (from the latest record) before the experiment starts.
-    echo.expect_stderr("subscribed");
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "4",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    let echo = bus.spawn_subscribed("echo", &["echo", "--count", &n.to_string()]);
+    bus.demo(4, 5, 0, &[]);
     let lines = echo.json_lines(n);
-    for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
-        check_demo_line(line, e, s);
-    }
-    let seqs: Vec<u64> = lines
-        .iter()
-        .map(|l| l["seq"].as_u64().expect("seq"))
-        .collect();
-    assert_eq!(
-        seqs,
-        (0..n as u64).collect::<Vec<_>>(),
-        "nothing lost, nothing twice"
-    );
+    check_demo_grid(&lines, episodes, steps);
     let mut echo = echo;
     let (status, rest) = echo.wait();
     assert!(status.success(), "{}", echo.log());
@@ -327,25 +363,11 @@ fn echo_receives_exactly_the_demo_events_in_order() {
 #[test]
 fn a_late_echo_from_oldest_gets_the_history() {
     let bus = TestBus::up();
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "3",
-        "--steps",
-        "4",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    bus.demo(3, 4, 0, &[]);
     // The demo has exited; its lane is kept and read from its oldest record.
     let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.step"]);
     assert!(out.status.success(), "echo: {}", out.stderr);
-    let lines: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let lines = out.json_lines();
     let expected: Vec<_> = demo_order(3, 4)
         .into_iter()
         .filter(|(_, s)| s.is_some())
@@ -388,15 +410,10 @@ fn a_late_echo_from_oldest_gets_the_history() {
 fn a_killed_producer_is_shown_dead_and_echo_ends_cleanly() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("200");
-    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "--until-end", "--from", "oldest"]);
     let first = echo.json_lines(5);
     assert_eq!(first[0]["seq"], 0);
-    let pid = demo.pid();
-    demo.kill9();
-    wait_until("ls shows the demo dead", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
-    });
+    bus.kill9_producer(&mut demo);
     let mut echo = echo;
     let (status, _) = echo.wait();
     assert!(status.success(), "{}", echo.log());
@@ -414,8 +431,7 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
     let demo = bus.spawn_demo("200");
     let pid = demo.pid();
     // A consumer attached before the broker dies keeps reading, and rejoins the new broker.
-    let echo = bus.spawn("echo", &["echo"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo"]);
     echo.json_lines(3);
     bus.kill9_broker();
     let out = bus.run(&["up"]);
@@ -457,17 +473,7 @@ fn a_killed_broker_is_replaced_and_the_producer_readopted() {
 fn two_buses_side_by_side_stay_isolated() {
     let a = TestBus::up();
     let b = TestBus::up();
-    let out = a.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "2",
-        "--steps",
-        "2",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
+    a.demo(2, 2, 0, &[]);
     assert_eq!(a.ls()["producers"].as_array().map(Vec::len), Some(1));
     assert_eq!(b.ls()["producers"].as_array().map(Vec::len), Some(0));
     let out = b.run(&["echo", "--from", "oldest", "--until-end"]);
@@ -653,17 +659,7 @@ fn the_broker_survives_garbage_and_silent_clients() {
         bus.ls()["producers"].as_array().is_some(),
         "ls works meanwhile"
     );
-    let out = bus.run(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1",
-        "--steps",
-        "2",
-        "--rate",
-        "0",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
+    bus.demo(1, 2, 0, &[]);
     let closed = closed_within(&silent, WATCHDOG);
     assert_eq!(closed, Some(true), "silent: {closed:?}");
 }
@@ -713,12 +709,7 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
 
 /// The consumer with process id `pid` in `ls --json`.
 fn consumer(bus: &TestBus, pid: u32) -> Option<Value> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["info"]["pid"] == pid)
-        .cloned()
+    bus.consumer_where(|c| c["info"]["pid"] == pid)
 }
 
 /// A SIGSTOPped consumer does not report; `ls` shows it stale, and works out from its last
@@ -727,16 +718,7 @@ fn consumer(bus: &TestBus, pid: u32) -> Option<Value> {
 #[test]
 fn a_stopped_consumer_is_shown_stale_with_its_loss_and_lag() {
     let bus = TestBus::up();
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "10",
-        "--rate",
-        "5000",
-    ]);
+    let mut cmd = bus.endless_demo("10", "5000");
     cmd.env("SNAPBUS_LANE_BYTES", "65536");
     let demo = Bg::spawn("demo", cmd);
     let demo_pid = demo.pid();
@@ -889,12 +871,8 @@ fn damaged_frames_are_skipped_fast_and_counted_as_damage() {
                 .is_some_and(|r| r.contains("'demo'") && r.contains("magic"))
         })
     });
-    let text = bus.run(&["ls"]);
-    assert!(
-        text.stdout.contains("refuses producer 'demo'"),
-        "{}",
-        text.stdout
-    );
+    bus.run(&["ls"])
+        .assert_stdout_has("refuses producer 'demo'");
 }
 
 /// A producer's rate and its schemas' rates come from the same ring timestamps, so they agree;
@@ -957,16 +935,7 @@ fn the_bus_filter_overrides_producers_own_visibly_until_reset() {
     assert!(out.status.success(), "{}", out.stderr);
     assert!(out.stdout.contains("--reset"), "{}", out.stdout);
     // Its own filter would silence the demo (it emits at INFO).
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "10",
-        "--rate",
-        "500",
-    ]);
+    let mut cmd = bus.endless_demo("10", "500");
     cmd.env("SNAPBUS_FILTER", "warn");
     let demo = Bg::spawn("demo", cmd);
     let pid = demo.pid();

@@ -58,11 +58,7 @@ fn demo_emits_the_documented_values_in_order() {
         "0",
     ]);
     assert!(out.status.success(), "{}", out.stderr);
-    let all: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let all = out.json_lines();
     // The events, and the aggregator's summaries: one per episode, one for the experiment.
     let (summaries, lines): (Vec<&Value>, Vec<&Value>) =
         all.iter().partition(|l| l["schema"] == "demo.step.summary");
@@ -220,27 +216,25 @@ fn demo_refuses_a_bad_lane_size() {
 
 #[test]
 fn demo_counts_only_the_events_it_wrote() {
+    let demo = |filter: &str| {
+        let out = run_cmd(
+            snapbus()
+                .args(["demo", "--no-echo", "--rate", "0"])
+                .args(["--episodes", "2", "--steps", "3"])
+                .env("SNAPBUS_FILTER", filter),
+        );
+        assert!(out.status.success(), "{}", out.stderr);
+        out
+    };
     // Everything the demo emits is INFO under `demo`: `warn` filters all of it out.
-    let out = run_cmd(
-        snapbus()
-            .args(["demo", "--no-echo", "--rate", "0"])
-            .args(["--episodes", "2", "--steps", "3"])
-            .env("SNAPBUS_FILTER", "warn"),
-    );
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = demo("warn");
     assert!(
         out.stderr.contains("emitted 0 of 8 events")
             && out.stderr.contains("8 filtered out by the level filter"),
         "{}",
         out.stderr
     );
-    let out = run_cmd(
-        snapbus()
-            .args(["demo", "--no-echo", "--rate", "0"])
-            .args(["--episodes", "2", "--steps", "3"])
-            .env("SNAPBUS_FILTER", "warn,demo=info"),
-    );
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = demo("warn,demo=info");
     out.assert_stderr_has("emitted 8 of 8 events");
     assert!(!out.stderr.contains("filtered"), "{}", out.stderr);
 }

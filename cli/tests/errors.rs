@@ -118,14 +118,7 @@ fn consumer_arguments_starting_with_a_dash_reach_the_consumer() {
     ]);
     assert!(out.status.success(), "{}", out.stderr);
     let id = out.stdout.trim().to_owned();
-    let ls = bus.ls();
-    let c = ls["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
-        .cloned()
-        .expect("the aggregator in ls");
+    let c = bus.consumer_by_id(&id).expect("the aggregator in ls");
     assert!(
         c["status"]
             .as_str()
@@ -203,8 +196,7 @@ fn replay_refuses_an_empty_name() {
 /// is created, naming the schemas that are there.
 #[test]
 fn snapshot_of_a_schema_glob_that_matches_nothing_is_an_error() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     let file = crate::export::tmp("snap-nomatch.mcap");
     let out = bus.run(&[
         "snapshot",
@@ -254,11 +246,17 @@ fn rotating_recorders_name_the_files_they_write() {
     assert!(line.contains(want.to_str().expect("utf-8")), "{line}");
 }
 
+/// A bus whose rings hold a short demo that has ended (1 episode of 3 steps): its schemas are
+/// on the bus.
+fn bus_after_a_short_demo() -> crate::bus::TestBus {
+    let bus = crate::bus::TestBus::up();
+    bus.demo(1, 3, 0, &[]);
+    bus
+}
+
 /// The ids of the consumers in `ls`.
 fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
+    bus.consumers()
         .iter()
         .map(|c| c["id"].to_string())
         .collect()
@@ -268,8 +266,7 @@ fn consumer_ids(bus: &crate::bus::TestBus) -> Vec<String> {
 /// is read; `attach aggregator` fails in the caller and starts nothing.
 #[test]
 fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     // /proc exists and takes no new files, even for root.
     let out = bus.run(&["aggregate", "--until-end", "--csv", "/proc"]);
     assert!(!out.status.success(), "{}", out.stderr);
@@ -285,8 +282,7 @@ fn aggregate_csv_into_an_unwritable_directory_fails_before_reading() {
 /// with `--until-end` and a warning to the caller on a live bus, naming the schemas there.
 #[test]
 fn aggregate_schema_globs_that_match_nothing_are_reported() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     let out = bus.run(&["aggregate", "--until-end", "--schema", "nomatch.*"]);
     assert!(!out.status.success(), "{}", out.stderr);
     assert!(
@@ -306,15 +302,22 @@ fn aggregate_schema_globs_that_match_nothing_are_reported() {
     assert!(!out.status.success(), "{}", out.stderr);
     out.assert_stderr_has("demo.step");
     assert_eq!(consumer_ids(&bus), Vec::<String>::new());
-    let out = bus.run(&["attach", "aggregator", "--schema", "nomatch.*"]);
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = attach_and_detach(&bus, &["attach", "aggregator", "--schema", "nomatch.*"]);
     assert!(
         out.stderr.contains("warning") && out.stderr.contains("demo.step"),
         "{}",
         out.stderr
     );
-    let out = bus.run(&["detach", out.stdout.trim()]);
+}
+
+/// `ARGS` (an `attach`), which succeeds, then `detach` of the consumer it started; what the
+/// `attach` printed.
+fn attach_and_detach(bus: &crate::bus::TestBus, args: &[&str]) -> crate::util::Output {
+    let out = bus.run(args);
     assert!(out.status.success(), "{}", out.stderr);
+    let detached = bus.run(&["detach", out.stdout.trim()]);
+    assert!(detached.status.success(), "{}", detached.stderr);
+    out
 }
 
 /// Issue 15, item 16: `--field` and `--episode-field` that name no field of the summarized
@@ -322,8 +325,7 @@ fn aggregate_schema_globs_that_match_nothing_are_reported() {
 /// otherwise.
 #[test]
 fn aggregate_fields_that_match_nothing_are_reported() {
-    let bus = crate::bus::TestBus::up();
-    bus.demo(1, 3, 0, &[]);
+    let bus = bus_after_a_short_demo();
     for (flag, needle) in [
         ("--field", "--field 'nope' matched no field of demo.step v1"),
         ("--episode-field", "--episode-field 'nope'"),
@@ -349,18 +351,10 @@ fn aggregate_fields_that_match_nothing_are_reported() {
     ]);
     assert!(out.status.success(), "{}", out.stderr);
     // The caller is told (the demo's schemas are known to this build).
-    assert!(
-        out.stderr
-            .contains("warning: --field 'nope' matches no numeric field of demo.step v1"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("warning: --field 'nope' matches no numeric field of demo.step v1");
     let id = out.stdout.trim().to_owned();
-    let log = bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id.as_str()))
+    let log = bus
+        .consumer_by_id(&id)
         .and_then(|c| c["log"].as_str().map(str::to_owned))
         .expect("the aggregator's log");
     crate::bus::wait_until(
@@ -373,23 +367,18 @@ fn aggregate_fields_that_match_nothing_are_reported() {
     );
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "{}", out.stderr);
-    let out = bus.run(&[
-        "attach",
-        "aggregator",
-        "--schema",
-        "demo.step",
-        "--episode-field",
-        "nope",
-    ]);
-    assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("warning: demo.step v1 has no integer field \"nope\""),
-        "{}",
-        out.stderr
+    let out = attach_and_detach(
+        &bus,
+        &[
+            "attach",
+            "aggregator",
+            "--schema",
+            "demo.step",
+            "--episode-field",
+            "nope",
+        ],
     );
-    let out = bus.run(&["detach", out.stdout.trim()]);
-    assert!(out.status.success(), "{}", out.stderr);
+    out.assert_stderr_has("warning: demo.step v1 has no integer field \"nope\"");
 }
 
 /// Issue 15, item 16 (and the repro of item 8): `attach recorder -o PATH` where the file cannot

@@ -21,14 +21,8 @@ fn s(p: &Path) -> &str {
 }
 
 fn attach(bus: &TestBus, args: &[&str]) -> String {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    out.stdout
-        .lines()
-        .next()
-        .expect("id or URL")
-        .trim()
-        .to_owned()
+    let out = bus.attach(args);
+    out.lines().next().expect("id or URL").trim().to_owned()
 }
 
 fn detach(bus: &TestBus, id: &str) {

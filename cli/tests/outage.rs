@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::bus::{TestBus, check_demo_line, demo_order, wait_until};
+use crate::bus::{Bg, TestBus, check_demo_grid, check_demo_line, demo_order, wait_until};
 use crate::util::WATCHDOG;
 
 const EPISODES: u64 = 60;
@@ -17,16 +17,14 @@ const RATE_HZ: &str = "10000";
 
 /// The ids of the consumers `ls` shows as running, by pid.
 fn consumers(bus: &TestBus) -> BTreeMap<u64, Value> {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
+    bus.consumers()
+        .into_iter()
         .filter(|c| {
             c["status"]
                 .as_str()
                 .is_some_and(|s| s.starts_with("running"))
         })
-        .map(|c| (c["info"]["pid"].as_u64().expect("pid"), c.clone()))
+        .map(|c| (c["info"]["pid"].as_u64().expect("pid"), c))
         .collect()
 }
 
@@ -47,12 +45,9 @@ impl Drop for Reaper {
 
 /// The id `attach` printed.
 fn attach(bus: &TestBus, args: &[&str]) -> u64 {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    out.stdout
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?} printed {:?}", out.stdout))
+    let out = bus.attach(args);
+    out.parse()
+        .unwrap_or_else(|_| panic!("{args:?} printed {out:?}"))
 }
 
 #[test]
@@ -67,8 +62,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     let mut reaper = Reaper::default();
     let bus = TestBus::up();
 
-    let echo = bus.spawn("echo", &["echo", "demo.*", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "demo.*", "--from", "oldest"]);
     let rec_id = attach(
         &bus,
         &[
@@ -107,19 +101,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     assert!(ids(&before).contains(&(agg_id, true)), "{before:?}");
 
     let (e, s) = (EPISODES.to_string(), STEPS.to_string());
-    let mut demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &e,
-            "--steps",
-            &s,
-            "--rate",
-            RATE_HZ,
-        ],
-    );
+    let mut demo = Bg::spawn("demo", bus.demo_cmd(&e, &s, RATE_HZ));
     let demo_pid = demo.pid();
     for round in 0..2 {
         // Let the demo get a little ahead of the last outage, then take the broker away.
@@ -202,11 +184,7 @@ fn two_broker_kills_lose_nothing_and_keep_consumer_ids() {
     assert!(out.status.success(), "detach the recorder: {}", out.stderr);
     let out = bus.run(&["replay", "--print", rec.to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "replay --print: {}", out.stderr);
-    let recorded: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let recorded = out.json_lines();
     assert!(
         recorded
             .iter()
@@ -234,28 +212,16 @@ fn a_broker_killed_mid_run_loses_no_record() {
     // 6,060 events at 1,000 steps/s: about 6 s, so the broker is down and back meanwhile.
     let (episodes, steps) = (60u64, 100u64);
     let total = episodes * (steps + 1);
-    let mut demo = bus.spawn(
-        "demo",
-        &[
-            "demo",
-            "--no-echo",
-            "--episodes",
-            &episodes.to_string(),
-            "--steps",
-            &steps.to_string(),
-            "--rate",
-            "1000",
-        ],
-    );
+    let (e, s) = (episodes.to_string(), steps.to_string());
+    let mut demo = Bg::spawn("demo", bus.demo_cmd(&e, &s, "1000"));
     let pid = demo.pid();
     wait_until("the demo is live", WATCHDOG, || {
         bus.producer(pid).is_some_and(|p| p["status"] == "live")
     });
-    let echo = bus.spawn(
+    let echo = bus.spawn_subscribed(
         "echo",
         &["echo", "--from", "oldest", "--count", &total.to_string()],
     );
-    echo.expect_stderr("subscribed");
     let mut lines = echo.json_lines(50);
 
     bus.kill9_broker();
@@ -278,21 +244,7 @@ fn a_broker_killed_mid_run_loses_no_record() {
     assert!(extra.is_empty(), "more than --count: {extra:?}");
 
     // Every step of the grid, in order, nothing twice.
-    let check = |lines: &[Value]| {
-        assert_eq!(lines.len() as u64, total);
-        for (line, (e, s)) in lines.iter().zip(demo_order(episodes, steps)) {
-            check_demo_line(line, e, s);
-        }
-        let seqs: Vec<u64> = lines
-            .iter()
-            .map(|l| l["seq"].as_u64().expect("seq"))
-            .collect();
-        assert_eq!(
-            seqs,
-            (0..total).collect::<Vec<_>>(),
-            "no gap in the sequence"
-        );
-    };
+    let check = |lines: &[Value]| check_demo_grid(lines, episodes, steps);
     check(&lines);
     // The demo's count is what reached the lane, and the lane dropped nothing.
     assert!(
@@ -307,10 +259,6 @@ fn a_broker_killed_mid_run_loses_no_record() {
     // A late reader of the new broker gets the whole history, outage included.
     let out = bus.run(&["echo", "--from", "oldest", "--until-end", "demo.*"]);
     assert!(out.status.success(), "{}", out.stderr);
-    let late: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
+    let late = out.json_lines();
     check(&late);
 }

@@ -162,13 +162,15 @@ impl Drop for Peer {
     }
 }
 
-/// The raw samples of a range-vector result: per series (its metric labels) its
-/// (timestamp ms, value) pairs.
 /// One series of a range query: its labels and its (timestamp ms, value) samples.
 type Series = (BTreeMap<String, String>, Vec<(i64, f64)>);
 
-fn samples(result: &[Value]) -> Vec<Series> {
-    result
+/// The raw samples of the range-vector query `query`: per series (its metric labels) its
+/// (timestamp ms, value) pairs.
+fn samples(prom: &Peer, query: &str) -> Vec<Series> {
+    prom.api("query", &[("query", query)])["result"]
+        .as_array()
+        .expect("a matrix")
         .iter()
         .map(|s| {
             let labels = s["metric"]
@@ -195,9 +197,7 @@ fn samples(result: &[Value]) -> Vec<Series> {
 fn attach_exporter(bus: &TestBus, args: &[&str]) -> String {
     let mut a = vec!["attach", "prometheus", "--port", "0"];
     a.extend_from_slice(args);
-    let out = bus.run(&a);
-    assert!(out.status.success(), "attach prometheus: {}", out.stderr);
-    let url = out.stdout.trim().to_owned();
+    let url = bus.attach(&a);
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/metrics"),
         "{url}"
@@ -241,17 +241,7 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
 
 /// Every scrape: the reward is the formula's for the episode and step of the same scrape.
 fn check_demo_values(prom: &Peer) {
-    let raw = samples(
-        prom.api(
-            "query",
-            &[(
-                "query",
-                "{__name__=~\"demo_step_(episode|step|reward)\"}[1m]",
-            )],
-        )["result"]
-            .as_array()
-            .expect("a matrix"),
-    );
+    let raw = samples(prom, "{__name__=~\"demo_step_(episode|step|reward)\"}[1m]");
     assert_eq!(raw.len(), 3, "one series per field: {raw:?}");
     let mut by_time: BTreeMap<i64, BTreeMap<String, f64>> = BTreeMap::new();
     for (labels, values) in &raw {
@@ -285,16 +275,9 @@ fn check_demo_values(prom: &Peer) {
 /// An episode summary: its mean reward is the mean of that episode's rewards (10 steps).
 fn check_summaries(prom: &Peer) {
     let raw = samples(
-        prom.api(
-            "query",
-            &[(
-                "query",
-                "{__name__=~\"demo_step_summary_(reward|index)\",window=\"episode\",\
-                 stat=~\"mean|\"}[1m]",
-            )],
-        )["result"]
-            .as_array()
-            .expect("a matrix"),
+        prom,
+        "{__name__=~\"demo_step_summary_(reward|index)\",window=\"episode\",\
+         stat=~\"mean|\"}[1m]",
     );
     let series = |name: &str| {
         raw.iter()
@@ -351,11 +334,7 @@ fn check_health(prom: &Peer, demo_pid: u32) {
         "the demo's record count rises over three scrapes",
         WATCHDOG,
         || {
-            let raw = samples(
-                prom.api("query", &[("query", &q)])["result"]
-                    .as_array()
-                    .expect("matrix"),
-            );
+            let raw = samples(prom, &q);
             assert!(raw.len() <= 1, "{raw:?}");
             raw.first()
                 .is_some_and(|(_, v)| v.len() >= 3 && v[v.len() - 1].1 > v[0].1)

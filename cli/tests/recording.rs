@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
-use crate::util::{WATCHDOG, runtime_root};
+use crate::util::{WATCHDOG, kill9, runtime_root};
 
 /// A fresh path for a recording of this test process.
 fn out_path(name: &str) -> PathBuf {
@@ -26,12 +26,7 @@ fn s(p: &std::path::Path) -> &str {
 /// `replay --print FILE`: the records as JSON, and the exit status's success.
 fn printed(bus: &TestBus, file: &std::path::Path) -> (Vec<Value>, bool, String) {
     let out = bus.run(&["replay", "--print", s(file)]);
-    let lines = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
-    (lines, out.status.success(), out.stderr)
+    (out.json_lines(), out.status.success(), out.stderr)
 }
 
 fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
@@ -41,15 +36,26 @@ fn run_demo(bus: &TestBus, episodes: u32, steps: u32, rate: u32) {
 fn attach_recorder(bus: &TestBus, file: &std::path::Path, extra: &[&str]) -> String {
     let mut args = vec!["attach", "recorder", "-o", s(file)];
     args.extend_from_slice(extra);
-    let out = bus.run(&args);
-    assert!(out.status.success(), "attach: {}", out.stderr);
-    let id = out.stdout.trim().to_owned();
-    assert!(
-        id.parse::<u64>().is_ok(),
-        "attach prints the id: {:?}",
-        out.stdout
-    );
+    let id = bus.attach(&args);
+    assert!(id.parse::<u64>().is_ok(), "attach prints the id: {id:?}");
     id
+}
+
+/// A bus with a recorder attached, writing `name` (with `extra` flags), that has recorded a demo
+/// of `episodes` × `steps` at `rate` steps/s run to its end: the bus, the file, the recorder's
+/// id.
+fn recorded_demo(
+    name: &str,
+    extra: &[&str],
+    episodes: u32,
+    steps: u32,
+    rate: u32,
+) -> (TestBus, PathBuf, String) {
+    let bus = TestBus::up();
+    let file = out_path(name);
+    let id = attach_recorder(&bus, &file, extra);
+    run_demo(&bus, episodes, steps, rate);
+    (bus, file, id)
 }
 
 /// Waits until `file` holds `n` records (the recorder hands a finished chunk to the file every
@@ -58,22 +64,11 @@ fn kill9_once_recorded(bus: &TestBus, file: &std::path::Path, id: &str, n: usize
     wait_until("the records are in the file", WATCHDOG, || {
         printed(bus, file).0.len() == n
     });
-    let pid = consumer(bus, id)["info"]["pid"].as_u64().expect("pid");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    kill9(consumer(bus, id)["info"]["pid"].as_u64().expect("pid"));
 }
 
 fn consumer(bus: &TestBus, id: &str) -> Value {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
-        .cloned()
-        .unwrap_or(Value::Null)
+    bus.consumer_by_id(id).unwrap_or(Value::Null)
 }
 
 #[test]
@@ -85,8 +80,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     assert_eq!(c["supervised"], true, "{c}");
     assert_eq!(c["status"], "running", "{c}");
     assert_eq!(c["info"]["kind"], "recorder", "{c}");
-    let live = bus.spawn("echo-live", &["echo", "--raw", "--count", "18"]);
-    live.expect_stderr("subscribed");
+    let live = bus.spawn_subscribed("echo-live", &["echo", "--raw", "--count", "18"]);
     // Emitted right after `attach` returned: every event must be in the file.
     run_demo(&bus, 3, 5, 0);
     let original = live.json_lines(18);
@@ -108,8 +102,7 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
     out.assert_stdout_has("demo.step");
     out.assert_stdout_has("read through the footer");
 
-    let replayed = bus.spawn("echo-replay", &["echo", "--raw", "--count", "18"]);
-    replayed.expect_stderr("subscribed");
+    let replayed = bus.spawn_subscribed("echo-replay", &["echo", "--raw", "--count", "18"]);
     let out = bus.run(&["replay", "--max", s(&file)]);
     assert!(out.status.success(), "replay: {}", out.stderr);
     out.assert_stderr_has("18 records republished");
@@ -128,11 +121,8 @@ fn attach_record_replay_echo_round_trip_is_byte_identical_and_in_order() {
 
 #[test]
 fn replay_keeps_the_original_timing_unless_told_otherwise() {
-    let bus = TestBus::up();
-    let file = out_path("timing.mcap");
-    let id = attach_recorder(&bus, &file, &[]);
     // 20 steps at 20/s: about a second of recording.
-    run_demo(&bus, 1, 20, 20);
+    let (bus, file, id) = recorded_demo("timing.mcap", &[], 1, 20, 20);
     assert!(bus.run(&["detach", &id]).status.success());
     let (lines, ok, err) = printed(&bus, &file);
     assert!(ok, "{err}");
@@ -156,14 +146,10 @@ fn replay_keeps_the_original_timing_unless_told_otherwise() {
 fn a_snapshot_after_kill9_holds_the_dead_producers_last_events() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("200");
-    let echo = bus.spawn("echo", &["echo", "--until-end", "--from", "oldest"]);
-    echo.expect_stderr("subscribed");
+    let echo = bus.spawn_subscribed("echo", &["echo", "--until-end", "--from", "oldest"]);
     let mut seen = echo.json_lines(5);
     let pid = demo.pid();
-    demo.kill9();
-    wait_until("ls shows the demo dead", WATCHDOG, || {
-        bus.producer(pid).is_some_and(|p| p["status"] == "dead")
-    });
+    bus.kill9_producer(&mut demo);
     let mut echo = echo;
     let (status, rest) = echo.wait();
     assert!(status.success(), "{}", echo.log());
@@ -246,10 +232,7 @@ fn snapshot_last_holds_only_the_last_seconds() {
 
 #[test]
 fn a_killed_recorder_leaves_a_file_that_opens_and_says_where_it_was_cut() {
-    let bus = TestBus::up();
-    let file = out_path("killed.mcap");
-    let id = attach_recorder(&bus, &file, &["--restart", "never"]);
-    run_demo(&bus, 3, 5, 0);
+    let (bus, file, id) = recorded_demo("killed.mcap", &["--restart", "never"], 3, 5, 0);
     kill9_once_recorded(&bus, &file, &id, 18);
     wait_until("ls shows the recorder killed", WATCHDOG, || {
         consumer(&bus, &id)["status"] == "killed by signal 9"
@@ -300,28 +283,22 @@ fn damaged_files_give_clear_errors_naming_the_offset_or_version() {
     for (what, data, needle) in cases {
         let path = out_path(&format!("bad-{}.mcap", what.replace(' ', "-")));
         std::fs::write(&path, data).expect("write");
-        for verb in [vec!["inspect"], vec!["replay", "--print"], vec!["replay"]] {
-            let mut args = verb.clone();
-            args.push(s(&path));
-            let out = bus.run(&args);
-            assert!(!out.status.success(), "{what}: {verb:?} succeeded");
+        let refuses = |args: &[&str]| {
+            let out = bus.run(args);
+            assert!(!out.status.success(), "{what}: {args:?} succeeded");
             assert!(
                 out.stderr.contains(needle),
-                "{what}: {verb:?}: {needle:?} not in {}",
+                "{what}: {args:?}: {needle:?} not in {}",
                 out.stderr
             );
             assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
-        }
+        };
+        refuses(&["inspect", s(&path)]);
+        refuses(&["replay", "--print", s(&path)]);
+        refuses(&["replay", s(&path)]);
         let exported = out_path(&format!("bad-{}.jsonl", what.replace(' ', "-")));
         let _ = std::fs::remove_file(&exported);
-        let out = bus.run(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
-        assert!(!out.status.success(), "{what}: export succeeded");
-        assert!(
-            out.stderr.contains(needle),
-            "{what}: export: {}",
-            out.stderr
-        );
-        assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        refuses(&["export", s(&path), "--format", "jsonl", "-o", s(&exported)]);
     }
     let out = bus.run(&["inspect", s(&out_path("missing.mcap"))]);
     assert!(!out.status.success());
@@ -359,20 +336,14 @@ fn attach_and_detach_refuse_what_cannot_work() {
 
 #[test]
 fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
-    let bus = TestBus::up();
-    let file = out_path("crash.mcap");
-    let id = attach_recorder(&bus, &file, &[]);
-    run_demo(&bus, 3, 5, 0);
+    let (bus, file, id) = recorded_demo("crash.mcap", &[], 3, 5, 0);
     kill9_once_recorded(&bus, &file, &id, 18);
     // Emitted while no recorder runs: still in the ring when the restarted one starts.
     run_demo(&bus, 3, 5, 0);
     let restarted = || {
-        bus.ls()["consumers"]
-            .as_array()
-            .expect("consumers")
-            .iter()
-            .find(|c| c["info"]["kind"] == "recorder" && c["status"] == "running (restarted 1x)")
-            .cloned()
+        bus.consumer_where(|c| {
+            c["info"]["kind"] == "recorder" && c["status"] == "running (restarted 1x)"
+        })
     };
     wait_until("ls shows the recorder restarted", WATCHDOG, || {
         restarted().is_some()
@@ -401,10 +372,7 @@ fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
     if !crate::export::python_with("mcap") {
         return;
     }
-    let bus = TestBus::up();
-    let file = out_path("py-rec.mcap");
-    let id = attach_recorder(&bus, &file, &[]);
-    run_demo(&bus, 3, 5, 0);
+    let (bus, file, id) = recorded_demo("py-rec.mcap", &[], 3, 5, 0);
     assert!(bus.run(&["detach", &id]).status.success());
     let snap = out_path("py-snap.mcap");
     let out = bus.run(&["snapshot", "-o", s(&snap)]);
@@ -434,10 +402,7 @@ fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
 
 #[test]
 fn detach_of_a_recorder_waiting_to_be_restarted_cancels_the_restart() {
-    let bus = TestBus::up();
-    let file = out_path("cancel.mcap");
-    let id = attach_recorder(&bus, &file, &[]);
-    run_demo(&bus, 1, 2, 0);
+    let (bus, file, id) = recorded_demo("cancel.mcap", &[], 1, 2, 0);
     kill9_once_recorded(&bus, &file, &id, 3);
     // The first restart comes 1 s after the crash.
     wait_until("ls shows the restart pending", WATCHDOG, || {
@@ -576,12 +541,7 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
     let full = out_path("wrapped-snap.mcap");
     let out = bus.run(&["snapshot", "-o", s(&full)]);
     assert!(out.status.success(), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("earlier records were already overwritten"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("earlier records were already overwritten");
     let out = bus.run(&["inspect", s(&full)]);
     assert!(out.status.success(), "{}{}", out.stdout, out.stderr);
     let losses = losses_section(&out.stdout);
@@ -617,14 +577,19 @@ fn inspect_of_a_wrapped_or_windowed_snapshot_says_where_history_starts() {
 }
 
 /// Runs `script` as `sh -c script sh MNT SNAPBUS [KEPT]` in a mount namespace of its own
-/// (gone when it ends), for tests of a full disk: the script mounts a small tmpfs on MNT
-/// (exit 111 if it cannot: that needs root, which CI has) and runs SNAPBUS on `bus`.
+/// (gone when it ends), for tests of a full disk: first a 64 KiB tmpfs is mounted on MNT, a
+/// fresh directory named `mnt` (that needs root, which CI has), then the script runs SNAPBUS on
+/// `bus`. The run must end with EXIT_NO_RESTART, naming ENOSPC.
 fn in_small_tmpfs(
     bus: &TestBus,
+    mnt: &str,
     script: &str,
-    mnt: &std::path::Path,
     kept: Option<&std::path::Path>,
 ) -> crate::util::Output {
+    let mnt = out_path(mnt);
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let script = format!("mount -t tmpfs -o size=64k tmpfs \"$1\" || exit 111\n{script}");
     let mut cmd = std::process::Command::new("unshare");
     cmd.args([
         "--mount",
@@ -632,70 +597,15 @@ fn in_small_tmpfs(
         "private",
         "sh",
         "-c",
-        script,
+        &script,
         "sh",
     ])
-    .arg(mnt)
+    .arg(&mnt)
     .arg(env!("CARGO_BIN_EXE_snapbus"))
     .args(kept)
     .env("SNAPBUS_RUNTIME_DIR", crate::util::runtime_root())
     .env("SNAPBUS_BUS", &bus.name);
-    crate::util::run_cmd(&mut cmd)
-}
-
-/// Issue #15 item 5: a file that cannot even hold its header (the disk is full before it
-/// starts: e.g. a recorder restarted into a full disk) is not left behind empty; the OS error
-/// is named and the exit code is EXIT_NO_RESTART.
-#[test]
-fn a_snapshot_into_a_disk_already_full_leaves_no_empty_file() {
-    let bus = TestBus::up();
-    bus.demo(2, 10, 0, &[]);
-    let mnt = out_path("full-before-mnt");
-    let _ = std::fs::remove_dir_all(&mnt);
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
-head -c 1048576 /dev/zero >"$1/fill" 2>/dev/null
-"$2" snapshot -o "$1/s.mcap"; rc=$?
-[ -e "$1/s.mcap" ] && exit 112
-exit $rc"#;
-    let out = in_small_tmpfs(&bus, script, &mnt, None);
-    assert_ne!(
-        out.status.code(),
-        Some(111),
-        "mounting a tmpfs needs root: {}",
-        out.stderr
-    );
-    assert_ne!(
-        out.status.code(),
-        Some(112),
-        "an empty file was left behind: {}",
-        out.stderr
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
-        "{}",
-        out.stderr
-    );
-    out.assert_stderr_has("No space left on device (os error 28)");
-}
-
-/// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
-/// of its own, gone when the command ends) names the OS error, exits with EXIT_NO_RESTART, and
-/// leaves a readable file that says what it could not write.
-#[test]
-fn a_snapshot_into_a_full_disk_names_enospc_exits_no_restart_and_says_what_is_missing() {
-    let bus = TestBus::up();
-    bus.demo(40, 100, 0, &[]);
-    let mnt = out_path("full-mnt");
-    let _ = std::fs::remove_dir_all(&mnt);
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    let kept = out_path("full-copy.mcap");
-    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
-"$2" snapshot -o "$1/s.mcap"; rc=$?
-cp "$1/s.mcap" "$3"
-exit $rc"#;
-    let out = in_small_tmpfs(&bus, script, &mnt, Some(&kept));
+    let out = crate::util::run_cmd(&mut cmd);
     assert_ne!(
         out.status.code(),
         Some(111),
@@ -709,11 +619,59 @@ exit $rc"#;
         out.stderr
     );
     out.assert_stderr_has("No space left on device (os error 28)");
+    out
+}
+
+/// Runs `snapbus VERB -o FILE` (`snapshot` or `record`) with FILE on a full disk
+/// ([`in_small_tmpfs`]), which it must report once, without writing again; the copy of the file
+/// it left, `NAME.mcap`.
+fn onto_a_full_disk(bus: &TestBus, verb: &str, name: &str) -> PathBuf {
+    let kept = out_path(&format!("{name}.mcap"));
+    let script =
+        format!("\"$2\" {verb} -o \"$1/f.mcap\"; rc=$?\ncp \"$1/f.mcap\" \"$3\"\nexit $rc");
+    let out = in_small_tmpfs(bus, &format!("{name}-mnt"), &script, Some(&kept));
     assert!(
         !out.stderr.contains("attempted another write"),
         "{}",
         out.stderr
     );
+    kept
+}
+
+/// How many records the cut file whose `inspect --json` is `v` says were not written (some).
+fn unwritten(v: &Value) -> u64 {
+    let n: u64 = v["cut"]["unwritten"]
+        .as_str()
+        .expect("unwritten")
+        .parse()
+        .expect("n");
+    assert!(n > 0, "{v}");
+    n
+}
+
+/// Issue #15 item 5: a file that cannot even hold its header (the disk is full before it
+/// starts: e.g. a recorder restarted into a full disk) is not left behind empty; the OS error
+/// is named and the exit code is EXIT_NO_RESTART.
+#[test]
+fn a_snapshot_into_a_disk_already_full_leaves_no_empty_file() {
+    let bus = TestBus::up();
+    bus.demo(2, 10, 0, &[]);
+    let script = r#"head -c 1048576 /dev/zero >"$1/fill" 2>/dev/null
+"$2" snapshot -o "$1/s.mcap"; rc=$?
+[ -e "$1/s.mcap" ] && { echo "an empty file was left behind" >&2; exit 112; }
+exit $rc"#;
+    let out = in_small_tmpfs(&bus, "full-before-mnt", script, None);
+    assert_ne!(out.status.code(), Some(112), "{}", out.stderr);
+}
+
+/// Issue #15 item 5: a snapshot into a full file system (a 64 KiB tmpfs in a mount namespace
+/// of its own, gone when the command ends) names the OS error, exits with EXIT_NO_RESTART, and
+/// leaves a readable file that says what it could not write.
+#[test]
+fn a_snapshot_into_a_full_disk_names_enospc_exits_no_restart_and_says_what_is_missing() {
+    let bus = TestBus::up();
+    bus.demo(40, 100, 0, &[]);
+    let kept = onto_a_full_disk(&bus, "snapshot", "full-copy");
     let out = bus.run(&["inspect", s(&kept)]);
     assert!(
         !out.status.success(),
@@ -730,12 +688,7 @@ exit $rc"#;
     );
     let v: Value = serde_json::from_str(bus.run(&["inspect", "--json", s(&kept)]).stdout.trim())
         .expect("JSON");
-    let unwritten: u64 = v["cut"]["unwritten"]
-        .as_str()
-        .expect("unwritten")
-        .parse()
-        .expect("n");
-    assert!(unwritten > 0, "{v}");
+    let unwritten = unwritten(&v);
     // Replay and export read what is there and say the recording is incomplete.
     let (_, ok, stderr) = printed(&bus, &kept);
     assert!(!ok, "replay --print of a cut file fails at the end");
@@ -761,7 +714,6 @@ exit $rc"#;
         all["records"].as_u64().expect("records"),
         "what is in the file and what it says is missing add up: {v}"
     );
-    let _ = std::fs::remove_dir(&mnt);
 }
 
 /// Issue #15 item 5, the recorder: recording a running demo into a full file system (a 64 KiB
@@ -772,33 +724,7 @@ exit $rc"#;
 fn a_recorder_on_a_full_disk_stops_with_enospc_and_exit_no_restart() {
     let bus = TestBus::up();
     let _demo = bus.spawn_demo("5000");
-    let mnt = out_path("full-rec-mnt");
-    let _ = std::fs::remove_dir_all(&mnt);
-    std::fs::create_dir_all(&mnt).expect("mount point");
-    let kept = out_path("full-rec-copy.mcap");
-    let script = r#"mount -t tmpfs -o size=64k tmpfs "$1" || exit 111
-"$2" record -o "$1/r.mcap"; rc=$?
-cp "$1/r.mcap" "$3"
-exit $rc"#;
-    let out = in_small_tmpfs(&bus, script, &mnt, Some(&kept));
-    assert_ne!(
-        out.status.code(),
-        Some(111),
-        "mounting a tmpfs needs root: {}",
-        out.stderr
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
-        "{}",
-        out.stderr
-    );
-    out.assert_stderr_has("No space left on device (os error 28)");
-    assert!(
-        !out.stderr.contains("attempted another write"),
-        "{}",
-        out.stderr
-    );
+    let kept = onto_a_full_disk(&bus, "record", "full-rec-copy");
     let out = bus.run(&["inspect", "--json", s(&kept)]);
     assert!(!out.status.success(), "a cut file is an error");
     let v: Value = serde_json::from_str(out.stdout.trim()).expect("JSON");
@@ -806,12 +732,7 @@ exit $rc"#;
         v["damage"].is_null(),
         "the file reads cleanly to its end: {v}"
     );
-    let unwritten: u64 = v["cut"]["unwritten"]
-        .as_str()
-        .expect("unwritten")
-        .parse()
-        .expect("n");
-    assert!(unwritten > 0, "{v}");
+    unwritten(&v);
     assert!(
         v["cut"]["error"]
             .as_str()
@@ -825,7 +746,6 @@ exit $rc"#;
             .starts_with("none"),
         "{v}"
     );
-    let _ = std::fs::remove_dir(&mnt);
 }
 
 /// Issue 20, item 1: history in seconds. `ls --history` says how much time each lane holds
@@ -835,19 +755,9 @@ exit $rc"#;
 #[test]
 fn ls_history_secs_is_the_span_a_snapshot_gets_and_a_short_ring_is_reported() {
     let bus = TestBus::up();
-    let mut cmd = bus.cmd(&[
-        "demo",
-        "--no-echo",
-        "--episodes",
-        "1000000",
-        "--steps",
-        "100",
-        "--rate",
-        "2000",
-        "--image",
-        "16x16",
-    ]);
-    cmd.env("SNAPBUS_LANE_BYTES", "262144");
+    let mut cmd = bus.endless_demo("100", "2000");
+    cmd.args(["--image", "16x16"])
+        .env("SNAPBUS_LANE_BYTES", "262144");
     let demo = crate::bus::Bg::spawn("demo", cmd);
     let pid = demo.pid();
     // A young producer whose ring has not wrapped: it lost nothing, so no warning names it.

@@ -51,9 +51,7 @@ fn consumer(ls: &Value, id: u64) -> Option<Value> {
 }
 
 fn attach(bus: &TestBus, args: &[&str]) -> (u64, u64) {
-    let out = bus.run(args);
-    assert!(out.status.success(), "{args:?}: {}", out.stderr);
-    let id: u64 = out.stdout.trim().parse().expect("attach prints the id");
+    let id: u64 = bus.attach(args).parse().expect("attach prints the id");
     let pid = consumer(&bus.ls(), id).expect("attached consumer in ls")["info"]["pid"]
         .as_u64()
         .expect("pid");
@@ -77,28 +75,24 @@ fn logs(dir: &Path) -> Vec<String> {
     v
 }
 
+/// `attach recorder -o FILE EXTRA`: its id and pid.
+fn attach_recorder(bus: &TestBus, file: &Path, extra: &[&str]) -> (u64, u64) {
+    let mut args = vec!["attach", "recorder", "-o", file.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    attach(bus, &args)
+}
+
 #[test]
 fn a_restarted_broker_keeps_ids_readopts_supervision_and_detach_stops_the_right_consumer() {
     let bus = TestBus::up();
     let tmp = tempdir("readopt");
     let demo = bus.spawn_demo("200");
-    let rec_file = tmp.join("rec.mcap");
-    let (rec, rec_pid) = attach(
-        &bus,
-        &[
-            "attach",
-            "recorder",
-            "-o",
-            rec_file.to_str().expect("utf-8"),
-        ],
-    );
+    let (rec, rec_pid) = attach_recorder(&bus, &tmp.join("rec.mcap"), &[]);
     let (agg, agg_pid) = attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]);
     let mut reaper = Reaper(vec![rec_pid, agg_pid]);
-    let echo = bus.spawn("echo", &["echo"]);
-    echo.expect_stderr("subscribed");
-    let echo_id = bus.ls()["consumers"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["info"]["pid"] == echo.pid()).cloned())
+    let echo = bus.spawn_subscribed("echo", &["echo"]);
+    let echo_id = bus
+        .consumer_where(|c| c["info"]["pid"] == echo.pid())
         .expect("echo in ls")["id"]
         .as_u64()
         .expect("id");
@@ -349,16 +343,7 @@ fn a_consumer_that_exits_no_restart_is_not_restarted() {
     let tmp = tempdir("full");
     let _demo = bus.spawn_demo("200");
     let file = tmp.join("r.mcap");
-    let (id, pid) = attach(
-        &bus,
-        &[
-            "attach",
-            "recorder",
-            "--force",
-            "-o",
-            file.to_str().expect("utf-8"),
-        ],
-    );
+    let (id, pid) = attach_recorder(&bus, &file, &["--force"]);
     let _reaper = Reaper(vec![pid]);
     // Its first restart writes into a full "disk" (/dev/full): ENOSPC, exit 78.
     std::os::unix::fs::symlink("/dev/full", tmp.join("r-restart1.mcap")).expect("symlink");

@@ -57,6 +57,15 @@ impl Output {
     pub(crate) fn assert_stdout_has(&self, needle: &str) {
         assert!(self.stdout.contains(needle), "{}", self.stdout);
     }
+
+    /// Stdout as JSON lines (`echo`, `replay --print`); panics at a line that is not JSON.
+    #[track_caller]
+    pub(crate) fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
 }
 
 /// Waits for `child`, killing it if the watchdog expires (then panics: a hung CLI is a bug).
@@ -80,14 +89,28 @@ pub(crate) fn run(args: &[&str]) -> Output {
     run_cmd(snapbus().args(args))
 }
 
-/// Runs a prepared `snapbus` command, capturing output, under the watchdog.
-pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
+/// Starts a prepared `snapbus` command with no stdin and its stdout and stderr piped.
+pub(crate) fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn snapbus");
+        .expect("spawn snapbus")
+}
+
+/// Sends SIGKILL to process `pid` (with kill(1)), asserting that it was sent.
+#[track_caller]
+pub(crate) fn kill9(pid: u64) {
+    let killed = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -9 {pid}");
+}
+
+/// Runs a prepared `snapbus` command, capturing output, under the watchdog.
+pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
+    let mut child = spawn_piped(cmd);
     let mut stdout_pipe = child.stdout.take().expect("stdout");
     let mut stderr_pipe = child.stderr.take().expect("stderr");
     let out_reader = std::thread::spawn(move || {

@@ -51,12 +51,7 @@ trait Sink {
         Ok(false)
     }
     /// A loss record.
-    fn loss(
-        &mut self,
-        channel: &Arc<ChannelInfo>,
-        t_nanos: u64,
-        record: &LossRecord,
-    ) -> anyhow::Result<()>;
+    fn loss(&mut self, loss: &Loss<'_>) -> anyhow::Result<()>;
     /// A metadata record of the recording.
     fn metadata(&mut self, name: &str, fields: &BTreeMap<String, String>) -> anyhow::Result<()> {
         let _ = (name, fields);
@@ -66,12 +61,41 @@ trait Sink {
     fn finish(self: Box<Self>) -> anyhow::Result<Vec<PathBuf>>;
 }
 
-/// A loss record as a value of its schema, for the sinks that write decoded values.
-fn loss_value(record: &LossRecord) -> anyhow::Result<Value<'static>> {
-    let bytes = record.encode_to_vec().context("encoding a loss record")?;
-    let value =
-        decode(LossRecord::descriptor().root(), &bytes).context("decoding a loss record")?;
-    Ok(value.into_owned())
+/// A loss record of the recording, on the channel whose producer it speaks of.
+struct Loss<'a> {
+    channel: &'a Arc<ChannelInfo>,
+    t_nanos: u64,
+    record: &'a LossRecord,
+}
+
+impl Loss<'_> {
+    /// The record as a value of its schema, for the sinks that write decoded values.
+    fn value(&self) -> anyhow::Result<Value<'static>> {
+        let bytes = self
+            .record
+            .encode_to_vec()
+            .context("encoding a loss record")?;
+        let value =
+            decode(LossRecord::descriptor().root(), &bytes).context("decoding a loss record")?;
+        Ok(value.into_owned())
+    }
+}
+
+/// Opens the recording `file` and reads its first item, so that a file that is not a
+/// recording at all fails before anything is created or sent; returns all its items.
+fn open_recording(
+    file: &Path,
+) -> anyhow::Result<impl Iterator<Item = Result<Item, ReadError>> + use<>> {
+    let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut reader = RecordingReader::new(input).with_resync();
+    let first = match reader.next() {
+        Some(Err(e)) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("reading {}", file.display()));
+        }
+        first => first,
+    };
+    Ok(first.into_iter().chain(reader))
 }
 
 /// Runs `snapbus export`: checks the request and opens the recording, prepares the output,
@@ -98,17 +122,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     if args.endpoint.is_some() {
         bail!("--endpoint is for --format otlp only");
     }
-    let input =
-        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    let mut reader = RecordingReader::new(input).with_resync();
-    // A file that is not a recording at all fails before any output is created.
-    let first = match reader.next() {
-        Some(Err(e)) => {
-            return Err(anyhow::Error::new(e))
-                .with_context(|| format!("reading {}", args.file.display()));
-        }
-        first => first,
-    };
+    let items = open_recording(&args.file)?;
     let output = Output {
         dir: matches!(args.format, ExportFormat::Csv | ExportFormat::Parquet),
         existed: out.exists(),
@@ -116,7 +130,7 @@ pub(crate) fn run(args: &ExportArgs) -> anyhow::Result<()> {
     prepare_output(&args.file, out, output.dir, args.force)?;
     let mut sink = create_sink(args, out)?;
     let mut tally = Tally::new(&globs);
-    tally.read(first.into_iter().chain(reader), sink.as_mut(), &args.file)?;
+    tally.read(items, sink.as_mut(), &args.file)?;
     let files = sink.finish()?;
     tally.finish(args, out, output, &files)
 }
@@ -201,7 +215,11 @@ impl<'a> Tally<'a> {
                     t_nanos,
                     record,
                 } => {
-                    sink.loss(&channel, t_nanos, &record)?;
+                    sink.loss(&Loss {
+                        channel: &channel,
+                        t_nanos,
+                        record: &record,
+                    })?;
                     self.losses += 1;
                 }
                 Item::Metadata { name, fields } => {

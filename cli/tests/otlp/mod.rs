@@ -65,20 +65,13 @@ fn close(a: f64, b: f64) -> bool {
 fn attach_otlp(bus: &TestBus, args: &[&str]) -> String {
     let mut all = vec!["attach", "otlp"];
     all.extend_from_slice(args);
-    let out = bus.run(&all);
-    assert!(out.status.success(), "{all:?}: {}", out.stderr);
-    out.stdout.trim().to_owned()
+    bus.attach(&all)
 }
 
 /// The status board of consumer `id` in `ls --json`.
 fn board(bus: &TestBus, id: &str) -> Value {
-    bus.ls()["consumers"]
-        .as_array()
-        .expect("consumers")
-        .iter()
-        .find(|c| c["id"].as_u64().map(|n| n.to_string()).as_deref() == Some(id))
-        .map(|c| c["board"].clone())
-        .unwrap_or(Value::Null)
+    bus.consumer_by_id(id)
+        .map_or(Value::Null, |c| c["board"].clone())
 }
 
 const EPISODES: u64 = 3;
@@ -434,12 +427,7 @@ fn export_sends_a_recording_with_its_original_timestamps() {
     let base = format!("http://{}/opentelemetry", vm.addr);
     let out = export_otlp(&file, &base, &[]);
     assert!(out.status.success(), "export: {}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("6 records read; 6 data points exported"),
-        "{}",
-        out.stderr
-    );
+    out.assert_stderr_has("6 records read; 6 data points exported");
     wait_until(
         "the recording's points in VictoriaMetrics",
         WATCHDOG,

@@ -3,14 +3,13 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::json;
-use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
+use snapbus_consumers::recording::Message;
 use snapbus_schemas::{DecodeError, Value};
 
-use super::Sink;
+use super::{Loss, Sink};
 
 /// Writes JSON lines into one file.
 pub(super) struct Jsonl {
@@ -48,19 +47,15 @@ impl Sink for Jsonl {
         Ok(true)
     }
 
-    fn loss(
-        &mut self,
-        _channel: &Arc<ChannelInfo>,
-        t_nanos: u64,
-        record: &LossRecord,
-    ) -> anyhow::Result<()> {
+    fn loss(&mut self, loss: &Loss<'_>) -> anyhow::Result<()> {
+        let record = loss.record;
         self.line(&json!({
             "loss": {
                 "producer_id": record.producer_id,
                 "producer_pid": record.producer_pid,
                 "lost": record.lost,
             },
-            "t_nanos": t_nanos,
+            "t_nanos": loss.t_nanos,
         }))
     }
 

@@ -13,14 +13,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context;
 use mcap::records::{MessageHeader, Metadata};
 use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
-use super::Sink;
+use super::{Loss, Sink};
 
 /// MCAP schema encoding of JSON Schemas.
 const SCHEMA_ENCODING: &str = "jsonschema";
@@ -121,15 +120,9 @@ impl Sink for McapJson {
         self.write(&m.channel, &m.channel.schema, m.t_nanos, m.sequence, value)
     }
 
-    fn loss(
-        &mut self,
-        channel: &Arc<ChannelInfo>,
-        t_nanos: u64,
-        record: &LossRecord,
-    ) -> anyhow::Result<()> {
+    fn loss(&mut self, loss: &Loss<'_>) -> anyhow::Result<()> {
         let schema = LossRecord::descriptor();
-        let value = super::loss_value(record)?;
-        self.write(channel, schema, t_nanos, 0, &value)
+        self.write(loss.channel, schema, loss.t_nanos, 0, &loss.value()?)
     }
 
     fn metadata(&mut self, name: &str, fields: &BTreeMap<String, String>) -> anyhow::Result<()> {

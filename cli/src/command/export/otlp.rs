@@ -7,18 +7,17 @@
 //! and what was dropped, and the command fails if anything was.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::Consumer;
 use snapbus_consumers::otlp::{DropReason, Endpoints, OtlpExporter, OtlpOptions, Signal};
-use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message, RecordingReader};
+use snapbus_consumers::recording::Message;
 use snapbus_consumers::{Producer, Record, RecordHeader};
 use snapbus_schemas::Value;
 
-use super::{Sink, Tally};
+use super::{Loss, Sink, Tally};
 use crate::cli::ExportArgs;
 
 /// Metric points are aggregated per this much recorded time (as the live exporter's default
@@ -96,12 +95,7 @@ impl Sink for OtlpSink {
         Ok(())
     }
 
-    fn loss(
-        &mut self,
-        _channel: &Arc<ChannelInfo>,
-        _t_nanos: u64,
-        _record: &LossRecord,
-    ) -> anyhow::Result<()> {
+    fn loss(&mut self, _loss: &Loss<'_>) -> anyhow::Result<()> {
         self.losses += 1;
         Ok(())
     }
@@ -117,16 +111,7 @@ pub(super) fn run(args: &ExportArgs, globs: &[Glob]) -> anyhow::Result<()> {
         bail!("--format otlp writes no file: leave out --output (the receiver is --endpoint)");
     }
     let endpoints = Endpoints::resolve(args.endpoint.as_deref(), |k| std::env::var(k).ok())?;
-    let input = std::fs::File::open(&args.file)
-        .with_context(|| format!("opening {}", args.file.display()))?;
-    let mut reader = RecordingReader::new(input).with_resync();
-    let first = match reader.next() {
-        Some(Err(e)) => {
-            return Err(anyhow::Error::new(e))
-                .with_context(|| format!("reading {}", args.file.display()));
-        }
-        first => first,
-    };
+    let items = super::open_recording(&args.file)?;
     let mut opts = OtlpOptions::new(endpoints.clone());
     // Shutdown happens after the last drain: nothing should be left by then.
     opts.shutdown_deadline = std::time::Duration::ZERO;
@@ -140,7 +125,7 @@ pub(super) fn run(args: &ExportArgs, globs: &[Glob]) -> anyhow::Result<()> {
         losses: 0,
     };
     let mut tally = Tally::new(globs);
-    tally.read(first.into_iter().chain(reader), &mut sink, &args.file)?;
+    tally.read(items, &mut sink, &args.file)?;
     sink.drain();
     sink.exporter.shutdown();
     let s = sink.exporter.stats().snapshot();

@@ -8,14 +8,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context;
-use snapbus_consumers::recording::{ChannelInfo, LossRecord, Message};
+use snapbus_consumers::recording::{LossRecord, Message};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
-use super::Sink;
 use super::columns::{Cell, Fixed, Plan};
+use super::{Loss, Sink};
 
 /// Writes the rows of one table file.
 pub(super) trait TableWriter {
@@ -195,21 +194,15 @@ impl Sink for Tables {
         self.row(c.id, &c.schema, &fixed, value)
     }
 
-    fn loss(
-        &mut self,
-        channel: &Arc<ChannelInfo>,
-        t_nanos: u64,
-        record: &LossRecord,
-    ) -> anyhow::Result<()> {
-        let schema = LossRecord::descriptor();
-        let value = super::loss_value(record)?;
+    fn loss(&mut self, loss: &Loss<'_>) -> anyhow::Result<()> {
         let fixed = Fixed {
-            t_nanos,
-            producer_id: record.producer_id,
-            producer: &channel.producer,
+            t_nanos: loss.t_nanos,
+            producer_id: loss.record.producer_id,
+            producer: &loss.channel.producer,
             seq: 0,
         };
-        self.row(channel.id, schema, &fixed, &value)
+        let schema = LossRecord::descriptor();
+        self.row(loss.channel.id, schema, &fixed, &loss.value()?)
     }
 
     fn finish(self: Box<Self>) -> anyhow::Result<Vec<PathBuf>> {
