@@ -1,4 +1,4 @@
-//! The one walk of the wire format: a [`TypeDesc`] compiled once into a [`LayoutPlan`], read
+//! The one walk of the wire format: a [`TypeDesc`](crate::TypeDesc) compiled once into a [`LayoutPlan`], read
 //! from any [`ByteSource`] by [`walk`], which hands what it reads to a [`Visit`]or.
 //!
 //! Every reader of payloads is a visitor of this walk: [`decode`](crate::decode) builds

@@ -136,7 +136,7 @@ impl Scalar {
     }
 }
 
-/// The error type of a [`Visit`]: built from the walk's [`DecodeError`]s, and told the
+/// The error type of a [`Visit`](super::Visit): built from the walk's [`DecodeError`]s, and told the
 /// field it unwinds out of (a visitor whose error keeps no path ignores it).
 pub trait WalkError: From<DecodeError> {
     /// Prefixes the error's field path with `name`.
