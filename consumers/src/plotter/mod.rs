@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use snapbus_schemas::{DType, SchemaDescriptor, Value, decode};
+use snapbus_schemas::{DType, SchemaDescriptor, Value};
 
 use crate::fields::{Extracted, Plan, tensor_paths};
 use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
@@ -289,7 +289,7 @@ impl Consumer for Plotter {
         let value = if frame_due {
             feeds.last_frame = now;
             feeds.pending = None;
-            decode(r.schema.root(), r.payload).ok()
+            r.schema.decode(r.payload).ok()
         } else {
             if !feeds.images.is_empty() {
                 let (buf, seq, time) = feeds.pending.get_or_insert_with(|| (Vec::new(), 0, 0.0));
@@ -322,7 +322,7 @@ impl Consumer for Plotter {
         let mut store = lock(&self.store)?;
         for feeds in self.schemas.values_mut() {
             if let Some((payload, seq, t)) = feeds.pending.take() {
-                if let Ok(v) = decode(feeds.schema.root(), &payload) {
+                if let Ok(v) = feeds.schema.decode(&payload) {
                     set_frames(&mut store, &feeds.images, &v, seq, t);
                 }
             }
@@ -354,7 +354,7 @@ impl Consumer for Plotter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snapbus_schemas::{Tensor, Wire};
+    use snapbus_schemas::{Tensor, Wire, decode};
 
     #[test]
     fn frames_are_scaled_subsampled_and_shaped() {
