@@ -50,3 +50,18 @@ pub(crate) fn header(seq: u64, t_nanos: u64, payload_len: usize) -> RecordHeader
         emitter_id: 0,
     }
 }
+
+/// A loss of `lost` records of producer `producer_id`, for calling `Consumer::on_lag`.
+#[cfg(any(feature = "aggregator", feature = "recording"))]
+pub(crate) fn lag(
+    producer_id: u64,
+    info: &snapbus_bus::ProducerInfo,
+    lost: u64,
+) -> snapbus_consumers::Lag<'_> {
+    let producer = info.into();
+    snapbus_consumers::Lag {
+        producer_id,
+        producer,
+        lost,
+    }
+}

@@ -556,7 +556,7 @@ fn pull(
                 ticks.push(Tick::decode_exact(r.payload).expect("a tick").i);
                 at(reader, ticks.len());
             }
-            Some(Item::Lag { lost, .. }) => lags.push(lost),
+            Some(Item::Lag(lag)) => lags.push(lag.lost),
             Some(Item::End(s)) => return (ticks, lags, s),
             _ => {}
         }

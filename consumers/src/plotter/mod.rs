@@ -30,7 +30,7 @@ use std::time::Instant;
 use snapbus_schemas::{DType, SchemaDescriptor, Value};
 
 use crate::fields::{Extracted, Plan, tensor_paths};
-use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
+use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
 use store::{Frame, Image, Series};
 pub use store::{Store, XAxis};
@@ -340,13 +340,8 @@ impl Consumer for Plotter {
         Ok(Flow::Continue)
     }
 
-    fn on_lag(
-        &mut self,
-        _producer_id: u64,
-        _producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
-        lock(&self.store)?.lost += lost;
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        lock(&self.store)?.lost += lag.lost;
         Ok(Flow::Continue)
     }
 }
