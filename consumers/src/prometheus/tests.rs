@@ -73,6 +73,15 @@ fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[
     send(e, p, s, &payload(s, values));
 }
 
+/// An exporter with the default options, serving on a free local port.
+fn serving() -> (Exporter, Server) {
+    let e = Exporter::new(PrometheusOptions::default());
+    let server = e
+        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .expect("serve");
+    (e, server)
+}
+
 fn scrape(addr: SocketAddr) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
@@ -88,10 +97,7 @@ fn scrape(addr: SocketAddr) -> (u16, String) {
 
 #[test]
 fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
-    let mut e = Exporter::new(PrometheusOptions::default());
-    let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
-        .expect("serve");
+    let (mut e, server) = serving();
     let s = schema("lab.step", &["reward", "loss"]);
     e.on_producer(ProducerChange::Joined(producer("trainer", 7)))
         .expect("join");
@@ -134,10 +140,7 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
 
 #[test]
 fn clients_that_never_send_or_never_read_do_not_stall_the_reader_or_the_endpoint() {
-    let mut e = Exporter::new(PrometheusOptions::default());
-    let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
-        .expect("serve");
+    let (mut e, server) = serving();
     // 5000 series: a response far larger than a socket buffer.
     let fields: Vec<String> = (0..500).map(|i| format!("f{i}")).collect();
     let names: Vec<&str> = fields.iter().map(String::as_str).collect();
