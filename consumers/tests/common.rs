@@ -20,7 +20,6 @@ pub(crate) struct Info {
 }
 
 /// A publisher `name` on `dir` with a 1 MiB lane and 64 KiB frames (not waiting to join).
-#[cfg_attr(not(feature = "recording"), allow(dead_code))]
 pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
     let mut lane = LaneConfig::default();
     (lane.capacity, lane.max_frame) = (1 << 20, 64 << 10);
