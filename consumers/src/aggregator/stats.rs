@@ -298,6 +298,18 @@ mod tests {
         sorted[(q * (sorted.len() - 1) as f64) as usize]
     }
 
+    /// Asserts that every quantile of `s` is within the sketch's accuracy of the exact one
+    /// (`what`: a prefix for the message).
+    fn assert_quantiles_near(s: &Stat, sorted: &[f64], what: &str) {
+        for (_, q) in QUANTILES {
+            let (want, got) = (nth(sorted, q), s.quantile(q));
+            assert!(
+                (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
+                "{what}q{q}: {got} vs {want}"
+            );
+        }
+    }
+
     fn values(n: usize, seed: u64) -> Vec<f64> {
         let mut x = seed;
         (0..n)
@@ -322,14 +334,7 @@ mod tests {
         assert_eq!(s.min(), sorted[0]);
         assert_eq!(s.max(), sorted[sorted.len() - 1]);
         assert_eq!(s.last, v[v.len() - 1]);
-        for (_, q) in QUANTILES {
-            let want = nth(&sorted, q);
-            let got = s.quantile(q);
-            assert!(
-                (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
-                "q{q}: {got} vs {want}"
-            );
-        }
+        assert_quantiles_near(&s, &sorted, "");
     }
 
     #[test]
@@ -422,14 +427,7 @@ mod tests {
             let mut sa = stat_of(Stat::default(), a);
             sa.merge(&stat_of(Stat::default(), b));
             let sorted = sorted_copy(&w);
-            for (_, q) in QUANTILES {
-                let want = nth(&sorted, q);
-                let got = sa.quantile(q);
-                assert!(
-                    (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
-                    "split {split} q{q}: {got} vs {want}"
-                );
-            }
+            assert_quantiles_near(&sa, &sorted, &format!("split {split} "));
         }
     }
 }
