@@ -32,7 +32,7 @@ use snapbus_schemas::{DType, SchemaDescriptor, Value};
 use crate::fields::{Extracted, Plan, tensor_paths};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
-use store::{Frame, Image, Series};
+use store::{Frame, Image, Series, Source};
 pub use store::{Store, XAxis};
 
 /// Images larger than this per side are subsampled.
@@ -111,36 +111,28 @@ impl Plotter {
         let started = r.producer.started_nanos as f64 / 1e9;
         let ended = self.ended.get(&r.producer.lane_id).copied();
         let mut store = lock(&self.store)?;
-        let new_series = |store: &mut Store, field: &str| {
-            store.series.push(Series {
-                schema: r.schema.id().to_owned(),
-                producer: r.producer.name.to_owned(),
-                pid: r.producer.pid,
-                lane: r.producer.lane_id,
-                started,
-                ended,
-                field: field.to_owned(),
-                points: Default::default(),
-                samples: 0,
-            });
-            store.series.len() - 1
+        let source = |field: String| Source {
+            schema: r.schema.id().to_owned(),
+            producer: r.producer.name.to_owned(),
+            pid: r.producer.pid,
+            lane: r.producer.lane_id,
+            started,
+            ended,
+            field,
         };
         let series = plan
             .leaves()
             .iter()
-            .map(|l| new_series(&mut store, l))
+            .map(|l| {
+                store.series.push(Series::new(source(l.to_owned())));
+                store.series.len() - 1
+            })
             .collect();
         let images = tensors
             .into_iter()
             .map(|path| {
                 store.images.push(Image {
-                    schema: r.schema.id().to_owned(),
-                    producer: r.producer.name.to_owned(),
-                    pid: r.producer.pid,
-                    lane: r.producer.lane_id,
-                    started,
-                    ended,
-                    field: path.clone(),
+                    src: source(path.clone()),
                     frame: None,
                     frames: 0,
                 });
