@@ -271,9 +271,14 @@ where
     g.bench_function("snapbus", |b| {
         b.iter(|| S::decode_exact(black_box(&snap_enc)).unwrap())
     });
-    let root = S::descriptor().root();
+    // Dynamic decoding as consumers do it (the descriptor's plan compiled once), and with a
+    // plan compiled on every call.
+    let desc = S::descriptor();
     g.bench_function("snapbus-dynamic", |b| {
-        b.iter(|| snapbus_schemas::decode(root, black_box(&snap_enc)).unwrap())
+        b.iter(|| desc.decode(black_box(&snap_enc)).unwrap())
+    });
+    g.bench_function("snapbus-dynamic-compile", |b| {
+        b.iter(|| snapbus_schemas::decode(desc.root(), black_box(&snap_enc)).unwrap())
     });
     g.bench_function("bincode2-legacy", |b| {
         b.iter(|| {

@@ -7,10 +7,11 @@
 //! of a lap counted exactly, the lane's end.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use snapbus_bus::lane::{
-    ClaimError, Lane, LaneConfig, LaneReader, Poll, RUN_RECORDS, RecordMeta, StartAt,
+    ClaimError, Lane, LaneConfig, LaneReader, LaneWriter, Poll, RUN_RECORDS, RecordMeta, StartAt,
 };
 use snapbus_bus::mem::HeapMem;
 use snapbus_bus::publisher::EmitError;
@@ -58,15 +59,21 @@ const LANE_CONFIG: LaneConfig = LaneConfig {
 };
 
 /// A heap lane of [`LANE_CONFIG`].
-fn heap_lane() -> std::sync::Arc<Lane<HeapMem>> {
+fn heap_lane() -> Arc<Lane<HeapMem>> {
     Lane::heap(&LANE_CONFIG, 0x5eed).expect("lane")
+}
+
+/// A new [`heap_lane`], its writer and a reader from its oldest record.
+fn writer_and_reader() -> (Arc<Lane<HeapMem>>, LaneWriter<HeapMem>, LaneReader<HeapMem>) {
+    let lane = heap_lane();
+    let w = lane.writer().expect("writer");
+    let r = lane.reader(StartAt::Oldest);
+    (lane, w, r)
 }
 
 #[test]
 fn a_run_stops_at_its_record_count_and_its_span() {
-    let lane = heap_lane();
-    let mut w = lane.writer().expect("writer");
-    let mut r = lane.reader(StartAt::Oldest);
+    let (lane, mut w, mut r) = writer_and_reader();
     // 100 records of 64 bytes (104-byte frames: 64 of them span 6.5 KiB): a run takes
     // RUN_RECORDS of them.
     let small: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 64)).collect();
@@ -142,9 +149,7 @@ fn runs_wrap_the_ring_and_arrive_whole() {
 
 #[test]
 fn a_refused_record_is_counted_once_and_the_ones_after_it_written() {
-    let lane = heap_lane();
-    let mut w = lane.writer().expect("writer");
-    let mut r = lane.reader(StartAt::Oldest);
+    let (lane, mut w, mut r) = writer_and_reader();
     let mut batch: Vec<Vec<u8>> = (0..6).map(|i| payload(i, 64)).collect();
     batch[3] = vec![0u8; 9 << 10]; // above the 8 KiB frame
     let run = w.write_run(META, &batch);
@@ -334,9 +339,7 @@ fn drain_in_place_stops_where_its_callback_says() {
 
 #[test]
 fn a_run_meets_the_ring_s_end_with_a_pad_between_its_records() {
-    let lane = heap_lane();
-    let mut w = lane.writer().expect("writer");
-    let mut r = lane.reader(StartAt::Oldest);
+    let (_, mut w, mut r) = writer_and_reader();
     // 600 records of 100 bytes (144-byte frames) fill 86,400 bytes: the 64 KiB ring's end is
     // met after 455 of them (65,520 bytes), 16 bytes short of a frame: a PAD, then the next
     // record at the ring's start, inside the run of records 448..512.

@@ -6,7 +6,7 @@ use snapbus_bus::Level;
 use snapbus_bus::client::{BusClient, BusState, Census};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
-use snapbus_schemas::{SchemaDescriptor, decode};
+use snapbus_schemas::SchemaDescriptor;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -102,7 +102,7 @@ fn payload_json(schema: &SchemaDescriptor, bytes: &[u8], raw: bool) -> serde_jso
     if raw {
         return serde_json::Value::String(hex(bytes));
     }
-    match decode(schema.root(), bytes) {
+    match schema.decode(bytes) {
         Ok(v) => v.to_json(),
         Err(e) => json!({ "decode_error": e.to_string() }),
     }

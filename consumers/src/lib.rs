@@ -90,15 +90,16 @@ mod runtime;
 mod summary_name;
 
 pub use runtime::{
-    Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Producer, ProducerChange,
-    Reader, Record, RecordHeader, RecordRef, RunError, RunOptions, RunSummary, StopReason, run,
+    Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Lag, Producer,
+    ProducerChange, Reader, Record, RecordHeader, RecordRef, RunError, RunOptions, RunSummary,
+    StopReason, run,
 };
 pub use snapbus_bus::subscriber::{BatchReads, RingPayload};
 
 /// What a consumer needs, in one import: `use snapbus_consumers::prelude::*;`.
 pub mod prelude {
     pub use crate::runtime::{
-        Consumer, Extract, Flow, HookError, Item, Producer, ProducerChange, Reader, Record,
+        Consumer, Extract, Flow, HookError, Item, Lag, Producer, ProducerChange, Reader, Record,
         RecordHeader, RunOptions, RunSummary, run,
     };
     pub use snapbus_bus::Level;

@@ -13,7 +13,7 @@ use snapbus_bus::schemas::SchemaDescriptor;
 use snapbus_bus::status::StatusBoard;
 
 use crate::recording::{History, HistoryStart, RecordingWriter, WriteError, WriterOptions};
-use crate::{BatchReads, Consumer, Flow, HookError, Producer, Record, RunOptions};
+use crate::{BatchReads, Consumer, Flow, HookError, Lag, Producer, Record, RunOptions};
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -266,12 +266,12 @@ impl Consumer for Recorder {
         Ok(Flow::Continue)
     }
 
-    fn on_lag(
-        &mut self,
-        producer_id: u64,
-        producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        let Lag {
+            producer_id,
+            producer,
+            lost,
+        } = lag;
         let lane = self.lanes.entry(producer.lane_id).or_default();
         if !lane.written && !lane.continued && self.opts.start == StartAt::Oldest {
             // Reading from the oldest record, before the producer's first record: what the

@@ -18,7 +18,7 @@ use snapbus_consumers::aggregator::{
 use snapbus_consumers::{Consumer, ProducerChange, RunOptions, run};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Tensor, Value, Wire, decode};
 
-use crate::common::{Info, Mode};
+use crate::common::{Info, Mode, lag};
 use crate::runtime::Bus;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -535,13 +535,7 @@ fn a_restarted_worker_does_not_emit_a_window_twice_yet_its_experiment_counts_eve
     let mut third = Aggregator::new(AggregatorOptions::new(Window::Episode), Sink::new());
     third.resume_from(resume);
     let feed = Feed::new(&[1]);
-    third
-        .on_lag(
-            1,
-            snapbus_consumers::Producer::from(&feed.producers[&1].clone()),
-            12,
-        )
-        .expect("lag");
+    third.on_lag(lag(1, &feed.producers[&1], 12)).expect("lag");
     for (i, st) in steps.iter().enumerate().skip(12) {
         feed.send_at(&mut third, 1, st, 7, i as u64);
     }
@@ -562,13 +556,11 @@ fn loss_is_reported_by_the_windows_it_fell_in_and_by_the_experiment() {
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 0, i), 1);
     }
-    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 3)
-        .expect("lag");
+    agg.on_lag(lag(1, &info, 3)).expect("lag");
     for i in 0..4 {
         feed.send(&mut agg, 1, &step(1, 0, 1, i), 1);
     }
-    agg.on_lag(1, snapbus_consumers::Producer::from(&info), 2)
-        .expect("lag");
+    agg.on_lag(lag(1, &info, 2)).expect("lag");
     feed.end(&mut agg, 1);
     let lost: Vec<(String, u64)> = summaries(agg.sink())
         .iter()

@@ -20,7 +20,6 @@ pub(crate) struct Info {
 }
 
 /// A publisher `name` on `dir` with a 1 MiB lane and 64 KiB frames (not waiting to join).
-#[cfg_attr(not(feature = "recording"), allow(dead_code))]
 pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
     let mut lane = LaneConfig::default();
     (lane.capacity, lane.max_frame) = (1 << 20, 64 << 10);
@@ -48,5 +47,20 @@ pub(crate) fn header(seq: u64, t_nanos: u64, payload_len: usize) -> RecordHeader
         schema_version: 1,
         level: Level::INFO,
         emitter_id: 0,
+    }
+}
+
+/// A loss of `lost` records of producer `producer_id`, for calling `Consumer::on_lag`.
+#[cfg(any(feature = "aggregator", feature = "recording"))]
+pub(crate) fn lag(
+    producer_id: u64,
+    info: &snapbus_bus::ProducerInfo,
+    lost: u64,
+) -> snapbus_consumers::Lag<'_> {
+    let producer = info.into();
+    snapbus_consumers::Lag {
+        producer_id,
+        producer,
+        lost,
     }
 }

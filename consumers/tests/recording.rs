@@ -18,6 +18,7 @@ use snapbus_consumers::recording::{
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 use snapbus_consumers::{RunOptions, run};
 
+use crate::common::lag;
 use crate::runtime::Bus;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -362,11 +363,9 @@ impl snapbus_consumers::Consumer for Stalling {
     }
     fn on_lag(
         &mut self,
-        producer_id: u64,
-        producer: snapbus_consumers::Producer<'_>,
-        lost: u64,
+        lag: snapbus_consumers::Lag<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
-        self.inner.on_lag(producer_id, producer, lost)
+        self.inner.on_lag(lag)
     }
     fn flush(&mut self) -> Result<(), snapbus_consumers::HookError> {
         self.inner.flush()
@@ -549,11 +548,9 @@ impl snapbus_consumers::Consumer for Watching {
     }
     fn on_lag(
         &mut self,
-        producer_id: u64,
-        producer: snapbus_consumers::Producer<'_>,
-        lost: u64,
+        lag: snapbus_consumers::Lag<'_>,
     ) -> Result<snapbus_consumers::Flow, snapbus_consumers::HookError> {
-        self.inner.on_lag(producer_id, producer, lost)
+        self.inner.on_lag(lag)
     }
     fn flush(&mut self) -> Result<(), snapbus_consumers::HookError> {
         self.inner.flush()
@@ -1172,8 +1169,7 @@ fn losses_before_the_first_record_of_a_latest_recorder_are_loss_records() {
         start: StartAt::Latest,
     })
     .expect("create");
-    rec.on_lag(1, snapbus_consumers::Producer::from(&who), 5)
-        .expect("on_lag");
+    rec.on_lag(lag(1, &who, 5)).expect("on_lag");
     let payload = RecB { x: 0.0, i: 7 }.encode_to_vec().expect("encode");
     feed_record(&mut rec, 1, &who, &schema, &payload, 12);
     assert_eq!((rec.losses(), rec.history_losses()), (5, 0));

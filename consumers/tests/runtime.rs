@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use snapbus_bus::Level;
 use snapbus_bus::broker;
-use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::lane::StartAt;
-use snapbus_bus::publisher::{Publisher, PublisherConfig};
+use snapbus_bus::publisher::Publisher;
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::schemas::{SchemaDescriptor, Snapshot, Wire};
 use snapbus_bus::subscriber::Glob;
@@ -18,6 +17,8 @@ use snapbus_consumers::fields::Plan;
 use snapbus_consumers::{
     Consumer, Extract, Flow, HookError, Item, ProducerChange, Reader, RunOptions, StopReason, run,
 };
+
+use crate::common::small_publisher;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "rt.tick", version = 1, crate = "snapbus_bus::schemas")]
@@ -88,20 +89,7 @@ impl Bus {
     }
 
     pub(crate) fn publisher(&self) -> Publisher {
-        let p = Publisher::start(
-            self.dir().clone(),
-            PublisherConfig {
-                name: "rt-test".into(),
-                lane: LaneConfig {
-                    capacity: 1 << 20,
-                    max_frame: 64 << 10,
-                    block_size: 64 << 10,
-                },
-                session_tag: None,
-                perf_tag: None,
-            },
-        )
-        .expect("publisher");
+        let p = small_publisher(self.dir(), "rt-test");
         let t0 = std::time::Instant::now();
         while !p.is_connected() {
             assert!(
@@ -556,7 +544,7 @@ fn pull(
                 ticks.push(Tick::decode_exact(r.payload).expect("a tick").i);
                 at(reader, ticks.len());
             }
-            Some(Item::Lag { lost, .. }) => lags.push(lost),
+            Some(Item::Lag(lag)) => lags.push(lag.lost),
             Some(Item::End(s)) => return (ticks, lags, s),
             _ => {}
         }

@@ -22,16 +22,25 @@ fn parse(s: &str) -> Filter {
     s.parse().expect("valid directives")
 }
 
+/// Asserts that `f` gives each of `targets` the level `want`.
+fn assert_level(f: &Filter, want: LevelFilter, targets: &[&str]) {
+    for target in targets {
+        assert_eq!(f.level_for(target), want, "{target:?}");
+    }
+}
+
 #[test]
 fn the_most_specific_matching_target_wins() {
     let f = parse("warn,monty=info,monty.models=debug,monty.models.noisy=off");
-    assert_eq!(f.level_for("other"), LevelFilter::WARN);
-    assert_eq!(f.level_for("monty"), LevelFilter::INFO);
-    assert_eq!(f.level_for("monty.env"), LevelFilter::INFO);
-    assert_eq!(f.level_for("monty.models"), LevelFilter::DEBUG);
-    assert_eq!(f.level_for("monty.models.policy"), LevelFilter::DEBUG);
-    assert_eq!(f.level_for("monty.models.noisy"), LevelFilter::OFF);
-    assert_eq!(f.level_for("monty.models.noisy.deep"), LevelFilter::OFF);
+    assert_level(&f, LevelFilter::WARN, &["other"]);
+    assert_level(&f, LevelFilter::INFO, &["monty", "monty.env"]);
+    assert_level(
+        &f,
+        LevelFilter::DEBUG,
+        &["monty.models", "monty.models.policy"],
+    );
+    let noisy = ["monty.models.noisy", "monty.models.noisy.deep"];
+    assert_level(&f, LevelFilter::OFF, &noisy);
     // The order of the directives does not matter.
     let g = parse("monty.models.noisy=off,monty.models=debug,monty=info,warn");
     assert_eq!(g, f);
@@ -40,15 +49,15 @@ fn the_most_specific_matching_target_wins() {
 #[test]
 fn a_target_matches_only_whole_segments() {
     let f = parse("error,monty.model=trace,mon=debug");
-    assert_eq!(f.level_for("monty.models"), LevelFilter::ERROR);
-    assert_eq!(f.level_for("monty.model"), LevelFilter::TRACE);
-    assert_eq!(f.level_for("monty.model.x"), LevelFilter::TRACE);
-    assert_eq!(f.level_for("monty"), LevelFilter::ERROR);
-    assert_eq!(f.level_for("montypython"), LevelFilter::ERROR);
-    assert_eq!(f.level_for("mon.ty"), LevelFilter::DEBUG);
+    assert_level(
+        &f,
+        LevelFilter::ERROR,
+        &["monty.models", "monty", "montypython"],
+    );
+    assert_level(&f, LevelFilter::TRACE, &["monty.model", "monty.model.x"]);
+    assert_level(&f, LevelFilter::DEBUG, &["mon.ty"]);
     // A directive longer than the target does not match it.
-    assert_eq!(f.level_for("monty."), LevelFilter::ERROR);
-    assert_eq!(f.level_for(""), LevelFilter::ERROR);
+    assert_level(&f, LevelFilter::ERROR, &["monty.", ""]);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! bounds-checked. The bottom of the crate: it knows bytes and errors, nothing of types.
 
 use crate::error::{DecodeError, DecodeErrorKind};
+use crate::walk::ByteSource;
 
 /// Writes a value into a caller-provided byte slice, never allocating and never panicking.
 ///
@@ -152,18 +153,6 @@ impl<'a> WireReader<'a> {
     /// justifies.
     #[inline]
     pub fn read_len(&mut self, min_item_len: usize) -> Result<usize, DecodeError> {
-        let at = self.pos;
-        let len = self.read_u64()?;
-        let need = len.checked_mul(min_item_len.max(1) as u64);
-        match need {
-            Some(need) if need <= self.remaining() as u64 => Ok(len as usize),
-            _ => Err(DecodeError::new(
-                at,
-                DecodeErrorKind::LengthTooLarge {
-                    len,
-                    remaining: self.remaining(),
-                },
-            )),
-        }
+        ByteSource::read_len(self, min_item_len)
     }
 }

@@ -30,14 +30,34 @@ use crate::walk::{Kind, LayoutPlan, Node, NodeId, Scalar, Visit, walk};
 /// assert_eq!(value.to_json().to_string(), r#"{"step":7,"reward":0.5}"#);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Compiles a [`LayoutPlan`] on every call: to decode many payloads of one schema, use
+/// [`SchemaDescriptor::decode`](crate::SchemaDescriptor::decode) or [`decode_with`].
 pub fn decode<'a>(desc: &'a TypeDesc, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
-    decode_with(&LayoutPlan::compile(desc), bytes)
+    decode_all(
+        &LayoutPlan::compile(desc),
+        bytes,
+        ValueVisitor { names: None },
+    )
 }
 
-/// [`decode`] with a [`LayoutPlan`] compiled once (for many payloads of one type).
-pub fn decode_with<'a>(plan: &LayoutPlan<'a>, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
+/// [`decode`] with a [`LayoutPlan`] compiled once (for many payloads of one type); the value's
+/// field names borrow from the plan.
+pub fn decode_with<'a>(
+    plan: &'a LayoutPlan<'a>,
+    bytes: &'a [u8],
+) -> Result<Value<'a>, DecodeError> {
+    decode_all(plan, bytes, ValueVisitor { names: Some(plan) })
+}
+
+/// Walks the whole of `bytes` with `v`.
+fn decode_all<'a>(
+    plan: &LayoutPlan<'a>,
+    bytes: &'a [u8],
+    mut v: ValueVisitor<'a>,
+) -> Result<Value<'a>, DecodeError> {
     let mut r = WireReader::new(bytes);
-    let v = walk(plan, &mut r, &mut ValueVisitor)?;
+    let v = walk(plan, &mut r, &mut v)?;
     r.finish()?;
     Ok(v)
 }
@@ -47,11 +67,19 @@ pub fn decode_from<'a>(
     desc: &'a TypeDesc,
     r: &mut WireReader<'a>,
 ) -> Result<Value<'a>, DecodeError> {
-    walk(&LayoutPlan::compile(desc), r, &mut ValueVisitor)
+    walk(
+        &LayoutPlan::compile(desc),
+        r,
+        &mut ValueVisitor { names: None },
+    )
 }
 
 /// The [`Visit`]or that builds [`Value`]s borrowing from the payload and the descriptor.
-struct ValueVisitor;
+struct ValueVisitor<'a> {
+    /// A plan that outlives the value, to borrow field names from even where it owns them
+    /// (`None`: the names are the nodes' own, borrowed from the descriptor).
+    names: Option<&'a LayoutPlan<'a>>,
+}
 
 /// The `len` bytes at `at` (the walk has checked they are there).
 #[inline]
@@ -67,7 +95,7 @@ fn span<'a>(r: &WireReader<'a>, at: usize, len: usize) -> Result<&'a [u8], Decod
     })
 }
 
-impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor {
+impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor<'a> {
     type Out = Value<'a>;
     type Error = DecodeError;
     type Seq = Vec<Value<'a>>;
@@ -182,11 +210,15 @@ impl<'a> Visit<'a, WireReader<'a>> for ValueVisitor {
     fn field(
         &mut self,
         record: &mut Self::Record,
-        _: NodeId,
+        id: NodeId,
         field: &Node<'a>,
         value: Value<'a>,
     ) -> Result<(), DecodeError> {
-        record.push((field.name_cow(), value));
+        let name = match self.names {
+            Some(plan) => Cow::Borrowed(plan.node(id).name()),
+            None => field.name_cow(),
+        };
+        record.push((name, value));
         Ok(())
     }
 

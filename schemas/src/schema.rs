@@ -2,12 +2,15 @@
 //! fingerprint.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
 use crate::canonical;
 use crate::desc::{MAX_NAME_LEN, TypeDesc};
-use crate::error::DescriptorError;
+use crate::error::{DecodeError, DescriptorError};
+use crate::value::Value;
+use crate::walk::LayoutPlan;
 
 /// Checks that `id` is a valid schema id: dot-separated segments of ASCII letters, digits, `_`
 /// and `-`, at most [`MAX_NAME_LEN`] bytes (`"monty.env_interface.step"`).
@@ -31,7 +34,7 @@ pub fn validate_schema_id(id: &str) -> Result<(), DescriptorError> {
 ///
 /// Built by `#[derive(Snapshot)]` (see [`Snapshot::descriptor`](crate::Snapshot::descriptor)),
 /// by [`SchemaDescriptor::new`], or decoded from its canonical bytes. The fingerprint is
-/// computed once on construction.
+/// computed once on construction, the [`LayoutPlan`] of the root on first [`plan`](Self::plan).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(try_from = "RawDescriptor")]
 pub struct SchemaDescriptor {
@@ -39,6 +42,25 @@ pub struct SchemaDescriptor {
     version: u32,
     root: TypeDesc,
     fingerprint: u64,
+    /// The root's plan, compiled once for every payload decoded through this descriptor.
+    #[serde(skip)]
+    plan: PlanCache,
+}
+
+/// A descriptor's root plan, compiled on first use: a cache of `root`, so its `Debug` says
+/// only whether it is filled (and equality leaves it out).
+#[derive(Clone, Default)]
+struct PlanCache(OnceLock<LayoutPlan<'static>>);
+
+impl fmt::Debug for PlanCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.0.get().is_some() {
+            "compiled"
+        } else {
+            "not compiled"
+        };
+        f.write_str(state)
+    }
 }
 
 #[derive(Deserialize)]
@@ -85,6 +107,7 @@ impl SchemaDescriptor {
             version,
             root,
             fingerprint: 0,
+            plan: PlanCache::default(),
         };
         desc.fingerprint = xxhash_rust::xxh3::xxh3_64(&desc.to_canonical_bytes());
         desc
@@ -135,6 +158,19 @@ impl SchemaDescriptor {
     /// fingerprints on every platform and in every release that keeps the canonical layout.
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
+    }
+
+    /// The root's [`LayoutPlan`], compiled on the first call and kept.
+    pub fn plan(&self) -> &LayoutPlan<'static> {
+        self.plan
+            .0
+            .get_or_init(|| LayoutPlan::compile(&self.root).into_owned())
+    }
+
+    /// [`decode`](crate::decode) of a payload of this schema, with the [`plan`](Self::plan)
+    /// compiled once (what per-record decoding should call).
+    pub fn decode<'a>(&'a self, bytes: &'a [u8]) -> Result<Value<'a>, DecodeError> {
+        crate::decode_with(self.plan(), bytes)
     }
 
     /// The canonical byte form, in the same bincode-1.x-style layout as payloads:

@@ -135,18 +135,9 @@ impl<T: Element> Wire for Tensor<T> {
 
 /// Reads a tensor's rank and dimensions, refusing ranks above [`MAX_TENSOR_RANK`].
 pub(crate) fn read_shape(r: &mut WireReader<'_>) -> Result<Vec<u64>, DecodeError> {
-    let at = r.offset();
-    let rank = r.read_u64()?;
-    if rank > MAX_TENSOR_RANK as u64 {
-        return Err(DecodeError::new(
-            at,
-            DecodeErrorKind::TensorRank {
-                rank,
-                max: MAX_TENSOR_RANK,
-            },
-        ));
-    }
-    u64::decode_vec(r, rank as usize)
+    let mut dims = [0; MAX_TENSOR_RANK];
+    let rank = crate::walk::read_shape(r, &mut dims)?;
+    Ok(dims[..rank].to_vec())
 }
 
 /// An opaque byte buffer (a compressed frame, a serialized blob). Described as

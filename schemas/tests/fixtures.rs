@@ -72,22 +72,24 @@ pub(crate) struct Everything {
     pub nested: Vec<Option<(u8, Inner)>>,
 }
 
-/// Floats without NaN (NaN != NaN would make value equality meaningless); NaN bit patterns are
-/// covered by the byte-level round trips instead.
+/// Floats of type `$t` without NaN (NaN != NaN would make value equality meaningless); NaN
+/// bit patterns are covered by the byte-level round trips instead.
+macro_rules! no_nan {
+    ($t:ident) => {
+        prop::num::$t::NORMAL
+            | prop::num::$t::SUBNORMAL
+            | prop::num::$t::ZERO
+            | prop::num::$t::INFINITE
+            | prop::num::$t::NEGATIVE
+    };
+}
+
 fn any_f64() -> impl Strategy<Value = f64> + Clone {
-    prop::num::f64::NORMAL
-        | prop::num::f64::SUBNORMAL
-        | prop::num::f64::ZERO
-        | prop::num::f64::INFINITE
-        | prop::num::f64::NEGATIVE
+    no_nan!(f64)
 }
 
 fn any_f32() -> impl Strategy<Value = f32> + Clone {
-    prop::num::f32::NORMAL
-        | prop::num::f32::SUBNORMAL
-        | prop::num::f32::ZERO
-        | prop::num::f32::INFINITE
-        | prop::num::f32::NEGATIVE
+    no_nan!(f32)
 }
 
 pub(crate) fn inner() -> impl Strategy<Value = Inner> {

@@ -253,7 +253,7 @@ impl<'a> Tally<'a> {
         if !wanted {
             return Ok(());
         }
-        let written = match decode(m.channel.schema.root(), &m.data) {
+        let written = match m.channel.schema.decode(&m.data) {
             Ok(value) => {
                 sink.message(m, &value)?;
                 true

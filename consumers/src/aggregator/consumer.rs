@@ -12,7 +12,7 @@ use super::sink::SummarySink;
 use super::state::{Aggregator, ProducerState, SchemaState};
 use super::summary::Acc;
 use crate::fields::{Plan, decode_group};
-use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
+use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 
 impl<S: SummarySink> Consumer for Aggregator<S> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
@@ -27,14 +27,9 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
         Some(Extract::new(Arc::new(plan.clone())))
     }
 
-    fn on_lag(
-        &mut self,
-        _producer_id: u64,
-        producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
-        self.out.stats.lost += lost;
-        self.producer(producer).lost += lost;
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        self.out.stats.lost += lag.lost;
+        self.producer(lag.producer).lost += lag.lost;
         self.last_producer = None;
         Ok(Flow::Continue)
     }

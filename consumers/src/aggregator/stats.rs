@@ -280,6 +280,36 @@ mod tests {
         (mean, var.sqrt())
     }
 
+    /// `s` with every value of `v` added.
+    fn stat_of(mut s: Stat, v: &[f64]) -> Stat {
+        v.iter().for_each(|x| s.add(*x));
+        s
+    }
+
+    /// `v`, sorted.
+    fn sorted_copy(v: &[f64]) -> Vec<f64> {
+        let mut sorted = v.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted
+    }
+
+    /// The quantile `q` of `sorted` by rank, as the exact path finds it.
+    fn nth(sorted: &[f64], q: f64) -> f64 {
+        sorted[(q * (sorted.len() - 1) as f64) as usize]
+    }
+
+    /// Asserts that every quantile of `s` is within the sketch's accuracy of the exact one
+    /// (`what`: a prefix for the message).
+    fn assert_quantiles_near(s: &Stat, sorted: &[f64], what: &str) {
+        for (_, q) in QUANTILES {
+            let (want, got) = (nth(sorted, q), s.quantile(q));
+            assert!(
+                (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
+                "{what}q{q}: {got} vs {want}"
+            );
+        }
+    }
+
     fn values(n: usize, seed: u64) -> Vec<f64> {
         let mut x = seed;
         (0..n)
@@ -295,25 +325,16 @@ mod tests {
     #[test]
     fn moments_and_quantiles_match_a_sorted_reference() {
         let v = values(10_001, 7);
-        let mut s = Stat::default();
-        v.iter().for_each(|x| s.add(*x));
+        let s = stat_of(Stat::default(), &v);
         let (mean, std) = exact(&v);
         assert_eq!(s.count, v.len() as u64);
         assert!((s.mean() - mean).abs() < 1e-9 * mean.abs().max(1.0));
         assert!((s.std() - std).abs() < 1e-9 * std);
-        let mut sorted = v.clone();
-        sorted.sort_by(f64::total_cmp);
+        let sorted = sorted_copy(&v);
         assert_eq!(s.min(), sorted[0]);
         assert_eq!(s.max(), sorted[sorted.len() - 1]);
         assert_eq!(s.last, v[v.len() - 1]);
-        for (_, q) in QUANTILES {
-            let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
-            let got = s.quantile(q);
-            assert!(
-                (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
-                "q{q}: {got} vs {want}"
-            );
-        }
+        assert_quantiles_near(&s, &sorted, "");
     }
 
     #[test]
@@ -364,24 +385,17 @@ mod tests {
         sorted.push(-1.0);
         sorted.sort_by(f64::total_cmp);
         for (_, q) in QUANTILES {
-            let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
+            let want = nth(&sorted, q);
             assert!((same.quantile(q) - want).abs() <= 0.01 * want.abs(), "q{q}");
         }
         // Bools: exact, and merged exactly.
         let bits: Vec<f64> = (0..n).map(|i| if i % 10 < 3 { 1.0 } else { 0.0 }).collect();
         let (a, b) = bits.split_at(n / 3);
-        let mut sa = Stat::binary();
-        a.iter().for_each(|v| sa.add(*v));
-        let mut sb = Stat::binary();
-        b.iter().for_each(|v| sb.add(*v));
-        sa.merge(&sb);
-        let mut sorted = bits.clone();
-        sorted.sort_by(f64::total_cmp);
+        let mut sa = stat_of(Stat::binary(), a);
+        sa.merge(&stat_of(Stat::binary(), b));
+        let sorted = sorted_copy(&bits);
         for (_, q) in QUANTILES {
-            assert_eq!(
-                sa.quantile(q),
-                sorted[(q * (sorted.len() - 1) as f64) as usize]
-            );
+            assert_eq!(sa.quantile(q), nth(&sorted, q));
         }
         // Constant windows merge into a constant experiment, with no sketch.
         let mut w = Stat::default();
@@ -395,15 +409,10 @@ mod tests {
     #[test]
     fn small_windows_have_exact_quantiles_and_merge_across_the_threshold() {
         let v = values(EXACT_QUANTILES_UP_TO, 3);
-        let mut s = Stat::default();
-        v.iter().for_each(|x| s.add(*x));
-        let mut sorted = v.clone();
-        sorted.sort_by(f64::total_cmp);
+        let s = stat_of(Stat::default(), &v);
+        let sorted = sorted_copy(&v);
         for (_, q) in QUANTILES {
-            assert_eq!(
-                s.quantile(q),
-                sorted[(q * (sorted.len() - 1) as f64) as usize]
-            );
+            assert_eq!(s.quantile(q), nth(&sorted, q));
         }
         // Small + small past the threshold, small into large and large into small: all
         // within the sketch's accuracy of the exact answer.
@@ -415,21 +424,10 @@ mod tests {
             w.len() - 3,
         ] {
             let (a, b) = w.split_at(split);
-            let mut sa = Stat::default();
-            a.iter().for_each(|x| sa.add(*x));
-            let mut sb = Stat::default();
-            b.iter().for_each(|x| sb.add(*x));
-            sa.merge(&sb);
-            let mut sorted = w.clone();
-            sorted.sort_by(f64::total_cmp);
-            for (_, q) in QUANTILES {
-                let want = sorted[(q * (sorted.len() - 1) as f64) as usize];
-                let got = sa.quantile(q);
-                assert!(
-                    (got - want).abs() <= QUANTILE_RELATIVE_ACCURACY * want.abs() + 1e-9,
-                    "split {split} q{q}: {got} vs {want}"
-                );
-            }
+            let mut sa = stat_of(Stat::default(), a);
+            sa.merge(&stat_of(Stat::default(), b));
+            let sorted = sorted_copy(&w);
+            assert_quantiles_near(&sa, &sorted, &format!("split {split} "));
         }
     }
 }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use snapbus_schemas::{
-    DType, DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, Wire, decode, encode_value,
+    DType, DescriptorError, Field, SchemaDescriptor, TypeDesc, Value, Wire, encode_value,
 };
 
 use super::stats::{QUANTILES, Stat};
@@ -320,7 +320,7 @@ pub(crate) struct Emitted {
 /// ours.
 pub(crate) fn read_emitted(desc: &SchemaDescriptor, payload: &[u8]) -> Option<Emitted> {
     let schema = desc.id().strip_suffix(SUMMARY_SUFFIX)?.to_owned();
-    let v = decode(desc.root(), payload).ok()?;
+    let v = desc.decode(payload).ok()?;
     let u64_of = |name: &str| match v.field(name) {
         Some(Value::U64(x)) => Some(*x),
         _ => None,

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use snapbus_bus::Level;
 use snapbus_bus::status::{StatusBoard, StatusValue};
 use snapbus_schemas::builtin::{DurationSample, ResourceSample, SpanEnd, SpanEvent, SpanStart};
-use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, Wire, decode};
+use snapbus_schemas::{SchemaDescriptor, Snapshot, Value, Wire};
 
 use super::convert::{
     any_value, host_name, kv_int, kv_str, now_nanos, producer_resource, severity,
@@ -326,7 +326,7 @@ impl OtlpExporter {
             self.extracted.values = values;
         }
         if as_log && self.enabled(Signal::Logs) {
-            if let Ok(v) = decode(r.schema.root(), r.payload) {
+            if let Ok(v) = r.schema.decode(r.payload) {
                 let rec = Self::event_record(r, &v);
                 self.log(res, r.header.t_nanos, rec);
             }
@@ -371,7 +371,7 @@ impl OtlpExporter {
     }
 
     fn on_summary(&mut self, r: &Record<'_>, res: &Arc<Res>) {
-        let Ok(v) = decode(r.schema.root(), r.payload) else {
+        let Ok(v) = r.schema.decode(r.payload) else {
             return;
         };
         if self.enabled(Signal::Metrics) {
@@ -457,7 +457,7 @@ impl OtlpExporter {
                 if !self.enabled(Signal::Logs) {
                     return;
                 }
-                let Ok(v) = decode(r.schema.root(), r.payload) else {
+                let Ok(v) = r.schema.decode(r.payload) else {
                     return;
                 };
                 let mut rec = Self::event_record(r, &v);

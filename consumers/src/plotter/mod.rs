@@ -27,12 +27,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use snapbus_schemas::{DType, SchemaDescriptor, Value, decode};
+use snapbus_schemas::{DType, SchemaDescriptor, Value};
 
 use crate::fields::{Extracted, Plan, tensor_paths};
-use crate::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
+use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
-use store::{Frame, Image, Series};
+use store::{Frame, Image, Series, Source};
 pub use store::{Store, XAxis};
 
 /// Images larger than this per side are subsampled.
@@ -111,36 +111,28 @@ impl Plotter {
         let started = r.producer.started_nanos as f64 / 1e9;
         let ended = self.ended.get(&r.producer.lane_id).copied();
         let mut store = lock(&self.store)?;
-        let new_series = |store: &mut Store, field: &str| {
-            store.series.push(Series {
-                schema: r.schema.id().to_owned(),
-                producer: r.producer.name.to_owned(),
-                pid: r.producer.pid,
-                lane: r.producer.lane_id,
-                started,
-                ended,
-                field: field.to_owned(),
-                points: Default::default(),
-                samples: 0,
-            });
-            store.series.len() - 1
+        let source = |field: String| Source {
+            schema: r.schema.id().to_owned(),
+            producer: r.producer.name.to_owned(),
+            pid: r.producer.pid,
+            lane: r.producer.lane_id,
+            started,
+            ended,
+            field,
         };
         let series = plan
             .leaves()
             .iter()
-            .map(|l| new_series(&mut store, l))
+            .map(|l| {
+                store.series.push(Series::new(source(l.to_owned())));
+                store.series.len() - 1
+            })
             .collect();
         let images = tensors
             .into_iter()
             .map(|path| {
                 store.images.push(Image {
-                    schema: r.schema.id().to_owned(),
-                    producer: r.producer.name.to_owned(),
-                    pid: r.producer.pid,
-                    lane: r.producer.lane_id,
-                    started,
-                    ended,
-                    field: path.clone(),
+                    src: source(path.clone()),
                     frame: None,
                     frames: 0,
                 });
@@ -289,7 +281,7 @@ impl Consumer for Plotter {
         let value = if frame_due {
             feeds.last_frame = now;
             feeds.pending = None;
-            decode(r.schema.root(), r.payload).ok()
+            r.schema.decode(r.payload).ok()
         } else {
             if !feeds.images.is_empty() {
                 let (buf, seq, time) = feeds.pending.get_or_insert_with(|| (Vec::new(), 0, 0.0));
@@ -322,7 +314,7 @@ impl Consumer for Plotter {
         let mut store = lock(&self.store)?;
         for feeds in self.schemas.values_mut() {
             if let Some((payload, seq, t)) = feeds.pending.take() {
-                if let Ok(v) = decode(feeds.schema.root(), &payload) {
+                if let Ok(v) = feeds.schema.decode(&payload) {
                     set_frames(&mut store, &feeds.images, &v, seq, t);
                 }
             }
@@ -340,13 +332,8 @@ impl Consumer for Plotter {
         Ok(Flow::Continue)
     }
 
-    fn on_lag(
-        &mut self,
-        _producer_id: u64,
-        _producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
-        lock(&self.store)?.lost += lost;
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        lock(&self.store)?.lost += lag.lost;
         Ok(Flow::Continue)
     }
 }
@@ -354,7 +341,7 @@ impl Consumer for Plotter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snapbus_schemas::{Tensor, Wire};
+    use snapbus_schemas::{Tensor, Wire, decode};
 
     #[test]
     fn frames_are_scaled_subsampled_and_shaped() {

@@ -51,9 +51,9 @@ impl Point {
     }
 }
 
-/// A numeric field of one schema from one producer.
-#[derive(Debug)]
-pub(crate) struct Series {
+/// What a series or an image shows: a field of one schema from one producer.
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
     pub(crate) schema: String,
     pub(crate) producer: String,
     pub(crate) pid: u32,
@@ -64,24 +64,51 @@ pub(crate) struct Series {
     /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
     pub(crate) ended: Option<f64>,
     pub(crate) field: String,
+}
+
+impl Source {
+    /// Its entry in `/api/series`: `id`, where it comes from, then the `rest`.
+    fn json(&self, id: usize, rest: Json) -> Json {
+        let mut j = json!({
+            "id": id,
+            "schema": self.schema,
+            "producer": self.producer,
+            "pid": self.pid,
+            "started": self.started,
+            "ended": self.ended,
+            "field": self.field,
+        });
+        if let (Some(j), Json::Object(rest)) = (j.as_object_mut(), rest) {
+            j.extend(rest);
+        }
+        j
+    }
+}
+
+/// A numeric field of one schema from one producer.
+#[derive(Debug)]
+pub(crate) struct Series {
+    pub(crate) src: Source,
     pub(crate) points: VecDeque<Point>,
     /// Records of this series so far (the next sample number).
     pub(crate) samples: u64,
 }
 
+impl Series {
+    /// A series with no records yet.
+    pub(crate) fn new(src: Source) -> Series {
+        Series {
+            src,
+            points: VecDeque::new(),
+            samples: 0,
+        }
+    }
+}
+
 /// A 2-D or 3-D tensor field of one schema from one producer: its latest frame.
 #[derive(Debug)]
 pub(crate) struct Image {
-    pub(crate) schema: String,
-    pub(crate) producer: String,
-    pub(crate) pid: u32,
-    /// Its producer's lane (the identity of one run of one process).
-    pub(crate) lane: u64,
-    /// When its producer started (seconds since the epoch).
-    pub(crate) started: f64,
-    /// When its producer was seen to end or die (seconds since the epoch; `None`: live).
-    pub(crate) ended: Option<f64>,
-    pub(crate) field: String,
+    pub(crate) src: Source,
     pub(crate) frame: Option<Frame>,
     /// Frames seen (also those not kept: frames are kept at a bounded rate).
     pub(crate) frames: u64,
@@ -143,13 +170,11 @@ impl Store {
     /// stays, labelled with the run it came from).
     pub(crate) fn end_producer(&mut self, lane: u64, now: f64) {
         let mut changed = false;
-        for s in self.series.iter_mut().filter(|s| s.lane == lane) {
-            changed |= s.ended.is_none();
-            s.ended.get_or_insert(now);
-        }
-        for i in self.images.iter_mut().filter(|i| i.lane == lane) {
-            changed |= i.ended.is_none();
-            i.ended.get_or_insert(now);
+        let series = self.series.iter_mut().map(|s| &mut s.src);
+        let images = self.images.iter_mut().map(|i| &mut i.src);
+        for src in series.chain(images).filter(|src| src.lane == lane) {
+            changed |= src.ended.is_none();
+            src.ended.get_or_insert(now);
         }
         if changed {
             self.version += 1;
@@ -180,32 +205,18 @@ impl Store {
     /// `/api/series`.
     pub fn series_json(&self, now: f64) -> Json {
         json!({
-            "series": self.series.iter().enumerate().map(|(id, s)| json!({
-                "id": id,
-                "schema": s.schema,
-                "producer": s.producer,
-                "pid": s.pid,
-                "started": s.started,
-                "ended": s.ended,
-                "field": s.field,
+            "series": self.series.iter().enumerate().map(|(id, s)| s.src.json(id, json!({
                 "points": s.points.len(),
                 "first": s.points.front().map(|p| p.t),
                 "last": s.points.back().map(|p| p.t),
                 "samples": s.samples,
-            })).collect::<Vec<_>>(),
-            "images": self.images.iter().enumerate().map(|(id, i)| json!({
-                "id": id,
-                "schema": i.schema,
-                "producer": i.producer,
-                "pid": i.pid,
-                "started": i.started,
-                "ended": i.ended,
-                "field": i.field,
+            }))).collect::<Vec<_>>(),
+            "images": self.images.iter().enumerate().map(|(id, i)| i.src.json(id, json!({
                 "shape": i.frame.as_ref().map(|f| f.shape.clone()),
                 "dtype": i.frame.as_ref().map(|f| f.dtype),
                 "frames": i.frames,
                 "seq": i.frame.as_ref().map(|f| f.seq),
-            })).collect::<Vec<_>>(),
+            }))).collect::<Vec<_>>(),
             "stats": self.stats_json(now),
         })
     }
@@ -380,6 +391,19 @@ fn edge(from: f64, span: f64, width: usize, col: usize) -> f64 {
 mod tests {
     use super::*;
 
+    /// A series of `field` of schema `schema` from a live producer on lane 1.
+    fn series(schema: &str, field: &str) -> Series {
+        Series::new(Source {
+            schema: schema.into(),
+            producer: "p".into(),
+            pid: 1,
+            lane: 1,
+            started: 0.0,
+            ended: None,
+            field: field.into(),
+        })
+    }
+
     /// Brute force: every point's column computed on its own, then min and max per column.
     fn reference(points: &[Point], axis: XAxis, from: f64, to: f64, width: usize) -> Vec<[f64; 3]> {
         let span = to - from;
@@ -463,17 +487,7 @@ mod tests {
     fn recent_samples_are_each_series_own_last_span() {
         let mut s = Store::new(1000);
         for field in ["step", "episode"] {
-            s.series.push(Series {
-                schema: field.into(),
-                producer: "p".into(),
-                pid: 1,
-                lane: 1,
-                started: 0.0,
-                ended: None,
-                field: field.into(),
-                points: VecDeque::new(),
-                samples: 0,
-            });
+            s.series.push(series(field, field));
         }
         for i in 0..500 {
             s.push(0, f64::from(i), f64::from(i % 50));
@@ -502,17 +516,7 @@ mod tests {
     #[test]
     fn history_is_bounded_and_nan_is_a_sample_without_a_point() {
         let mut s = Store::new(3);
-        s.series.push(Series {
-            schema: "a".into(),
-            producer: "p".into(),
-            pid: 1,
-            lane: 1,
-            started: 0.0,
-            ended: None,
-            field: "x".into(),
-            points: VecDeque::new(),
-            samples: 0,
-        });
+        s.series.push(series("a", "x"));
         for i in 0..5 {
             s.push(0, f64::from(i), f64::from(i) * 2.0);
         }

@@ -47,8 +47,8 @@ fn producer(name: &str, lane_id: u64) -> Producer<'_> {
 }
 
 /// Feeds one record of `s` with `values` from `p`.
-fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[f64]) {
-    let bytes = payload(s, values);
+/// Hands `e` a record of `s` from `p` with `payload` (copied, at seq 0, time 0).
+fn send(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, payload: &[u8]) {
     let r = Record {
         producer_id: 1,
         producer: p,
@@ -61,12 +61,25 @@ fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[
             schema_key: 1,
             schema_version: 1,
             emitter_id: 0,
-            payload_len: bytes.len(),
+            payload_len: payload.len(),
         },
-        payload: &bytes,
+        payload,
         extracted: None,
     };
     e.on_event(&r).expect("on_event");
+}
+
+fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[f64]) {
+    send(e, p, s, &payload(s, values));
+}
+
+/// An exporter with the default options, serving on a free local port.
+fn serving() -> (Exporter, Server) {
+    let e = Exporter::new(PrometheusOptions::default());
+    let server = e
+        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .expect("serve");
+    (e, server)
 }
 
 fn scrape(addr: SocketAddr) -> (u16, String) {
@@ -84,10 +97,7 @@ fn scrape(addr: SocketAddr) -> (u16, String) {
 
 #[test]
 fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
-    let mut e = Exporter::new(PrometheusOptions::default());
-    let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
-        .expect("serve");
+    let (mut e, server) = serving();
     let s = schema("lab.step", &["reward", "loss"]);
     e.on_producer(ProducerChange::Joined(producer("trainer", 7)))
         .expect("join");
@@ -130,10 +140,7 @@ fn a_scrape_is_answered_from_the_last_snapshot_while_the_reader_is_busy() {
 
 #[test]
 fn clients_that_never_send_or_never_read_do_not_stall_the_reader_or_the_endpoint() {
-    let mut e = Exporter::new(PrometheusOptions::default());
-    let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
-        .expect("serve");
+    let (mut e, server) = serving();
     // 5000 series: a response far larger than a socket buffer.
     let fields: Vec<String> = (0..500).map(|i| format!("f{i}")).collect();
     let names: Vec<&str> = fields.iter().map(String::as_str).collect();
@@ -198,24 +205,7 @@ fn clients_that_never_send_or_never_read_do_not_stall_the_reader_or_the_endpoint
 fn malformed_payloads_are_counted_not_exported() {
     let mut e = Exporter::new(PrometheusOptions::default());
     let s = schema("lab.step", &["reward"]);
-    let r = Record {
-        producer_id: 1,
-        producer: producer("trainer", 1),
-        schema: &s,
-        emitter: None,
-        header: RecordHeader {
-            seq: 0,
-            t_nanos: 0,
-            level: snapbus_bus::Level::INFO,
-            schema_key: 1,
-            schema_version: 1,
-            emitter_id: 0,
-            payload_len: 3,
-        },
-        payload: &[1, 2, 3],
-        extracted: None,
-    };
-    e.on_event(&r).expect("on_event");
+    send(&mut e, producer("trainer", 1), &s, &[1, 2, 3]);
     e.flush().expect("flush");
     assert_eq!(e.board().get("malformed"), Some(StatusValue::Count(1)));
     assert_eq!(e.board().get("last_scrape_secs"), None, "never scraped");

@@ -15,7 +15,7 @@ mod run;
 
 pub use options::{DRAIN_ON_STOP, RunError, RunOptions, RunSummary, StopReason};
 pub use reader::{Item, Reader};
-pub use record::{InPlace, Producer, ProducerChange, Record, RecordHeader, RecordRef};
+pub use record::{InPlace, Lag, Producer, ProducerChange, Record, RecordHeader, RecordRef};
 pub use run::run;
 
 /// What a hook asks the run loop to do next.
@@ -89,20 +89,10 @@ pub trait Consumer {
         None
     }
 
-    /// `lost` records of a producer were overwritten before they could be read.
-    ///
-    /// `producer_id` is the broker's current id of the producer, for display only: a
-    /// restarted broker numbers producers anew (a re-adopted consumer sees the same lane under
-    /// another id, and an old id may then name another producer). A consumer that keeps
-    /// state per producer keys it by [`Producer::lane_id`], which does not change; the
-    /// same holds for [`RecordRef::producer_id`].
-    fn on_lag(
-        &mut self,
-        producer_id: u64,
-        producer: Producer<'_>,
-        lost: u64,
-    ) -> Result<Flow, HookError> {
-        let _ = (producer_id, producer, lost);
+    /// Records of a producer were overwritten before they could be read (key per-producer
+    /// state by [`Producer::lane_id`], not [`Lag::producer_id`]).
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        let _ = lag;
         Ok(Flow::Continue)
     }
 

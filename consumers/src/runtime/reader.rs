@@ -16,7 +16,7 @@ use snapbus_bus::subscriber::{
 
 use super::Extract;
 use super::options::{RunError, RunOptions, RunSummary, StopReason};
-use super::record::{InPlace, Producer, ProducerChange, Record, RecordRef};
+use super::record::{InPlace, Lag, ProducerChange, Record, RecordRef};
 use crate::fields::Extracted;
 
 /// The longest [`Reader::next`] waits.
@@ -30,15 +30,8 @@ pub enum Item<'a, P = &'a [u8]> {
     /// The first record of a schema not seen before in this run: announce `record.schema`
     /// ([`Consumer::on_schema`](crate::Consumer::on_schema)), then take the record.
     NewSchema(RecordRef<'a, P>),
-    /// `lost` records of a producer were overwritten before they could be read.
-    Lag {
-        /// The broker's id of the producer (for display).
-        producer_id: u64,
-        /// The producer.
-        producer: Producer<'a>,
-        /// How many.
-        lost: u64,
-    },
+    /// Records of a producer were overwritten before they could be read.
+    Lag(Lag<'a>),
     /// A producer joined, died or ended.
     Producer(ProducerChange<'a>),
     /// Time to make what was received durable or visible ([`RunOptions::flush_every`]).
@@ -87,10 +80,17 @@ impl<P> From<Tick> for Item<'_, P> {
 pub struct Reader {
     sub: Subscriber,
     ctl: Control,
+    bufs: Bufs,
+}
+
+/// What reading a record in place takes, and where the last one read was put.
+#[derive(Default)]
+struct Bufs {
+    /// What to extract, by schema.
     extracts: Extracts,
-    /// The copy of the last record read (reused).
+    /// Its copy (reused).
     copy: Vec<u8>,
-    /// The numbers of the last record read in place.
+    /// Its numbers.
     extracted: Extracted,
 }
 
@@ -130,9 +130,7 @@ impl Reader {
                 read_in_place: 0,
                 lost: 0,
             },
-            extracts: Extracts::default(),
-            copy: Vec::new(),
-            extracted: Extracted::default(),
+            bufs: Bufs::default(),
         })
     }
 
@@ -146,21 +144,13 @@ impl Reader {
 
     /// [`next`](Reader::next), waiting up to `timeout` (zero: only look).
     pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Item<'_>>, SubscribeError> {
-        let Reader {
-            sub,
-            ctl,
-            extracts,
-            copy,
-            extracted,
-        } = self;
+        let Reader { sub, ctl, bufs } = self;
         if let Some(t) = ctl.before_read(sub) {
             return Ok(Some(t.into()));
         }
-        let ev = sub.next_in_place(timeout, |r: &InPlaceRecord<'_>| {
-            read_record(extracts, copy, extracted, r)
-        })?;
+        let ev = sub.next_in_place(timeout, |r: &InPlaceRecord<'_>| read_record(bufs, r))?;
         Ok(ctl.after(ev).and_then(|ev| match ctl.sort(ev) {
-            Found::Record(r) => ctl.resolve(r, copy, extracted),
+            Found::Record(r) => ctl.resolve(r, bufs),
             Found::Other(item) => item,
         }))
     }
@@ -176,32 +166,23 @@ impl Reader {
         max: usize,
         mut on: impl FnMut(Item<'_>) -> ControlFlow<()>,
     ) -> Result<usize, SubscribeError> {
-        let Reader {
-            sub,
-            ctl,
-            extracts,
-            copy,
-            extracted,
-        } = self;
+        let Reader { sub, ctl, bufs } = self;
         if let Some(t) = ctl.before_read(sub) {
             let _ = on(t.into());
             return Ok(1);
         }
         // The reading closure fills the buffers, then the record is handed over from them
         // (never at the same time).
-        let bufs = RefCell::new((copy, extracted));
+        let bufs = RefCell::new(bufs);
         let n = sub.drain_in_place(
             timeout,
             max,
             #[inline(always)]
-            |r: &InPlaceRecord<'_>| {
-                let (copy, extracted) = &mut *bufs.borrow_mut();
-                read_record(extracts, copy, extracted, r)
-            },
+            |r: &InPlaceRecord<'_>| read_record(&mut bufs.borrow_mut(), r),
             |ev| {
                 let b = bufs.borrow();
                 let item = match ctl.sort(ev) {
-                    Found::Record(r) => ctl.resolve(r, b.0, b.1),
+                    Found::Record(r) => ctl.resolve(r, &b),
                     Found::Other(item) => item,
                 };
                 item.map_or(ControlFlow::Continue(()), &mut on)
@@ -244,7 +225,7 @@ impl Reader {
     /// `extract.plan` extracts ([`RecordRef::extracted`], with an empty payload); `None`:
     /// copied.
     pub fn set_extract(&mut self, schema: &SchemaDescriptor, extract: Option<Extract>) {
-        self.extracts.set(schema.fingerprint(), extract);
+        self.bufs.extracts.set(schema.fingerprint(), extract);
     }
 
     /// Tells the reader to stop, as a signal would (what was emitted until now is read first,
@@ -275,9 +256,11 @@ impl Reader {
 /// that is wanted, else a copy.
 #[inline(always)]
 fn read_record(
-    extracts: &mut Extracts,
-    copy: &mut Vec<u8>,
-    extracted: &mut Extracted,
+    Bufs {
+        extracts,
+        copy,
+        extracted,
+    }: &mut Bufs,
     r: &InPlaceRecord<'_>,
 ) -> Read {
     if let Some(x) = extracts.get(r.schema)
@@ -444,8 +427,9 @@ impl Control {
     fn resolve<'a>(
         &mut self,
         r: RecordRef<'a, Read>,
-        copy: &'a [u8],
-        extracted: &'a Extracted,
+        Bufs {
+            copy, extracted, ..
+        }: &'a Bufs,
     ) -> Option<Item<'a>> {
         let (read, len) = (r.payload, r.header.payload_len);
         let mut r: Record<'a> = r.map(|_| &[][..]);
@@ -479,11 +463,11 @@ impl Control {
                 lost,
             } => {
                 self.lost += lost;
-                Item::Lag {
+                Item::Lag(Lag {
                     producer_id,
                     producer: producer.into(),
                     lost,
-                }
+                })
             }
             Event::Joined(p) => Item::Producer(ProducerChange::Joined(p.into())),
             Event::Died(p) => Item::Producer(ProducerChange::Died(p.into())),

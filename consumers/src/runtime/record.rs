@@ -161,6 +161,21 @@ impl<'a> From<&'a InPlaceRecord<'a>> for InPlace<'a> {
     }
 }
 
+/// `lost` records of a producer were overwritten before they could be read.
+#[derive(Debug, Clone, Copy)]
+pub struct Lag<'a> {
+    /// The broker's current id of the producer, for display only: a restarted broker numbers
+    /// producers anew (a re-adopted consumer sees the same lane under another id, and an old id
+    /// may then name another producer). A consumer that keeps state per producer keys it by
+    /// [`Producer::lane_id`], which does not change; the same holds for
+    /// [`RecordRef::producer_id`].
+    pub producer_id: u64,
+    /// The producer.
+    pub producer: Producer<'a>,
+    /// How many.
+    pub lost: u64,
+}
+
 /// A producer's lane appearing or going.
 #[derive(Debug, Clone, Copy)]
 pub enum ProducerChange<'a> {

@@ -94,11 +94,7 @@ fn hand<C: Consumer + ?Sized>(
             st.new_schema = Some(Arc::clone(r.schema));
             first_record(consumer, &r)
         }
-        Item::Lag {
-            producer_id,
-            producer,
-            lost,
-        } => consumer.on_lag(producer_id, producer, lost),
+        Item::Lag(lag) => consumer.on_lag(lag),
         Item::Producer(change) => consumer.on_producer(change),
         Item::Flush => consumer.flush().map(|()| Flow::Continue),
         Item::End(summary) => {

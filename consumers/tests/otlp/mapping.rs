@@ -10,8 +10,7 @@ fn spans_carry_producer_times_parents_and_end_with_an_error_when_the_producer_di
     use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
     use snapbus_schemas::builtin::{AttrValue, SpanEnd, SpanEvent, SpanStart};
     let r = Receiver::start();
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     let start = Arc::new(SpanStart::descriptor().clone());
     let end = Arc::new(SpanEnd::descriptor().clone());
     let event = Arc::new(SpanEvent::descriptor().clone());
@@ -116,8 +115,7 @@ fn spans_carry_producer_times_parents_and_end_with_an_error_when_the_producer_di
 #[test]
 fn log_records_hold_the_decoded_event_and_the_producer() {
     let r = Receiver::start();
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 1);
     x.shutdown();
     let req = r
@@ -224,8 +222,7 @@ fn resource_samples_become_the_process_metrics() {
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
     use snapbus_schemas::builtin::ResourceSample;
     let r = Receiver::start();
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     let schema = Arc::new(ResourceSample::descriptor().clone());
     let p = ResourceSample {
         rss_bytes: 5 << 20,

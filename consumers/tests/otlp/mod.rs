@@ -36,6 +36,12 @@ struct Step {
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// An exporter to `r` with the test [`options`], and a feed of records for it.
+fn export_to(r: &Receiver) -> (OtlpExporter, Feed) {
+    let x = OtlpExporter::start(options(&r.url())).expect("start");
+    (x, Feed::new())
+}
+
 fn options(url: &str) -> OtlpOptions {
     let mut o = OtlpOptions::new(Endpoints::from_base(url).expect("url"));
     o.interval = Duration::ZERO;
@@ -183,8 +189,7 @@ fn poll(what: &str, x: &OtlpExporter, pred: impl Fn(&StatsSnapshot) -> bool) -> 
 fn retry_after_is_honoured_before_the_next_attempt() {
     let r = Receiver::start();
     r.script([Reply::Status(503, Some(1))]);
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 10);
     x.flush().expect("flush");
     r.wait_for("the retry", WAIT, |a| a.len() >= 2);
@@ -211,8 +216,7 @@ fn status_429_is_retried_and_400_is_dropped_counted_and_never_retried() {
         Reply::Ok,
         Reply::Status(400, None),
     ]);
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 5);
     x.flush().expect("flush");
     poll("the retried batch", &x, |s| s.exported(Signal::Logs) == 5);
@@ -239,8 +243,7 @@ fn a_hang_and_a_slow_drip_time_out_and_are_retried() {
         Reply::Hang(Duration::from_secs(2)),
         Reply::Drip(Duration::from_millis(100)),
     ]);
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 3);
     x.flush().expect("flush");
     let s = poll("the export", &x, |s| s.exported(Signal::Logs) == 3);
@@ -282,8 +285,7 @@ fn connection_refused_is_retried_without_limit_and_recovers_by_itself() {
 fn a_partial_success_counts_its_rejected_records() {
     let r = Receiver::start();
     r.script([Reply::PartialLogs(3)]);
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 10);
     x.flush().expect("flush");
     x.shutdown();
@@ -360,8 +362,7 @@ fn under_an_outage_the_queue_stays_capped_and_the_books_balance() {
 fn metrics_after_an_outage_equal_the_cumulative_truth() {
     let r = Receiver::start();
     r.fallback(Some(Reply::Status(502, None)));
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     let (mut sum, mut count) = (0u64, 0u64);
     let mut last = (0u64, 0.0f64);
     for i in 0..50u64 {
@@ -438,8 +439,7 @@ fn own_counters_are_served_as_prometheus_text() {
     use std::io::{Read, Write};
     let r = Receiver::start();
     r.script([Reply::Status(400, None)]);
-    let mut x = OtlpExporter::start(options(&r.url())).expect("start");
-    let mut f = Feed::new();
+    let (mut x, mut f) = export_to(&r);
     f.notes(&mut x, 4);
     x.flush().expect("flush");
     poll("the rejection", &x, |s| {

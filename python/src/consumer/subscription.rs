@@ -93,9 +93,7 @@ fn convert(
     Ok(Some(match item {
         RunItem::Record(r) => return record(py, interned, r, false),
         RunItem::NewSchema(r) => return record(py, interned, r, true),
-        RunItem::Lag {
-            producer: p, lost, ..
-        } => Item::Lag(producer(py, interned, &p)?, lost),
+        RunItem::Lag(lag) => Item::Lag(producer(py, interned, &lag.producer)?, lag.lost),
         RunItem::Producer(change) => {
             let (what, p) = match change {
                 ProducerChange::Joined(p) => ("joined", p),

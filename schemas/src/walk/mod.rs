@@ -60,6 +60,7 @@ pub use layout::{Kind, LayoutPlan, Node, NodeId, VariantShape};
 pub use source::{ByteSource, Scalar, WalkError};
 pub use visit::Visit;
 use walker::Walker;
+pub(crate) use walker::read_shape;
 
 #[cfg(doc)]
 use crate::cursor::WireReader;

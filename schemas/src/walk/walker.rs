@@ -250,7 +250,7 @@ where
 
 /// Reads a tensor's rank and dimensions into `dims`, refusing ranks above
 /// [`MAX_TENSOR_RANK`]; returns the rank.
-fn read_shape<S: ByteSource + ?Sized>(
+pub(crate) fn read_shape<S: ByteSource + ?Sized>(
     src: &mut S,
     dims: &mut [u64; MAX_TENSOR_RANK],
 ) -> Result<usize, DecodeError> {

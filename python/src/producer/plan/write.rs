@@ -5,7 +5,7 @@
 use pyo3::buffer::{Element, PyBuffer, PyUntypedBuffer, ReadOnlyCell};
 use pyo3::prelude::*;
 use snapbus::PayloadWriter;
-use snapbus::schemas::{DType, EncodeError};
+use snapbus::schemas::{DType, Element as Numeric, EncodeError};
 
 use super::{Piece, Staged};
 
@@ -53,16 +53,15 @@ fn copy_buffer(
     n: usize,
     w: &mut PayloadWriter<'_>,
 ) -> Result<(), EncodeError> {
-    fn typed<T: Element + bytemuck::Pod>(
+    fn typed<T: Element + Numeric>(
         py: Python<'_>,
         b: &PyUntypedBuffer,
-        dtype: DType,
         n: usize,
         w: &mut PayloadWriter<'_>,
     ) -> Result<(), EncodeError> {
         let bad = |e: PyErr| EncodeError::TypeMismatch {
             path: String::new(),
-            expected: format!("an array of {dtype}"),
+            expected: format!("an array of {}", T::DTYPE),
             found: e.to_string(),
         };
         // Pass 1 checked format, size and alignment.
@@ -85,15 +84,15 @@ fn copy_buffer(
         }
     }
     match dtype {
-        DType::U8 => typed::<u8>(py, b, dtype, n, w),
-        DType::U16 => typed::<u16>(py, b, dtype, n, w),
-        DType::U32 => typed::<u32>(py, b, dtype, n, w),
-        DType::U64 => typed::<u64>(py, b, dtype, n, w),
-        DType::I8 => typed::<i8>(py, b, dtype, n, w),
-        DType::I16 => typed::<i16>(py, b, dtype, n, w),
-        DType::I32 => typed::<i32>(py, b, dtype, n, w),
-        DType::I64 => typed::<i64>(py, b, dtype, n, w),
-        DType::F32 => typed::<f32>(py, b, dtype, n, w),
-        DType::F64 => typed::<f64>(py, b, dtype, n, w),
+        DType::U8 => typed::<u8>(py, b, n, w),
+        DType::U16 => typed::<u16>(py, b, n, w),
+        DType::U32 => typed::<u32>(py, b, n, w),
+        DType::U64 => typed::<u64>(py, b, n, w),
+        DType::I8 => typed::<i8>(py, b, n, w),
+        DType::I16 => typed::<i16>(py, b, n, w),
+        DType::I32 => typed::<i32>(py, b, n, w),
+        DType::I64 => typed::<i64>(py, b, n, w),
+        DType::F32 => typed::<f32>(py, b, n, w),
+        DType::F64 => typed::<f64>(py, b, n, w),
     }
 }

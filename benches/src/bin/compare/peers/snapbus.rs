@@ -143,11 +143,7 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
                 bail!("the producer's lane ended before its end message")
             }
             Some(_) => {}
-            None => {
-                if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
-                    bail!("nothing from the producer for 60 s");
-                }
-            }
+            None => give_up_after_silence(&mut idle_since)?,
         }
     }
     finish_consumer(tally)
@@ -187,11 +183,7 @@ fn consume_in_place(
                 bail!("the producer's lane ended before its end message")
             }
             Some(_) => {}
-            None => {
-                if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
-                    bail!("nothing from the producer for 60 s");
-                }
-            }
+            None => give_up_after_silence(&mut idle_since)?,
         }
     }
     finish_consumer(tally)
@@ -255,11 +247,20 @@ fn consume_drained(
         }
         if n > 0 {
             idle_since = None;
-        } else if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
-            bail!("nothing from the producer for 60 s");
+        } else {
+            give_up_after_silence(&mut idle_since)?;
         }
     }
     finish_consumer(tally)
+}
+
+/// A read that found nothing: an error once nothing has come from the producer for 60 s
+/// (`idle_since`: since when, reset by the caller when something comes).
+fn give_up_after_silence(idle_since: &mut Option<Instant>) -> Result<()> {
+    if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
+        bail!("nothing from the producer for 60 s");
+    }
+    Ok(())
 }
 
 /// The message's 8 bytes at byte `b` (any offset) of a `len`-byte message in a `bytes` payload
