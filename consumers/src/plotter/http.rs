@@ -2,7 +2,7 @@
 //! request needs the server's random token (in the query, or in the cookie the page gets when
 //! it is opened with it): other users of the machine can reach 127.0.0.1 too.
 //!
-//! - `GET /`, `/app.css` and the page's ES modules (`ASSETS`: `/app.js` imports the others): the
+//! - `GET /`, `/app.css` and `/app.js` (the page's modules in `web/`, joined: [`bundle`]): the
 //!   page (embedded).
 //! - `GET /api/series`: series, image series and counters.
 //! - `GET /api/data?ids=1,2&x=time|step&from=F&to=T&width=W`: the min/max envelope per column.
@@ -31,25 +31,55 @@ const MAX_WIDTH: usize = 4000;
 const MAX_STREAMS: usize = 64;
 
 const INDEX_HTML: &str = include_str!("web/index.html");
-const JS: &str = "text/javascript; charset=utf-8";
 
-/// The page's files other than `/`: path, content type, contents.
-const ASSETS: &[(&str, &str, &str)] = &[
-    (
-        "/app.css",
-        "text/css; charset=utf-8",
-        include_str!("web/app.css"),
-    ),
-    ("/app.js", JS, include_str!("web/app.js")),
-    ("/state.js", JS, include_str!("web/state.js")),
-    ("/format.js", JS, include_str!("web/format.js")),
-    ("/series.js", JS, include_str!("web/series.js")),
-    ("/sidebar.js", JS, include_str!("web/sidebar.js")),
-    ("/plots.js", JS, include_str!("web/plots.js")),
-    ("/stream.js", JS, include_str!("web/stream.js")),
-    ("/draw.js", JS, include_str!("web/draw.js")),
-    ("/images.js", JS, include_str!("web/images.js")),
+/// The page's ES modules, in an order where each one's top-level names are declared before a
+/// later module's top level uses them (`app.js`, which starts the page, last).
+const MODULES: &[&str] = &[
+    include_str!("web/state.js"),
+    include_str!("web/format.js"),
+    include_str!("web/series.js"),
+    include_str!("web/sidebar.js"),
+    include_str!("web/plots.js"),
+    include_str!("web/stream.js"),
+    include_str!("web/draw.js"),
+    include_str!("web/images.js"),
+    include_str!("web/app.js"),
 ];
+
+/// The page's script, `/app.js`: its modules joined into one, their `import` statements dropped
+/// and their `export`s made plain declarations (they share one scope, as they did before the
+/// page was split into files to read). One script, not nine: `tiny_http` 0.12 can leave a
+/// connection's requests queued behind a browser's idle keep-alive connections when the
+/// browser opens several at once (its task pool queues work that no thread takes), and the
+/// page then never finishes loading.
+fn bundle() -> &'static str {
+    static BUNDLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUNDLE.get_or_init(|| {
+        let mut out = String::new();
+        for module in MODULES {
+            let mut in_import = false;
+            for line in module.lines() {
+                if in_import || line.starts_with("import ") {
+                    // `import { a, b } from './x.js';`, or the same over several lines.
+                    in_import = !line.trim_end().ends_with(';');
+                    continue;
+                }
+                out.push_str(line.strip_prefix("export ").unwrap_or(line));
+                out.push('\n');
+            }
+        }
+        out
+    })
+}
+
+/// Serves `path` if it is one of the page's files other than `/`.
+fn asset(path: &str) -> Option<(&'static str, &'static str)> {
+    match path {
+        "/app.css" => Some(("text/css; charset=utf-8", include_str!("web/app.css"))),
+        "/app.js" => Some(("text/javascript; charset=utf-8", bundle())),
+        _ => None,
+    }
+}
 
 /// A running server (its threads live as long as the process).
 #[derive(Debug)]
@@ -285,8 +315,8 @@ fn handle(request: Request, store: &Mutex<Store>, streams: &AtomicUsize, token: 
             }
             Err(e) => bad(request, &e),
         },
-        _ => match ASSETS.iter().find(|(p, _, _)| *p == path) {
-            Some(&(_, content_type, body)) => respond(request, 200, content_type, body.into()),
+        _ => match asset(path) {
+            Some((content_type, body)) => respond(request, 200, content_type, body.into()),
             None => respond(request, 404, "text/plain", "not found\n".into()),
         },
     }
