@@ -179,28 +179,35 @@ pub(crate) fn find(name: &str) -> Result<&'static PeerDef> {
     }
 }
 
+/// One side of a two-process peer, run in this process.
+type Side = fn(&RunArgs) -> Result<()>;
+
+/// The consumer and producer sides of two-process peer `peer` (`None`: it has none).
+fn sides(peer: &str) -> Option<(Side, Side)> {
+    Some(match peer {
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
+        | "snapbus-emit-many" => (snapbus::consumer, snapbus::producer),
+        "iceoryx2" => (iceoryx2::consumer, iceoryx2::producer),
+        "ipc-channel" => (ipc::consumer, ipc::producer),
+        "uds" => (uds::consumer, |args| uds::producer(args, false)),
+        "uds-batched" => (uds::consumer, |args| uds::producer(args, true)),
+        _ => return None,
+    })
+}
+
 /// Runs the consumer side of `args.peer` in this process.
 pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
-    match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
-        | "snapbus-emit-many" => snapbus::consumer(args),
-        "iceoryx2" => iceoryx2::consumer(args),
-        "ipc-channel" => ipc::consumer(args),
-        "uds" | "uds-batched" => uds::consumer(args),
-        other => bail!("{other:?} has no consumer process"),
+    match sides(&args.peer) {
+        Some((consumer, _)) => consumer(args),
+        None => bail!("{:?} has no consumer process", args.peer),
     }
 }
 
 /// Runs the producer side of `args.peer` in this process.
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
-    match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
-        | "snapbus-emit-many" => snapbus::producer(args),
-        "iceoryx2" => iceoryx2::producer(args),
-        "ipc-channel" => ipc::producer(args),
-        "uds" => uds::producer(args, false),
-        "uds-batched" => uds::producer(args, true),
-        other => bail!("{other:?} has no producer process"),
+    match sides(&args.peer) {
+        Some((_, producer)) => producer(args),
+        None => bail!("{:?} has no producer process", args.peer),
     }
 }
 
