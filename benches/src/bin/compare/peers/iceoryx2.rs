@@ -215,6 +215,21 @@ mod imp {
     type PubSubService = port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>;
     type EventService = port_factory::event::PortFactory<ipc::Service>;
 
+    /// A service from its `builder`: created (`create`) or opened; an error names `what`.
+    fn create_or_open<B, T, C: std::fmt::Debug, O: std::fmt::Debug>(
+        builder: B,
+        create: bool,
+        what: &str,
+        create_it: impl FnOnce(B) -> Result<T, C>,
+        open_it: impl FnOnce(B) -> Result<T, O>,
+    ) -> Result<T> {
+        if create {
+            create_it(builder).map_err(|e| anyhow!("create {what}: {e:?}"))
+        } else {
+            open_it(builder).map_err(|e| anyhow!("open {what}: {e:?}"))
+        }
+    }
+
     /// The run's publish-subscribe service of `[u8]` with a `buffer`-message subscriber
     /// buffer: created by the consumer (`create`), opened by the producer.
     fn pubsub_service(
@@ -232,15 +247,13 @@ mod imp {
             .subscriber_max_buffer_size(buffer)
             .subscriber_max_borrowed_samples(SUBSCRIBER_BORROWS)
             .enable_safe_overflow(true);
-        Ok(if create {
-            builder
-                .create()
-                .map_err(|e| anyhow!("create the publish-subscribe service: {e:?}"))?
-        } else {
-            builder
-                .open()
-                .map_err(|e| anyhow!("open the publish-subscribe service {name:?}: {e:?}"))?
-        })
+        create_or_open(
+            builder,
+            create,
+            &format!("the publish-subscribe service {name:?}"),
+            |b| b.create(),
+            |b| b.open(),
+        )
     }
 
     /// The event service a sleeping consumer waits on (`None` when it spins): created by the
@@ -259,15 +272,14 @@ mod imp {
             .event()
             .max_notifiers(1)
             .max_listeners(1);
-        Ok(Some(if create {
-            builder
-                .create()
-                .map_err(|e| anyhow!("create the event service: {e:?}"))?
-        } else {
-            builder
-                .open()
-                .map_err(|e| anyhow!("open the event service: {e:?}"))?
-        }))
+        create_or_open(
+            builder,
+            create,
+            "the event service",
+            |b| b.create(),
+            |b| b.open(),
+        )
+        .map(Some)
     }
 
     pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
