@@ -308,14 +308,11 @@ mod imp {
             .create()
             .map_err(|e| anyhow!("create the subscriber: {e:?}"))?;
         let event = event_service(&node, args, &name, true)?;
-        let listener = match &event {
-            Some(e) => Some(
-                e.listener_builder()
-                    .create()
-                    .map_err(|e| anyhow!("create the listener: {e:?}"))?,
-            ),
-            None => None,
-        };
+        let listener = event
+            .as_ref()
+            .map(|e| e.listener_builder().create())
+            .transpose()
+            .map_err(|e| anyhow!("create the listener: {e:?}"))?;
         say(&format!("ready {name}"))?;
 
         let mut tally = Tally::new(args);
@@ -398,14 +395,11 @@ mod imp {
             .create()
             .map_err(|e| anyhow!("create the publisher: {e:?}"))?;
         let event = event_service(&node, args, name, false)?;
-        let notifier = match &event {
-            Some(e) => Some(
-                e.notifier_builder()
-                    .create()
-                    .map_err(|e| anyhow!("create the notifier: {e:?}"))?,
-            ),
-            None => None,
-        };
+        let notifier = event
+            .as_ref()
+            .map(|e| e.notifier_builder().create())
+            .transpose()
+            .map_err(|e| anyhow!("create the notifier: {e:?}"))?;
 
         // The consumer's subscriber (and listener) exist before it says `ready`; make sure
         // this publisher is connected to them before `armed`, so that nothing sent after `go`
