@@ -32,29 +32,47 @@ const SIDE: u64 = 512;
 
 use snapbus_benches::Event;
 
-/// The same event for the serde-based codecs and wincode.
-#[derive(
-    serde::Serialize,
-    serde::Deserialize,
-    wincode::SchemaWrite,
-    wincode::SchemaRead,
-    Debug,
-    Clone,
-    PartialEq,
-)]
-struct EventMirror {
-    episode: u32,
-    step: u32,
-    t: u64,
-    reward: f64,
-    position: [f32; 3],
-    done: bool,
-    truncated: bool,
-    env_id: u16,
-    action: u32,
-    log_prob: f32,
-    value: f64,
-    seed: u64,
+/// A mirror type: one the serde-based codecs and wincode read and write (their derives, the
+/// same for every mirror).
+macro_rules! mirror {
+    ($(#[$attr:meta])* struct $name:ident { $($field:tt)* }) => {
+        $(#[$attr])*
+        #[derive(serde::Serialize, serde::Deserialize, wincode::SchemaWrite, wincode::SchemaRead)]
+        #[derive(Debug, Clone, PartialEq)]
+        struct $name { $($field)* }
+
+        impl Mirror for $name {}
+    };
+}
+
+/// What the benches need of a mirror: the serde-based codecs' and wincode's traits, and
+/// comparing it with its decoded copy.
+trait Mirror:
+    serde::Serialize
+    + serde::de::DeserializeOwned
+    + wincode::SchemaWrite<wincode::config::DefaultConfig, Src = Self>
+    + for<'de> wincode::SchemaRead<'de, wincode::config::DefaultConfig, Dst = Self>
+    + PartialEq
+    + std::fmt::Debug
+{
+}
+
+mirror! {
+    /// The same event for the serde-based codecs and wincode.
+    struct EventMirror {
+        episode: u32,
+        step: u32,
+        t: u64,
+        reward: f64,
+        position: [f32; 3],
+        done: bool,
+        truncated: bool,
+        env_id: u16,
+        action: u32,
+        log_prob: f32,
+        value: f64,
+        seed: u64,
+    }
 }
 
 /// The 1 MiB tensor, as a snapbus snapshot.
@@ -64,20 +82,13 @@ struct TensorSnap {
     tensor: Tensor<f32>,
 }
 
-/// The tensor for the peers: byte-identical to snapbus's `Tensor` layout in bincode (legacy)
-/// and wincode (`u64` rank + dims, `u64` count + raw little-endian elements).
-#[derive(
-    serde::Serialize,
-    serde::Deserialize,
-    wincode::SchemaWrite,
-    wincode::SchemaRead,
-    Debug,
-    Clone,
-    PartialEq,
-)]
-struct TensorMirror {
-    shape: Vec<u64>,
-    data: Vec<f32>,
+mirror! {
+    /// The tensor for the peers: byte-identical to snapbus's `Tensor` layout in bincode (legacy)
+    /// and wincode (`u64` rank + dims, `u64` count + raw little-endian elements).
+    struct TensorMirror {
+        shape: Vec<u64>,
+        data: Vec<f32>,
+    }
 }
 
 fn make_event() -> (Event, EventMirror) {
@@ -146,12 +157,7 @@ fn bincode_bytes<T: serde::Serialize>(v: &T) -> Vec<u8> {
 fn check_identity<S, M>(name: &str, snap: &S, mirror: &M) -> usize
 where
     S: Wire + PartialEq + std::fmt::Debug,
-    M: serde::Serialize
-        + serde::de::DeserializeOwned
-        + wincode::SchemaWrite<wincode::config::DefaultConfig, Src = M>
-        + for<'de> wincode::SchemaRead<'de, wincode::config::DefaultConfig, Dst = M>
-        + PartialEq
-        + std::fmt::Debug,
+    M: Mirror,
 {
     let s = snapbus_bytes(snap);
     let b = bincode_bytes(mirror);
@@ -202,12 +208,7 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>, bytes: u64, large: bool) 
 fn bench_scenario<S, M>(c: &mut Criterion, scenario: &str, snap: &S, mirror: &M, large: bool)
 where
     S: Snapshot + PartialEq + std::fmt::Debug,
-    M: serde::Serialize
-        + serde::de::DeserializeOwned
-        + wincode::SchemaWrite<wincode::config::DefaultConfig, Src = M>
-        + for<'de> wincode::SchemaRead<'de, wincode::config::DefaultConfig, Dst = M>
-        + PartialEq
-        + std::fmt::Debug,
+    M: Mirror,
 {
     let payload_len = check_identity(scenario, snap, mirror);
     if !large {

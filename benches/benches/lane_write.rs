@@ -54,18 +54,21 @@ fn small_lane() -> ShmLane {
     ShmLane::create("bench-lane-small", &config).unwrap()
 }
 
-fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+/// A benchmark group with the settings every group here shares (per record, 1 s warm-up,
+/// 2 s of measurement, 60 samples).
+fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(2));
     group.sample_size(60);
+    group
 }
 
 fn write(c: &mut Criterion) {
     let payload = [0x5au8; PAYLOAD];
 
-    let mut g = c.benchmark_group("lane_write/64B");
-    configure(&mut g);
+    let mut g = group(c, "lane_write/64B");
 
     let lane = default_lane();
     let mut w = lane.lane().writer().unwrap();
@@ -85,8 +88,7 @@ fn write(c: &mut Criterion) {
     g.finish();
 
     // A run of 64 records in one claim (`write_run`, what `emit_many` does): per record.
-    let mut g = c.benchmark_group("lane_write/64B/run");
-    configure(&mut g);
+    let mut g = group(c, "lane_write/64B/run");
     g.throughput(Throughput::Elements(RUN_RECORDS as u64));
     let run = [payload; RUN_RECORDS];
     g.bench_function("write_run", |b| {
@@ -101,8 +103,7 @@ fn write(c: &mut Criterion) {
     });
     g.finish();
 
-    let mut g = c.benchmark_group("lane_write/64B");
-    configure(&mut g);
+    let mut g = group(c, "lane_write/64B");
     let small = small_lane();
     let mut small_w = small.lane().writer().unwrap();
     g.bench_function("write_bytes/ring256KiB", |b| {
@@ -119,8 +120,7 @@ fn write(c: &mut Criterion) {
     g.finish();
 
     // ---- parts ------------------------------------------------------------------------------
-    let mut g = c.benchmark_group("lane_write/parts");
-    configure(&mut g);
+    let mut g = group(c, "lane_write/parts");
     g.bench_function("claim+commit (payload untouched)", |b| {
         b.iter(|| {
             let claim = w.claim(PAYLOAD, META).unwrap();
@@ -143,8 +143,7 @@ fn write(c: &mut Criterion) {
     g.finish();
 
     // ---- same-thread write + read -----------------------------------------------------------
-    let mut g = c.benchmark_group("lane_read/64B");
-    configure(&mut g);
+    let mut g = group(c, "lane_read/64B");
     let mut r = lane.lane().reader(StartAt::Latest);
     g.bench_function("write_bytes+poll", |b| {
         b.iter(|| {

@@ -97,43 +97,48 @@ impl Tally {
     }
 }
 
-/// Consumer: `poll()` every record (copies the payload), spinning when there is nothing.
-fn child_lane_poll() {
+/// A consumer of every record from the oldest: says `ready`, `read`s until the lane is closed
+/// (counting into the tally), then reports.
+fn consume_lane(read: impl FnOnce(&mut LaneReader<ShmMem>, &mut Tally)) {
     let lane = open_lane();
     let mut reader = lane.lane().reader(StartAt::Oldest);
     ready();
     let mut tally = Tally::default();
-    loop {
-        match reader.poll() {
-            Poll::Frame(f) => {
-                let p = f.payload;
-                let ok = p.len() >= 8
-                    && p[..8] == f.meta.seq.to_le_bytes()
-                    && p[p.len() - 1] == f.meta.seq as u8;
-                tally.saw(ok);
-            }
-            Poll::Lagged(_) => {}
-            Poll::Empty | Poll::Pending => spin_loop(),
-            Poll::Closed => break,
-        }
-    }
+    read(&mut reader, &mut tally);
     tally.report(&reader);
+}
+
+/// Consumer: `poll()` every record (copies the payload), spinning when there is nothing.
+fn child_lane_poll() {
+    consume_lane(|reader, tally| {
+        loop {
+            match reader.poll() {
+                Poll::Frame(f) => {
+                    let p = f.payload;
+                    let ok = p.len() >= 8
+                        && p[..8] == f.meta.seq.to_le_bytes()
+                        && p[p.len() - 1] == f.meta.seq as u8;
+                    tally.saw(ok);
+                }
+                Poll::Lagged(_) => {}
+                Poll::Empty | Poll::Pending => spin_loop(),
+                Poll::Closed => break,
+            }
+        }
+    });
 }
 
 /// Consumer: header + last byte of every record, in place.
 fn child_lane_touch() {
-    let lane = open_lane();
-    let mut reader = lane.lane().reader(StartAt::Oldest);
-    ready();
-    let mut tally = Tally::default();
-    loop {
-        match reader.read_in_place(|m, v| v.byte(m.payload_len.wrapping_sub(1))) {
-            Ok((meta, last)) => tally.saw(last == Some(meta.seq as u8)),
-            Err(NoFrame::Closed) => break,
-            Err(_) => spin_loop(),
+    consume_lane(|reader, tally| {
+        loop {
+            match reader.read_in_place(|m, v| v.byte(m.payload_len.wrapping_sub(1))) {
+                Ok((meta, last)) => tally.saw(last == Some(meta.seq as u8)),
+                Err(NoFrame::Closed) => break,
+                Err(_) => spin_loop(),
+            }
         }
-    }
-    tally.report(&reader);
+    });
 }
 
 /// Consumer: one-way latency. `bell_spins = None`: spin on `poll()`; `Some(n)`: sleep on the

@@ -238,25 +238,17 @@ pub(crate) fn lane_latency(role: &str, with_bell: bool, dur: Duration) -> Lat {
     if with_bell {
         w.set_doorbells(Some((Arc::clone(&bells), 1)));
     }
-    let count = dur.as_nanos() as u64 / LAT_INTERVAL_NS;
-    let mut payload = [0u8; SMALL];
-    let mut next = mono_ns() + LAT_INTERVAL_NS;
-    for i in 0..count {
-        pace(next);
-        next += LAT_INTERVAL_NS;
-        payload[..8].copy_from_slice(&mono_ns().to_le_bytes());
-        payload[8..16].copy_from_slice(&i.to_le_bytes());
-        w.write_bytes(META, &payload).unwrap();
-    }
+    send_paced(dur, |payload| {
+        w.write_bytes(META, payload).unwrap();
+    });
     w.close();
     w.ring();
     lat_from(&consumer.finish())
 }
 
-/// UDS latency: the same records over a socket, one `write` each; blocking reads.
-pub(crate) fn uds_latency(dur: Duration) -> Lat {
-    let (mut mine, theirs) = UnixStream::pair().unwrap();
-    let consumer = Consumer::spawn("uds-lat", None, None, Stdio::from(OwnedFd::from(theirs)));
+/// Sends `dur`'s worth of latency messages through `send`, one every `LAT_INTERVAL_NS`, each
+/// stamped just before it goes: the send time in bytes 0..8, its index in 8..16.
+fn send_paced(dur: Duration, mut send: impl FnMut(&[u8; SMALL])) {
     let count = dur.as_nanos() as u64 / LAT_INTERVAL_NS;
     let mut msg = [0u8; SMALL];
     let mut next = mono_ns() + LAT_INTERVAL_NS;
@@ -265,8 +257,15 @@ pub(crate) fn uds_latency(dur: Duration) -> Lat {
         next += LAT_INTERVAL_NS;
         msg[..8].copy_from_slice(&mono_ns().to_le_bytes());
         msg[8..16].copy_from_slice(&i.to_le_bytes());
-        mine.write_all(&msg).unwrap();
+        send(&msg);
     }
+}
+
+/// UDS latency: the same records over a socket, one `write` each; blocking reads.
+pub(crate) fn uds_latency(dur: Duration) -> Lat {
+    let (mut mine, theirs) = UnixStream::pair().unwrap();
+    let consumer = Consumer::spawn("uds-lat", None, None, Stdio::from(OwnedFd::from(theirs)));
+    send_paced(dur, |msg| mine.write_all(msg).unwrap());
     drop(mine);
     lat_from(&consumer.finish())
 }

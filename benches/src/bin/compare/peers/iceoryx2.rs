@@ -51,6 +51,7 @@ mod imp {
     use anyhow::{Context, Result, anyhow, bail};
     use iceoryx2::port::update_connections::UpdateConnections;
     use iceoryx2::prelude::*;
+    use iceoryx2::service::port_factory;
 
     use snapbus_benches::wait_for;
 
@@ -211,6 +212,76 @@ mod imp {
         args.mode == Mode::Latency && args.wait == Wait::Sleep
     }
 
+    type PubSubService = port_factory::publish_subscribe::PortFactory<ipc::Service, [u8], ()>;
+    type EventService = port_factory::event::PortFactory<ipc::Service>;
+
+    /// A service from its `builder`: created (`create`) or opened; an error names `what`.
+    fn create_or_open<B, T, C: std::fmt::Debug, O: std::fmt::Debug>(
+        builder: B,
+        create: bool,
+        what: &str,
+        create_it: impl FnOnce(B) -> Result<T, C>,
+        open_it: impl FnOnce(B) -> Result<T, O>,
+    ) -> Result<T> {
+        if create {
+            create_it(builder).map_err(|e| anyhow!("create {what}: {e:?}"))
+        } else {
+            open_it(builder).map_err(|e| anyhow!("open {what}: {e:?}"))
+        }
+    }
+
+    /// The run's publish-subscribe service of `[u8]` with a `buffer`-message subscriber
+    /// buffer: created by the consumer (`create`), opened by the producer.
+    fn pubsub_service(
+        node: &Node<ipc::Service>,
+        name: &str,
+        buffer: usize,
+        create: bool,
+    ) -> Result<PubSubService> {
+        let builder = node
+            .service_builder(&svc_name(name)?)
+            .publish_subscribe::<[u8]>()
+            .max_publishers(1)
+            .max_subscribers(1)
+            .history_size(0)
+            .subscriber_max_buffer_size(buffer)
+            .subscriber_max_borrowed_samples(SUBSCRIBER_BORROWS)
+            .enable_safe_overflow(true);
+        create_or_open(
+            builder,
+            create,
+            &format!("the publish-subscribe service {name:?}"),
+            |b| b.create(),
+            |b| b.open(),
+        )
+    }
+
+    /// The event service a sleeping consumer waits on (`None` when it spins): created by the
+    /// consumer (`create`), opened by the producer.
+    fn event_service(
+        node: &Node<ipc::Service>,
+        args: &RunArgs,
+        name: &str,
+        create: bool,
+    ) -> Result<Option<EventService>> {
+        if !sleeps(args) {
+            return Ok(None);
+        }
+        let builder = node
+            .service_builder(&svc_name(&event_name(name))?)
+            .event()
+            .max_notifiers(1)
+            .max_listeners(1);
+        create_or_open(
+            builder,
+            create,
+            "the event service",
+            |b| b.create(),
+            |b| b.open(),
+        )
+        .map(Some)
+    }
+
     pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
         let tally = match receive(args) {
             Ok(t) => t,
@@ -230,42 +301,18 @@ mod imp {
         let name = service_name(args)?;
         let node = node(args)?;
         let buffer = buffer_len(args.size);
-        let service = node
-            .service_builder(&svc_name(&name)?)
-            .publish_subscribe::<[u8]>()
-            .max_publishers(1)
-            .max_subscribers(1)
-            .history_size(0)
-            .subscriber_max_buffer_size(buffer)
-            .subscriber_max_borrowed_samples(SUBSCRIBER_BORROWS)
-            .enable_safe_overflow(true)
-            .create()
-            .map_err(|e| anyhow!("create the publish-subscribe service: {e:?}"))?;
+        let service = pubsub_service(&node, &name, buffer, true)?;
         let subscriber = service
             .subscriber_builder()
             .buffer_size(buffer)
             .create()
             .map_err(|e| anyhow!("create the subscriber: {e:?}"))?;
-        let event = if sleeps(args) {
-            Some(
-                node.service_builder(&svc_name(&event_name(&name))?)
-                    .event()
-                    .max_notifiers(1)
-                    .max_listeners(1)
-                    .create()
-                    .map_err(|e| anyhow!("create the event service: {e:?}"))?,
-            )
-        } else {
-            None
-        };
-        let listener = match &event {
-            Some(e) => Some(
-                e.listener_builder()
-                    .create()
-                    .map_err(|e| anyhow!("create the listener: {e:?}"))?,
-            ),
-            None => None,
-        };
+        let event = event_service(&node, args, &name, true)?;
+        let listener = event
+            .as_ref()
+            .map(|e| e.listener_builder().create())
+            .transpose()
+            .map_err(|e| anyhow!("create the listener: {e:?}"))?;
         say(&format!("ready {name}"))?;
 
         let mut tally = Tally::new(args);
@@ -340,44 +387,19 @@ mod imp {
     fn send(args: &RunArgs) -> Result<()> {
         let name = args.rendezvous.as_str();
         let node = node(args)?;
-        let buffer = buffer_len(args.size);
-        let service = node
-            .service_builder(&svc_name(name)?)
-            .publish_subscribe::<[u8]>()
-            .max_publishers(1)
-            .max_subscribers(1)
-            .history_size(0)
-            .subscriber_max_buffer_size(buffer)
-            .subscriber_max_borrowed_samples(SUBSCRIBER_BORROWS)
-            .enable_safe_overflow(true)
-            .open()
-            .map_err(|e| anyhow!("open the publish-subscribe service {name:?}: {e:?}"))?;
+        let service = pubsub_service(&node, name, buffer_len(args.size), false)?;
         let publisher = service
             .publisher_builder()
             .initial_max_slice_len(args.size)
             .max_loaned_samples(PUBLISHER_LOANS)
             .create()
             .map_err(|e| anyhow!("create the publisher: {e:?}"))?;
-        let event = if sleeps(args) {
-            Some(
-                node.service_builder(&svc_name(&event_name(name))?)
-                    .event()
-                    .max_notifiers(1)
-                    .max_listeners(1)
-                    .open()
-                    .map_err(|e| anyhow!("open the event service: {e:?}"))?,
-            )
-        } else {
-            None
-        };
-        let notifier = match &event {
-            Some(e) => Some(
-                e.notifier_builder()
-                    .create()
-                    .map_err(|e| anyhow!("create the notifier: {e:?}"))?,
-            ),
-            None => None,
-        };
+        let event = event_service(&node, args, name, false)?;
+        let notifier = event
+            .as_ref()
+            .map(|e| e.notifier_builder().create())
+            .transpose()
+            .map_err(|e| anyhow!("create the notifier: {e:?}"))?;
 
         // The consumer's subscriber (and listener) exist before it says `ready`; make sure
         // this publisher is connected to them before `armed`, so that nothing sent after `go`

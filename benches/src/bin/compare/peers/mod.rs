@@ -55,150 +55,116 @@ fn always() -> Result<(), String> {
     Ok(())
 }
 
+impl PeerDef {
+    /// A peer of two processes, measured for throughput only, that the consumer needs no
+    /// `joined` for, paying no system call per message and available everywhere; the rows
+    /// below change what differs.
+    const fn new(name: &'static str, label: &'static str, how: &'static str) -> Self {
+        PeerDef {
+            name,
+            label,
+            layout: Layout::TwoProcesses,
+            throughput: true,
+            latency_waits: &[],
+            needs_join: false,
+            is_snapbus: false,
+            upper_bound: false,
+            per_message: false,
+            how,
+            available: always,
+        }
+    }
+
+    /// One of snapbus's own rows (its consumer says `joined`).
+    const fn snapbus(
+        name: &'static str,
+        label: &'static str,
+        how: &'static str,
+        latency_waits: &'static [Wait],
+    ) -> Self {
+        PeerDef {
+            latency_waits,
+            needs_join: true,
+            is_snapbus: true,
+            ..PeerDef::new(name, label, how)
+        }
+    }
+}
+
 /// Every peer, in report order.
 pub(crate) const PEERS: &[PeerDef] = &[
+    PeerDef::snapbus(
+        "snapbus",
+        "snapbus",
+        snapbus::HOW,
+        &[Wait::Spin, Wait::Sleep],
+    ),
+    PeerDef::snapbus(
+        "snapbus-in-place",
+        "snapbus, reading in place",
+        snapbus::HOW_IN_PLACE,
+        &[Wait::Spin, Wait::Sleep],
+    ),
+    PeerDef::snapbus(
+        "snapbus-small-ring",
+        "snapbus, 8 MiB ring, reading in place",
+        snapbus::HOW_SMALL_RING,
+        &[Wait::Spin, Wait::Sleep],
+    ),
+    PeerDef::snapbus(
+        "snapbus-batch",
+        "snapbus, batch reads, in place",
+        snapbus::HOW_BATCH,
+        &[],
+    ),
+    PeerDef::snapbus(
+        "snapbus-emit-many",
+        "snapbus, emit_many, batch reads, in place",
+        snapbus::HOW_EMIT_MANY,
+        &[],
+    ),
     PeerDef {
-        name: "snapbus",
-        label: "snapbus",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[Wait::Spin, Wait::Sleep],
-        needs_join: true,
-        is_snapbus: true,
-        upper_bound: false,
-        per_message: false,
-        how: snapbus::HOW,
-        available: always,
-    },
-    PeerDef {
-        name: "snapbus-in-place",
-        label: "snapbus, reading in place",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[Wait::Spin, Wait::Sleep],
-        needs_join: true,
-        is_snapbus: true,
-        upper_bound: false,
-        per_message: false,
-        how: snapbus::HOW_IN_PLACE,
-        available: always,
-    },
-    PeerDef {
-        name: "snapbus-small-ring",
-        label: "snapbus, 8 MiB ring, reading in place",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[Wait::Spin, Wait::Sleep],
-        needs_join: true,
-        is_snapbus: true,
-        upper_bound: false,
-        per_message: false,
-        how: snapbus::HOW_SMALL_RING,
-        available: always,
-    },
-    PeerDef {
-        name: "snapbus-batch",
-        label: "snapbus, batch reads, in place",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[],
-        needs_join: true,
-        is_snapbus: true,
-        upper_bound: false,
-        per_message: false,
-        how: snapbus::HOW_BATCH,
-        available: always,
-    },
-    PeerDef {
-        name: "snapbus-emit-many",
-        label: "snapbus, emit_many, batch reads, in place",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[],
-        needs_join: true,
-        is_snapbus: true,
-        upper_bound: false,
-        per_message: false,
-        how: snapbus::HOW_EMIT_MANY,
-        available: always,
-    },
-    PeerDef {
-        name: "iceoryx2",
-        label: "iceoryx2 pub-sub",
-        layout: Layout::TwoProcesses,
-        throughput: true,
         latency_waits: iceoryx2::LATENCY_WAITS,
         needs_join: iceoryx2::NEEDS_JOIN,
-        is_snapbus: false,
-        upper_bound: false,
-        per_message: false,
-        how: iceoryx2::HOW,
         available: iceoryx2::available,
+        ..PeerDef::new("iceoryx2", "iceoryx2 pub-sub", iceoryx2::HOW)
     },
     PeerDef {
-        name: "ipc-channel",
-        label: "ipc-channel",
-        layout: Layout::TwoProcesses,
-        throughput: true,
         latency_waits: &[Wait::Sleep],
         needs_join: ipc::NEEDS_JOIN,
-        is_snapbus: false,
-        upper_bound: false,
         per_message: true,
-        how: ipc::HOW,
-        available: always,
+        ..PeerDef::new("ipc-channel", "ipc-channel", ipc::HOW)
     },
     PeerDef {
-        name: "uds",
-        label: "Unix socket, a write per message",
-        layout: Layout::TwoProcesses,
-        throughput: true,
         latency_waits: &[Wait::Sleep],
-        needs_join: false,
-        is_snapbus: false,
-        upper_bound: false,
         per_message: true,
-        how: uds::HOW,
-        available: always,
+        ..PeerDef::new("uds", "Unix socket, a write per message", uds::HOW)
     },
+    PeerDef::new(
+        "uds-batched",
+        "Unix socket, batched (64 KiB)",
+        uds::HOW_BATCHED,
+    ),
     PeerDef {
-        name: "uds-batched",
-        label: "Unix socket, batched (64 KiB)",
-        layout: Layout::TwoProcesses,
-        throughput: true,
-        latency_waits: &[],
-        needs_join: false,
-        is_snapbus: false,
-        upper_bound: false,
-        per_message: false,
-        how: uds::HOW_BATCHED,
-        available: always,
-    },
-    PeerDef {
-        name: "python-mp-queue",
-        label: "Python multiprocessing.Queue",
         layout: Layout::Python,
-        throughput: true,
         latency_waits: &[Wait::Sleep],
-        needs_join: false,
-        is_snapbus: false,
-        upper_bound: false,
         per_message: true,
-        how: python::HOW,
         available: python::available,
+        ..PeerDef::new(
+            "python-mp-queue",
+            "Python multiprocessing.Queue",
+            python::HOW,
+        )
     },
     PeerDef {
-        name: "crossbeam",
-        label: "crossbeam-channel, one process",
         layout: Layout::OneProcess,
-        throughput: true,
         latency_waits: &[Wait::Spin, Wait::Sleep],
-        needs_join: false,
-        is_snapbus: false,
         upper_bound: true,
-        per_message: false,
-        how: crossbeam::HOW,
-        available: always,
+        ..PeerDef::new(
+            "crossbeam",
+            "crossbeam-channel, one process",
+            crossbeam::HOW,
+        )
     },
 ];
 
@@ -213,28 +179,35 @@ pub(crate) fn find(name: &str) -> Result<&'static PeerDef> {
     }
 }
 
+/// One side of a two-process peer, run in this process.
+type Side = fn(&RunArgs) -> Result<()>;
+
+/// The consumer and producer sides of two-process peer `peer` (`None`: it has none).
+fn sides(peer: &str) -> Option<(Side, Side)> {
+    Some(match peer {
+        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
+        | "snapbus-emit-many" => (snapbus::consumer, snapbus::producer),
+        "iceoryx2" => (iceoryx2::consumer, iceoryx2::producer),
+        "ipc-channel" => (ipc::consumer, ipc::producer),
+        "uds" => (uds::consumer, |args| uds::producer(args, false)),
+        "uds-batched" => (uds::consumer, |args| uds::producer(args, true)),
+        _ => return None,
+    })
+}
+
 /// Runs the consumer side of `args.peer` in this process.
 pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
-    match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
-        | "snapbus-emit-many" => snapbus::consumer(args),
-        "iceoryx2" => iceoryx2::consumer(args),
-        "ipc-channel" => ipc::consumer(args),
-        "uds" | "uds-batched" => uds::consumer(args),
-        other => bail!("{other:?} has no consumer process"),
+    match sides(&args.peer) {
+        Some((consumer, _)) => consumer(args),
+        None => bail!("{:?} has no consumer process", args.peer),
     }
 }
 
 /// Runs the producer side of `args.peer` in this process.
 pub(crate) fn producer(args: &RunArgs) -> Result<()> {
-    match args.peer.as_str() {
-        "snapbus" | "snapbus-in-place" | "snapbus-small-ring" | "snapbus-batch"
-        | "snapbus-emit-many" => snapbus::producer(args),
-        "iceoryx2" => iceoryx2::producer(args),
-        "ipc-channel" => ipc::producer(args),
-        "uds" => uds::producer(args, false),
-        "uds-batched" => uds::producer(args, true),
-        other => bail!("{other:?} has no producer process"),
+    match sides(&args.peer) {
+        Some((_, producer)) => producer(args),
+        None => bail!("{:?} has no producer process", args.peer),
     }
 }
 

@@ -117,10 +117,10 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
         sub.read_in_batches(Some(BatchReads::default()));
     }
     if args.peer == "snapbus-batch" || args.peer == "snapbus-emit-many" {
-        return consume_drained(&mut sub, &name, timeout, tally);
+        return InPlace::new(&mut sub, &name, timeout, tally).consume_drained();
     }
     if args.peer != "snapbus" {
-        return consume_in_place(&mut sub, &name, timeout, tally);
+        return InPlace::new(&mut sub, &name, timeout, tally).consume();
     }
     // The broker's id of this run's producer, from its first record (compared per record:
     // cheaper than its name).
@@ -149,109 +149,133 @@ pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
     finish_consumer(tally)
 }
 
-/// The consumer loop of the in-place peers: `next_in_place`, the message's words read where
-/// they lie.
-fn consume_in_place(
-    sub: &mut Subscriber,
-    name: &str,
+/// The consumer of the in-place peers, whose loops read each message's words where they lie:
+/// what they are given and what they keep between records.
+struct InPlace<'a> {
+    sub: &'a mut Subscriber,
+    name: &'a str,
     timeout: Duration,
-    mut tally: Tally,
-) -> Result<()> {
-    let every_byte = tally.every_byte();
-    let mut ours = None;
-    let mut idle_since: Option<Instant> = None;
-    // A buffer that stays in L1, made once (not per record).
-    let mut scratch = [0u8; 4096];
-    loop {
-        let read =
-            |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch));
-        match sub.next_in_place(timeout, read)? {
-            Some(InPlaceEvent::Record(RecordRef {
-                producer_id,
-                producer,
-                payload: value,
-                ..
-            })) if Some(producer_id) == ours || producer.name == name => {
-                ours = Some(producer_id);
-                idle_since = None;
-                if !tally.on_head(value) {
-                    break;
-                }
-            }
-            Some(InPlaceEvent::Other(Event::Joined(p))) if p.name == name => say("joined")?,
-            Some(InPlaceEvent::Other(Event::Ended(p) | Event::Died(p))) if p.name == name => {
-                bail!("the producer's lane ended before its end message")
-            }
-            Some(_) => {}
-            None => give_up_after_silence(&mut idle_since)?,
-        }
-    }
-    finish_consumer(tally)
+    tally: Tally,
+    every_byte: bool,
+    /// The broker's id of this run's producer, from its first record.
+    ours: Option<u64>,
+    /// Since when nothing arrived.
+    idle_since: Option<Instant>,
+    /// A buffer that stays in L1, made once (not per record).
+    scratch: [u8; 4096],
 }
 
-/// The consumer loop of the batch peers: `drain_in_place`, every record there is handed over
-/// in one call, each message's words read where they lie.
-fn consume_drained(
-    sub: &mut Subscriber,
-    name: &str,
-    timeout: Duration,
-    mut tally: Tally,
-) -> Result<()> {
-    let every_byte = tally.every_byte();
-    let mut ours = None;
-    let mut idle_since: Option<Instant> = None;
-    let mut scratch = [0u8; 4096];
-    let mut done = false;
-    let mut failed = None;
-    while !done {
-        // Both closures inlined into the drain's loop (`Subscriber::drain_in_place`, "Speed"):
-        // out of line, the 72-byte `Head` came back through the stack and reading it back
-        // stalled every record (64 B `emit_many` row: 25 M/s, 38 M/s inlined).
-        let n = sub.drain_in_place(
+impl<'a> InPlace<'a> {
+    fn new(sub: &'a mut Subscriber, name: &'a str, timeout: Duration, tally: Tally) -> Self {
+        InPlace {
+            sub,
+            name,
             timeout,
-            usize::MAX,
-            #[inline(always)]
-            |r: &InPlaceRecord<'_>| head_in_place(r.payload, every_byte.then_some(&mut scratch)),
-            #[inline(always)]
-            |ev| match ev {
-                InPlaceEvent::Record(RecordRef {
+            every_byte: tally.every_byte(),
+            tally,
+            ours: None,
+            idle_since: None,
+            scratch: [0u8; 4096],
+        }
+    }
+
+    /// The consumer loop of the in-place peers: `next_in_place`.
+    fn consume(mut self) -> Result<()> {
+        loop {
+            let scratch = &mut self.scratch;
+            let read = |r: &InPlaceRecord<'_>| {
+                head_in_place(r.payload, self.every_byte.then_some(scratch))
+            };
+            match self.sub.next_in_place(self.timeout, read)? {
+                Some(InPlaceEvent::Record(RecordRef {
                     producer_id,
                     producer,
                     payload: value,
                     ..
-                }) if Some(producer_id) == ours || producer.name == name => {
-                    ours = Some(producer_id);
-                    if tally.on_head(value) {
-                        ControlFlow::Continue(())
-                    } else {
-                        done = true;
-                        ControlFlow::Break(())
+                })) if Some(producer_id) == self.ours || producer.name == self.name => {
+                    self.ours = Some(producer_id);
+                    self.idle_since = None;
+                    if !self.tally.on_head(value) {
+                        break;
                     }
                 }
-                InPlaceEvent::Other(Event::Joined(p)) if p.name == name => match say("joined") {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(e) => {
-                        failed = Some(e);
-                        ControlFlow::Break(())
-                    }
-                },
-                InPlaceEvent::Other(Event::Ended(p) | Event::Died(p)) if p.name == name => {
-                    failed = Some(anyhow!("the producer's lane ended before its end message"));
-                    ControlFlow::Break(())
+                Some(InPlaceEvent::Other(Event::Joined(p))) if p.name == self.name => {
+                    say("joined")?
                 }
-                _ => ControlFlow::Continue(()),
-            },
-        )?;
-        if let Some(e) = failed {
-            return Err(e);
+                Some(InPlaceEvent::Other(Event::Ended(p) | Event::Died(p)))
+                    if p.name == self.name =>
+                {
+                    bail!("the producer's lane ended before its end message")
+                }
+                Some(_) => {}
+                None => give_up_after_silence(&mut self.idle_since)?,
+            }
         }
-        if n > 0 {
-            idle_since = None;
-        } else {
-            give_up_after_silence(&mut idle_since)?;
-        }
+        finish_consumer(self.tally)
     }
-    finish_consumer(tally)
+
+    /// The consumer loop of the batch peers: `drain_in_place`, every record there is handed
+    /// over in one call.
+    fn consume_drained(mut self) -> Result<()> {
+        let mut done = false;
+        let mut failed = None;
+        while !done {
+            // Both closures inlined into the drain's loop (`Subscriber::drain_in_place`,
+            // "Speed"): out of line, the 72-byte `Head` came back through the stack and reading
+            // it back stalled every record (64 B `emit_many` row: 25 M/s, 38 M/s inlined).
+            let scratch = &mut self.scratch;
+            let n = self.sub.drain_in_place(
+                self.timeout,
+                usize::MAX,
+                #[inline(always)]
+                |r: &InPlaceRecord<'_>| {
+                    head_in_place(r.payload, self.every_byte.then_some(scratch))
+                },
+                #[inline(always)]
+                |ev| match ev {
+                    InPlaceEvent::Record(RecordRef {
+                        producer_id,
+                        producer,
+                        payload: value,
+                        ..
+                    }) if Some(producer_id) == self.ours || producer.name == self.name => {
+                        self.ours = Some(producer_id);
+                        if self.tally.on_head(value) {
+                            ControlFlow::Continue(())
+                        } else {
+                            done = true;
+                            ControlFlow::Break(())
+                        }
+                    }
+                    InPlaceEvent::Other(Event::Joined(p)) if p.name == self.name => {
+                        match say("joined") {
+                            Ok(()) => ControlFlow::Continue(()),
+                            Err(e) => {
+                                failed = Some(e);
+                                ControlFlow::Break(())
+                            }
+                        }
+                    }
+                    InPlaceEvent::Other(Event::Ended(p) | Event::Died(p))
+                        if p.name == self.name =>
+                    {
+                        failed = Some(anyhow!("the producer's lane ended before its end message"));
+                        ControlFlow::Break(())
+                    }
+                    _ => ControlFlow::Continue(()),
+                },
+            )?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if n > 0 {
+                self.idle_since = None;
+            } else {
+                give_up_after_silence(&mut self.idle_since)?;
+            }
+        }
+        finish_consumer(self.tally)
+    }
 }
 
 /// A read that found nothing: an error once nothing has come from the producer for 60 s
