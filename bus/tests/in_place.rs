@@ -181,13 +181,9 @@ fn in_place_reads_deliver_what_copying_reads_do() {
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record(RecordRef {
-                payload: value,
-                meta,
-                ..
-            })) => {
-                assert_eq!(meta, value.0);
-                in_place.push(value);
+            Some(InPlaceEvent::Record(r)) => {
+                assert_eq!(r.meta, r.payload.0);
+                in_place.push(r.payload);
             }
             Some(InPlaceEvent::Other(Event::Ended(_))) => break,
             Some(InPlaceEvent::Other(Event::Record(_))) => panic!("a record as Other"),
@@ -268,18 +264,15 @@ fn a_record_overwritten_while_read_in_place_is_never_delivered_and_is_counted_lo
             })
             .expect("next_in_place");
         match next {
-            Some(InPlaceEvent::Record(RecordRef {
-                payload: value,
-                meta,
-                ..
-            })) => {
-                let (first, middle, last) = value;
+            Some(InPlaceEvent::Record(r)) => {
+                let (first, middle, last) = r.payload;
                 assert!(
                     first == middle && middle == last,
-                    "record {} delivered torn: {value:?}",
-                    meta.seq
+                    "record {} delivered torn: {:?}",
+                    r.meta.seq,
+                    r.payload
                 );
-                assert_eq!(first, meta.seq, "the record's own number");
+                assert_eq!(first, r.meta.seq, "the record's own number");
                 delivered += 1;
             }
             Some(InPlaceEvent::Other(Event::Lagged { lost: n, .. })) => lost += n,

@@ -28,7 +28,7 @@ use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::kind::{BuiltinConsumer, restart_count};
+use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 
 /// Options of `snapbus aggregate` (and `attach aggregator`, `spawn aggregator`).
 #[derive(Debug, Clone, Args)]
@@ -113,13 +113,7 @@ impl BuiltinConsumer for AggregateArgs {
     );
     const PATH_FLAGS: &'static [&'static str] = &["csv"];
 
-    fn bus(&self) -> &BusArgs {
-        &self.bus
-    }
-
-    fn run(&self) -> anyhow::Result<()> {
-        run(self)
-    }
+    bus_and_run!();
 
     /// The options (creating the `--csv` directory), the `--schema` globs against the bus, and
     /// warnings about fields the schemas on the bus lack.

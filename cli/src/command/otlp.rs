@@ -17,7 +17,7 @@ use snapbus_consumers::{BatchReads, RunOptions, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
+use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, forward};
 
 /// Options of `snapbus otlp` (and `attach otlp`).
 #[derive(Debug, Clone, Args)]
@@ -103,13 +103,7 @@ impl BuiltinConsumer for OtlpArgs {
     const ATTACH_ABOUT: &'static str = "Export to an OpenTelemetry Collector over OTLP/HTTP \
         (see `snapbus otlp --help`)";
 
-    fn bus(&self) -> &BusArgs {
-        &self.bus
-    }
-
-    fn run(&self) -> anyhow::Result<()> {
-        run(self)
-    }
+    bus_and_run!();
 
     /// Bad globs, URLs and addresses are refused before anything starts.
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use snapbus_consumers::{RunOptions, run as run_consumer};
 use crate::announce::{announce_url, publish_url};
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::kind::BuiltinConsumer;
+use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run};
 
 /// Options of `snapbus plot` (and `attach plotter`).
 #[derive(Debug, Clone, Args)]
@@ -46,13 +46,7 @@ impl BuiltinConsumer for PlotArgs {
         `snapbus plot --help`); prints its URL once the page is served and the plotter is \
         reading";
 
-    fn bus(&self) -> &BusArgs {
-        &self.bus
-    }
-
-    fn run(&self) -> anyhow::Result<()> {
-        run(self)
-    }
+    bus_and_run!();
 
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
         globs(&self.schemas).map(drop)

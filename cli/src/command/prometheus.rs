@@ -19,7 +19,7 @@ use snapbus_consumers::run as run_consumer;
 use crate::announce::{announce_url, publish_url};
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From, parse_duration};
-use crate::consumer_kinds::kind::BuiltinConsumer;
+use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run};
 
 /// Options of `snapbus prometheus` (and `attach prometheus`).
 #[derive(Debug, Clone, Args)]
@@ -71,13 +71,7 @@ impl BuiltinConsumer for PrometheusArgs {
     const ATTACH_ABOUT: &'static str = "A Prometheus /metrics endpoint (see `snapbus \
         prometheus --help`); prints its URL once it serves and reads";
 
-    fn bus(&self) -> &BusArgs {
-        &self.bus
-    }
-
-    fn run(&self) -> anyhow::Result<()> {
-        run(self)
-    }
+    bus_and_run!();
 
     /// The globs, and the address: free now (the exporter binds it again itself; this only
     /// makes `attach` fail at once, with the reason).

@@ -23,7 +23,7 @@ use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 use crate::cli::{BusArgs, From};
-use crate::consumer_kinds::kind::{BuiltinConsumer, restart_count};
+use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 
 /// Options of `snapbus record` (and `snapbus attach recorder`).
 #[derive(Debug, Clone, Args)]
@@ -55,13 +55,7 @@ impl BuiltinConsumer for RecordArgs {
     const ATTACH_ABOUT: &'static str = "Record into MCAP files (see `snapbus record --help`)";
     const PATH_FLAGS: &'static [&'static str] = &["output"];
 
-    fn bus(&self) -> &BusArgs {
-        &self.bus
-    }
-
-    fn run(&self) -> anyhow::Result<()> {
-        run(self)
-    }
+    bus_and_run!();
 
     /// A recorder that cannot create its file is refused before anything is started.
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {

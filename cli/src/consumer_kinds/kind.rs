@@ -115,3 +115,18 @@ pub(crate) fn restart_count() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// `bus` and `run` as most consumers write them: their options hold `bus: BusArgs`, and their
+/// verb is the `run(&Args)` of the module the `impl` is in.
+macro_rules! bus_and_run {
+    () => {
+        fn bus(&self) -> &crate::cli::BusArgs {
+            &self.bus
+        }
+
+        fn run(&self) -> anyhow::Result<()> {
+            run(self)
+        }
+    };
+}
+pub(crate) use bus_and_run;
