@@ -4,7 +4,7 @@
 //! broker is up (the lane does not depend on the broker); before, snapshots are counted as
 //! `no_bus` and not written.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,8 @@ static GLOBAL: OnceLock<Global> = OnceLock::new();
 static PUBLISHER: OnceLock<Publisher> = OnceLock::new();
 /// Snapshots that passed the level filter before any bus was found (not written: no lane).
 static NO_BUS: AtomicU64 = AtomicU64::new(0);
+/// Whether the bus's filter (`snapbus filter`) is in force, overriding the process's own.
+static BUS_FILTER: AtomicBool = AtomicBool::new(false);
 
 /// Sets process-wide settings. Call it before the first [`get_telemetry`]; returns `false`
 /// (and changes nothing) if settings were already fixed.
@@ -179,23 +181,35 @@ fn threshold(f: LevelFilter) -> u8 {
     .map_or(OFF, Level::as_u8)
 }
 
-/// Applies filter directives from the broker (`snapbus filter`). Invalid ones are ignored
-/// with a message (the CLI validates them before sending).
-/// The bus's filter directives: they override the process's own filter; empty directives
-/// (the bus filter was reset) bring the own filter back.
+/// Applies filter directives from the broker (`snapbus filter`): they override the process's
+/// own filter; empty directives (the bus filter was reset) bring the own filter back. Invalid
+/// ones are ignored with a message (the CLI validates them before sending).
 fn apply_directives(directives: &str) {
     if directives.is_empty() {
         let own = global().own_filter.read().map(|f| f.clone());
         if let Ok(own) = own {
             install(own);
         }
+        BUS_FILTER.store(false, Ordering::Release);
     } else {
         match directives.parse::<Filter>() {
-            Ok(f) => install(f),
+            Ok(f) => {
+                install(f);
+                BUS_FILTER.store(true, Ordering::Release);
+            }
             Err(e) => snapbus_bus::say!("snapbus: ignoring filter from the bus: {e}"),
         }
     }
     report_filter();
+}
+
+/// Whether a filter set on the bus (`snapbus filter`, until `snapbus filter --reset`) is in
+/// force in this process, overriding its own (`SNAPBUS_FILTER`, [`set_filter`]). One atomic
+/// load. For language bindings with level controls of their own (Python's `logging` levels):
+/// the bus filter comes first; while none is set, they decide, with [`Telemetry::at_unfiltered`].
+#[inline]
+pub fn bus_filter_in_force() -> bool {
+    BUS_FILTER.load(Ordering::Acquire)
 }
 
 /// Tells the broker the filters in force (for `snapbus ls`).
@@ -428,6 +442,18 @@ impl Telemetry {
         })
     }
 
+    /// This handle at `level` whatever this process's own filter says: for a binding that
+    /// decided the level itself (Python's `logging` levels) while no bus filter is in force
+    /// ([`bus_filter_in_force`]). While one is, use [`Telemetry::at`]: the bus filter comes
+    /// first.
+    #[inline]
+    pub fn at_unfiltered(&self, level: Level) -> AtLevel<'_> {
+        AtLevel {
+            telemetry: self,
+            level,
+        }
+    }
+
     /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.
     pub fn time_it<R>(&self, level: Level, label: &str, f: impl FnOnce() -> R) -> R {
         let t0 = Instant::now();
@@ -468,6 +494,19 @@ impl AtLevel<'_> {
     /// The level.
     pub fn level(&self) -> Level {
         self.level
+    }
+
+    /// Whether a snapshot at this level would be written now: this process has its lane (a
+    /// bus was found), as in [`Telemetry::enabled`] once the level passed.
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        PUBLISHER.get().is_some()
+    }
+
+    /// As [`Telemetry::try_snapshot`], the level already checked: `Ok(seq)` written.
+    pub fn snapshot<T: Snapshot>(self, event: &T) -> Result<u64, EmitError> {
+        let (p, emitter) = self.publisher()?;
+        p.emit(self.level, emitter, event)
     }
 
     /// As [`Telemetry::try_snapshot_encoded`], the level already checked: `Ok(seq)` written.
