@@ -1,9 +1,17 @@
 """Telemetry handles and process-wide producer settings.
 
 ``get_telemetry(__name__)`` (alias ``getTelemetry``, like ``logging.getLogger``) returns the
-handle of a module; ``snapshot(level, event)`` emits a dataclass event at a ``logging`` level.
-Level filters are snapbus's own (``SNAPBUS_FILTER``, ``snapbus filter`` while running), with
-``__name__`` targets: ``SNAPBUS_FILTER="info,tbp.monty.models=debug"``.
+handle of a module; ``snapshot(level, event)`` emits an event at a ``logging`` level.
+
+Which levels are emitted: one rule, the first that applies decides.
+
+1. A filter set on the bus by ``snapbus filter`` (until ``snapbus filter --reset``).
+2. The level of the nearest ``logging`` logger from ``telemetry.<name>`` up to (not
+   including) the root that has a level set: emit iff ``levelno >= level``, as ``logging``
+   does (``logging.disable(n)`` also mutes ``levelno <= n``). ``setLevel``, ``dictConfig`` and
+   ``logging.disable`` take effect at the next call.
+3. The process's own filter: ``SNAPBUS_FILTER`` (default ``info``), with ``__name__``
+   targets: ``SNAPBUS_FILTER="info,tbp.monty.models=debug"``.
 
 Levels: Python ``< 10`` is TRACE, ``10-19`` DEBUG, ``20-29`` INFO, ``30-39`` WARN, ``>= 40``
 ERROR (CRITICAL folds into ERROR).
@@ -13,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import sys
 import threading
@@ -119,11 +128,66 @@ def init(
 
 
 def get_telemetry(name: str) -> Telemetry:
-    """The telemetry handle of a module (pass ``__name__``); cheap, keep it."""
+    """The telemetry handle of a module (pass ``__name__``); cheap, keep it. Its levels follow
+    the logger ``telemetry.<name>`` (see the module's rule); a leading ``telemetry.`` in
+    ``name`` is dropped (``getTelemeter``'s logger names work too). ``"__main__"`` is the
+    module's real name where Python knows it (``python -m pkg.mod``: ``pkg.mod``)."""
     if not isinstance(name, str):
         raise TypeError(f"get_telemetry(name): name must be a str, not {type(name).__name__}")
     _settle()
-    return _snapbus._get_telemetry(name)
+    return _snapbus._get_telemetry(target_of(name))
+
+
+def target_of(name: str) -> str:
+    """The target a logger or module name emits under: ``telemetry.`` dropped, ``__main__``
+    (and a spawned child's ``__mp_main__``) as the module's ``__spec__.name`` if it has one."""
+    if name.startswith("telemetry."):
+        name = name[len("telemetry.") :]
+    if name in ("__main__", "__mp_main__"):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        real = getattr(spec, "name", None)
+        if isinstance(real, str) and real and real not in ("__main__", "__mp_main__"):
+            return real
+    return name
+
+
+def _logging_threshold(logger: str) -> tuple[bool, int]:
+    """Rule 2 for the logger ``logger`` (called from Rust when ``logging`` changed): whether a
+    logger level decides, and the least ``levelno`` emitted. Looks loggers up without making
+    any (placeholders and the root do not count)."""
+    manager = logging.Logger.manager
+    disable = manager.disable
+    floor = disable + 1 if disable > 0 else -(1 << 31)
+    loggers = manager.loggerDict
+    name = logger
+    while True:
+        found = loggers.get(name)
+        if isinstance(found, logging.Logger) and found.level > 0:
+            return True, max(found.level, floor)
+        dot = name.rfind(".")
+        if dot < 0:
+            return False, floor
+        name = name[:dot]
+
+
+def _follow_logging() -> None:
+    """Makes every level change in ``logging`` reach the handles: ``logging`` clears its
+    ``isEnabledFor`` caches through ``Logger.manager._clear_cache`` (``setLevel``,
+    ``logging.disable``, ``dictConfig``); wrapped, it also bumps the handles' generation."""
+    manager = logging.Logger.manager
+    clear: Callable[[], None] = getattr(manager, "_clear_cache")  # noqa: B009 (private)
+    if getattr(clear, "_snapbus", False):
+        return
+
+    def _clear_cache() -> None:
+        clear()
+        _snapbus._logging_changed()
+
+    _clear_cache._snapbus = True  # type: ignore[attr-defined]
+    setattr(manager, "_clear_cache", _clear_cache)  # noqa: B010 (private)
+
+
+_follow_logging()
 
 
 getTelemetry = get_telemetry

@@ -1,9 +1,9 @@
 //! The emit side: telemetry handles, encode plans compiled per dataclass, levels.
 //!
-//! `Telemetry.snapshot` is a method of a frozen pyclass (the hot path: one atomic load when
-//! the level is off; a cached plan, two passes and one claim when on). Data that does not fit
-//! its schema is counted and warned about once per (class, field), or raised in strict mode
-//! (`SNAPBUS_STRICT=1`); bus conditions are only ever counted.
+//! `Telemetry.snapshot` is a method of a frozen pyclass (the hot path: three atomic loads
+//! when the level is off, see `levels`; a cached plan, two passes and one claim when on).
+//! Data that does not fit its schema is counted and warned about once per (class, field), or
+//! raised in strict mode (`SNAPBUS_STRICT=1`); bus conditions are only ever counted.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use snapbus::Level;
 use snapbus::schemas::builtin::DurationSample;
 
+mod levels;
 mod plan;
 
+use levels::LoggingLevel;
 use plan::{Compiled, Staged};
 
 /// Raise data errors instead of counting them.
@@ -27,23 +28,12 @@ static DATA_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// (class address, field path) already warned about.
 static WARNED: Mutex<Option<HashSet<(usize, String)>>> = Mutex::new(None);
 
-/// A Python `logging` level as a snapbus level: <10 TRACE, 10–19 DEBUG, 20–29 INFO, 30–39
-/// WARN, ≥40 ERROR.
-#[inline]
-fn level_of(level: i64) -> Level {
-    match level {
-        i64::MIN..=9 => Level::TRACE,
-        10..=19 => Level::DEBUG,
-        20..=29 => Level::INFO,
-        30..=39 => Level::WARN,
-        _ => Level::ERROR,
-    }
-}
-
 /// A handle for emitting snapshots under a target name (a module's `__name__`).
 #[pyclass(frozen, module = "snapbus._snapbus", name = "Telemetry")]
 pub(crate) struct Telemetry {
     inner: snapbus::Telemetry,
+    /// Python `logging`'s say in its level (see `levels`).
+    logging: LoggingLevel,
 }
 
 #[pymethods]
@@ -55,40 +45,61 @@ impl Telemetry {
     }
 
     /// Emits `event` (a dataclass with `schema_id`/`schema_version` ClassVars) at `level` (a
-    /// `logging` level). Never blocks and never raises for bus conditions (counted in
-    /// `snapbus.stats()`); raises `TypeError` for a class that cannot be a schema.
+    /// `logging` level) if the level rule lets it through. Never blocks and never raises for
+    /// bus conditions (counted in `snapbus.stats()`); raises `TypeError` for a class that
+    /// cannot be a schema.
     fn snapshot(&self, py: Python<'_>, level: i64, event: &Bound<'_, PyAny>) -> PyResult<()> {
         // The one level check: the emit below goes through the handle at this level.
-        let Some(at) = self.inner.at(level_of(level)) else {
+        let Some(at) = self.logging.at(py, &self.inner, level)? else {
             return Ok(());
         };
         let plan = plan::plan_for(&event.get_type())?;
         emit(py, at, &plan, event)
     }
 
-    /// Whether a snapshot at `level` would be written now (the level passes the filter and a
-    /// bus was found): guards costly event construction.
+    /// `SnapbusHandler`'s emit: as `snapshot`, but `logging` has decided the level already
+    /// (the record reached the handler), so only a bus filter can still refuse it.
+    #[pyo3(signature = (level, event, schema_prefix=None))]
+    fn _snapshot_logged(
+        &self,
+        py: Python<'_>,
+        level: i64,
+        event: &Bound<'_, PyAny>,
+        schema_prefix: Option<&str>,
+    ) -> PyResult<()> {
+        let Some(at) = levels::bus_first(&self.inner, level) else {
+            return Ok(());
+        };
+        if schema_prefix.is_some() {
+            return Err(pyo3::exceptions::PyNotImplementedError::new_err(
+                "schema_prefix needs the pydantic events of issue 38 (not merged yet)",
+            ));
+        }
+        let plan = plan::plan_for(&event.get_type())?;
+        emit(py, at, &plan, event)
+    }
+
+    /// Whether a snapshot at `level` would be written now (the level rule lets it through
+    /// and a bus was found): guards costly event construction.
     #[allow(non_snake_case)]
-    fn isEnabledFor(&self, level: i64) -> bool {
-        self.inner.enabled(level_of(level))
+    fn isEnabledFor(&self, py: Python<'_>, level: i64) -> PyResult<bool> {
+        Ok(self
+            .logging
+            .at(py, &self.inner, level)?
+            .is_some_and(|at| at.enabled()))
     }
 
     /// Alias of `isEnabledFor`.
-    fn enabled(&self, level: i64) -> bool {
-        self.inner.enabled(level_of(level))
-    }
-
-    /// Whether `level` passes this handle's filter (whether or not a bus was found yet).
-    fn _level_enabled(&self, level: i64) -> bool {
-        self.inner.level_enabled(level_of(level))
+    fn enabled(&self, py: Python<'_>, level: i64) -> PyResult<bool> {
+        self.isEnabledFor(py, level)
     }
 
     /// A duration sample (`snapbus.duration`, like the Rust `span`/`time_it`) labelled `label`:
     /// a context manager, and a decorator timing every call.
-    fn span(&self, level: i64, label: String) -> Span {
+    fn span(slf: &Bound<'_, Self>, level: i64, label: String) -> Span {
         Span {
-            inner: self.inner.clone(),
-            level: level_of(level),
+            telemetry: slf.clone().unbind(),
+            level,
             label,
             starts: Mutex::new(Vec::new()),
         }
@@ -147,8 +158,9 @@ fn data_error(py: Python<'_>, plan: &Compiled, e: &plan::DataError) -> PyResult<
 /// See `Telemetry.span`.
 #[pyclass(frozen, module = "snapbus._snapbus", name = "Span")]
 pub(crate) struct Span {
-    inner: snapbus::Telemetry,
-    level: Level,
+    telemetry: Py<Telemetry>,
+    /// A `logging` level.
+    level: i64,
     label: String,
     /// Start times of the open `with` blocks, by thread (a span may be re-entered, and a
     /// decorated function called from several threads at once).
@@ -167,7 +179,7 @@ impl Span {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         let me = std::thread::current().id();
         let start = {
             let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,9 +187,9 @@ impl Span {
             last.map(|i| starts.remove(i).1)
         };
         if let Some(start) = start {
-            self.emit(start.elapsed());
+            self.emit(py, start.elapsed())?;
         }
-        false
+        Ok(false)
     }
 
     /// Used as a decorator: times every call of `func`.
@@ -199,15 +211,16 @@ impl Span {
 }
 
 impl Span {
-    fn emit(&self, took: Duration) {
+    fn emit(&self, py: Python<'_>, took: Duration) -> PyResult<()> {
         // As the Rust span: counted as no_bus before a bus is found, else a DurationSample.
-        self.inner.snapshot(
-            self.level,
-            &DurationSample {
+        let t = self.telemetry.get();
+        if let Some(at) = t.logging.at(py, &t.inner, self.level)? {
+            let _ = at.snapshot(&DurationSample {
                 label: self.label.clone(),
                 duration_nanos: took.as_nanos().min(u128::from(u64::MAX)) as u64,
-            },
-        );
+            });
+        }
+        Ok(())
     }
 }
 
@@ -262,6 +275,7 @@ fn _init(
 fn _get_telemetry(name: &str) -> Telemetry {
     Telemetry {
         inner: snapbus::get_telemetry(name),
+        logging: LoggingLevel::new(name),
     }
 }
 
@@ -368,6 +382,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ResourceSampler>()?;
     m.add_function(wrap_pyfunction!(_init, m)?)?;
     m.add_function(wrap_pyfunction!(_get_telemetry, m)?)?;
+    m.add_function(wrap_pyfunction!(levels::_logging_changed, m)?)?;
     m.add_function(wrap_pyfunction!(_set_strict, m)?)?;
     m.add_function(wrap_pyfunction!(_schema_json, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
