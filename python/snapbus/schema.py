@@ -379,3 +379,18 @@ def schema_of(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(text)
     out["fingerprint"] = f"{fingerprint:016x}"
     return out
+
+
+def is_event(obj: object) -> bool:
+    """Whether ``obj`` is an event (what ``SnapbusHandler`` emits as its own schema rather than
+    as a ``log.record``): a dataclass instance with ``schema_id``/``schema_version``
+    ClassVars, a pydantic ``BaseModel`` instance, or a ``dict`` with a str ``"kind"``."""
+    if isinstance(obj, dict):
+        return isinstance(obj.get("kind"), str)
+    cls = type(obj)
+    if dataclasses.is_dataclass(cls):
+        return isinstance(getattr(cls, "schema_id", None), str) and isinstance(
+            getattr(cls, "schema_version", None), int
+        )
+    pydantic = sys.modules.get("pydantic")  # never imported here: no model without it
+    return pydantic is not None and isinstance(obj, pydantic.BaseModel)
