@@ -43,10 +43,105 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::desc::MAX_DESC_DEPTH;
+use crate::cursor::{WireReader, WireWriter};
+use crate::desc::{MAX_DESC_DEPTH, TypeDesc};
 use crate::dtype::DType;
-use crate::error::EncodeError;
-use crate::value::Value;
+use crate::error::{DecodeError, EncodeError};
+use crate::value::{ToValue, Value};
+use crate::walk::{LayoutPlan, skip};
+use crate::wire::Wire;
+
+/// A field of a Rust snapshot whose type is known only at run time: a [`Value`] checked and
+/// encoded once, when it is made ([`Dynamic::new`]), so emitting it is a copy.
+///
+/// ```
+/// use snapbus_schemas::dynamic::Dynamic;
+/// use snapbus_schemas::{Snapshot, Value, Wire};
+///
+/// #[derive(Snapshot)]
+/// #[snapshot(id = "doc.dynamic", version = 1)]
+/// struct Step { step: u32, extra: Dynamic }
+///
+/// let extra = Dynamic::new(&Value::Map(vec![(Value::Str("steps".into()), Value::I64(77))]))?;
+/// let bytes = Step { step: 1, extra }.encode_to_vec()?;
+/// let back = Step::decode_exact(&bytes)?;
+/// assert_eq!(back.extra.value().to_json().to_string(), r#"{"steps":77}"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Dynamic {
+    /// The encoding: a tag byte, then the value.
+    bytes: Vec<u8>,
+}
+
+impl Dynamic {
+    /// Checks and encodes `value` (see [`TypeDesc::Dynamic`] for what a dynamic value holds).
+    pub fn new(value: &Value<'_>) -> Result<Dynamic, EncodeError> {
+        let mut bytes = Vec::new();
+        encode(value, &mut bytes, "", 0)?;
+        Ok(Dynamic { bytes })
+    }
+
+    /// The value (decoded from the encoding, which was checked when it was made or read).
+    pub fn value(&self) -> Value<'_> {
+        crate::decode(&TypeDesc::Dynamic, &self.bytes).unwrap_or(Value::Option(None))
+    }
+
+    /// The encoding: a tag byte, then the value.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Default for Dynamic {
+    /// None.
+    fn default() -> Dynamic {
+        Dynamic {
+            bytes: vec![Tag::None as u8],
+        }
+    }
+}
+
+impl Put for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Wire for Dynamic {
+    const MIN_ENCODED_LEN: usize = 1;
+
+    fn type_desc() -> TypeDesc {
+        TypeDesc::Dynamic
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn encode(&self, w: &mut WireWriter<'_>) {
+        w.put(&self.bytes);
+    }
+
+    fn decode(r: &mut WireReader<'_>) -> Result<Dynamic, DecodeError> {
+        let start = r.offset();
+        let desc = TypeDesc::Dynamic;
+        // Decoded fully (not only skipped): `value` relies on the bytes being well formed.
+        let mut probe = r.clone();
+        skip(&LayoutPlan::compile(&desc), LayoutPlan::ROOT, r)?;
+        let bytes = probe.take(r.offset() - start)?;
+        crate::decode(&desc, bytes)?;
+        Ok(Dynamic {
+            bytes: bytes.to_vec(),
+        })
+    }
+}
+
+impl ToValue for Dynamic {
+    fn to_value(&self) -> Value<'_> {
+        self.value()
+    }
+}
 
 /// The tag byte of a dynamic value (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

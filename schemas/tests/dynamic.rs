@@ -194,3 +194,34 @@ proptest! {
         }
     }
 }
+
+#[derive(snapbus_schemas::Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "t.dynamic.rust", version = 1)]
+struct WithDynamic {
+    step: u32,
+    extra: snapbus_schemas::dynamic::Dynamic,
+    after: String,
+}
+
+#[test]
+fn a_rust_snapshot_carries_a_dynamic_field() {
+    use snapbus_schemas::dynamic::Dynamic;
+    use snapbus_schemas::{Snapshot, ToValue, Wire};
+
+    let v = every_kind();
+    let event = WithDynamic {
+        step: 4,
+        extra: Dynamic::new(&v).expect("dynamic"),
+        after: "end".into(),
+    };
+    let bytes = event.encode_to_vec().expect("encode");
+    assert_eq!(WithDynamic::decode_exact(&bytes).expect("decode"), event);
+    let generic = decode(WithDynamic::descriptor().root(), &bytes).expect("generic");
+    assert_eq!(generic.field("extra"), Some(&v));
+    assert_eq!(event.to_value(), generic);
+    // A typed decode checks the dynamic bytes as the generic one does.
+    let mut bad = bytes.clone();
+    bad[4] = 77;
+    assert!(WithDynamic::decode_exact(&bad).is_err());
+    assert_eq!(Dynamic::default().value(), Value::Option(None));
+}
