@@ -419,3 +419,67 @@ fn series_of_records_read_in_place_hold_every_value() {
         );
     }
 }
+
+#[test]
+fn numbers_inside_dynamic_fields_become_series_as_records_show_them() {
+    use std::borrow::Cow;
+
+    use snapbus_bus::schemas::{Field, SchemaDescriptor, TypeDesc, Value};
+
+    let bus = Bus::start("plot-dynamic");
+    let p = bus.publisher();
+    let desc = SchemaDescriptor::new(
+        "plot.event",
+        1,
+        TypeDesc::Struct {
+            fields: vec![
+                Field::new("step", TypeDesc::U32),
+                Field::new("extra", TypeDesc::Dynamic),
+            ],
+        },
+    )
+    .expect("descriptor");
+    let key = |k: &str| Value::Str(Cow::Owned(k.to_owned()));
+    let event = |step: u32, extra: Value<'static>| {
+        Value::Struct(vec![
+            (Cow::Borrowed("step"), Value::U32(step)),
+            (Cow::Borrowed("extra"), extra),
+        ])
+    };
+    // Two shapes under one schema: a number, then a map with a nested number.
+    p.emit_value(Level::INFO, 0, &desc, &event(0, Value::F64(0.5)))
+        .expect("emit");
+    let model = Value::Map(vec![
+        (key("is_done"), Value::Bool(true)),
+        (
+            key("stats"),
+            Value::Map(vec![(key("steps"), Value::I64(77))]),
+        ),
+    ]);
+    p.emit_value(Level::INFO, 0, &desc, &event(1, model))
+        .expect("emit");
+    p.close();
+    let (_server, api, summary) = plot_to_the_end(&bus);
+    assert_eq!(summary.delivered, 2);
+    let series = api.json("/api/series");
+    let fields: Vec<(&str, u64)> = series["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|s| {
+            (
+                s["field"].as_str().expect("field"),
+                s["samples"].as_u64().expect("samples"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("step", 2),
+            ("extra", 1),
+            ("extra.is_done", 1),
+            ("extra.stats.steps", 1)
+        ]
+    );
+}

@@ -478,6 +478,55 @@ def test_every_kind_of_field_goes_to_its_archetype(rbus: Bus, tmp_path: Path) ->
     assert row + "blob" not in t
 
 
+DYNAMIC = """
+import dataclasses
+from typing import Any, ClassVar, Dict
+import numpy as np
+
+@dataclasses.dataclass
+class Seen:
+    schema_id: ClassVar[str] = "rt.seen"
+    schema_version: ClassVar[int] = 1
+    step: int
+    extra: Dict[str, Any]
+    anything: Any
+
+telemetry = snapbus.get_telemetry("lab.dynamic")
+for i in range(6):
+    extra = dict(loss=0.5 * i, model=dict(steps=i + 1), image=np.full((3, 2), i, np.uint8))
+    # The same field holds a number in some records and a map in others.
+    anything = i if i % 2 else dict(k=float(i))
+    telemetry.snapshot(snapbus.INFO, Seen(step=i, extra=extra, anything=anything))
+assert snapbus.stats()["written"] == 6
+"""
+
+
+def test_dynamic_values_go_to_the_archetypes_of_their_values(rbus: Bus, tmp_path: Path) -> None:
+    """A `Dict[str, Any]` field: its numbers are scalars under their keys, its 2-D array an
+    image; a field whose shape changes from record to record is shown as each record has it."""
+    from conftest import run_producer
+
+    out = tmp_path / "dynamic.rrd"
+    cid, _ = attach_rerun(rbus, "--save", str(out), "--schema", "rt.*")
+    run_producer(rbus, DYNAMIC)
+    wait_until("6 records at the bridge", lambda: delivered(rbus, cid)[0] >= 6)
+    detach(rbus, cid)
+    rrd("verify", str(out))
+    t = rrd_tables(out)
+    producer = next(e.split("/")[1] for e in t if "/rt.seen/" in e)
+    seen = f"/{producer}/rt.seen/"
+
+    def values(entity: str) -> List[List[float]]:
+        return [numbers(r["Scalars:scalars"]) for r in t[seen + entity] if "Scalars:scalars" in r]
+
+    assert values("extra/loss") == [[0.5 * i] for i in range(6)]
+    assert values("extra/model/steps") == [[float(i + 1)] for i in range(6)]
+    image = t[seen + "extra/image"]
+    assert sum("Image:buffer" in r for r in image) == 6
+    assert values("anything") == [[float(i)] for i in range(6) if i % 2]
+    assert values("anything/k") == [[float(i)] for i in range(6) if i % 2 == 0]
+
+
 def test_a_producer_killed_shows_as_a_warning(rbus: Bus, tmp_path: Path) -> None:
     out = tmp_path / "died.rrd"
     cid, _ = attach_rerun(rbus, "--save", str(out))

@@ -121,6 +121,7 @@ fn put_node(out: &mut Vec<u8>, t: &TypeDesc) {
             out.push(22);
             out.push(dtype.code());
         }
+        TypeDesc::Dynamic => out.push(23),
     }
 }
 
@@ -261,6 +262,7 @@ fn read_node(r: &mut WireReader<'_>, depth: usize) -> Result<TypeDesc, Descripto
             })?;
             TypeDesc::Tensor { dtype }
         }
+        23 => TypeDesc::Dynamic,
         other => {
             return Err(DescriptorError::Decode(DecodeError::new(
                 at,

@@ -106,6 +106,11 @@ pub enum TypeDesc {
         /// Element type.
         dtype: DType,
     },
+    /// A value whose type is known only at run time (a Python `dict`, `Any` or pydantic extra),
+    /// encoded self-describing: one tag byte, then the value ([`dynamic`](crate::dynamic)
+    /// has the tags). Decoded, it is the [`Value`](crate::Value) it was: none, bool, `i64`,
+    /// `u64`, `f64`, string, bytes, list, map with string keys or tensor.
+    Dynamic,
 }
 
 /// One named field of a struct (or of a struct-like enum variant).
@@ -287,6 +292,7 @@ impl TypeDesc {
                 .fold(0u64, |acc, f| acc.saturating_add(f.ty.min_encoded_len())),
             TypeDesc::Enum { .. } => 4,
             TypeDesc::Tensor { .. } => 16,
+            TypeDesc::Dynamic => 1,
         }
     }
 
@@ -477,6 +483,7 @@ impl fmt::Display for TypeDesc {
             }
             TypeDesc::Map { key, value } => write!(f, "map<{key}, {value}>"),
             TypeDesc::Tensor { dtype } => write!(f, "tensor<{dtype}>"),
+            TypeDesc::Dynamic => f.write_str("dynamic"),
             scalar => match scalar.as_dtype() {
                 Some(d) => f.write_str(d.name()),
                 None => Err(fmt::Error),

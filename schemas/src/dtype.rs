@@ -157,12 +157,12 @@ impl DType {
     }
 
     /// The dtype's code in canonical descriptor bytes.
-    pub(crate) const fn code(self) -> u8 {
+    pub const fn code(self) -> u8 {
         self as u8
     }
 
     /// The dtype of a canonical code.
-    pub(crate) fn from_code(code: u8) -> Option<DType> {
+    pub fn from_code(code: u8) -> Option<DType> {
         DType::ALL.get(usize::from(code)).copied()
     }
 }

@@ -315,7 +315,17 @@ fn encode_at(
             out.put_len(t.len());
             out.put(&t.data);
         }
+        (TypeDesc::Dynamic, v) => crate::dynamic::encode(v, &mut AsPut(out), path, 0)?,
         (d, v) => return Err(mismatch(path, d, v)),
     }
     Ok(())
+}
+
+/// A [`Sink`] as the dynamic encoder's output.
+struct AsPut<'a, S>(&'a mut S);
+
+impl<S: Sink> crate::dynamic::Put for AsPut<'_, S> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.put(bytes);
+    }
 }

@@ -204,6 +204,8 @@ fn json_schema(desc: &TypeDesc) -> Json {
             },
             "required": ["dtype", "shape", "data"],
         }),
+        // Any JSON value.
+        TypeDesc::Dynamic => json!({}),
         scalar => number_schema(!matches!(scalar, TypeDesc::F32 | TypeDesc::F64)),
     }
 }

@@ -2,6 +2,7 @@
 
 mod bincode_compat;
 mod descriptors;
+mod dynamic;
 mod evolution;
 mod fixtures;
 mod golden;

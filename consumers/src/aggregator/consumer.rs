@@ -10,7 +10,7 @@ use super::options::AggregatorOptions;
 use super::resume::Resume;
 use super::sink::SummarySink;
 use super::state::{Aggregator, ProducerState, SchemaState};
-use super::summary::Acc;
+use super::summary::{Acc, Values};
 use crate::fields::{Plan, decode_group};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 
@@ -122,7 +122,10 @@ impl<S: SummarySink> Aggregator<S> {
             self.out.opts.window,
             window_key,
             (r.header.t_nanos, r.header.seq),
-            &x.values,
+            Values {
+                leaves: &x.values,
+                dynamic: &x.dynamic,
+            },
             plan.binary_leaves(),
             producer_lost,
         ) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::options::Window;
 use super::resume::EmittedBefore;
-use super::summary::{Acc, Source};
+use super::summary::{Acc, Source, Values};
 #[cfg(doc)]
 use crate::fields::Extracted;
 use crate::fields::KeyValue;
@@ -50,7 +50,7 @@ impl Group {
         window: Window,
         window_key: Option<u64>,
         meta: (u64, u64),
-        values: &[f64],
+        values: Values<'_>,
         binary: &[bool],
         lost: u64,
     ) -> Option<Finished> {

@@ -180,7 +180,7 @@ impl<S: SummarySink> Aggregator<S> {
             }
         };
         let group = &plan.keys()[..self.out.opts.group_by.len()];
-        let layout = match Layout::new(schema, group, plan.leaves()) {
+        let layout = match Layout::new(schema, group, plan.leaves(), plan.has_dynamic()) {
             Ok(l) => l,
             Err(e) => {
                 snapbus_bus::say!(

@@ -1,6 +1,7 @@
 //! The summary schemas: how a closed window becomes a snapshot on the bus and a CSV row.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use snapbus_schemas::{
@@ -25,6 +26,20 @@ pub(crate) struct Acc {
     pub(crate) first_seq: u64,
     pub(crate) last_seq: u64,
     pub(crate) stats: Vec<Stat>,
+    /// Statistics of the numeric leaves of dynamic fields, by dotted path (at most
+    /// [`MAX_DYNAMIC_LEAVES`]).
+    pub(crate) dynamic: BTreeMap<String, Stat>,
+}
+
+/// Dynamic leaves summarized per window at most: a field whose keys never repeat (an id per
+/// record) must not grow a summary without end.
+pub(crate) const MAX_DYNAMIC_LEAVES: usize = 1024;
+
+/// One record's numbers: one per leaf of the plan, and the leaves of its dynamic fields.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Values<'a> {
+    pub(crate) leaves: &'a [f64],
+    pub(crate) dynamic: &'a [(String, f64)],
 }
 
 impl Acc {
@@ -40,11 +55,12 @@ impl Acc {
                 .iter()
                 .map(|b| if *b { Stat::binary() } else { Stat::default() })
                 .collect(),
+            dynamic: BTreeMap::new(),
         }
     }
 
     #[inline]
-    pub(crate) fn add(&mut self, t_nanos: u64, seq: u64, values: &[f64]) {
+    pub(crate) fn add(&mut self, t_nanos: u64, seq: u64, values: Values<'_>) {
         if self.count == 0 {
             self.first_t_nanos = t_nanos;
             self.first_seq = seq;
@@ -52,9 +68,26 @@ impl Acc {
         self.count += 1;
         self.last_t_nanos = t_nanos;
         self.last_seq = seq;
-        for (s, v) in self.stats.iter_mut().zip(values) {
+        for (s, v) in self.stats.iter_mut().zip(values.leaves) {
             s.add(*v);
         }
+        for (path, v) in values.dynamic {
+            if let Some(s) = self.dynamic_stat(path) {
+                s.add(*v);
+            }
+        }
+    }
+
+    /// The statistics of dynamic leaf `path`, new if it is not yet known (`None` beyond
+    /// [`MAX_DYNAMIC_LEAVES`]).
+    fn dynamic_stat(&mut self, path: &str) -> Option<&mut Stat> {
+        if !self.dynamic.contains_key(path) {
+            if self.dynamic.len() >= MAX_DYNAMIC_LEAVES {
+                return None;
+            }
+            self.dynamic.insert(path.to_owned(), Stat::default());
+        }
+        self.dynamic.get_mut(path)
     }
 
     /// Folds a later window into this one.
@@ -71,6 +104,11 @@ impl Acc {
         self.last_seq = later.last_seq;
         for (s, l) in self.stats.iter_mut().zip(&later.stats) {
             s.merge(l);
+        }
+        for (path, l) in &later.dynamic {
+            if let Some(s) = self.dynamic_stat(path) {
+                s.merge(l);
+            }
         }
     }
 }
@@ -99,17 +137,21 @@ pub(crate) struct Layout {
     pub(crate) desc: Arc<SchemaDescriptor>,
     group: Vec<(String, KeyType)>,
     leaves: Vec<String>,
+    /// Whether the source has dynamic fields: then the summary's `dynamic_stats` field (a
+    /// dynamic map from leaf path to its statistics) summarizes their leaves.
+    dynamic: bool,
 }
 
 const STAT_NAMES: [&str; 6] = ["count", "mean", "std", "min", "max", "last"];
 
 impl Layout {
     /// The summary schema of `source` (`<id>.summary`, same version) for these group-by fields
-    /// and summarized leaves.
+    /// and summarized leaves (and, if `dynamic`, the leaves of its dynamic fields).
     pub(crate) fn new(
         source: &SchemaDescriptor,
         group: &[(String, KeyType)],
         leaves: &[String],
+        dynamic: bool,
     ) -> Result<Layout, DescriptorError> {
         let stat_fields: Vec<Field> = STAT_NAMES
             .iter()
@@ -152,6 +194,9 @@ impl Layout {
             Field::new("last_seq", u64::type_desc()),
             Field::new("stats", stats.into_desc()),
         ]);
+        if dynamic {
+            fields.push(Field::new("dynamic_stats", TypeDesc::Dynamic));
+        }
         let desc = SchemaDescriptor::new(
             format!("{}{SUMMARY_SUFFIX}", source.id()),
             source.version(),
@@ -161,6 +206,7 @@ impl Layout {
             desc: Arc::new(desc),
             group: group.to_vec(),
             leaves: leaves.to_vec(),
+            dynamic,
         })
     }
 
@@ -196,6 +242,9 @@ impl Layout {
             ("last_seq".into(), Value::U64(a.last_seq)),
             ("stats".into(), stats.into_value()),
         ]);
+        if self.dynamic {
+            fields.push(("dynamic_stats".into(), dynamic_stats(a)));
+        }
         out.clear();
         encode_value(self.desc.root(), &Value::Struct(fields), out).map_err(|e| e.to_string())
     }
@@ -225,6 +274,9 @@ impl Layout {
             for s in STAT_NAMES.iter().chain(QUANTILES.iter().map(|(n, _)| n)) {
                 h.push(format!("{leaf}.{s}"));
             }
+        }
+        if self.dynamic {
+            h.push("dynamic_stats".to_owned());
         }
         h
     }
@@ -261,8 +313,22 @@ impl Layout {
             }
             r.extend(s.quantiles().map(float));
         }
+        if self.dynamic {
+            // One JSON cell: which leaves there are differs from window to window.
+            r.push(dynamic_stats(a).to_json().to_string());
+        }
         r
     }
+}
+
+/// The statistics of a window's dynamic leaves: a map from leaf path to its statistics.
+fn dynamic_stats(a: &Acc) -> Value<'_> {
+    Value::Map(
+        a.dynamic
+            .iter()
+            .map(|(path, s)| (Value::Str(path.as_str().into()), stat_value(s)))
+            .collect(),
+    )
 }
 
 fn float(v: f64) -> String {

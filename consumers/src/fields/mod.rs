@@ -22,7 +22,10 @@
 //! any depth of structs and tuples; fixed arrays of up to [`MAX_ELEMENTWISE`] numbers
 //! element by element; longer arrays, sequences of numbers and tensors reduced to their mean,
 //! minimum and maximum per record (NaN elements ignored; all NaN when empty). Values inside
-//! enums, maps and sequences of structs are skipped. Optionally, group-by fields and a window
+//! enums, maps and sequences of structs are skipped. Dynamic fields (a type known only at run
+//! time) have leaves of their own in each record, in [`Extracted::dynamic`]: numbers and
+//! bools under their map keys (`extra.model.steps`), lists of numbers and arrays reduced like
+//! sequences. Optionally, group-by fields and a window
 //! field (scalars, strings, enums by variant name) are read as keys instead.
 //!
 //! # Example
@@ -62,6 +65,7 @@
 /// a copy of a large one (`BENCHMARKS.md`, "Prometheus exporter").
 pub const IN_PLACE_MIN_BYTES: usize = 1024;
 
+mod dynamic;
 mod key;
 mod plan;
 mod read;

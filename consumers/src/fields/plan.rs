@@ -4,6 +4,7 @@ use snapbus_bus::subscriber::Glob;
 use snapbus_schemas::walk::{self, Kind, LayoutPlan};
 use snapbus_schemas::{DType, TypeDesc};
 
+use super::dynamic::Leaves;
 #[cfg(doc)]
 use super::key::decode_group;
 use super::key::{KeyType, KeyValue, encode_str, reserve_str};
@@ -36,6 +37,12 @@ enum Op {
     },
     /// A tensor (rank, dims, count, elements) summarized like [`Op::Packed`].
     Tensor { dtype: DType, leaf: usize },
+    /// A dynamic value whose numeric leaves are found by walking it (see [`super::dynamic`]),
+    /// under `path`.
+    Dynamic {
+        path: String,
+        layout: Box<LayoutPlan<'static>>,
+    },
     /// A scalar key (a group-by field or the window field) copied into key slot `slot`.
     Key { scalar: Scalar, slot: usize },
     /// A string key.
@@ -60,6 +67,8 @@ pub struct Plan {
     has_window_field: bool,
     /// Per leaf: a bool.
     binary: Vec<bool>,
+    /// Whether it walks dynamic fields ([`Extracted::dynamic`]).
+    has_dynamic: bool,
 }
 
 /// Why a plan cannot be compiled as asked.
@@ -83,10 +92,15 @@ pub struct Extracted {
     pub group: Vec<u8>,
     /// The window field's value.
     pub window: Option<u64>,
+    /// The numeric leaves of dynamic fields, found in this record: (dotted path, value), in
+    /// payload order. Unlike [`values`](Extracted::values), which leaves there are differs
+    /// from record to record (see the [module docs](super)).
+    pub dynamic: Vec<(String, f64)>,
 }
 
 struct Compiler<'a> {
     ops: Vec<Op>,
+    has_dynamic: bool,
     leaves: Vec<String>,
     binary: Vec<bool>,
     group_by: &'a [String],
@@ -109,6 +123,7 @@ impl Plan {
         let n_keys = group_by.len() + usize::from(window_field.is_some());
         let mut c = Compiler {
             ops: Vec::new(),
+            has_dynamic: false,
             leaves: Vec::new(),
             binary: Vec::new(),
             group_by,
@@ -134,6 +149,7 @@ impl Plan {
             keys,
             has_window_field,
             binary: c.binary,
+            has_dynamic: c.has_dynamic,
         };
         if window_field.is_some() && !has_window_field {
             // Keys must be dense: the window field was not found, so no op writes it.
@@ -165,6 +181,7 @@ impl Plan {
         }
         out.group.clear();
         out.window = None;
+        out.dynamic.clear();
         let window_slot = self.window_slot();
         let mut cur = Cursor {
             src: payload,
@@ -190,6 +207,9 @@ impl Plan {
                 Op::Tensor { dtype, leaf } => {
                     let n = tensor_count(&mut cur)?;
                     cur.reduce(*dtype, n, &mut out.values[*leaf..*leaf + 3])?;
+                }
+                Op::Dynamic { path, layout } => {
+                    walk::walk(layout, &mut cur, &mut Leaves)?.push_under(path, &mut out.dynamic);
                 }
                 Op::Key { scalar, slot } => {
                     let size = scalar.size();
@@ -244,7 +264,14 @@ impl Plan {
             keys: Vec::new(),
             has_window_field: false,
             binary: Vec::new(),
+            has_dynamic: false,
         })
+    }
+
+    /// Whether records may have numeric leaves in dynamic fields, found record by record
+    /// ([`Extracted::dynamic`]) rather than listed in [`leaves`](Plan::leaves).
+    pub fn has_dynamic(&self) -> bool {
+        self.has_dynamic
     }
 
     /// The numeric leaves, by dotted name (`reward`, `position.0`, `observation.mean`), in
@@ -343,6 +370,13 @@ impl Compiler<'_> {
                 self.ops.push(Op::OptNum { scalar, leaf });
             }
             (_, Kind::Enum) => self.ops.push(enum_op(desc, None)),
+            (_, Kind::Dynamic) if selected => {
+                self.has_dynamic = true;
+                self.ops.push(Op::Dynamic {
+                    path: path.to_owned(),
+                    layout: Box::new(LayoutPlan::compile(desc).into_owned()),
+                });
+            }
             _ => self.skip(desc),
         }
     }

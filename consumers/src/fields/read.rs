@@ -234,6 +234,22 @@ impl<'a, S: Source + ?Sized> Cursor<'a, S> {
     }
 }
 
+/// Mean, min and max of `count` packed elements of `d` at `at` of `src` into `out[0..3]`
+/// (`at .. at + count × size` already bounds-checked by the walk).
+pub(super) fn reduce_span<S: Source + ?Sized>(
+    src: &S,
+    d: DType,
+    at: usize,
+    count: usize,
+    out: &mut [f64],
+) -> Result<(), Malformed> {
+    let n = count.checked_mul(d.size_bytes()).ok_or(Malformed)?;
+    let mut acc = Reduce::default();
+    src.pieces(at, n, &mut |piece| acc.add(d, piece))?;
+    acc.finish(out);
+    Ok(())
+}
+
 /// Mean, min and max of packed numbers, NaN elements ignored, added a piece at a time.
 ///
 /// Four partial sums, minima and maxima, with no branch per element: a single running sum

@@ -76,6 +76,10 @@ struct Feeds {
     series: Vec<usize>,
     /// (dotted path, image id) per tensor field.
     images: Vec<(String, usize)>,
+    /// Series id per numeric leaf of a dynamic field, made as records show them.
+    dynamic: HashMap<String, usize>,
+    /// The source of this feed's series, less the field (for dynamic leaves).
+    source: Source,
     last_frame: Option<Instant>,
     /// The newest record not yet turned into frames (payload, seq, time): frames are made at
     /// most `max_frame_hz` times a second, and the newest one at the next flush.
@@ -111,14 +115,18 @@ impl Plotter {
         let started = r.producer.started_nanos as f64 / 1e9;
         let ended = self.ended.get(&r.producer.lane_id).copied();
         let mut store = lock(&self.store)?;
-        let source = |field: String| Source {
+        let base = Source {
             schema: r.schema.id().to_owned(),
             producer: r.producer.name.to_owned(),
             pid: r.producer.pid,
             lane: r.producer.lane_id,
             started,
             ended,
+            field: String::new(),
+        };
+        let source = |field: String| Source {
             field,
+            ..base.clone()
         };
         let series = plan
             .leaves()
@@ -147,6 +155,8 @@ impl Plotter {
                 plan,
                 series,
                 images,
+                dynamic: HashMap::new(),
+                source: base,
                 last_frame: None,
                 pending: None,
                 schema: Arc::clone(r.schema),
@@ -154,6 +164,29 @@ impl Plotter {
         );
         Ok(())
     }
+}
+
+/// Dynamic leaves plotted per schema and producer at most: a field whose keys never repeat
+/// (an id per record) must not grow the store without end.
+const MAX_DYNAMIC_SERIES: usize = 1024;
+
+/// The series of dynamic leaf `path` of `feeds`, made the first time it is seen (`None`
+/// beyond [`MAX_DYNAMIC_SERIES`]).
+fn dynamic_series(store: &mut Store, feeds: &mut Feeds, path: &str) -> Option<usize> {
+    if let Some(id) = feeds.dynamic.get(path) {
+        return Some(*id);
+    }
+    if feeds.dynamic.len() >= MAX_DYNAMIC_SERIES {
+        return None;
+    }
+    store.series.push(Series::new(Source {
+        field: path.to_owned(),
+        ..feeds.source.clone()
+    }));
+    store.version += 1;
+    let id = store.series.len() - 1;
+    feeds.dynamic.insert(path.to_owned(), id);
+    Some(id)
 }
 
 /// The store, locked (a panic while it was held poisons it: an error, not a second panic).
@@ -296,6 +329,11 @@ impl Consumer for Plotter {
         if let Some(x) = extracted {
             for (id, v) in feeds.series.iter().zip(&x.values) {
                 store.push(*id, t, *v);
+            }
+            for (path, v) in &x.dynamic {
+                if let Some(id) = dynamic_series(&mut store, feeds, path) {
+                    store.push(id, t, *v);
+                }
             }
         }
         for (_, id) in &feeds.images {

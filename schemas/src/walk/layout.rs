@@ -47,6 +47,8 @@ pub enum Kind {
     Map,
     /// A tensor of a [`DType`].
     Tensor(DType),
+    /// A self-describing value ([`TypeDesc::Dynamic`]).
+    Dynamic,
     /// A node nested [`MAX_DESC_DEPTH`] deep: walking it is an error.
     TooDeep,
 }
@@ -244,6 +246,7 @@ fn leaf_node<'d>(desc: &'d TypeDesc, name: Cow<'d, str>, depth: usize) -> Node<'
             TypeDesc::Enum { .. } => Kind::Enum,
             TypeDesc::Map { .. } => Kind::Map,
             TypeDesc::Tensor { dtype } => Kind::Tensor(*dtype),
+            TypeDesc::Dynamic => Kind::Dynamic,
             d => d.as_dtype().map_or(Kind::Bool, Kind::Num),
         }
     };
@@ -362,7 +365,7 @@ fn sizes(nodes: &[Node<'_>], i: usize, src: Src<'_>) -> (Option<usize>, u64) {
         Kind::Num(d) => (Some(d.size_bytes()), d.size_bytes() as u64),
         Kind::U128 | Kind::I128 => (Some(16), 16),
         Kind::Str | Kind::Bytes | Kind::Seq | Kind::Map => (None, 8),
-        Kind::Option => (None, 1),
+        Kind::Option | Kind::Dynamic => (None, 1),
         Kind::Enum => (None, 4),
         Kind::Tensor(_) => (None, 16),
         Kind::Array { len } => {

@@ -5,6 +5,7 @@ use super::source::{ByteSource, Scalar, WalkError};
 use super::visit::Visit;
 use crate::desc::MAX_DESC_DEPTH;
 use crate::dtype::DType;
+use crate::dynamic::Tag;
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::tensor::MAX_TENSOR_RANK;
 
@@ -101,6 +102,7 @@ where
             Kind::Enum => return self.enumeration(id),
             Kind::Map => return self.map(id),
             Kind::Tensor(dtype) => return self.tensor(dtype),
+            Kind::Dynamic => return self.dynamic(id, 0),
             Kind::TooDeep => {
                 return Err(self.err(DecodeErrorKind::TooDeep {
                     max: MAX_DESC_DEPTH,
@@ -216,6 +218,99 @@ where
         for _ in 0..n {
             let key = self.value(k)?;
             let value = self.value(v)?;
+            self.v.map_entry(&mut map, key, value)?;
+        }
+        self.v.map_end(map)
+    }
+
+    /// A dynamic value at dynamic nesting `depth` (node `id` is its plan node, handed to the
+    /// visitor for its lists): its tag, then its body (see [`crate::dynamic`]).
+    fn dynamic(&mut self, id: NodeId, depth: usize) -> Result<V::Out, V::Error> {
+        if depth >= MAX_DESC_DEPTH {
+            return Err(self.err(DecodeErrorKind::TooDeep {
+                max: MAX_DESC_DEPTH,
+            }));
+        }
+        let at = self.src.offset();
+        let byte = self.src.read_u8()?;
+        let tag = Tag::from_byte(byte)
+            .ok_or_else(|| DecodeError::new(at, DecodeErrorKind::InvalidTag { tag: byte }))?;
+        let scalar = match tag {
+            Tag::None => return self.v.option(None),
+            Tag::Bool => {
+                let at = self.src.offset();
+                match self.src.read_u8()? {
+                    0 => Scalar::Bool(false),
+                    1 => Scalar::Bool(true),
+                    byte => {
+                        return Err(
+                            DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }).into()
+                        );
+                    }
+                }
+            }
+            Tag::I64 => Scalar::I64(i64::from_le_bytes(self.src.read_array()?)),
+            Tag::U64 => Scalar::U64(u64::from_le_bytes(self.src.read_array()?)),
+            Tag::F64 => Scalar::F64(f64::from_le_bytes(self.src.read_array()?)),
+            Tag::Str => {
+                let n = self.src.read_len(1)?;
+                let at = self.src.skip(n)?;
+                return self.v.string(self.src, at, n);
+            }
+            Tag::Bytes => {
+                let n = self.src.read_len(1)?;
+                let at = self.src.skip(n)?;
+                return self.v.bytes(self.src, at, n);
+            }
+            Tag::List => return self.dynamic_list(id, depth),
+            Tag::Map => return self.dynamic_map(id, depth),
+            Tag::NdArray => {
+                let at = self.src.offset();
+                let code = self.src.read_u8()?;
+                let dtype = DType::from_code(code).ok_or_else(|| {
+                    DecodeError::new(at, DecodeErrorKind::InvalidTag { tag: code })
+                })?;
+                return self.tensor(dtype);
+            }
+        };
+        self.v.scalar(scalar)
+    }
+
+    /// One item of a dynamic list or map, paid for from the value budget.
+    fn dynamic_item(&mut self, id: NodeId, depth: usize) -> Result<V::Out, V::Error> {
+        if self.left == 0 {
+            return Err(self.err(DecodeErrorKind::TooManyValues { max: self.max }));
+        }
+        self.left -= 1;
+        self.dynamic(id, depth)
+    }
+
+    fn dynamic_list(&mut self, id: NodeId, depth: usize) -> Result<V::Out, V::Error> {
+        let n = self.src.read_len(1)?;
+        let node = self.plan.node(id);
+        let mut seq = self.v.seq_begin(node, n)?;
+        for i in 0..n {
+            let item = self
+                .dynamic_item(id, depth + 1)
+                .map_err(|e| e.in_field(&i.to_string()))?;
+            self.v.seq_item(&mut seq, item)?;
+        }
+        self.v.seq_end(node, seq)
+    }
+
+    /// A dynamic map: string keys (an error names the entry by its index: the key is not yet
+    /// known to be text when the value fails).
+    fn dynamic_map(&mut self, id: NodeId, depth: usize) -> Result<V::Out, V::Error> {
+        // A key's length prefix and a value's tag at least.
+        let n = self.src.read_len(9)?;
+        let mut map = self.v.map_begin(n)?;
+        for i in 0..n {
+            let len = self.src.read_len(1)?;
+            let at = self.src.skip(len)?;
+            let key = self.v.string(self.src, at, len)?;
+            let value = self
+                .dynamic_item(id, depth + 1)
+                .map_err(|e| e.in_field(&i.to_string()))?;
             self.v.map_entry(&mut map, key, value)?;
         }
         self.v.map_end(map)
