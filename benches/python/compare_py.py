@@ -4,11 +4,15 @@ with what Python researchers use today.
 
 Rows:
 
-- `snapshot()` of a 5-field dataclass with its level disabled (ns per call), enabled (calls/s),
+- `snapshot()` of a 5-field dataclass with its level disabled (ns per call; by SNAPBUS_FILTER,
+  and by the level of its `telemetry.*` logger), enabled (calls/s),
   with a 4 KiB numpy field (calls/s), and with a 1 MiB numpy field against `numpy.copy` of the
   same array (the ratio; one such record is read back by a subscriber, so it did go through);
   the two numpy rows again from a process whose lane fits the last-level cache (8 MiB: less
   history, the copies stay in the cache; a 16 MiB ring only partly does on this machine).
+- tbp.monty's 5-extra-field `TelemetryEvent` through `SnapbusHandler` against monty's own
+  `JsonFormatter` + `StreamHandler` to /dev/null: `logger.info(event)` and `handler.handle` of
+  one record, and the ratios (logging_rows.py; needs tbp-monty).
 - Python producer -> Python consumer in separate processes, 64 B-class events, messages
   delivered per second at the consumer (`for ev in sub: ev.payload`), against the same events
   pickled through a `multiprocessing.Queue` and through a `logging` `QueueHandler` ->
@@ -175,6 +179,21 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
             ns <= 40,
         )
     )
+    # The same call with INFO off by the level of its `telemetry.*` logger (rule 2).
+    logging.getLogger("telemetry.bench.py.off").setLevel(logging.WARNING)
+    off = snapbus.get_telemetry("bench.py.off").snapshot
+    off(INFO, ev)  # the cached logging level computed
+    ns = per_call_ns("off(INFO, ev)", {**globals(), **locals()}, number, repeat)
+    rows.append(
+        row(
+            "snapshot(), disabled by the logger's level",
+            ns,
+            "ns/call",
+            f"{ns:.1f} ns/call",
+            "≤ 50 ns",
+            ns <= 50,
+        )
+    )
     ns = per_call_ns("snap(INFO, ev)", {**globals(), **locals()}, number, repeat)
     rows.append(
         row(
@@ -191,6 +210,33 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
     stats = snapbus.stats()
     if stats["not_written"]:
         raise RuntimeError(f"snapshots timed were not all written: {stats}")
+    return rows
+
+
+def handler_rows(quick: bool) -> list[dict[str, Any]]:
+    """tbp.monty's 5-extra-field event through `SnapbusHandler` and through monty's own
+    `JsonFormatter` + `StreamHandler` to /dev/null: `logger.info(event)` and, on one record,
+    `handler.handle(record)` (logging_rows.py)."""
+    from logging_rows import handler_costs
+
+    c = handler_costs(quick)
+    rows: list[dict[str, Any]] = []
+    for how, key in [("logger.info(event)", "info"), ("handler.handle(record)", "handle")]:
+        ours, json_ns = c[f"snapbus_{key}"], c[f"json_{key}"]
+        for who, ns in [("SnapbusHandler", ours), ("monty's JsonFormatter → /dev/null", json_ns)]:
+            rows.append(
+                row(f"{who}, monty event, {how}", ns, "ns/call", f"{ns:.0f} ns/call", "", None)
+            )
+        rows.append(
+            row(
+                f"SnapbusHandler ÷ monty's JSON lines, {how}",
+                ours / json_ns,
+                "x",
+                f"{ours / json_ns:.2f}x",
+                "≤ 0.33x",
+                ours / json_ns <= 1 / 3,
+            )
+        )
     return rows
 
 
@@ -520,6 +566,12 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         rows.append(
             row("snapshot() rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+        )
+    try:
+        rows += handler_rows(args.quick)
+    except Exception as e:
+        rows.append(
+            row("SnapbusHandler rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
         )
     try:
         rows += cache_lane_rows(args.quick)
