@@ -106,26 +106,22 @@ def test_dunder_main_is_the_modules_real_name(tmp_path: Path) -> None:
         "print(snapbus.get_telemetry('telemetry.__main__').name)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-m", "lvpkg.run"],
-        env=env,
-        cwd=CHILD_CWD,
-        capture_output=True,
-        text=True,
-        timeout=WATCHDOG_S,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["lvpkg.run", "lvpkg.run"]
-    script = subprocess.run(
-        [sys.executable, str(pkg / "run.py")],
-        env=env,
-        cwd=CHILD_CWD,
-        capture_output=True,
-        text=True,
-        timeout=WATCHDOG_S,
-    )
-    assert script.returncode == 0, script.stderr
-    assert script.stdout.split() == ["__main__", "__main__"]  # Python knows no other name
+
+    def names(*args: str) -> List[str]:
+        out = subprocess.run(
+            [sys.executable, *args],
+            env=env,
+            cwd=CHILD_CWD,
+            capture_output=True,
+            text=True,
+            timeout=WATCHDOG_S,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert names("-m", "lvpkg.run") == ["lvpkg.run", "lvpkg.run"]
+    # Run as a script, Python knows no other name.
+    assert names(str(pkg / "run.py")) == ["__main__", "__main__"]
 
 
 class Driven:

@@ -53,9 +53,7 @@ def monty_config() -> Dict[str, Any]:
     else:
         config = yaml.safe_load(docs_yaml())
         assert config == CONFIG
-    config["loggers"]["telemetry.tbp.monty.frameworks.models.graph_matching"] = {
-        "level": "WARNING"
-    }
+    config["loggers"]["telemetry.tbp.monty.frameworks.models.graph_matching"] = {"level": "WARNING"}
     return config
 
 
