@@ -23,6 +23,16 @@ ROWS = [
     "snapshot() with a 1 MiB numpy field ÷ numpy.copy of it, 8 MiB lane",
     "snapbus Python → Python ÷ multiprocessing.Queue",
     "snapbus Python → Python ÷ QueueHandler/QueueListener",
+    "snapshot(), disabled by the logger's level",
+    *(
+        f"{who}, {how}"
+        for how in ("logger.info(event)", "handler.handle(record)")
+        for who in (
+            "SnapbusHandler, monty event",
+            "monty's JsonFormatter → /dev/null, monty event",
+            "SnapbusHandler ÷ monty's JSON lines",
+        )
+    ),
 ]
 
 
