@@ -83,12 +83,15 @@ def expected_json(i: int) -> Dict[str, Any]:
     }
 
 
+DTYPES = {"u8": np.uint8, "f32": np.float32, "f64": np.float64}
+
+
 def assert_python(got: Any, want: Any, path: str) -> None:
     """A decoded value against its JSON form: arrays are read-only numpy arrays, bytes are
     bytes, the rest plain Python values."""
     if isinstance(want, dict) and set(want) == {"dtype", "shape", "data"}:
         assert isinstance(got, np.ndarray), f"{path}: {got!r}"
-        assert got.dtype == {"u8": np.uint8}[want["dtype"]], f"{path}: {got.dtype}"
+        assert got.dtype == DTYPES[want["dtype"]], f"{path}: {got.dtype}"
         assert list(got.shape) == want["shape"] and got.ravel().tolist() == want["data"], path
     elif path.endswith(".raw"):
         assert got == bytes(want), f"{path}: {got!r}"

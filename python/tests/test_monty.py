@@ -53,7 +53,11 @@ def monty_config() -> Dict[str, Any]:
     else:
         config = yaml.safe_load(docs_yaml())
         assert config == CONFIG
-    config["loggers"]["telemetry.tbp.monty.frameworks.models.graph_matching"] = {"level": "WARNING"}
+    # `propagate`: dictConfig keeps a configured telemeter's own `propagate=False`.
+    config["loggers"]["telemetry.tbp.monty.frameworks.models.graph_matching"] = {
+        "level": "WARNING",
+        "propagate": True,
+    }
     return config
 
 

@@ -96,6 +96,7 @@ fn node_of(
                 .collect::<PyResult<_>>()?,
         ),
         Kind::Tensor(dtype) => Node::Tensor(dtype),
+        Kind::Dynamic => Node::Dynamic,
         other => return Err(no_plan(other)),
     })
 }
@@ -177,13 +178,24 @@ fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
 /// from that descriptor), validated and checked against what this process already registered
 /// under the same id and version.
 fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
-    let py = cls.py();
-    let walked = py
+    let walked = cls
+        .py()
         .import("snapbus.schema")?
         .getattr("plan_of")?
         .call1((cls,))?;
+    compile_walked(cls, &walked, true)
+}
+
+/// Compiles a walk of `cls` (`snapbus.schema.plan_of`'s result); with `check`, refuses a
+/// layout that does not fit those this process registered under its id.
+pub(super) fn compile_walked(
+    cls: &Bound<'_, PyType>,
+    walked: &Bound<'_, PyAny>,
+    check: bool,
+) -> PyResult<Compiled> {
+    let py = cls.py();
     let class = cls.qualname()?.to_string();
-    let Walked { schema, enums } = Walked::read(&walked, &class)?;
+    let Walked { schema, enums } = Walked::read(walked, &class)?;
     let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
         .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
     let mut values = EnumValues {
@@ -197,7 +209,9 @@ fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
         &mut values,
     )
     .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
-    check_layout(&desc, &class)?;
+    if check {
+        check_layout(&desc, &class)?;
+    }
     Ok(Compiled {
         desc,
         root: node,

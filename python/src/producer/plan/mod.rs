@@ -30,10 +30,14 @@ use snapbus::schemas::{DType, SchemaDescriptor};
 
 mod buffer;
 mod compile;
+mod dynamic;
+mod event;
 mod measure;
 mod write;
 
 pub(crate) use compile::plan_for;
+pub(crate) use dynamic::measure_dynamic;
+pub(crate) use event::{Extras, event_class};
 pub(crate) use measure::measure;
 pub(crate) use write::write;
 
@@ -65,6 +69,8 @@ pub(crate) enum Node {
     /// Fields: the interned attribute name and its plan.
     Struct(Vec<(Py<PyString>, Node)>),
     Tensor(DType),
+    /// A value encoded by what it is (`TypeDesc::Dynamic`).
+    Dynamic,
 }
 
 impl Node {
@@ -104,7 +110,7 @@ impl DataError {
             value_error: true,
         }
     }
-    fn within(mut self, segment: &str) -> DataError {
+    pub(crate) fn within(mut self, segment: &str) -> DataError {
         self.path = if self.path.is_empty() {
             segment.to_owned()
         } else if self.path.starts_with('[') || self.path.starts_with('{') {
