@@ -95,7 +95,7 @@ class SnapbusHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tel = self._telemetry(record.name)
+            tel = self._handles.get(record.name) or self._telemetry(record.name)
             attrs = record.__dict__
             for name in self.attrs:
                 event = attrs.get(name)
@@ -103,7 +103,7 @@ class SnapbusHandler(logging.Handler):
                     break
             else:
                 event = record.msg
-                if not is_event(event):
+                if not _carries_event(event):
                     tel._snapshot_logged(record.levelno, _log_record(record))
                     return
             if self.schema_prefix is None:
@@ -114,6 +114,21 @@ class SnapbusHandler(logging.Handler):
             raise
         except Exception:
             self.handleError(record)
+
+
+# Whether a message of a class (not a dict) is an event: a message's class decides.
+_EVENT_CLASSES: dict[type, bool] = {}
+
+
+def _carries_event(msg: object) -> bool:
+    """``is_event(msg)``, remembered per class where the class decides (not for a dict)."""
+    cls = type(msg)
+    known = _EVENT_CLASSES.get(cls)
+    if known is None:
+        if isinstance(msg, dict):
+            return is_event(msg)
+        known = _EVENT_CLASSES[cls] = is_event(msg)
+    return known
 
 
 def _log_record(record: logging.LogRecord) -> LogRecord:
