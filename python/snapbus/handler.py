@@ -106,10 +106,7 @@ class SnapbusHandler(logging.Handler):
                 if not _carries_event(event):
                     tel._snapshot_logged(record.levelno, _log_record(record))
                     return
-            if self.schema_prefix is None:
-                tel._snapshot_logged(record.levelno, event)
-            else:
-                tel._snapshot_logged(record.levelno, event, self.schema_prefix)
+            tel._snapshot_logged(record.levelno, event, self.schema_prefix)
         except RecursionError:  # the stdlib handlers' rule
             raise
         except Exception:
