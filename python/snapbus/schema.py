@@ -472,8 +472,9 @@ def _record_fields(cls: type) -> Optional[List[str]]:
     return None
 
 
-def _as_c_array(obj: Any) -> Any:
-    """``obj`` as a C-contiguous, aligned numpy array of native byte order (bool as uint8):
+def _as_c_array(obj: Any) -> Tuple[Any, bool]:
+    """``obj`` as a C-contiguous, aligned numpy array of native byte order (bool as uint8),
+    and whether it is 0-dimensional (then given as one element, its buffer having no shape):
     the copy a dynamic array value is taken from when its own memory is not one."""
     import numpy as np
 
@@ -482,7 +483,7 @@ def _as_c_array(obj: Any) -> Any:
         arr = arr.view(np.uint8)
     elif arr.dtype.byteorder not in ("=", "|", "<" if sys.byteorder == "little" else ">"):
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return np.require(arr, requirements="CA")
+    return np.require(arr, requirements="CA").reshape(arr.shape or (1,)), arr.ndim == 0
 
 
 def _cast_array(obj: Any, dtype: str) -> Any:

@@ -273,13 +273,16 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
         .ok()
         .and_then(|b| dtype_of(&b).map(|d| (b, d)))
         .filter(|(b, d)| b.is_c_contiguous() && b.buf_ptr().align_offset(d.size_bytes()) == 0);
+    // A 0-dimensional array is copied as one element (a buffer of rank 0 has no shape).
+    let mut scalar = false;
     let (buf, dtype) = match direct {
         Some(found) => found,
         None => {
-            let arr = py
+            let (arr, zero_d): (Bound<'_, PyAny>, bool) = py
                 .import("snapbus.schema")
-                .and_then(|m| m.getattr("_as_c_array")?.call1((obj,)))
+                .and_then(|m| m.getattr("_as_c_array")?.call1((obj,))?.extract())
                 .map_err(|e| py_error(py, &e))?;
+            scalar = zero_d;
             let buf = PyUntypedBuffer::get(&arr).map_err(|e| py_error(py, &e))?;
             let dtype = dtype_of(&buf).ok_or_else(|| {
                 DataError::value(format!(
@@ -293,7 +296,7 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
         }
     };
     out.put(&[Tag::NdArray as u8, dtype.code()]);
-    let shape = buf.shape();
+    let shape = if scalar { &[][..] } else { buf.shape() };
     out.put_u64(shape.len() as u64);
     for &d in shape {
         out.put_u64(d as u64);
