@@ -235,7 +235,8 @@ class _Walker:
         for name, info in cls.model_fields.items():  # type: ignore[attr-defined]
             tp = info.annotation
             if info.metadata:
-                tp = Annotated[(tp, *info.metadata)]
+                params = (tp, *info.metadata)
+                tp = Annotated[params]
             fields.append({"name": name, "type": self.node(tp, name), "since": 1})
         return {"type": "struct", "fields": fields}
 
@@ -429,9 +430,7 @@ def is_event(obj: object) -> bool:
     return _is_model_class(cls)
 
 
-def plan_of(
-    cls: type, schema_id: Optional[str] = None, extras: Sequence[str] = ()
-) -> Walked:
+def plan_of(cls: type, schema_id: Optional[str] = None, extras: Sequence[str] = ()) -> Walked:
     """The descriptor of an event class, with its enums' Python values (see
     ``snapbus.core_schema``); ``TypeError`` naming the field if it is not one.
 
@@ -483,7 +482,7 @@ def _as_c_array(obj: Any) -> Tuple[Any, bool]:
         arr = arr.view(np.uint8)
     elif arr.dtype.byteorder not in ("=", "|", "<" if sys.byteorder == "little" else ">"):
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return np.require(arr, requirements="CA").reshape(arr.shape or (1,)), arr.ndim == 0
+    return np.require(arr, requirements=["C", "A"]).reshape(arr.shape or (1,)), arr.ndim == 0
 
 
 def _cast_array(obj: Any, dtype: str) -> Any:
@@ -494,7 +493,7 @@ def _cast_array(obj: Any, dtype: str) -> Any:
     if np is None:
         return None
     arr = np.asarray(obj).astype(dtype, casting="same_kind", copy=False)
-    return np.require(arr, requirements="CA")
+    return np.require(arr, requirements=["C", "A"])
 
 
 def schema_of(cls: type) -> dict[str, Any]:

@@ -166,7 +166,7 @@ def bad_cases() -> List[Any]:
         ({"kind": "x", "a": {1: 2}}, TypeError, "a: a dict key 1 is not a str"),
         ({"kind": "x", "big": 2**64}, TypeError, "big: 18446744073709551616 does not fit 64"),
         ({"kind": "x", "c": [{"z": 1j}]}, TypeError, "c[0].z: a value of type complex"),
-        ({"kind": "x", "h": np.zeros(2, np.float16)}, ValueError, "h: an array of format \"e\""),
+        ({"kind": "x", "h": np.zeros(2, np.float16)}, ValueError, 'h: an array of format "e"'),
     ]
 
 
