@@ -1,10 +1,14 @@
-"""Dataclasses are schemas: the walk from a dataclass's annotations to a snapbus descriptor.
+"""Events are schemas: the walk from an event class's annotations to a snapbus descriptor.
 
-A dataclass with ``schema_id: ClassVar[str]`` and ``schema_version: ClassVar[int]`` is a
-schema. Its fields map by annotation (see the table below); the walk runs once per class, at
-its first emit or ``schema_of``, and produces the schema's descriptor in the JSON form of the
-Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module compiles, once,
-into a validated ``SchemaDescriptor`` and an encode plan cached by class.
+Three kinds of object are events (``is_event``): a dataclass with ``schema_id: ClassVar[str]``
+and ``schema_version: ClassVar[int]``; a pydantic v2 model (id: a ``schema_id`` ClassVar, else
+the instance's ``kind``, else the class name; version: ``schema_version``, else ``VERSION``,
+else 1), whose declared fields are walked like a dataclass's and whose extras are each one
+dynamic field after them; and a ``dict`` whose ``"kind"`` is its id, every other key a dynamic
+field. The walk runs once per class (a model or dict: once per shape, i.e. per prefix, id and
+set of extra names) at its first emit or ``schema_of``, and produces the descriptor in the JSON
+form of the Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module
+compiles, once, into a validated ``SchemaDescriptor`` and an encode plan.
 
 ==========================================  ===========================================
 annotation                                  descriptor
@@ -20,11 +24,14 @@ annotation                                  descriptor
 ``dict[K, V]``                              ``map``
 a nested dataclass                          ``struct`` (inline; recursion is refused)
 ``NDArray[np.float32]``, ``Tensor[np.uint8]``  ``tensor`` of that dtype
+``dict``, ``Dict[str, Any]``, ``Any``,      ``dynamic``: the value encoded by what it is (None,
+``object``, a pydantic model                bool, int, float, str, bytes, Enum value, dataclass
+                                            or model as a map, dict, list, numpy array/scalar)
 ==========================================  ===========================================
 
-A bare ``np.ndarray``, ``Any``, ``object``, other unions and unsupported dtypes are refused
-with a ``TypeError`` naming the field path. Evolution follows the Rust rules: fields are only
-appended, with a default and ``field(metadata={"since": N})``.
+A bare ``np.ndarray``, other unions and unsupported dtypes are refused with a ``TypeError``
+naming the field path. Evolution follows the Rust rules: fields are only appended, with a
+default and ``field(metadata={"since": N})``. See ``docs/emitting.md`` ("Events from Python").
 """
 
 from __future__ import annotations
