@@ -3,6 +3,7 @@ back: what each Python value is sent as, and what a Python subscriber gets for i
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Tuple
@@ -59,6 +60,14 @@ def values() -> List[Tuple[str, Any, Any]]:
         ("np_bool", np.bool_(True), True),
         ("nested", {"a": {"b": [np.arange(3, dtype=np.int8)]}}, None),
     ]
+
+
+def fields(payload: Any) -> Dict[str, Any]:
+    """A decoded payload's fields by name (a record class, or a dict where its names are not
+    identifiers)."""
+    if isinstance(payload, dict):
+        return payload
+    return {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
 
 
 def expected(name: str, sent: Any, received: Any) -> Any:

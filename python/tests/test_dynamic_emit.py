@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Dict, List
 import numpy as np
 import pytest
 from conftest import TESTS_ON_PATH, Bus, echo_oldest, run_producer
-from dyn_values import Counter, Mode, WithDynamic, expected, values
+from dyn_values import Counter, Mode, WithDynamic, expected, fields, values
 from numpy.typing import NDArray
 
 import snapbus
@@ -35,12 +35,6 @@ def same(got: Any, want: Any, path: str) -> None:
             same(g, w, f"{path}[{i}]")
     else:
         assert type(got) is type(want) and got == want, f"{path}: {got!r} != {want!r}"
-
-
-def fields(payload: Any) -> Dict[str, Any]:
-    if isinstance(payload, dict):
-        return payload
-    return {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
 
 
 PRODUCE = TESTS_ON_PATH + textwrap.dedent(

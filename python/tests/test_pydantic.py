@@ -4,14 +4,13 @@ delivered, and bad extra values raising with their path. pydantic is required un
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import textwrap
-from typing import Any, Dict
 
 import numpy as np
 import pytest
 from conftest import TESTS_ON_PATH, Bus, run_producer
+from dyn_values import fields
 
 import snapbus
 
@@ -23,13 +22,6 @@ except ImportError:  # pragma: no cover
     pytest.skip("pydantic is not installed", allow_module_level=True)
 
 from pyd_events import Fixed, Plain, Step
-
-
-def fields(payload: Any) -> Dict[str, Any]:
-    if isinstance(payload, dict):
-        return payload
-    return {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
-
 
 PRODUCE = TESTS_ON_PATH + textwrap.dedent(
     """
