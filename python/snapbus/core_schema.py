@@ -2,11 +2,12 @@
 
 An event class's annotations (a dataclass's, a pydantic model's) are walked, once per class
 (a model or ``dict`` event once per shape: its extras are dynamic fields), into a
-:data:`TypeDesc`: plain dicts in exactly the JSON form of the Rust ``snapbus_schemas::TypeDesc`` (serde, internally tagged
-by ``"type"``), the same form ``snapbus.schema_of(cls)["root"]`` and ``snapbus schemas --json``
-show. The native module deserialises it into a ``TypeDesc`` and builds its encode plan from
-that, so there is one definition of the layout, on the Rust side; these TypedDicts only give
-it names in Python (as pydantic-core's ``core_schema.py`` does for its validators).
+:data:`TypeDesc`: plain dicts in exactly the JSON form of the Rust
+``snapbus_schemas::TypeDesc`` (serde, internally tagged by ``"type"``), the same form
+``snapbus.schema_of(cls)["root"]`` and ``snapbus schemas --json`` show. The native module
+deserialises it into a ``TypeDesc`` and builds its encode plan from that, so there is one
+definition of the layout, on the Rust side; these TypedDicts only give it names in Python (as
+pydantic-core's ``core_schema.py`` does for its validators).
 
 One thing a descriptor cannot hold is which Python values encode as which enum variant (an
 ``enum.Enum``'s members, a ``Literal``'s strings): :class:`Walked` carries those beside the

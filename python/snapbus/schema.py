@@ -1,10 +1,14 @@
-"""Dataclasses are schemas: the walk from a dataclass's annotations to a snapbus descriptor.
+"""Events are schemas: the walk from an event class's annotations to a snapbus descriptor.
 
-A dataclass with ``schema_id: ClassVar[str]`` and ``schema_version: ClassVar[int]`` is a
-schema. Its fields map by annotation (see the table below); the walk runs once per class, at
-its first emit or ``schema_of``, and produces the schema's descriptor in the JSON form of the
-Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module compiles, once,
-into a validated ``SchemaDescriptor`` and an encode plan cached by class.
+Three kinds of object are events (``is_event``): a dataclass with ``schema_id: ClassVar[str]``
+and ``schema_version: ClassVar[int]``; a pydantic v2 model (id: a ``schema_id`` ClassVar, else
+the instance's ``kind``, else the class name; version: ``schema_version``, else ``VERSION``,
+else 1), whose declared fields are walked like a dataclass's and whose extras are each one
+dynamic field after them; and a ``dict`` whose ``"kind"`` is its id, every other key a dynamic
+field. The walk runs once per class (a model or dict: once per shape, i.e. per prefix, id and
+set of extra names) at its first emit or ``schema_of``, and produces the descriptor in the JSON
+form of the Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module
+compiles, once, into a validated ``SchemaDescriptor`` and an encode plan.
 
 ==========================================  ===========================================
 annotation                                  descriptor
@@ -20,11 +24,14 @@ annotation                                  descriptor
 ``dict[K, V]``                              ``map``
 a nested dataclass                          ``struct`` (inline; recursion is refused)
 ``NDArray[np.float32]``, ``Tensor[np.uint8]``  ``tensor`` of that dtype
+``dict``, ``Dict[str, Any]``, ``Any``,      ``dynamic``: the value encoded by what it is (None,
+``object``, a pydantic model                bool, int, float, str, bytes, Enum value, dataclass
+                                            or model as a map, dict, list, numpy array/scalar)
 ==========================================  ===========================================
 
-A bare ``np.ndarray``, ``Any``, ``object``, other unions and unsupported dtypes are refused
-with a ``TypeError`` naming the field path. Evolution follows the Rust rules: fields are only
-appended, with a default and ``field(metadata={"since": N})``.
+A bare ``np.ndarray``, other unions and unsupported dtypes are refused with a ``TypeError``
+naming the field path. Evolution follows the Rust rules: fields are only appended, with a
+default and ``field(metadata={"since": N})``. See ``docs/emitting.md`` ("Events from Python").
 """
 
 from __future__ import annotations
@@ -235,7 +242,8 @@ class _Walker:
         for name, info in cls.model_fields.items():  # type: ignore[attr-defined]
             tp = info.annotation
             if info.metadata:
-                tp = Annotated[(tp, *info.metadata)]
+                params = (tp, *info.metadata)
+                tp = Annotated[params]
             fields.append({"name": name, "type": self.node(tp, name), "since": 1})
         return {"type": "struct", "fields": fields}
 
@@ -429,9 +437,7 @@ def is_event(obj: object) -> bool:
     return _is_model_class(cls)
 
 
-def plan_of(
-    cls: type, schema_id: Optional[str] = None, extras: Sequence[str] = ()
-) -> Walked:
+def plan_of(cls: type, schema_id: Optional[str] = None, extras: Sequence[str] = ()) -> Walked:
     """The descriptor of an event class, with its enums' Python values (see
     ``snapbus.core_schema``); ``TypeError`` naming the field if it is not one.
 
@@ -472,8 +478,9 @@ def _record_fields(cls: type) -> Optional[List[str]]:
     return None
 
 
-def _as_c_array(obj: Any) -> Any:
-    """``obj`` as a C-contiguous, aligned numpy array of native byte order (bool as uint8):
+def _as_c_array(obj: Any) -> Tuple[Any, bool]:
+    """``obj`` as a C-contiguous, aligned numpy array of native byte order (bool as uint8),
+    and whether it is 0-dimensional (then given as one element, its buffer having no shape):
     the copy a dynamic array value is taken from when its own memory is not one."""
     import numpy as np
 
@@ -482,7 +489,7 @@ def _as_c_array(obj: Any) -> Any:
         arr = arr.view(np.uint8)
     elif arr.dtype.byteorder not in ("=", "|", "<" if sys.byteorder == "little" else ">"):
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return np.require(arr, requirements="CA")
+    return np.require(arr, requirements=["C", "A"]).reshape(arr.shape or (1,)), arr.ndim == 0
 
 
 def _cast_array(obj: Any, dtype: str) -> Any:
@@ -493,7 +500,7 @@ def _cast_array(obj: Any, dtype: str) -> Any:
     if np is None:
         return None
     arr = np.asarray(obj).astype(dtype, casting="same_kind", copy=False)
-    return np.require(arr, requirements="CA")
+    return np.require(arr, requirements=["C", "A"])
 
 
 def schema_of(cls: type) -> dict[str, Any]:

@@ -128,37 +128,10 @@ type Layouts = HashMap<String, Vec<(SchemaDescriptor, String)>>;
 /// For the "changed under the same version" and evolution checks.
 static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
-thread_local! {
-    /// (class address, plan), most recently used first: the lock-free first level.
-    static LOCAL: std::cell::RefCell<Vec<(usize, Arc<Compiled>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The compiled plan of `cls`, compiling it on first use (`TypeError` for a class that cannot
-/// be a schema, naming the field).
+/// The compiled plan of a dataclass `cls`, compiled once per class, process-wide
+/// (`TypeError` for a class that cannot be a schema, naming the field; a class compiled by
+/// two threads at once keeps the first plan stored). `event_class` caches its result.
 pub(crate) fn plan_for(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
-    let key = cls.as_ptr() as usize;
-    let hit = LOCAL.with(|l| {
-        let l = l.borrow();
-        l.iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, p)| Arc::clone(p))
-    });
-    if let Some(p) = hit {
-        return Ok(p);
-    }
-    let plan = shared_plan(cls)?;
-    LOCAL.with(|l| {
-        let mut l = l.borrow_mut();
-        l.insert(0, (key, Arc::clone(&plan)));
-        l.truncate(64);
-    });
-    Ok(plan)
-}
-
-/// The process-wide level: compiled once per class (a class compiled by two threads at once
-/// keeps the first plan stored).
-fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
     {
         let plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, p)) = plans.iter().find(|(c, _)| c.is(cls)) {

@@ -1,7 +1,7 @@
 //! Dynamic values in pass 1: a Python value whose type is known only at run time (a field
 //! annotated `dict` or `Any`, a pydantic extra, a `dict` event's entry) staged by what it is,
 //! in the wire form of `TypeDesc::Dynamic` (`snapbus_schemas::dynamic`): a tag byte, then the
-//! body. The exact built-in types are tried first (the common case: one type check each);
+//! body. The built-in types are tried first (the common case: one type-flag check each);
 //! enums, numpy scalars, dataclasses, pydantic models and arrays after them.
 
 use std::cell::RefCell;
@@ -32,24 +32,26 @@ pub(crate) fn measure_dynamic<'py>(
             "nested more than {MAX_DESC_DEPTH} containers deep (does it contain itself?)"
         )));
     }
+    // The built-in kinds first, by their type flags (a subclass encodes as its base: an
+    // `IntEnum` or `str`-mixin `Enum` member is its value either way, a numpy float64 a float).
     if obj.is_none() {
         out.put(&[Tag::None as u8]);
-    } else if let Ok(b) = obj.cast_exact::<PyBool>() {
+    } else if let Ok(b) = obj.cast::<PyBool>() {
         out.put(&[Tag::Bool as u8, u8::from(b.is_true())]);
-    } else if obj.is_exact_instance_of::<PyInt>() {
+    } else if obj.is_instance_of::<PyInt>() {
         int(obj, out)?;
-    } else if let Ok(f) = obj.cast_exact::<PyFloat>() {
+    } else if let Ok(f) = obj.cast::<PyFloat>() {
         float(f.value(), out);
-    } else if obj.is_exact_instance_of::<PyString>() {
+    } else if obj.is_instance_of::<PyString>() {
         out.put(&[Tag::Str as u8]);
         measure_str(obj, out)?;
-    } else if let Ok(d) = obj.cast_exact::<PyDict>() {
+    } else if let Ok(d) = obj.cast::<PyDict>() {
         map(d, out, depth)?;
-    } else if let Ok(l) = obj.cast_exact::<PyList>() {
+    } else if let Ok(l) = obj.cast::<PyList>() {
         list(l.iter(), l.len(), out, depth)?;
-    } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
+    } else if let Ok(t) = obj.cast::<PyTuple>() {
         list(t.iter(), t.len(), out, depth)?;
-    } else if obj.is_exact_instance_of::<PyBytes>() {
+    } else if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
         out.put(&[Tag::Bytes as u8]);
         measure_bytes(obj, out)?;
     } else {
@@ -58,7 +60,8 @@ pub(crate) fn measure_dynamic<'py>(
     Ok(())
 }
 
-/// Everything but the exact built-in types.
+/// Everything but the built-in kinds: enums, numpy scalars, dataclasses and pydantic models,
+/// arrays.
 fn other<'py>(
     obj: &Bound<'py, PyAny>,
     out: &mut Staged<'py>,
@@ -77,25 +80,7 @@ fn other<'py>(
             return numpy_scalar(np, obj, out);
         }
     }
-    if obj.is_instance_of::<PyBool>() {
-        out.put(&[Tag::Bool as u8, u8::from(obj.is_truthy().unwrap_or(false))]);
-    } else if obj.is_instance_of::<PyInt>() {
-        int(obj, out)?;
-    } else if let Ok(f) = obj.cast::<PyFloat>() {
-        float(f.value(), out);
-    } else if obj.is_instance_of::<PyString>() {
-        out.put(&[Tag::Str as u8]);
-        measure_str(obj, out)?;
-    } else if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
-        out.put(&[Tag::Bytes as u8]);
-        measure_bytes(obj, out)?;
-    } else if let Ok(d) = obj.cast::<PyDict>() {
-        map(d, out, depth)?;
-    } else if let Ok(l) = obj.cast::<PyList>() {
-        list(l.iter(), l.len(), out, depth)?;
-    } else if let Ok(t) = obj.cast::<PyTuple>() {
-        list(t.iter(), t.len(), out, depth)?;
-    } else if let Some(names) = field_names(obj)? {
+    if let Some(names) = field_names(obj)? {
         record(obj, &names, out, depth)?;
     } else if obj.is_instance_of::<PyMemoryView>() && is_byte_view(obj) {
         out.put(&[Tag::Bytes as u8]);
@@ -216,11 +201,14 @@ fn record<'py>(
     Ok(())
 }
 
+/// A record class's field names.
+type Names = Rc<[Py<PyString>]>;
+
 /// The field names of a dataclass or pydantic model instance (cached per class), `None` for
 /// anything else.
-fn field_names(obj: &Bound<'_, PyAny>) -> Result<Option<Rc<[Py<PyString>]>>, DataError> {
+fn field_names(obj: &Bound<'_, PyAny>) -> Result<Option<Names>, DataError> {
     thread_local! {
-        static NAMES: RefCell<Vec<(Py<PyType>, Option<Rc<[Py<PyString>]>>)>> =
+        static NAMES: RefCell<Vec<(Py<PyType>, Option<Names>)>> =
             const { RefCell::new(Vec::new()) };
     }
     let py = obj.py();
@@ -234,7 +222,7 @@ fn field_names(obj: &Bound<'_, PyAny>) -> Result<Option<Rc<[Py<PyString>]>>, Dat
     if let Some(names) = hit {
         return Ok(names);
     }
-    let names: Option<Rc<[Py<PyString>]>> = py
+    let names: Option<Names> = py
         .import("snapbus.schema")
         .and_then(|m| m.getattr("_record_fields")?.call1((&cls,)))
         .and_then(|r| r.extract::<Option<Vec<Py<PyString>>>>())
@@ -273,13 +261,16 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
         .ok()
         .and_then(|b| dtype_of(&b).map(|d| (b, d)))
         .filter(|(b, d)| b.is_c_contiguous() && b.buf_ptr().align_offset(d.size_bytes()) == 0);
+    // A 0-dimensional array is copied as one element (a buffer of rank 0 has no shape).
+    let mut scalar = false;
     let (buf, dtype) = match direct {
         Some(found) => found,
         None => {
-            let arr = py
+            let (arr, zero_d): (Bound<'_, PyAny>, bool) = py
                 .import("snapbus.schema")
-                .and_then(|m| m.getattr("_as_c_array")?.call1((obj,)))
+                .and_then(|m| m.getattr("_as_c_array")?.call1((obj,))?.extract())
                 .map_err(|e| py_error(py, &e))?;
+            scalar = zero_d;
             let buf = PyUntypedBuffer::get(&arr).map_err(|e| py_error(py, &e))?;
             let dtype = dtype_of(&buf).ok_or_else(|| {
                 DataError::value(format!(
@@ -293,7 +284,7 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
         }
     };
     out.put(&[Tag::NdArray as u8, dtype.code()]);
-    let shape = buf.shape();
+    let shape = if scalar { &[][..] } else { buf.shape() };
     out.put_u64(shape.len() as u64);
     for &d in shape {
         out.put_u64(d as u64);

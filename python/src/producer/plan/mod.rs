@@ -16,8 +16,10 @@
 //! store buffer), and the list was a heap allocation per snapshot.
 //!
 //! This module holds the plan's types; [`compile`] makes plans (and caches them per class),
-//! [`mod@measure`] is pass 1, [`buffer`] checks array buffers against their dtype, and
-//! [`mod@write`] is pass 2.
+//! [`event`] finds the plan of an event (a dataclass's, or a pydantic model's or `dict`'s per
+//! shape), [`mod@measure`] is pass 1, [`dynamic`] its part for values typed only at run time,
+//! [`buffer`] checks array buffers against their dtype (casting what numpy casts under
+//! `same_kind`), and [`mod@write`] is pass 2.
 
 use std::fmt;
 
