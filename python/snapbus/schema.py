@@ -515,4 +515,3 @@ def schema_of(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(text)
     out["fingerprint"] = f"{fingerprint:016x}"
     return out
-
