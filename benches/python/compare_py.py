@@ -4,6 +4,8 @@ with what Python researchers use today.
 
 Rows:
 
+- `snapshot()` of an event of 5 dynamic fields (int, float, bool, str, a small dict): a
+  pydantic model's extras and a `dict` event (calls/s).
 - `snapshot()` of a 5-field dataclass with its level disabled (ns per call), enabled (calls/s),
   with a 4 KiB numpy field (calls/s), and with a 1 MiB numpy field against `numpy.copy` of the
   same array (the ratio; one such record is read back by a subscriber, so it did go through);
@@ -187,11 +189,72 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
         )
     )
 
+    rows += dynamic_rows(number, repeat, telemetry)
     rows += array_rows(quick, telemetry)
     stats = snapbus.stats()
     if stats["not_written"]:
         raise RuntimeError(f"snapshots timed were not all written: {stats}")
     return rows
+
+
+def dynamic_rows(number: int, repeat: int, telemetry: Any) -> list[dict[str, Any]]:
+    """`snapshot()` of an event whose 5 fields are dynamic (an int, a float, a bool, a str and
+    a 2-entry dict, as monty's `TelemetryEvent` extras): a pydantic model (its extras, after
+    its declared `kind`), and the same fields as a `dict` event."""
+    rows: list[dict[str, Any]] = []
+    snap = telemetry.snapshot
+    fields = {"matching_steps": 3, "ratio": 0.5, "done": False, "name": "ep", "model": MODEL}
+    try:
+        from pydantic import BaseModel, ConfigDict
+    except ImportError:
+        rows.append(
+            row(
+                "snapshot(), dynamic 5-field event (pydantic extras)",
+                None,
+                "",
+                "failed",
+                "",
+                None,
+                "pydantic is not installed",
+            )
+        )
+    else:
+
+        class TelemetryEvent(BaseModel):  # monty's shape: `kind`, extras allowed
+            model_config = ConfigDict(extra="allow")
+            kind: str = ""
+
+        ev = TelemetryEvent(kind="bench.py.dynamic", **fields)
+        snap(INFO, ev)
+        ns = per_call_ns("snap(INFO, ev)", {"snap": snap, "ev": ev, "INFO": INFO}, number, repeat)
+        rows.append(
+            row(
+                "snapshot(), dynamic 5-field event (pydantic extras)",
+                1e9 / ns,
+                "calls/s",
+                f"{rate_text(1e9 / ns)} ({ns:.0f} ns/call)",
+                "≥ 1 M/s",
+                1e9 / ns >= 1e6,
+            )
+        )
+    ev_dict = {"kind": "bench.py.dynamic_dict", **fields}
+    snap(INFO, ev_dict)
+    ns = per_call_ns("snap(INFO, ev)", {"snap": snap, "ev": ev_dict, "INFO": INFO}, number, repeat)
+    rows.append(
+        row(
+            "snapshot(), dynamic 5-field event (dict)",
+            1e9 / ns,
+            "calls/s",
+            f"{rate_text(1e9 / ns)} ({ns:.0f} ns/call)",
+            "≥ 1 M/s",
+            1e9 / ns >= 1e6,
+        )
+    )
+    return rows
+
+
+# The dict value of the dynamic rows.
+MODEL = {"is_done": True, "steps": 7}
 
 
 def array_rows(quick: bool, telemetry: Any, lane: str = "") -> list[dict[str, Any]]:

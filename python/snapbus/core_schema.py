@@ -1,11 +1,13 @@
 """The typed contract between `snapbus.schema` (Python) and the native encoder (Rust).
 
-A dataclass's annotations are walked, once per class, into a :data:`TypeDesc`: plain dicts
-in exactly the JSON form of the Rust ``snapbus_schemas::TypeDesc`` (serde, internally tagged
-by ``"type"``), the same form ``snapbus.schema_of(cls)["root"]`` and ``snapbus schemas --json``
-show. The native module deserialises it into a ``TypeDesc`` and builds its encode plan from
-that, so there is one definition of the layout, on the Rust side; these TypedDicts only give
-it names in Python (as pydantic-core's ``core_schema.py`` does for its validators).
+An event class's annotations (a dataclass's, a pydantic model's) are walked, once per class
+(a model or ``dict`` event once per shape: its extras are dynamic fields), into a
+:data:`TypeDesc`: plain dicts in exactly the JSON form of the Rust
+``snapbus_schemas::TypeDesc`` (serde, internally tagged by ``"type"``), the same form
+``snapbus.schema_of(cls)["root"]`` and ``snapbus schemas --json`` show. The native module
+deserialises it into a ``TypeDesc`` and builds its encode plan from that, so there is one
+definition of the layout, on the Rust side; these TypedDicts only give it names in Python (as
+pydantic-core's ``core_schema.py`` does for its validators).
 
 One thing a descriptor cannot hold is which Python values encode as which enum variant (an
 ``enum.Enum``'s members, a ``Literal``'s strings): :class:`Walked` carries those beside the
@@ -24,6 +26,7 @@ else:  # pragma: no cover - 3.8
     from typing_extensions import Literal, TypedDict
 
 __all__ = [
+    "DynamicDesc",
     "EnumDesc",
     "Field",
     "MapDesc",
@@ -100,8 +103,23 @@ class TensorDesc(TypedDict):
     dtype: DTypeName
 
 
+class DynamicDesc(TypedDict):
+    """A value whose type is known only at run time (a ``dict``/``Any`` field, a pydantic
+    extra, a ``dict`` event's entry), encoded self-describing by what it is."""
+
+    type: Literal["dynamic"]
+
+
 TypeDesc = Union[
-    ScalarDesc, OptionDesc, SeqDesc, TupleDesc, MapDesc, StructDesc, EnumDesc, TensorDesc
+    ScalarDesc,
+    OptionDesc,
+    SeqDesc,
+    TupleDesc,
+    MapDesc,
+    StructDesc,
+    EnumDesc,
+    TensorDesc,
+    DynamicDesc,
 ]
 """One node of a descriptor."""
 

@@ -1,10 +1,14 @@
-"""Dataclasses are schemas: the walk from a dataclass's annotations to a snapbus descriptor.
+"""Events are schemas: the walk from an event class's annotations to a snapbus descriptor.
 
-A dataclass with ``schema_id: ClassVar[str]`` and ``schema_version: ClassVar[int]`` is a
-schema. Its fields map by annotation (see the table below); the walk runs once per class, at
-its first emit or ``schema_of``, and produces the schema's descriptor in the JSON form of the
-Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module compiles, once,
-into a validated ``SchemaDescriptor`` and an encode plan cached by class.
+Three kinds of object are events (``is_event``): a dataclass with ``schema_id: ClassVar[str]``
+and ``schema_version: ClassVar[int]``; a pydantic v2 model (id: a ``schema_id`` ClassVar, else
+the instance's ``kind``, else the class name; version: ``schema_version``, else ``VERSION``,
+else 1), whose declared fields are walked like a dataclass's and whose extras are each one
+dynamic field after them; and a ``dict`` whose ``"kind"`` is its id, every other key a dynamic
+field. The walk runs once per class (a model or dict: once per shape, i.e. per prefix, id and
+set of extra names) at its first emit or ``schema_of``, and produces the descriptor in the JSON
+form of the Rust ``TypeDesc`` (typed in ``snapbus.core_schema``), which the native module
+compiles, once, into a validated ``SchemaDescriptor`` and an encode plan.
 
 ==========================================  ===========================================
 annotation                                  descriptor
@@ -20,11 +24,14 @@ annotation                                  descriptor
 ``dict[K, V]``                              ``map``
 a nested dataclass                          ``struct`` (inline; recursion is refused)
 ``NDArray[np.float32]``, ``Tensor[np.uint8]``  ``tensor`` of that dtype
+``dict``, ``Dict[str, Any]``, ``Any``,      ``dynamic``: the value encoded by what it is (None,
+``object``, a pydantic model                bool, int, float, str, bytes, Enum value, dataclass
+                                            or model as a map, dict, list, numpy array/scalar)
 ==========================================  ===========================================
 
-A bare ``np.ndarray``, ``Any``, ``object``, other unions and unsupported dtypes are refused
-with a ``TypeError`` naming the field path. Evolution follows the Rust rules: fields are only
-appended, with a default and ``field(metadata={"since": N})``.
+A bare ``np.ndarray``, other unions and unsupported dtypes are refused with a ``TypeError``
+naming the field path. Evolution follows the Rust rules: fields are only appended, with a
+default and ``field(metadata={"since": N})``. See ``docs/emitting.md`` ("Events from Python").
 """
 
 from __future__ import annotations
@@ -40,11 +47,21 @@ from typing import (
     Dict,
     Generic,
     List,
+    Optional,
+    Sequence,
     Tuple,
     TypeVar,
 )
 
-from .core_schema import DTypeName, Field, ScalarDesc, StructDesc, TypeDesc, Walked
+from .core_schema import (
+    DTypeName,
+    DynamicDesc,
+    Field,
+    ScalarDesc,
+    StructDesc,
+    TypeDesc,
+    Walked,
+)
 
 if sys.version_info >= (3, 9):
     from typing import Annotated, Literal, get_args, get_origin, get_type_hints
@@ -57,12 +74,14 @@ _LITERALS = (Literal, typing.Literal)
 __all__ = [
     "TelemetryEvent",
     "Tensor",
+    "event_kind",
     "f32",
     "f64",
     "i8",
     "i16",
     "i32",
     "i64",
+    "is_event",
     "schema_of",
     "u8",
     "u16",
@@ -168,6 +187,21 @@ def _scalar(name: str) -> ScalarDesc:
     return {"type": name}
 
 
+_DYNAMIC: DynamicDesc = {"type": "dynamic"}
+
+
+def _model_base() -> type | None:
+    """pydantic's ``BaseModel`` if pydantic was imported (never imported here)."""
+    pydantic = sys.modules.get("pydantic")
+    base = getattr(pydantic, "BaseModel", None) if pydantic is not None else None
+    return base if isinstance(base, type) else None
+
+
+def _is_model_class(tp: Any) -> bool:
+    base = _model_base()
+    return base is not None and isinstance(tp, type) and issubclass(tp, base)
+
+
 class _Walker:
     """One class's walk: its descriptor, and the enum nodes' Python values in walk order
     (depth-first: what ``python/src/producer/plan/compile.rs`` expects)."""
@@ -199,6 +233,18 @@ class _Walker:
                 raise TypeError(f"field `{sub}`: `since` must be an int >= 1, not {since!r}")
             fields.append({"name": f.name, "type": self.node(hints[f.name], sub), "since": since})
         self.stack.pop()
+        return {"type": "struct", "fields": fields}
+
+    def model(self, cls: type) -> StructDesc:
+        """A pydantic model's declared fields (``model_fields``, with the ``Annotated``
+        metadata pydantic keeps apart put back, so ``snapbus.f32`` still sizes a field)."""
+        fields: List[Field] = []
+        for name, info in cls.model_fields.items():  # type: ignore[attr-defined]
+            tp = info.annotation
+            if info.metadata:
+                params = (tp, *info.metadata)
+                tp = Annotated[params]
+            fields.append({"name": name, "type": self.node(tp, name), "since": 1})
         return {"type": "struct", "fields": fields}
 
     def node(self, tp: Any, path: str) -> TypeDesc:
@@ -250,8 +296,8 @@ class _Walker:
                 f"field `{path}`: union {tp!r} is not supported (only Optional[T]; use an "
                 "Enum or separate fields)"
             )
-        if tp is Any or tp is object:
-            raise TypeError(f"field `{path}`: {tp!r} has no schema (annotate the concrete type)")
+        if tp is Any or tp is object or tp is dict or _is_model_class(tp):
+            return _DYNAMIC
         if _is_ndarray(tp) or tp is Tensor:
             raise TypeError(
                 f"field `{path}`: a bare numpy array has no dtype; annotate "
@@ -282,13 +328,15 @@ class _Walker:
                 "elems": [self.node(a, f"{path}.{i}") for i, a in enumerate(args)],
             }
         if origin in _MAP_ORIGINS:
+            if not args or (len(args) == 2 and args[0] is str and args[1] in (Any, object)):
+                return _DYNAMIC
             if len(args) != 2:
                 raise TypeError(f"field `{path}`: {tp!r} needs key and value types")
             key = self.node(args[0], f"{path}{{key}}")
             return {"type": "map", "key": key, "value": self.node(args[1], f"{path}{{}}")}
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return self.struct(tp, path)
-        if tp in (list, tuple, dict):
+        if tp in (list, tuple):
             raise TypeError(f"field `{path}`: bare {tp.__name__} needs element types")
         raise TypeError(f"field `{path}`: annotation {tp!r} has no snapbus mapping")
 
@@ -345,26 +393,114 @@ def _is_union_type(tp: Any) -> bool:
     return ut is not None and isinstance(tp, ut)
 
 
-def plan_of(cls: type) -> Walked:
+def event_kind(cls: type) -> Tuple[str, Optional[str]]:
+    """How instances of ``cls`` are events: ``("dataclass" | "model" | "dict", schema_id
+    ClassVar or None)``; ``TypeError`` for a class whose instances are not events.
+
+    Called by the native module once per class."""
+    if dataclasses.is_dataclass(cls):
+        return "dataclass", _class_id(cls)
+    if _is_model_class(cls):
+        return "model", _class_id(cls)
+    if isinstance(cls, type) and issubclass(cls, dict):
+        return "dict", None
+    raise TypeError(
+        f"{getattr(cls, '__qualname__', cls)!r} is not an event: snapshot events are "
+        "dataclasses with schema_id and schema_version ClassVars, pydantic models, or dicts "
+        'with a "kind" key'
+    )
+
+
+def _class_id(cls: type) -> Optional[str]:
+    sid = getattr(cls, "schema_id", None)
+    return sid if isinstance(sid, str) else None
+
+
+def _version(cls: type) -> int:
+    for name in ("schema_version", "VERSION"):
+        ver = getattr(cls, name, None)
+        if isinstance(ver, int) and not isinstance(ver, bool):
+            return ver
+    return 1
+
+
+def is_event(obj: object) -> bool:
+    """Whether ``obj`` is an event ``Telemetry.snapshot`` accepts: a dataclass instance with
+    ``schema_id``/``schema_version`` ClassVars, a pydantic model, or a ``dict`` with a
+    ``str`` ``"kind"``."""
+    cls = type(obj)
+    if isinstance(obj, dict):
+        return isinstance(obj.get("kind"), str)
+    if dataclasses.is_dataclass(cls):
+        ver = getattr(cls, "schema_version", None)
+        return _class_id(cls) is not None and isinstance(ver, int) and not isinstance(ver, bool)
+    return _is_model_class(cls)
+
+
+def plan_of(cls: type, schema_id: Optional[str] = None, extras: Sequence[str] = ()) -> Walked:
     """The descriptor of an event class, with its enums' Python values (see
     ``snapbus.core_schema``); ``TypeError`` naming the field if it is not one.
 
-    Called by the native module once per class (its result is compiled and cached there).
-    """
-    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
-        raise TypeError(
-            f"{getattr(cls, '__qualname__', cls)!r} is not a dataclass: snapshot events are "
-            "dataclasses with schema_id and schema_version ClassVars"
-        )
-    sid = getattr(cls, "schema_id", None)
-    ver = getattr(cls, "schema_version", None)
-    if not isinstance(sid, str):
-        raise TypeError(f'{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. "lab.step")')
-    if not isinstance(ver, int) or isinstance(ver, bool):
-        raise TypeError(f"{cls.__qualname__} has no `schema_version: ClassVar[int]` (e.g. 1)")
+    A dataclass is walked as it is (``schema_id`` overrides its ClassVar: the prefixed id); a
+    pydantic model's declared fields come from its ``model_fields``, then each name in
+    ``extras`` is a dynamic field; a ``dict`` event has only the ``extras``. Called by the
+    native module once per class (a model or dict: once per shape; its result is compiled and
+    cached there)."""
+    how, _ = event_kind(cls)
     walker = _Walker()
-    root = walker.struct(cls, "")
+    if how == "dataclass":
+        sid = _class_id(cls)
+        ver = getattr(cls, "schema_version", None)
+        if sid is None:
+            raise TypeError(
+                f'{cls.__qualname__} has no `schema_id: ClassVar[str]` (e.g. "lab.step")'
+            )
+        if not isinstance(ver, int) or isinstance(ver, bool):
+            raise TypeError(f"{cls.__qualname__} has no `schema_version: ClassVar[int]` (e.g. 1)")
+        root = walker.struct(cls, "")
+    else:
+        sid = cls.__name__
+        ver = _version(cls) if how == "model" else 1
+        root = walker.model(cls) if how == "model" else {"type": "struct", "fields": []}
+        root["fields"].extend({"name": n, "type": _DYNAMIC, "since": 1} for n in extras)
+    if schema_id is not None:
+        sid = schema_id
     return {"schema": {"id": sid, "version": ver, "root": root}, "enums": walker.enums}
+
+
+def _record_fields(cls: type) -> Optional[List[str]]:
+    """The declared field names of a dataclass or pydantic model (a dynamic value encodes
+    its instances as maps of them), ``None`` for other classes."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    if _is_model_class(cls):
+        return list(cls.model_fields)  # type: ignore[attr-defined]
+    return None
+
+
+def _as_c_array(obj: Any) -> Tuple[Any, bool]:
+    """``obj`` as a C-contiguous, aligned numpy array of native byte order (bool as uint8),
+    and whether it is 0-dimensional (then given as one element, its buffer having no shape):
+    the copy a dynamic array value is taken from when its own memory is not one."""
+    import numpy as np
+
+    arr = np.asarray(obj)
+    if arr.dtype == np.bool_:
+        arr = arr.view(np.uint8)
+    elif arr.dtype.byteorder not in ("=", "|", "<" if sys.byteorder == "little" else ">"):
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return np.require(arr, requirements=["C", "A"]).reshape(arr.shape or (1,)), arr.ndim == 0
+
+
+def _cast_array(obj: Any, dtype: str) -> Any:
+    """``obj`` cast to ``dtype`` (a numpy name) if numpy casts it under ``same_kind``, C-
+    contiguous and aligned; ``None`` if numpy was not imported (or the cast is refused:
+    ``TypeError``)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    arr = np.asarray(obj).astype(dtype, casting="same_kind", copy=False)
+    return np.require(arr, requirements=["C", "A"])
 
 
 def schema_of(cls: type) -> dict[str, Any]:

@@ -51,11 +51,17 @@ _lock = threading.Lock()
 _settled = False
 
 
-def _strict_from_env() -> bool:
-    return os.environ.get("SNAPBUS_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+def _raise_from_env() -> bool:
+    """Whether bad values raise (the default): ``SNAPBUS_BAD_VALUES=count`` counts them; the
+    older ``SNAPBUS_STRICT`` is still read when that is unset (``1`` raises, ``0`` counts)."""
+    mode = os.environ.get("SNAPBUS_BAD_VALUES", "").strip().lower()
+    if mode in ("raise", "count"):
+        return mode == "raise"
+    strict = os.environ.get("SNAPBUS_STRICT", "").strip().lower()
+    return strict not in ("0", "false", "no", "off")
 
 
-_snapbus._set_strict(_strict_from_env())
+_snapbus._set_strict(_raise_from_env())
 
 
 def default_name() -> str:
@@ -94,6 +100,7 @@ def init(
     session_tag: str | None = None,
     perf_tag: str | None = None,
     lane_bytes: int | None = None,
+    bad_values: str | None = None,
 ) -> None:
     """Sets process-wide settings: the bus (default ``$SNAPBUS_BUS``, else ``default``), the
     producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
@@ -101,8 +108,14 @@ def init(
     (default ``$SNAPBUS_LANE_BYTES``, else 64 MiB; a power of two; a record may take up to a
     quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache while they come
     fast enough for the ring to go round before the cache lets them go, with less history).
+    ``bad_values``: ``"raise"`` (the default: a value that does not fit its field raises
+    ``TypeError``/``ValueError`` naming it) or ``"count"`` (production runs: the event is
+    dropped, counted in ``stats()['data_errors']`` and warned about once per class and field;
+    default ``$SNAPBUS_BAD_VALUES``).
     Call it before the first ``get_telemetry``; afterwards it raises ``RuntimeError``."""
     global _settled
+    if bad_values not in (None, "raise", "count"):
+        raise ValueError(f'bad_values must be "raise" or "count", not {bad_values!r}')
     with _lock:
         if _settled or not _snapbus._init(
             bus=bus,
@@ -116,6 +129,8 @@ def init(
                 "snapbus emit call): the settings of this process are already fixed"
             )
         _settled = True
+    if bad_values is not None:
+        _snapbus._set_strict(bad_values == "raise")
 
 
 def get_telemetry(name: str) -> Telemetry:

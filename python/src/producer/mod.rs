@@ -2,8 +2,9 @@
 //!
 //! `Telemetry.snapshot` is a method of a frozen pyclass (the hot path: one atomic load when
 //! the level is off; a cached plan, two passes and one claim when on). Data that does not fit
-//! its schema is counted and warned about once per (class, field), or raised in strict mode
-//! (`SNAPBUS_STRICT=1`); bus conditions are only ever counted.
+//! its schema raises `TypeError`/`ValueError` naming the field, or, with
+//! `bad_values="count"`, is counted and warned about once per (class, field); bus conditions
+//! are only ever counted.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyDict, PyString, PyType};
 use snapbus::Level;
 use snapbus::schemas::builtin::DurationSample;
 
@@ -20,9 +21,9 @@ mod plan;
 
 use plan::{Compiled, Staged};
 
-/// Raise data errors instead of counting them.
-static STRICT: AtomicBool = AtomicBool::new(false);
-/// Snapshots not written because their data did not fit the schema (non-strict mode).
+/// Raise bad values (the default) instead of counting them (`bad_values="count"`).
+static STRICT: AtomicBool = AtomicBool::new(true);
+/// Snapshots not written because their data did not fit the schema (`bad_values="count"`).
 static DATA_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// (class address, field path) already warned about.
 static WARNED: Mutex<Option<HashSet<(usize, String)>>> = Mutex::new(None);
@@ -54,16 +55,34 @@ impl Telemetry {
         self.inner.target()
     }
 
-    /// Emits `event` (a dataclass with `schema_id`/`schema_version` ClassVars) at `level` (a
-    /// `logging` level). Never blocks and never raises for bus conditions (counted in
-    /// `snapbus.stats()`); raises `TypeError` for a class that cannot be a schema.
-    fn snapshot(&self, py: Python<'_>, level: i64, event: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Emits `event` (an event: a dataclass with `schema_id`/`schema_version` ClassVars, a
+    /// pydantic model, or a `dict` with a `"kind"`) at `level` (a `logging` level), its schema
+    /// id prefixed with `schema_prefix`. Never blocks and never raises for bus conditions
+    /// (counted in `snapbus.stats()`); raises `TypeError` for an object that cannot be an event,
+    /// and `TypeError`/`ValueError` for a value that does not fit its field (unless bad values
+    /// are counted: `snapbus.init(bad_values="count")`).
+    #[pyo3(signature = (level, event, *, schema_prefix=None))]
+    fn snapshot(
+        &self,
+        py: Python<'_>,
+        level: i64,
+        event: &Bound<'_, PyAny>,
+        schema_prefix: Option<&str>,
+    ) -> PyResult<()> {
         // The one level check: the emit below goes through the handle at this level.
         let Some(at) = self.inner.at(level_of(level)) else {
             return Ok(());
         };
-        let plan = plan::plan_for(&event.get_type())?;
-        emit(py, at, &plan, event)
+        let class = plan::event_class(&event.get_type())?;
+        let prefix = schema_prefix.unwrap_or("");
+        if prefix.is_empty() {
+            if let Some(plan) = class.fixed() {
+                return emit(py, at, plan, event, &[]);
+            }
+        }
+        let mut extras = plan::Extras::new();
+        let plan = class.shape(event, prefix, &mut extras)?;
+        emit(py, at, &plan, event, &extras)
     }
 
     /// Whether a snapshot at `level` would be written now (the level passes the filter and a
@@ -99,17 +118,23 @@ impl Telemetry {
     }
 }
 
-/// Encodes `event` with `plan` and emits it at the level `at` passed; data errors per the
-/// strict setting.
+/// Encodes `event` with `plan` (then its `extras`, each a dynamic value) and emits it at the
+/// level `at` passed; bad values per the `bad_values` setting.
 fn emit(
     py: Python<'_>,
     at: snapbus::AtLevel<'_>,
     plan: &Compiled,
     event: &Bound<'_, PyAny>,
+    extras: &[(Bound<'_, PyString>, Bound<'_, PyAny>)],
 ) -> PyResult<()> {
     let mut staged = Staged::new();
     if let Err(e) = plan::measure(&plan.root, event, &mut staged) {
         return data_error(py, plan, &e);
+    }
+    for (name, value) in extras {
+        if let Err(e) = plan::measure_dynamic(value, &mut staged, 0) {
+            return data_error(py, plan, &e.within(&name.to_string()));
+        }
     }
     // Bus conditions (no bus yet, lane full, closed) are counted by the producer crate, which
     // also decides how each part is copied into the lane.
@@ -134,7 +159,8 @@ fn data_error(py: Python<'_>, plan: &Compiled, e: &plan::DataError) -> PyResult<
     if first {
         let msg = format!(
             "snapbus: {} not emitted: {e} (counted in snapbus.stats()['data_errors']; warned once \
-             per field; SNAPBUS_STRICT=1 raises instead)",
+             per field; bad values raise unless snapbus.init(bad_values=\"count\") or \
+             SNAPBUS_BAD_VALUES=count)",
             plan.class
         );
         let msg = std::ffi::CString::new(msg.replace('\0', " "))
@@ -265,7 +291,7 @@ fn _get_telemetry(name: &str) -> Telemetry {
     }
 }
 
-/// Strict mode: data errors raise instead of being counted.
+/// Whether bad values raise (`true`, the default) or are counted (`bad_values="count"`).
 #[pyfunction]
 fn _set_strict(strict: bool) {
     STRICT.store(strict, Ordering::Relaxed);

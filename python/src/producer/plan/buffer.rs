@@ -15,7 +15,29 @@ pub(super) fn buffer(obj: &Bound<'_, PyAny>, dtype: DType) -> Result<PyUntypedBu
             type_name(obj)
         ))
     })?;
-    check_dtype(raw, dtype)
+    check_dtype(raw, dtype).or_else(|e| cast(obj, dtype, e))
+}
+
+/// `obj` as an array of `dtype` where numpy casts it under its `same_kind` rule (a float64
+/// array for an `f32` field, int32 for `i64`, uint8 for `f32`), C-contiguous and aligned;
+/// `refused` (why its own buffer did not fit) for anything else.
+pub(super) fn cast(
+    obj: &Bound<'_, PyAny>,
+    dtype: DType,
+    refused: DataError,
+) -> Result<PyUntypedBuffer, DataError> {
+    let py = obj.py();
+    let cast = py
+        .import("snapbus.schema")
+        .and_then(|m| m.getattr("_cast_array")?.call1((obj, numpy_name(dtype))))
+        .ok()
+        .filter(|a| !a.is_none());
+    let Some(cast) = cast else {
+        return Err(refused);
+    };
+    PyUntypedBuffer::get(&cast)
+        .map_err(|_| refused)
+        .and_then(|raw| check_dtype(raw, dtype))
 }
 
 pub(super) fn check_dtype(
@@ -27,8 +49,8 @@ pub(super) fn check_dtype(
     }
     if raw.buf_ptr().align_offset(dtype.size_bytes()) != 0 {
         return Err(DataError::value(format!(
-            "the array's memory is not aligned for {dtype} (a view at an odd offset); pass a \
-             copy (np.ascontiguousarray)"
+            "the array's memory is not aligned for {dtype} (a view at an odd offset) and numpy \
+             is not there to copy it; pass a copy (np.ascontiguousarray)"
         )));
     }
     let fits = match dtype {
@@ -48,7 +70,8 @@ pub(super) fn check_dtype(
     } else {
         Err(DataError::value(format!(
             "array of format {:?} (item size {}) given where dtype {dtype} is declared \
-             (native little-endian; convert with .astype(np.{}))",
+             (native little-endian; numpy does not cast it to {dtype} under its \
+             `same_kind` rule: convert with .astype(np.{}))",
             raw.format(),
             raw.item_size(),
             numpy_name(dtype)

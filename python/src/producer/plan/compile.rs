@@ -96,6 +96,7 @@ fn node_of(
                 .collect::<PyResult<_>>()?,
         ),
         Kind::Tensor(dtype) => Node::Tensor(dtype),
+        Kind::Dynamic => Node::Dynamic,
         other => return Err(no_plan(other)),
     })
 }
@@ -127,37 +128,10 @@ type Layouts = HashMap<String, Vec<(SchemaDescriptor, String)>>;
 /// For the "changed under the same version" and evolution checks.
 static LAYOUTS: Mutex<Option<Layouts>> = Mutex::new(None);
 
-thread_local! {
-    /// (class address, plan), most recently used first: the lock-free first level.
-    static LOCAL: std::cell::RefCell<Vec<(usize, Arc<Compiled>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The compiled plan of `cls`, compiling it on first use (`TypeError` for a class that cannot
-/// be a schema, naming the field).
+/// The compiled plan of a dataclass `cls`, compiled once per class, process-wide
+/// (`TypeError` for a class that cannot be a schema, naming the field; a class compiled by
+/// two threads at once keeps the first plan stored). `event_class` caches its result.
 pub(crate) fn plan_for(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
-    let key = cls.as_ptr() as usize;
-    let hit = LOCAL.with(|l| {
-        let l = l.borrow();
-        l.iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, p)| Arc::clone(p))
-    });
-    if let Some(p) = hit {
-        return Ok(p);
-    }
-    let plan = shared_plan(cls)?;
-    LOCAL.with(|l| {
-        let mut l = l.borrow_mut();
-        l.insert(0, (key, Arc::clone(&plan)));
-        l.truncate(64);
-    });
-    Ok(plan)
-}
-
-/// The process-wide level: compiled once per class (a class compiled by two threads at once
-/// keeps the first plan stored).
-fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
     {
         let plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, p)) = plans.iter().find(|(c, _)| c.is(cls)) {
@@ -177,13 +151,24 @@ fn shared_plan(cls: &Bound<'_, PyType>) -> PyResult<Arc<Compiled>> {
 /// from that descriptor), validated and checked against what this process already registered
 /// under the same id and version.
 fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
-    let py = cls.py();
-    let walked = py
+    let walked = cls
+        .py()
         .import("snapbus.schema")?
         .getattr("plan_of")?
         .call1((cls,))?;
+    compile_walked(cls, &walked, true)
+}
+
+/// Compiles a walk of `cls` (`snapbus.schema.plan_of`'s result); with `check`, refuses a
+/// layout that does not fit those this process registered under its id.
+pub(super) fn compile_walked(
+    cls: &Bound<'_, PyType>,
+    walked: &Bound<'_, PyAny>,
+    check: bool,
+) -> PyResult<Compiled> {
+    let py = cls.py();
     let class = cls.qualname()?.to_string();
-    let Walked { schema, enums } = Walked::read(&walked, &class)?;
+    let Walked { schema, enums } = Walked::read(walked, &class)?;
     let desc = SchemaDescriptor::new(schema.id, schema.version, schema.root)
         .map_err(|e| PyTypeError::new_err(format!("{class}: not a valid schema: {e}")))?;
     let mut values = EnumValues {
@@ -197,7 +182,9 @@ fn compile(cls: &Bound<'_, PyType>) -> PyResult<Compiled> {
         &mut values,
     )
     .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
-    check_layout(&desc, &class)?;
+    if check {
+        check_layout(&desc, &class)?;
+    }
     Ok(Compiled {
         desc,
         root: node,

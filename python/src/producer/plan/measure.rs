@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus::schemas::DType;
 
-use super::buffer::{buffer, check_dtype};
+use super::buffer::{buffer, cast, check_dtype};
+use super::dynamic::measure_dynamic;
 use super::{DataError, Node, Piece, STAGE_MAX_BYTES, Staged, type_name};
 
 /// Pass 1: checks `obj` against `node` and stages its encoding.
@@ -42,6 +43,7 @@ pub(crate) fn measure<'py>(
         Node::Tuple(elems) => measure_tuple(elems, obj, out)?,
         Node::Map(k, v) => measure_map(k, v, obj, out)?,
         Node::Tensor(dtype) => measure_tensor(*dtype, obj, out)?,
+        Node::Dynamic => measure_dynamic(obj, out, 0)?,
     }
     Ok(())
 }
@@ -66,7 +68,10 @@ fn measure_struct<'py>(
 
 /// A `str`: its UTF-8 length, then its bytes.
 #[inline]
-fn measure_str<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), DataError> {
+pub(super) fn measure_str<'py>(
+    obj: &Bound<'py, PyAny>,
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     let s = obj
         .cast::<PyString>()
         .map_err(|_| DataError::ty(format!("expected str, got {}", type_name(obj))))?;
@@ -84,7 +89,10 @@ fn measure_str<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<()
 
 /// `bytes`, or any buffer of bytes: its length, then its contents.
 #[inline]
-fn measure_bytes<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), DataError> {
+pub(super) fn measure_bytes<'py>(
+    obj: &Bound<'py, PyAny>,
+    out: &mut Staged<'py>,
+) -> Result<(), DataError> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         let bytes = b.as_bytes();
         out.put_u64(bytes.len() as u64);
@@ -278,7 +286,7 @@ fn measure_seq<'py>(
                         raw.dimensions()
                     )));
                 }
-                let buf = check_dtype(raw, dtype)?;
+                let buf = check_dtype(raw, dtype).or_else(|e| cast(obj, dtype, e))?;
                 out.put_u64(buf.item_count() as u64);
                 out.piece(buf.len_bytes(), Piece::Buf(buf, dtype))?;
                 return Ok(());

@@ -16,8 +16,10 @@
 //! store buffer), and the list was a heap allocation per snapshot.
 //!
 //! This module holds the plan's types; [`compile`] makes plans (and caches them per class),
-//! [`mod@measure`] is pass 1, [`buffer`] checks array buffers against their dtype, and
-//! [`mod@write`] is pass 2.
+//! [`event`] finds the plan of an event (a dataclass's, or a pydantic model's or `dict`'s per
+//! shape), [`mod@measure`] is pass 1, [`dynamic`] its part for values typed only at run time,
+//! [`buffer`] checks array buffers against their dtype (casting what numpy casts under
+//! `same_kind`), and [`mod@write`] is pass 2.
 
 use std::fmt;
 
@@ -30,10 +32,14 @@ use snapbus::schemas::{DType, SchemaDescriptor};
 
 mod buffer;
 mod compile;
+mod dynamic;
+mod event;
 mod measure;
 mod write;
 
 pub(crate) use compile::plan_for;
+pub(crate) use dynamic::measure_dynamic;
+pub(crate) use event::{Extras, event_class};
 pub(crate) use measure::measure;
 pub(crate) use write::write;
 
@@ -65,6 +71,8 @@ pub(crate) enum Node {
     /// Fields: the interned attribute name and its plan.
     Struct(Vec<(Py<PyString>, Node)>),
     Tensor(DType),
+    /// A value encoded by what it is (`TypeDesc::Dynamic`).
+    Dynamic,
 }
 
 impl Node {
@@ -104,7 +112,7 @@ impl DataError {
             value_error: true,
         }
     }
-    fn within(mut self, segment: &str) -> DataError {
+    pub(crate) fn within(mut self, segment: &str) -> DataError {
         self.path = if self.path.is_empty() {
             segment.to_owned()
         } else if self.path.starts_with('[') || self.path.starts_with('{') {
