@@ -362,11 +362,17 @@ fn threads(run: &mut Run) {
 /// `snapbus filter` (a SetFilter to the broker) reaches the running producer.
 fn filters(run: &mut Run) {
     let Run { dir, t, ev, .. } = run;
+    let frames = |s: &BusState| s.producers[0].frames;
+    // The own filter (info) is in force; a binding deciding levels itself emits past it.
+    assert!(!snapbus::bus_filter_in_force() && t.at(Level::DEBUG).is_none());
+    let before = frames(&ls(dir));
+    t.at_unfiltered(Level::DEBUG).snapshot(ev).expect("written");
+    assert_eq!(frames(&ls(dir)), before + 1);
     set_filter(dir, "warn");
     wait_until("the filter reaches the producer", || {
         !t.enabled(Level::INFO)
     });
-    let frames = |s: &BusState| s.producers[0].frames;
+    assert!(snapbus::bus_filter_in_force());
     let before = frames(&ls(dir));
     t.snapshot(Level::INFO, ev);
     assert_eq!(frames(&ls(dir)), before, "a filtered snapshot was written");
@@ -374,6 +380,14 @@ fn filters(run: &mut Run) {
     wait_until("the second filter arrives", || t.enabled(Level::DEBUG));
     t.snapshot(Level::DEBUG, ev);
     assert_eq!(frames(&ls(dir)), before + 1);
+    BusClient::connect(dir)
+        .expect("connect")
+        .reset_filter()
+        .expect("reset the filter");
+    wait_until("the reset reaches the producer", || {
+        !snapbus::bus_filter_in_force()
+    });
+    assert!(t.enabled(Level::INFO) && !t.enabled(Level::DEBUG));
 }
 
 /// A record too large for the lane (1 MiB lane: 256 KiB frames) is refused and counted; so is
