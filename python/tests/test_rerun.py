@@ -517,7 +517,12 @@ def test_dynamic_values_go_to_the_archetypes_of_their_values(rbus: Bus, tmp_path
     seen = f"/{producer}/rt.seen/"
 
     def values(entity: str) -> List[List[float]]:
-        return [numbers(r["Scalars:scalars"]) for r in t[seen + entity] if "Scalars:scalars" in r]
+        # In the order of the `step` timeline: records of both shapes of `anything` are sent
+        # in batches of their own.
+        rows = sorted(
+            (r for r in t[seen + entity] if "Scalars:scalars" in r), key=lambda r: int(r["step"])
+        )
+        return [numbers(r["Scalars:scalars"]) for r in rows]
 
     assert values("extra/loss") == [[0.5 * i] for i in range(6)]
     assert values("extra/model/steps") == [[float(i + 1)] for i in range(6)]
