@@ -290,27 +290,24 @@ impl BusDir {
 /// Checks that `dir` is a real directory owned by this user with no group/other access.
 fn check_private(dir: &Path) -> Result<(), RuntimeError> {
     let meta = std::fs::symlink_metadata(dir).map_err(io_err("stat", dir))?;
-    let unsafe_dir = |why: String| RuntimeError::Unsafe {
-        path: dir.to_owned(),
-        why,
+    let why = if meta.is_dir() {
+        not_ours_or_open(&meta, 0o077, "lets other users in (want 700)")
+    } else {
+        Some("not a directory (or a symbolic link)".into())
     };
-    if !meta.is_dir() {
-        return Err(unsafe_dir("not a directory (or a symbolic link)".into()));
-    }
+    let path = dir.to_owned();
+    why.map_or(Ok(()), |why| Err(RuntimeError::Unsafe { path, why }))
+}
+
+/// Why a file of `meta` is not safe to trust: owned by another user, or with any of the mode
+/// bits `open` set (`mode … {what}`); `None` if it is ours and closed so.
+pub fn not_ours_or_open(meta: &std::fs::Metadata, open: u32, what: &str) -> Option<String> {
     let uid = rustix::process::getuid().as_raw();
     if meta.uid() != uid {
-        return Err(unsafe_dir(format!(
-            "owned by uid {}, not by us ({uid})",
-            meta.uid()
-        )));
+        return Some(format!("owned by uid {}, not by us ({uid})", meta.uid()));
     }
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(unsafe_dir(format!(
-            "mode {mode:o} lets other users in (want 700)"
-        )));
-    }
-    Ok(())
+    (mode & open != 0).then(|| format!("mode {mode:o} {what}"))
 }
 
 #[cfg(test)]

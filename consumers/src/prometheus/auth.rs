@@ -13,10 +13,12 @@
 //! every user.
 
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
+#[cfg(test)]
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use snapbus_bus::runtime::BusDir;
+use snapbus_bus::runtime::{BusDir, not_ours_or_open};
 use thiserror::Error;
 
 /// The default token file's name in the bus's directory.
@@ -106,27 +108,17 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
 
 /// A token file must be a regular file of ours that others can neither change nor all read.
 fn check_owner_and_mode(path: &Path, meta: &std::fs::Metadata) -> Result<(), TokenError> {
-    let unusable = |why: String| TokenError::Unusable {
-        path: path.to_owned(),
-        why,
+    let why = if meta.is_file() {
+        not_ours_or_open(
+            meta,
+            0o027,
+            "lets others read or change it (want 600, or 640 for a group)",
+        )
+    } else {
+        Some("not a regular file".into())
     };
-    if !meta.is_file() {
-        return Err(unusable("not a regular file".into()));
-    }
-    let uid = rustix::process::getuid().as_raw();
-    if meta.uid() != uid {
-        return Err(unusable(format!(
-            "owned by uid {}, not by us ({uid})",
-            meta.uid()
-        )));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o027 != 0 {
-        return Err(unusable(format!(
-            "mode {mode:o} lets others read or change it (want 600, or 640 for a group)"
-        )));
-    }
-    Ok(())
+    let path = path.to_owned();
+    why.map_or(Ok(()), |why| Err(TokenError::Unusable { path, why }))
 }
 
 /// 128 random bits, hex.
