@@ -128,9 +128,14 @@ fn run_count(dir: &BusDir, n: u64) -> (Duration, Duration, Duration) {
     t
 }
 
+/// The bearer token the bench's exporter takes and its scraper sends.
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
 fn run_prometheus(dir: &BusDir, n: u64, series: u64) -> (Duration, Duration, Duration) {
     let mut e = Exporter::new(PrometheusOptions::default());
-    let server = e.serve("127.0.0.1:0".parse().unwrap(), None).unwrap();
+    let server = e
+        .serve("127.0.0.1:0".parse().unwrap(), None, TOKEN.into())
+        .unwrap();
     let addr = server.addr();
     let stop = Arc::new(AtomicBool::new(false));
     let scrapes = Arc::new(AtomicU64::new(0));
@@ -139,7 +144,11 @@ fn run_prometheus(dir: &BusDir, n: u64, series: u64) -> (Duration, Duration, Dur
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let mut s = TcpStream::connect(addr).unwrap();
-                s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+                s.write_all(
+                    format!("GET /metrics HTTP/1.0\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
+                        .as_bytes(),
+                )
+                .unwrap();
                 let mut body = String::new();
                 s.read_to_string(&mut body).unwrap();
                 assert!(body.contains("# EOF"), "{body}");

@@ -76,6 +76,8 @@ pub mod doorbell;
 pub mod fork;
 pub mod lane;
 pub mod level;
+#[cfg(not(loom))]
+pub mod orphan;
 // Lane memory: its types are re-exported by `lane`.
 #[doc(hidden)]
 pub mod mem;

@@ -2,9 +2,13 @@
 //! broker's socket and lock file.
 //!
 //! The directory is `$SNAPBUS_RUNTIME_DIR/<bus>` if that variable is set (tests use it for
-//! isolation), else `$XDG_RUNTIME_DIR/snapbus/<bus>`, else `/tmp/snapbus-<uid>/<bus>`. Every
-//! directory snapbus creates is `0700`, and an existing one is used only if this user owns it
-//! and nobody else can enter it, so another user can neither attach nor plant a socket.
+//! isolation). Else it is `<root>/<bus>` under the first of `$XDG_RUNTIME_DIR/snapbus`,
+//! `/tmp/snapbus-<uid>` and `$HOME/.snapbus/run` that already holds the bus's directory, or
+//! else the first that does not exist yet or is ours and private: a root another user owns
+//! (they can pre-create `/tmp/snapbus-<uid>`), or one open to others, is passed over, and `up`
+//! says so. Every directory snapbus creates is `0700`, and an existing one is used only if this
+//! user owns it and nobody else can enter it, so another user can neither attach nor plant a
+//! socket.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -108,6 +112,10 @@ impl std::fmt::Display for BusName {
 pub struct BusDir {
     name: BusName,
     dir: PathBuf,
+    /// The directories [`BusDir::create`] makes, outermost first (`dir` last).
+    make: Vec<PathBuf>,
+    /// Why earlier candidate roots were passed over.
+    note: Option<String>,
 }
 
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RuntimeError {
@@ -115,36 +123,118 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RuntimeErr
     move |source| RuntimeError::Io { op, path, source }
 }
 
-/// The root under which every bus of this user has its directory.
-fn runtime_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
+/// A place bus directories may live, in the order tried.
+struct Candidate {
+    /// The root; a bus's directory is `root/<bus>`.
+    root: PathBuf,
+    /// The directories to create for it, outermost first (the root last).
+    make: Vec<PathBuf>,
+}
+
+impl Candidate {
+    fn at(root: PathBuf) -> Candidate {
+        Candidate {
+            make: vec![root.clone()],
+            root,
+        }
     }
+}
+
+/// The places bus directories of this user may live, in order: `$SNAPBUS_RUNTIME_DIR` alone if
+/// set; else `$XDG_RUNTIME_DIR/snapbus` (if that directory exists), `/tmp/snapbus-<uid>` and
+/// `$HOME/.snapbus/run`. The last is the fallback another user cannot pre-create (they can
+/// squat `/tmp/snapbus-<uid>` with a directory of their own).
+fn candidates() -> Vec<Candidate> {
+    if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).filter(|d| !d.is_empty()) {
+        return vec![Candidate::at(PathBuf::from(dir))];
+    }
+    let mut out = Vec::new();
     if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         let dir = PathBuf::from(dir);
         if dir.is_dir() {
-            return dir.join("snapbus");
+            out.push(Candidate::at(dir.join("snapbus")));
         }
     }
     let uid = rustix::process::getuid().as_raw();
-    std::env::temp_dir().join(format!("snapbus-{uid}"))
+    out.push(Candidate::at(
+        std::env::temp_dir().join(format!("snapbus-{uid}")),
+    ));
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        if home.is_absolute() && home.is_dir() {
+            let base = home.join(".snapbus");
+            let root = base.join("run");
+            out.push(Candidate {
+                make: vec![base, root.clone()],
+                root,
+            });
+        }
+    }
+    out
+}
+
+/// Picks where bus `name` lives: the first candidate that already holds its directory, else
+/// the first one that does not exist yet or is ours and private. Candidates that exist but
+/// are not safe (another user's, or open to others) are passed over; `note` says which and why.
+fn choose(name: &BusName) -> (Candidate, Option<String>) {
+    let mut all = candidates();
+    let mut passed = Vec::new();
+    // (index, whether it holds the bus's directory) of each usable candidate.
+    let mut usable = Vec::new();
+    for (i, c) in all.iter().enumerate() {
+        match std::fs::symlink_metadata(&c.root) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => usable.push((i, false)),
+            _ => match check_private(&c.root) {
+                Ok(()) => usable.push((i, c.root.join(name.as_str()).is_dir())),
+                Err(e) => passed.push(e.to_string()),
+            },
+        }
+    }
+    let pick = usable
+        .iter()
+        .find(|(_, has_bus)| *has_bus)
+        .or_else(|| usable.first())
+        .map(|(i, _)| *i);
+    match pick {
+        Some(i) => {
+            let note = (!passed.is_empty()).then(|| passed.join("; "));
+            (all.swap_remove(i), note)
+        }
+        // None usable: the first, so that creating it says what is wrong with it.
+        None => (all.swap_remove(0), None),
+    }
 }
 
 impl BusDir {
-    /// The directory of bus `name` (not created).
+    /// The directory of bus `name` (not created): see [`candidates`] and [`choose`]. A
+    /// producer, a consumer and `snapbus up` pick the same one.
     pub fn locate(name: &BusName) -> BusDir {
+        let (c, note) = choose(name);
+        let dir = c.root.join(name.as_str());
+        let mut make = c.make;
+        make.push(dir.clone());
         BusDir {
             name: name.clone(),
-            dir: runtime_root().join(name.as_str()),
+            dir,
+            make,
+            note,
         }
     }
 
     /// The directory of bus `name` under `root` instead of the default root.
     pub fn locate_in(root: &Path, name: &BusName) -> BusDir {
+        let dir = root.join(name.as_str());
         BusDir {
             name: name.clone(),
-            dir: root.join(name.as_str()),
+            make: vec![root.to_owned(), dir.clone()],
+            dir,
+            note: None,
         }
+    }
+
+    /// Why runtime directories tried before this one were passed over (another user owns
+    /// `/tmp/snapbus-<uid>`, say), if any were.
+    pub fn passed_over(&self) -> Option<&str> {
+        self.note.as_deref()
     }
 
     /// The bus's name.
@@ -172,11 +262,16 @@ impl BusDir {
         self.dir.join("broker.log")
     }
 
-    /// Creates the directory (and its parent) `0700`, or checks that the existing ones are
-    /// ours and private.
+    /// Creates the directory (and its root) `0700`, or checks that the existing ones are
+    /// ours and private. Says on stderr if earlier candidate roots were passed over.
     pub fn create(&self) -> Result<(), RuntimeError> {
-        let parent = self.dir.parent().unwrap_or(Path::new("/"));
-        for dir in [parent, self.dir.as_path()] {
+        if let Some(note) = &self.note {
+            crate::say!(
+                "snapbus: {note}; using {} instead",
+                self.dir.parent().unwrap_or(Path::new("/")).display()
+            );
+        }
+        for dir in &self.make {
             match std::fs::DirBuilder::new().mode(0o700).create(dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -195,27 +290,24 @@ impl BusDir {
 /// Checks that `dir` is a real directory owned by this user with no group/other access.
 fn check_private(dir: &Path) -> Result<(), RuntimeError> {
     let meta = std::fs::symlink_metadata(dir).map_err(io_err("stat", dir))?;
-    let unsafe_dir = |why: String| RuntimeError::Unsafe {
-        path: dir.to_owned(),
-        why,
+    let why = if meta.is_dir() {
+        not_ours_or_open(&meta, 0o077, "lets other users in (want 700)")
+    } else {
+        Some("not a directory (or a symbolic link)".into())
     };
-    if !meta.is_dir() {
-        return Err(unsafe_dir("not a directory (or a symbolic link)".into()));
-    }
+    let path = dir.to_owned();
+    why.map_or(Ok(()), |why| Err(RuntimeError::Unsafe { path, why }))
+}
+
+/// Why a file of `meta` is not safe to trust: owned by another user, or with any of the mode
+/// bits `open` set (`mode … {what}`); `None` if it is ours and closed so.
+pub fn not_ours_or_open(meta: &std::fs::Metadata, open: u32, what: &str) -> Option<String> {
     let uid = rustix::process::getuid().as_raw();
     if meta.uid() != uid {
-        return Err(unsafe_dir(format!(
-            "owned by uid {}, not by us ({uid})",
-            meta.uid()
-        )));
+        return Some(format!("owned by uid {}, not by us ({uid})", meta.uid()));
     }
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(unsafe_dir(format!(
-            "mode {mode:o} lets other users in (want 700)"
-        )));
-    }
-    Ok(())
+    (mode & open != 0).then(|| format!("mode {mode:o} {what}"))
 }
 
 #[cfg(test)]

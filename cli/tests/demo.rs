@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader, ErrorKind};
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -246,7 +247,7 @@ fn demo_counts_only_the_events_it_wrote() {
 fn demo_and_its_children_write_whole_lines_to_a_shared_stderr() {
     use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixDatagram;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     let (ours, theirs) = UnixDatagram::pair().expect("socketpair");
     let mut child = snapbus()
@@ -290,5 +291,70 @@ fn demo_and_its_children_write_whole_lines_to_a_shared_stderr() {
     assert!(
         cut.is_empty(),
         "lines written in pieces: {cut:?} (all: {writes:?})"
+    );
+}
+
+/// The pids of the live (not zombie) children of `parent` whose command line holds `word`.
+fn children_running(parent: u32, word: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid …`: the fields after the last ')'.
+            let mut rest = stat.rsplit_once(')').map_or("", |r| r.1).split_whitespace();
+            let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<u32>().ok()));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(parent)
+                && state != Some("Z")
+                && String::from_utf8_lossy(&cmdline).contains(word)
+        })
+        .collect()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped: it runs no more).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|r| r.1.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// The `echo` the demo starts for itself dies with it, even by `kill -9` (it used to run on,
+/// re-parented, after the demo and the bus were gone).
+#[test]
+fn the_demos_echo_dies_with_a_killed_demo() {
+    let bus = crate::bus::TestBus::up();
+    let mut demo = crate::bus::Bg::spawn(
+        "demo",
+        bus.cmd(&[
+            "demo",
+            "--episodes",
+            "1000000",
+            "--steps",
+            "10",
+            "--rate",
+            "50",
+        ]),
+    );
+    let demo_pid = demo.pid();
+    let mut echo = Vec::new();
+    crate::bus::wait_until("the demo started its echo", crate::util::WATCHDOG, || {
+        echo = children_running(demo_pid, "echo");
+        !echo.is_empty()
+    });
+    assert_eq!(echo.len(), 1, "{echo:?}");
+    let echo = echo[0];
+    // The echo has printed demo events: it is reading, not starting.
+    demo.json_lines(3);
+    demo.kill9();
+    crate::bus::wait_until(
+        &format!("the echo (pid {echo}) is gone after the demo's kill -9"),
+        Duration::from_secs(20),
+        || gone(echo),
     );
 }

@@ -1,8 +1,9 @@
 //! The Prometheus exporter end to end with the real binary: a real Prometheus 2.42 (Debian
 //! bookworm, installed by `.ci/peers/prometheus`) scrapes `attach prometheus` every second
-//! while `snapbus demo` runs, and its HTTP API returns the demo's values as the demo's formulas
-//! state; the series cap and the expiry of an ended producer's series, read from `/metrics`;
-//! bad arguments.
+//! while `snapbus demo` runs, with the scrape config `docs/exporters.md` shows (the bearer
+//! token's `credentials_file`), and its HTTP API returns the demo's values as the demo's
+//! formulas state; `/metrics` refuses requests without the token; the series cap and the
+//! expiry of an ended producer's series, read from `/metrics`; bad arguments.
 //!
 //! The peer test FAILS when Prometheus is missing (it never skips): install it with
 //! `.ci/peers/prometheus` (or point `SNAPBUS_PEER_PROMETHEUS` at a `prometheus` 2.42 binary).
@@ -18,7 +19,7 @@ use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
 use crate::demo::expected_reward as reward;
-use crate::util::{WATCHDOG, http_get, percent_encode};
+use crate::util::{WATCHDOG, http_get, http_get_with, percent_encode, runtime_root};
 
 /// How long a Prometheus peer may live before its watchdog kills it.
 const PEER_WATCHDOG: Duration = Duration::from_secs(180);
@@ -28,6 +29,24 @@ fn get(url: &str) -> (u16, String) {
     let rest = url.trim_start_matches("http://");
     let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     http_get(addr, path)
+}
+
+/// The bus's token file, where the exporter makes it by default.
+fn token_file(bus: &TestBus) -> PathBuf {
+    runtime_root().join(&bus.name).join("prometheus.token")
+}
+
+/// `GET url` of an exporter of `bus`, with its token (as Prometheus sends it).
+fn scrape(bus: &TestBus, url: &str) -> (u16, String) {
+    let token = std::fs::read_to_string(token_file(bus)).expect("the token file");
+    scrape_with(url, &format!("Authorization: Bearer {}\r\n", token.trim()))
+}
+
+/// `GET url` with the header lines `headers`.
+fn scrape_with(url: &str, headers: &str) -> (u16, String) {
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    http_get_with(addr, path, headers)
 }
 
 /// The value of the sample `name_and_labels` (exactly as written in the exposition) in a
@@ -65,8 +84,9 @@ fn free_port() -> u16 {
 }
 
 impl Peer {
-    /// Starts Prometheus scraping `target` (`ADDR`) every second; returns once it is ready.
-    fn start(target: &str) -> Peer {
+    /// Starts Prometheus scraping `target` (`ADDR`) every second with the bearer token in
+    /// `token_file` (the scrape config of `docs/exporters.md`); returns once it is ready.
+    fn start(target: &str, token_file: &std::path::Path) -> Peer {
         let bin = peer_binary();
         assert!(
             bin.exists(),
@@ -86,8 +106,9 @@ impl Peer {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: snapbus\n    static_configs:\n      - targets: \
-                 [\"{target}\"]\n"
+                 scrape_configs:\n  - job_name: snapbus\n    authorization:\n      \
+                 credentials_file: {}\n    static_configs:\n      - targets: [\"{target}\"]\n",
+                token_file.display()
             ),
         )
         .expect("config");
@@ -216,7 +237,7 @@ fn prometheus_scrapes_the_demo_values_its_summaries_and_the_bus_health() {
         .trim_start_matches("http://")
         .trim_end_matches("/metrics")
         .to_owned();
-    let prom = Peer::start(&target);
+    let prom = Peer::start(&target, &token_file(&bus));
 
     // At least three scrapes with demo.step values and one with an episode summary.
     wait_until(
@@ -369,7 +390,7 @@ fn the_series_cap_cuts_and_counts_and_an_ended_producers_series_expire() {
         "the uncapped exporter has both demo schemas",
         WATCHDOG,
         || {
-            let body = get(&full).1;
+            let body = scrape(&bus, &full).1;
             n.set(demo_series(&body).len());
             body.contains("demo_episode_end_total_reward{") && body.contains("demo_step_reward{")
         },
@@ -378,7 +399,7 @@ fn the_series_cap_cuts_and_counts_and_an_ended_producers_series_expire() {
     assert!(n > 5, "{n}");
     let cut = "snapbus_exporter_series_dropped_total{reason=\"cardinality\"}";
     wait_until("the capped exporter refused the rest", WATCHDOG, || {
-        let body = get(&capped).1;
+        let body = scrape(&bus, &capped).1;
         sample(&body, cut) == Some((n - 5) as f64)
             && sample(&body, "snapbus_exporter_series") == Some(5.0)
             && demo_series(&body).len() == 5
@@ -401,10 +422,10 @@ fn the_series_cap_cuts_and_counts_and_an_ended_producers_series_expire() {
     demo.kill9();
     let expired = "snapbus_exporter_series_expired_total{reason=\"producer_end\"}";
     wait_until("the dead demo's series expired", WATCHDOG, || {
-        let body = get(&full).1;
+        let body = scrape(&bus, &full).1;
         demo_series(&body).is_empty() && sample(&body, expired) == Some(n as f64)
     });
-    let body = get(&full).1;
+    let body = scrape(&bus, &full).1;
     assert_eq!(
         sample(&body, "snapbus_exporter_series"),
         Some(0.0),
@@ -459,4 +480,51 @@ fn bad_arguments_and_a_port_in_use_fail_clearly() {
             .any(|c| c["info"]["kind"] == "prometheus"),
         "{ls}"
     );
+}
+
+/// `/metrics` answers only requests with the bus's token (401 without, 403 with a wrong one),
+/// like the plotter: every local user can reach 127.0.0.1. The token file is the bus's,
+/// private, shared by its exporters, and `attach` names it with the scrape config.
+#[test]
+fn metrics_need_the_token_attach_names_its_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let bus = TestBus::up();
+    let out = bus.run(&["attach", "prometheus", "--port", "0"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let url = out.stdout.trim().to_owned();
+    let file = token_file(&bus);
+    out.assert_stderr_has(&format!("credentials_file: {}", file.display()));
+    let mode = std::fs::metadata(&file)
+        .expect("token file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(&file).expect("token");
+    assert_eq!(token.trim().len(), 32, "{token}");
+
+    let (status, body) = get(&url);
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains("snapbus_"), "{body}");
+    let (status, body) = scrape_with(&url, "Authorization: Bearer 0000000000000000\r\n");
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("snapbus_"), "{body}");
+    let (status, body) = scrape(&bus, &url);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("snapbus_bus_up"), "{body:.400}");
+
+    // A second exporter of the bus takes the same token.
+    let other = attach_exporter(&bus, &[]);
+    assert_eq!(scrape(&bus, &other).0, 200);
+    assert_eq!(std::fs::read_to_string(&file).expect("token"), token);
+
+    // A token file every user can read is refused before anything starts.
+    let open = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("open-token-{}", std::process::id()));
+    std::fs::write(&open, "0123456789abcdef0123\n").expect("write");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let arg = format!("--token-file={}", open.display());
+    let out = bus.run(&["attach", "prometheus", "--port", "0", &arg]);
+    let _ = std::fs::remove_file(&open);
+    assert!(!out.status.success(), "{}", out.stdout);
+    out.assert_stderr_has("mode 644");
 }

@@ -13,6 +13,7 @@ mod plotter;
 mod prometheus;
 mod python;
 mod recording;
+mod runtime_dir;
 mod schemas;
 mod supervision;
 mod util;

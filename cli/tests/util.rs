@@ -135,11 +135,16 @@ pub(crate) fn run_cmd(cmd: &mut Command) -> Output {
 
 /// `GET target` (a path and query) from the HTTP server at `addr`: status and body.
 pub(crate) fn http_get(addr: &str, target: &str) -> (u16, String) {
+    http_get_with(addr, target, "")
+}
+
+/// [`http_get`] with extra header lines (each ending in `\r\n`).
+pub(crate) fn http_get_with(addr: &str, target: &str, headers: &str) -> (u16, String) {
     let mut s =
         std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    let request = format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let request = format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n");
     std::io::Write::write_all(&mut s, request.as_bytes()).expect("write");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");

@@ -487,8 +487,9 @@ fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
     }
     p.close();
     let mut e = Exporter::new(PrometheusOptions::default());
+    let token = "0123456789abcdef0123456789abcdef";
     let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .serve("127.0.0.1:0".parse().expect("addr"), None, token.into())
         .expect("serve");
     let mut o = e.run_options();
     o.subscribe.start = StartAt::Oldest;
@@ -500,8 +501,10 @@ fn the_prometheus_exporter_serves_the_values_of_records_it_read_in_place() {
     assert_eq!(summary.read_in_place, n - 1);
     // `run` flushed, so the last values are published.
     let mut s = std::net::TcpStream::connect(server.addr()).expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .expect("write");
+    s.write_all(
+        format!("GET /metrics HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n").as_bytes(),
+    )
+    .expect("write");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let value = |suffix: &str| -> f64 {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use snapbus::Level;
+use snapbus_bus::orphan::{Signal, die_with_parent};
 
 use crate::bus::{bus_dir, interrupted, state};
 use crate::cli::DemoArgs;
@@ -256,10 +257,13 @@ impl Count {
 }
 
 /// `snapbus echo --from oldest --count TOTAL 'demo.*'` in its own process, printing to our
-/// stdout (the summaries are `demo.step.summary`: `demo.*` matches them).
+/// stdout (the summaries are `demo.step.summary`: `demo.*` matches them). It dies with the demo
+/// (SIGTERM when the demo ends, even by `kill -9`); spawned from the main thread, which is the
+/// demo's life.
 fn spawn_echo(bus: &str, total: u64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("finding the snapbus executable")?;
-    Command::new(exe)
+    let mut cmd = Command::new(exe);
+    die_with_parent(&mut cmd, Signal::TERM)
         .arg("echo")
         .arg(format!("--bus={bus}"))
         .args(["--from", "oldest", "--count"])

@@ -1,6 +1,7 @@
 //! `snapbus prometheus`: the Prometheus exporter in this terminal (`attach prometheus` runs it
 //! under the broker). Binds its `/metrics` endpoint first (an address in use fails here, with
-//! a non-zero exit, before anything subscribes), prints its URL on stdout, then reads the bus
+//! a non-zero exit, before anything subscribes), prints its URL on stdout (and on stderr the
+//! token file a scrape needs, with the scrape config), then reads the bus
 //! (from the history still in the rings, by default, so the last values of quiet schemas are
 //! there at once). Ctrl-C (or SIGTERM, which `detach` sends) stops it; the producers never
 //! notice, and neither does a scraper that stalls.
@@ -13,6 +14,7 @@ use anyhow::bail;
 use clap::Args;
 use snapbus_bus::client::Attached;
 use snapbus_bus::runtime::BusDir;
+use snapbus_consumers::prometheus::auth::{load_or_create, token_path};
 use snapbus_consumers::prometheus::{DEFAULT_PORT, Exporter, PrometheusOptions};
 use snapbus_consumers::run as run_consumer;
 
@@ -28,9 +30,16 @@ pub(crate) struct PrometheusArgs {
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
     /// The address to serve /metrics on [default: 127.0.0.1:9464]; anything but a loopback
-    /// address exposes the data to the network (there is no authentication).
+    /// address exposes the endpoint to the network, over plain HTTP (the token crosses it in
+    /// clear).
     #[arg(long, value_name = "ADDR:PORT")]
     pub(crate) listen: Option<SocketAddr>,
+    /// The file holding the bearer token every request must carry (made, 0600, with a random
+    /// token if missing; else it must be ours and not readable by every user) [default:
+    /// prometheus.token in the bus's directory]. Prometheus: `authorization: {credentials_file:
+    /// FILE}`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<PathBuf>,
     /// The port to serve on (0: a free one), on 127.0.0.1 or on --listen's address.
     #[arg(long, value_name = "PORT")]
     pub(crate) port: Option<u16>,
@@ -70,13 +79,15 @@ impl BuiltinConsumer for PrometheusArgs {
         http://127.0.0.1:9464/metrics, with the bus's health, in this terminal; prints its URL";
     const ATTACH_ABOUT: &'static str = "A Prometheus /metrics endpoint (see `snapbus \
         prometheus --help`); prints its URL once it serves and reads";
+    const PATH_FLAGS: &'static [&'static str] = &["token_file"];
 
     bus_and_run!();
 
-    /// The globs, and the address: free now (the exporter binds it again itself; this only
-    /// makes `attach` fail at once, with the reason).
-    fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+    /// The globs, the token file (made now if missing), and the address: free now (the
+    /// exporter binds it again itself; this only makes `attach` fail at once, with the reason).
+    fn check(&self, dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
         globs(&self.schemas)?;
+        load_or_create(&token_path(dir, self.token_file.as_deref()))?;
         let addr = self.addr();
         if addr.port() != 0 {
             TcpListener::bind(addr)
@@ -93,7 +104,9 @@ impl BuiltinConsumer for PrometheusArgs {
     /// Prints the endpoint's URL on stdout (the exporter wrote it before it subscribed, and it
     /// has subscribed).
     fn announce(&self, dir: &BusDir, started: &Attached) -> anyhow::Result<()> {
-        announce_url(dir, "prometheus", started, &url_path(dir, started.pid))
+        announce_url(dir, "prometheus", started, &url_path(dir, started.pid))?;
+        say_token("attach", &token_path(dir, self.token_file.as_deref()));
+        Ok(())
     }
 }
 
@@ -108,22 +121,25 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
     drop(connect(&dir)?);
     let addr = args.addr();
+    let token_file = token_path(&dir, args.token_file.as_deref());
+    let token = load_or_create(&token_file)?;
     let mut exporter = Exporter::new(PrometheusOptions {
         max_series: usize::try_from(args.max_series).unwrap_or(usize::MAX),
         series_ttl: args.series_ttl,
     });
     let server = exporter
-        .serve(addr, Some(dir.clone()))
+        .serve(addr, Some(dir.clone()), token)
         .map_err(|e| bind_error(addr, e))?;
     if !server.addr().ip().is_loopback() {
         snapbus_bus::say!(
-            "snapbus prometheus: warning: {} is reachable from other machines; /metrics has no \
-             authentication",
+            "snapbus prometheus: warning: {} is reachable from other machines over plain HTTP; \
+             the bearer token crosses the network in clear",
             server.addr()
         );
     }
     let url_file = url_path(&dir, std::process::id());
     publish_url(&dir, "prometheus", &server.url(), &url_file);
+    say_token("prometheus", &token_file);
     let mut opts = exporter.run_options();
     opts.subscribe.globs = globs;
     opts.subscribe.start = args.from.start();
@@ -133,6 +149,16 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
         bail!(e);
     }
     Ok(())
+}
+
+/// Says on stderr which token a scrape needs, and the scrape config that sends it.
+fn say_token(verb: &str, file: &std::path::Path) {
+    snapbus_bus::say!(
+        "snapbus {verb}: /metrics answers requests with `Authorization: Bearer <the token in \
+         {f}>`; in Prometheus's scrape config: `authorization: {{credentials_file: {f}}}` (a \
+         Prometheus running as another user needs a copy it can read, or --token-file)",
+        f = file.display()
+    );
 }
 
 /// Where exporter process `pid` of the bus of `dir` leaves its URL.

@@ -194,7 +194,9 @@ pub(crate) fn cannot_start(err: PythonError) -> anyhow::Error {
 /// Runs `cmd` (a check in interpreter `python`, for `target`) to its end, within
 /// [`CHECK_TIMEOUT`]; on failure the error says why: the last line of its stderr.
 pub(crate) fn run_check(mut cmd: Command, python: &Path, target: &str) -> anyhow::Result<()> {
-    cmd.stdin(Stdio::null())
+    // A check is ours alone: it must not run on after a `kill -9` of this process.
+    snapbus_bus::orphan::die_with_parent(&mut cmd, snapbus_bus::orphan::Signal::KILL)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let unusable = |why: String| PythonError::Unusable {

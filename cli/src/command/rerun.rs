@@ -201,7 +201,9 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
     ];
     bridge.extend(args.schemas.iter().map(|g| format!("--schema={g}")));
     check_bridge(&python, &bridge)?;
-    let status = Command::new(&python)
+    let mut cmd = Command::new(&python);
+    // The conversion is this command's work: it stops with it (Ctrl-C reaches it anyway).
+    let status = snapbus_bus::orphan::die_with_parent(&mut cmd, snapbus_bus::orphan::Signal::TERM)
         .args(["-m", MODULE])
         .args(&bridge)
         .status()

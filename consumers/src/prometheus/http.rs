@@ -1,4 +1,6 @@
-//! The `/metrics` endpoint: a plain HTTP/1.1 server on `std::net`, one thread per request (at
+//! The `/metrics` endpoint: a plain HTTP/1.1 server on `std::net`, answering only requests that
+//! carry the bearer token ([`auth`](super::auth): 401 without it, 403 with a wrong one), one
+//! thread per request (at
 //! most [`MAX_REQUESTS`] at once; more get a 503 written without waiting, or nothing), every
 //! connection closed after one response, with read and write timeouts, so a client that never
 //! reads (or never finishes its request) ties up one request thread for a bounded time and
@@ -20,6 +22,7 @@ use prometheus_client::registry::Registry;
 use snapbus_bus::client::{BusClient, BusState, Census};
 use snapbus_bus::runtime::BusDir;
 
+use super::auth::bearer_matches;
 use super::health::{counter, encode_health, gauge};
 use super::table::Shared;
 
@@ -135,12 +138,14 @@ impl Collector for Metrics {
 }
 
 /// Binds `listen` and serves `/metrics` from `shared` (with the health of the bus of `bus`,
-/// if given) from a thread; returns once the socket is listening.
+/// if given) to requests carrying `token`, from a thread; returns once the socket is listening.
 pub(crate) fn serve(
     shared: Arc<Shared>,
     listen: SocketAddr,
     bus: Option<BusDir>,
+    token: String,
 ) -> std::io::Result<Server> {
+    let token: Arc<str> = token.into();
     let listener = TcpListener::bind(listen)?;
     let addr = listener.local_addr()?;
     let state: CachedState = Arc::new(Mutex::new(None));
@@ -178,11 +183,12 @@ pub(crate) fn serve(
                     continue;
                 }
                 let registry = Arc::clone(&registry);
+                let token = Arc::clone(&token);
                 let active2 = Arc::clone(&active);
                 let spawned = std::thread::Builder::new()
                     .name("prometheus-request".into())
                     .spawn(move || {
-                        handle(stream, &registry);
+                        handle(stream, &registry, &token);
                         active2.fetch_sub(1, Ordering::AcqRel);
                     });
                 if spawned.is_err() {
@@ -229,17 +235,35 @@ const MAX_BUSY_REPLIES: usize = 32;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Reads one request (its head; a scrape has no body) and answers it, then closes.
-fn handle(mut stream: TcpStream, registry: &Registry) {
+fn handle(mut stream: TcpStream, registry: &Registry, token: &str) {
     if stream.set_read_timeout(Some(IO_TIMEOUT)).is_err()
         || stream.set_write_timeout(Some(IO_TIMEOUT)).is_err()
     {
         return;
     }
-    let Some(target) = read_request(&mut stream) else {
+    let Some(Request { target, auth }) = read_request(&mut stream) else {
         let _ = stream.write_all(&response(400, "text/plain", b"bad request\n"));
         return;
     };
-    let answer = match target {
+    let answer = match auth {
+        None => response(
+            401,
+            "text/plain",
+            b"unauthorized: send the token of the exporter's token file \
+              (Authorization: Bearer TOKEN; Prometheus: authorization: credentials_file)\n",
+        ),
+        Some(a) if !bearer_matches(&a, token) => {
+            response(403, "text/plain", b"forbidden: wrong token\n")
+        }
+        Some(_) => answer(target, registry),
+    };
+    let _ = stream.write_all(&answer);
+    let _ = stream.flush();
+}
+
+/// The response to an authorized request for `target`.
+fn answer(target: Target, registry: &Registry) -> Vec<u8> {
+    match target {
         Target::Get(path) => match path.split('?').next().unwrap_or("") {
             "/metrics" => {
                 let mut body = String::new();
@@ -256,9 +280,14 @@ fn handle(mut stream: TcpStream, registry: &Registry) {
             _ => response(404, "text/plain", b"not found: try /metrics\n"),
         },
         Target::Other => response(405, "text/plain", b"only GET is served\n"),
-    };
-    let _ = stream.write_all(&answer);
-    let _ = stream.flush();
+    }
+}
+
+/// A request head: what it asks for, and its `Authorization` value.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    target: Target,
+    auth: Option<String>,
 }
 
 /// What a request asks for.
@@ -272,7 +301,7 @@ enum Target {
 
 /// Reads a request head (up to the blank line, at most [`MAX_REQUEST_BYTES`]); `None` if it is
 /// not HTTP, too long, or does not arrive in time.
-fn read_request(stream: &mut impl Read) -> Option<Target> {
+fn read_request(stream: &mut impl Read) -> Option<Request> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -285,17 +314,23 @@ fn read_request(stream: &mut impl Read) -> Option<Target> {
             return None;
         }
     }
-    let line = std::str::from_utf8(&head).ok()?.lines().next()?;
-    let mut parts = line.split_whitespace();
+    let mut lines = std::str::from_utf8(&head).ok()?.lines();
+    let mut parts = lines.next()?.split_whitespace();
     let (method, path, version) = (parts.next()?, parts.next()?, parts.next()?);
     if !version.starts_with("HTTP/1.") {
         return None;
     }
-    Some(if method == "GET" {
+    let auth = lines
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.trim().to_owned());
+    let target = if method == "GET" {
         Target::Get(path.to_owned())
     } else {
         Target::Other
-    })
+    };
+    Some(Request { target, auth })
 }
 
 /// A whole HTTP/1.1 response that closes the connection.
@@ -303,14 +338,22 @@ fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         503 => "Service Unavailable",
         _ => "Internal Server Error",
     };
+    // What a client that sent no token is to send (RFC 6750).
+    let challenge = if status == 401 {
+        "WWW-Authenticate: Bearer realm=\"snapbus\"\r\n"
+    } else {
+        ""
+    };
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
+         {challenge}Connection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -324,13 +367,23 @@ mod tests {
 
     #[test]
     fn requests_are_read_up_to_their_head_and_bad_ones_refused() {
-        let mut get = &b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"[..];
+        let mut get =
+            &b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nauthorization: Bearer t\r\n\r\n"[..];
         assert_eq!(
             read_request(&mut get),
-            Some(Target::Get("/metrics?x=1".into()))
+            Some(Request {
+                target: Target::Get("/metrics?x=1".into()),
+                auth: Some("Bearer t".into())
+            })
         );
         let mut post = &b"POST /metrics HTTP/1.0\r\n\r\n"[..];
-        assert_eq!(read_request(&mut post), Some(Target::Other));
+        assert_eq!(
+            read_request(&mut post),
+            Some(Request {
+                target: Target::Other,
+                auth: None
+            })
+        );
         assert_eq!(read_request(&mut &b"garbage\r\n\r\n"[..]), None);
         assert_eq!(read_request(&mut &b"GET / SPDY/9\r\n\r\n"[..]), None);
         let long = [b'a'; MAX_REQUEST_BYTES + 10];

@@ -22,6 +22,9 @@
 //!   (`demo_step_episode`, `demo_step_step`, `demo_step_reward`) always come from the same
 //!   record in one scrape.
 //!
+//! - **Private.** Every request must carry the bus's bearer token ([`auth`]), like the
+//!   plotter's: every local user can reach 127.0.0.1.
+//!
 //! # What `/metrics` holds
 //!
 //! - Data: see [`names`] for the naming. `demo.step`'s `reward` of producer `demo` is
@@ -44,12 +47,15 @@
 //!
 //! let dir = BusDir::locate(&BusName::resolve(None)?);
 //! let mut exporter = Exporter::new(PrometheusOptions::default());
-//! let server = exporter.serve("127.0.0.1:9464".parse()?, Some(dir.clone()))?;
-//! println!("scrape {}", server.url());
+//! let token_file = snapbus_consumers::prometheus::auth::token_path(&dir, None);
+//! let token = snapbus_consumers::prometheus::auth::load_or_create(&token_file)?;
+//! let server = exporter.serve("127.0.0.1:9464".parse()?, Some(dir.clone()), token)?;
+//! println!("scrape {} with the bearer token in {}", server.url(), token_file.display());
 //! run(&dir, &exporter.run_options(), &mut exporter, None)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod auth;
 mod health;
 mod http;
 pub mod names;
@@ -149,9 +155,15 @@ impl Exporter {
     }
 
     /// Serves `/metrics` on `listen` from a thread (with the health of the bus of `bus`, if
-    /// given); returns once the socket is listening (an address in use is an error here).
-    pub fn serve(&self, listen: SocketAddr, bus: Option<BusDir>) -> std::io::Result<Server> {
-        http::serve(Arc::clone(&self.shared), listen, bus)
+    /// given) to requests that carry `token` (`Authorization: Bearer TOKEN`, see [`auth`]);
+    /// returns once the socket is listening (an address in use is an error here).
+    pub fn serve(
+        &self,
+        listen: SocketAddr,
+        bus: Option<BusDir>,
+        token: String,
+    ) -> std::io::Result<Server> {
+        http::serve(Arc::clone(&self.shared), listen, bus, token)
     }
 
     /// Run options for it: kind `prometheus`, its status board, publishing every

@@ -73,26 +73,70 @@ fn feed(e: &mut Exporter, p: Producer<'_>, s: &Arc<SchemaDescriptor>, values: &[
     send(e, p, s, &payload(s, values));
 }
 
+/// The token the tests' exporters take.
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
 /// An exporter with the default options, serving on a free local port.
 fn serving() -> (Exporter, Server) {
     let e = Exporter::new(PrometheusOptions::default());
     let server = e
-        .serve("127.0.0.1:0".parse().expect("addr"), None)
+        .serve("127.0.0.1:0".parse().expect("addr"), None, TOKEN.into())
         .expect("serve");
     (e, server)
 }
 
+/// `GET /metrics` with the token: status and body.
 fn scrape(addr: SocketAddr) -> (u16, String) {
+    let (status, _, body) = request(addr, &format!("Authorization: Bearer {TOKEN}\r\n"));
+    (status, body)
+}
+
+/// `GET /metrics` with the header lines `headers`: status, head and body.
+fn request(addr: SocketAddr, headers: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+    s.write_all(format!("GET /metrics HTTP/1.0\r\n{headers}\r\n").as_bytes())
         .expect("write");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let (head, body) = text.split_once("\r\n\r\n").expect("a response");
     let status = head.split_whitespace().nth(1).expect("status");
-    (status.parse().expect("a code"), body.to_owned())
+    (
+        status.parse().expect("a code"),
+        head.to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn metrics_need_the_bearer_token() {
+    let (_e, server) = serving();
+    let (status, head, body) = request(server.addr(), "");
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        head.contains("WWW-Authenticate: Bearer realm=\"snapbus\""),
+        "{head}"
+    );
+    assert!(!body.contains("snapbus_"), "{body}");
+    for wrong in [
+        "Authorization: Bearer 0123456789abcdef0123456789abcdee\r\n".to_owned(),
+        format!("Authorization: Basic {TOKEN}\r\n"),
+        "Authorization: Bearer\r\n".to_owned(),
+    ] {
+        let (status, _, body) = request(server.addr(), &wrong);
+        assert_eq!(status, 403, "{wrong}: {body}");
+        assert!(!body.contains("snapbus_"), "{body}");
+    }
+    let (status, _, body) = request(
+        server.addr(),
+        &format!("Host: x\r\nauthorization:  bearer {TOKEN}\r\n"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("snapbus_exporter_scrapes_total"),
+        "{body:.300}"
+    );
 }
 
 #[test]
