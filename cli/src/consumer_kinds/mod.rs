@@ -362,7 +362,7 @@ mod tests {
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",
             "prometheus" => {
                 "--schema a.* --schema=-b --listen 127.0.0.1:1234 --port 99 --max-series 50 \
-                 --series-ttl 90s --from latest"
+                 --series-ttl 90s --token-file OUT/token --from latest"
             }
             "otlp" => {
                 "--endpoint http://127.0.0.1:1 --metrics-endpoint http://h:2/m \
