@@ -520,7 +520,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         "{}",
         out.stderr
     );
-    out.assert_stderr_has("every other record");
+    out.assert_stderr_has("every record outside them was exported");
     let rows = std::fs::read_to_string(&exported).expect("export output");
     let records = rows.lines().filter(|l| l.contains("\"cli.tick\"")).count() as u64;
     assert_eq!(records, n - lost, "every other record is exported");
