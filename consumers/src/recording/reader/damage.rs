@@ -109,7 +109,11 @@ impl<R: Read> RecordingReader<R> {
             return false;
         }
         let Some(seek) = self.seek else { return false };
-        let Some(next) = self.find_chunk(seek, at + 1) else {
+        // From the start of the record before `at` when there is one: a damaged length of
+        // that record (a message index, metadata) can have carried the reader past intact
+        // chunks to `at`.
+        let before = self.last_at.filter(|&l| l < at);
+        let Some(next) = self.find_chunk(seek, before.unwrap_or(at) + 1) else {
             // The search moved the source: put it back where reading stopped, so the caller
             // reports the damage at `at` and reads nothing from elsewhere. (Fuzzer finding:
             // without this, reading went on from where the search left off, and parts past
@@ -125,12 +129,15 @@ impl<R: Read> RecordingReader<R> {
         self.pending.clear();
         self.end_damage();
         self.damaged = true;
+        // Chunks between that record and `at`: the damage starts at that record.
+        let from = before.filter(|_| next < at).unwrap_or(at);
         self.damage = Some(Damage {
-            offset: at,
-            len: next - at,
+            offset: from,
+            len: next.saturating_sub(from),
             error: format!("{why}; reading goes on with the next intact chunk"),
             held: None,
         });
+        self.last_at = None;
         self.lin = LinearReader::new_with_options(linear_options().with_skip_start_magic(true));
         self.offset = next;
         self.fed = next;

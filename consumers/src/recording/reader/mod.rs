@@ -66,6 +66,9 @@ pub struct RecordingReader<R: Read> {
     deferred: Option<ReadError>,
     /// Seeks the source (set by [`RecordingReader::with_resync`]).
     seek: Option<SeekFn<R>>,
+    /// Where the last top-level record the reader framed starts: when the framing breaks
+    /// after it, its length may be what is damaged (resynchronising searches from there).
+    last_at: Option<u64>,
     /// The data end record was read: what follows is the summary.
     data_ended: bool,
 }
@@ -153,6 +156,7 @@ impl<R: Read> RecordingReader<R> {
             damaged: false,
             orphans: None,
             summary: None,
+            last_at: None,
             deferred: None,
             seek: None,
             data_ended: false,
@@ -225,6 +229,16 @@ impl<R: Read> RecordingReader<R> {
     /// section's CRC, then taken.
     fn on_record(&mut self, at: u64, opcode: u8, data: &[u8]) -> Step {
         self.offset += 9 + data.len() as u64;
+        self.last_at = Some(at);
+        if opcode == mcap::records::op::MESSAGE_INDEX
+            && data.get(2..6).is_none_or(|n| {
+                data.len() as u64 != 6 + u64::from(u32::from_le_bytes([n[0], n[1], n[2], n[3]]))
+            })
+        {
+            // Its length field is damaged: it may have swallowed the chunks after it.
+            let why = "a message index's length field disagrees with its entries".to_owned();
+            return self.resync_or(at, why);
+        }
         if !self.format_checked
             && !self.damaged
             && !matches!(
