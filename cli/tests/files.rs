@@ -83,3 +83,116 @@ fn a_flipped_bit_in_the_first_chunk_costs_only_that_chunk() {
     assert_eq!(out.json_lines().len() as u64, n - held, "{}", out.stderr);
     out.assert_stderr_has("which were not printed");
 }
+
+/// Runs `snapbus snapshot -o MNT/f.mcap` on `bus` with MNT a tmpfs of `size` (mounted in a
+/// mount namespace of its own with `unshare`, gone when the command ends: a real full disk,
+/// ENOSPC; that needs root, which the tests and CI have), and keeps a copy of the file it left
+/// as `NAME.mcap`.
+fn snapshot_onto_tmpfs(bus: &TestBus, size: &str, name: &str) -> (crate::util::Output, PathBuf) {
+    let mnt = out_path(&format!("{name}-mnt"));
+    let _ = std::fs::remove_dir_all(&mnt);
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let kept = out_path(&format!("{name}.mcap"));
+    let script = format!(
+        "mount -t tmpfs -o size={size} tmpfs \"$1\" || exit 111\n\
+         \"$2\" snapshot -o \"$1/f.mcap\"; rc=$?\ncp \"$1/f.mcap\" \"$3\"\nexit $rc"
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+    ])
+    .arg(&mnt)
+    .arg(env!("CARGO_BIN_EXE_snapbus"))
+    .arg(&kept)
+    .env("SNAPBUS_RUNTIME_DIR", runtime_root())
+    .env("SNAPBUS_BUS", &bus.name);
+    let out = crate::util::run_cmd(&mut cmd);
+    assert_ne!(
+        out.status.code(),
+        Some(111),
+        "mounting a tmpfs: {}",
+        out.stderr
+    );
+    (out, kept)
+}
+
+fn inspect_json(bus: &TestBus, file: &Path) -> serde_json::Value {
+    serde_json::from_str(bus.run(&["inspect", "--json", s(file)]).stdout.trim()).expect("JSON")
+}
+
+/// Issue #44 item 6: a snapshot larger than the disk keeps what fits — a valid file ending at
+/// its last complete chunk, as the recorder's does — says what it kept and what was cut, and
+/// exits with EXIT_NO_RESTART. (Before, the file was cut back to its header: 0 records.)
+#[test]
+fn a_snapshot_onto_a_too_small_disk_keeps_what_fits() {
+    let bus = TestBus::up();
+    // 3,000 steps with a 64×64 image each: about 12 MB of records, in 1 MiB chunks.
+    let mut demo = bus.demo_cmd("10", "300", "0");
+    demo.args(["--image", "64x64"]);
+    let out = crate::util::run_cmd(&mut demo);
+    assert!(out.status.success(), "{}", out.stderr);
+    let (out, kept) = snapshot_onto_tmpfs(&bus, "4m", "small-disk");
+    assert_eq!(
+        out.status.code(),
+        Some(snapbus_bus::runtime::EXIT_NO_RESTART),
+        "{}",
+        out.stderr
+    );
+    out.assert_stderr_has("No space left on device (os error 28)");
+    let v = inspect_json(&bus, &kept);
+    let records = v["records"].as_u64().expect("records");
+    assert!(records > 300, "the file keeps what fitted: {v}");
+    assert!(
+        v["damage"].is_null() && v["skipped"].as_array().is_some_and(Vec::is_empty),
+        "{v}"
+    );
+    let unwritten: u64 = v["cut"]["unwritten"]
+        .as_str()
+        .expect("cut")
+        .parse()
+        .expect("n");
+    out.assert_stderr_has(&format!(
+        "keeps {records} records, up to its last complete chunk"
+    ));
+    out.assert_stderr_has(&format!(
+        "{unwritten} records read from the bus were not written"
+    ));
+    // Where there is room: everything.
+    let roomy = out_path("roomy44.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&roomy)]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let all = inspect_json(&bus, &roomy)["records"]
+        .as_u64()
+        .expect("records");
+    // The snapshot stops at the failed write: the records after it were not even read.
+    assert!(
+        records + unwritten <= all,
+        "kept + not written ≤ all ({all}): {v}"
+    );
+    assert!(
+        std::fs::metadata(&kept).expect("kept").len() > 2 << 20,
+        "most of the disk is used"
+    );
+}
+
+/// Issue #44 item 6: a snapshot of a bus whose only lane is refused (a corrupt header) read
+/// nothing of it; it used to exit 0 with 0 records. Now it exits non-zero, saying so.
+#[test]
+fn a_snapshot_with_a_refused_lane_fails() {
+    let bus = TestBus::up();
+    bus.demo(2, 10, 0, &[]);
+    let broker = bus.ls()["broker_pid"].as_u64().expect("broker pid") as u32;
+    let lane = crate::bus::broker_lane_file(broker);
+    crate::bus::set_word_at(&lane, 0, 0x0bad_0bad_0bad_0bad);
+    let file = out_path("refused.mcap");
+    let out = bus.run(&["snapshot", "-o", s(&file)]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    out.assert_stderr_has("not reading producer 'demo'");
+    out.assert_stderr_has("1 lane was refused (named above): its records are not in");
+}
