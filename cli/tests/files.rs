@@ -196,3 +196,133 @@ fn a_snapshot_with_a_refused_lane_fails() {
     out.assert_stderr_has("not reading producer 'demo'");
     out.assert_stderr_has("1 lane was refused (named above): its records are not in");
 }
+
+/// The uid of `nobody`: a real second user, for files another user owns (the tests run as
+/// root, which may `chown`).
+const OTHER_UID: u32 = 65534;
+
+/// A root-owned 0600 file (`secret`), and `planted`: a symlink to it that another user owns.
+fn planted_symlink(name: &str) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let secret = out_path(&format!("{name}-secret"));
+    std::fs::write(&secret, b"root's secret").expect("secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let planted = out_path(name);
+    std::os::unix::fs::symlink(&secret, &planted).expect("symlink");
+    std::os::unix::fs::lchown(&planted, Some(OTHER_UID), Some(OTHER_UID)).expect("lchown");
+    (secret, planted)
+}
+
+fn assert_untouched(secret: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::read(secret).expect("secret"), b"root's secret");
+    let mode = std::fs::metadata(secret)
+        .expect("secret")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+/// Issue #44 item 11: `record`, `snapshot` and `export` never write through a symlink another
+/// user planted at the output path, even with --force: the file it points to is untouched,
+/// and the command fails naming the owner. (Before, `record --force` overwrote the root-owned
+/// 0600 file it pointed to.)
+#[test]
+fn a_planted_symlink_is_never_followed() {
+    let bus = TestBus::up();
+    bus.demo(2, 10, 0, &[]);
+    let (secret, planted) = planted_symlink("planted.mcap");
+    for args in [
+        vec!["record", "-o", s(&planted), "--force"],
+        vec!["snapshot", "-o", s(&planted), "--force"],
+        vec!["snapshot", "-o", s(&planted)],
+    ] {
+        let out = bus.run(&args);
+        assert!(!out.status.success(), "{args:?}: {}", out.stderr);
+        out.assert_stderr_has(&format!("belongs to another user (uid {OTHER_UID})"));
+        assert_untouched(&secret);
+        assert!(
+            std::fs::symlink_metadata(&planted)
+                .expect("link")
+                .file_type()
+                .is_symlink()
+        );
+    }
+    let recording = out_path("for-export.mcap");
+    assert!(bus.run(&["snapshot", "-o", s(&recording)]).status.success());
+    let (secret, planted) = planted_symlink("planted.jsonl");
+    let out = bus.run(&[
+        "export",
+        s(&recording),
+        "--format",
+        "jsonl",
+        "-o",
+        s(&planted),
+        "--force",
+    ]);
+    assert!(!out.status.success(), "{}", out.stderr);
+    out.assert_stderr_has("belongs to another user");
+    assert_untouched(&secret);
+}
+
+/// Issue #44 item 11: a file another user pre-created (0666) at the output path is refused,
+/// with or without --force, and left as it was; a file of ours is replaced by rename with
+/// --force (a new file, 0600: whoever had the old one open keeps the old contents), and a
+/// symlink of ours is replaced, not followed.
+#[test]
+fn another_users_file_is_refused_and_force_replaces_by_rename() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let bus = TestBus::up();
+    bus.demo(2, 10, 0, &[]);
+    let theirs = out_path("theirs.mcap");
+    std::fs::write(&theirs, b"their data").expect("write");
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    std::os::unix::fs::chown(&theirs, Some(OTHER_UID), Some(OTHER_UID)).expect("chown");
+    for force in [false, true] {
+        let mut args = vec!["snapshot", "-o", s(&theirs)];
+        if force {
+            args.push("--force");
+        }
+        let out = bus.run(&args);
+        assert!(!out.status.success(), "{args:?}: {}", out.stderr);
+        out.assert_stderr_has(&format!("belongs to another user (uid {OTHER_UID})"));
+        let m = std::fs::metadata(&theirs).expect("theirs");
+        assert_eq!((m.uid(), m.len()), (OTHER_UID, 10), "left as it was");
+    }
+    // Ours, open elsewhere: replaced by a new file.
+    let ours = out_path("ours.mcap");
+    std::fs::write(&ours, b"old contents").expect("write");
+    std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let old = std::fs::File::open(&ours).expect("open");
+    let old_ino = old.metadata().expect("meta").ino();
+    let out = bus.run(&["snapshot", "-o", s(&ours)]);
+    assert!(!out.status.success(), "exists without --force");
+    out.assert_stderr_has("exists; choose another path, or pass --force");
+    let out = bus.run(&["snapshot", "-o", s(&ours), "--force"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let new = std::fs::metadata(&ours).expect("new");
+    assert_ne!(new.ino(), old_ino, "a new file, renamed over the old one");
+    assert_eq!(new.mode() & 0o777, 0o600);
+    assert_eq!(
+        old.metadata().expect("old").len(),
+        12,
+        "the old file is untouched"
+    );
+    // A symlink of ours: replaced by the file; what it pointed to is untouched.
+    let target = out_path("target.mcap");
+    std::fs::write(&target, b"pointed to").expect("write");
+    let link = out_path("link.mcap");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let out = bus.run(&["snapshot", "-o", s(&link), "--force"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(std::fs::symlink_metadata(&link).expect("link").is_file());
+    assert_eq!(std::fs::read(&target).expect("target"), b"pointed to");
+    // No temporary file is left behind.
+    let dir = ours.parent().expect("dir");
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(".snapbus-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -73,6 +73,7 @@
 #[cfg(feature = "aggregator")]
 pub mod aggregator;
 pub mod fields;
+pub mod output;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "plotter")]

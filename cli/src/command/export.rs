@@ -400,6 +400,12 @@ const NO_PARQUET: &str = "this snapbus was built without Parquet support \
 /// Refuses existing output unless `force`, refuses writing over the input, and creates the
 /// output directory.
 fn prepare_output(input: &Path, out: &Path, dir: bool, force: bool) -> anyhow::Result<()> {
+    if !dir {
+        // Absent, or (with --force) a file or symlink of ours: never another user's.
+        snapbus_consumers::output::check(out, force)?;
+    } else {
+        snapbus_consumers::output::check_dir(out)?;
+    }
     if let Ok(meta) = std::fs::metadata(out) {
         if !force {
             bail!(

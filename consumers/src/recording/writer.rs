@@ -10,6 +10,7 @@ use mcap::records::{MessageHeader, Metadata};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 use thiserror::Error;
 
+use crate::output::OutputError;
 use crate::runtime::{Producer, RecordHeader};
 
 use super::{
@@ -31,6 +32,9 @@ pub enum WriteError {
     /// The file exists and overwriting was not asked for.
     #[error("{0} exists; choose another path, or pass --force to overwrite it")]
     Exists(PathBuf),
+    /// The path is not ours to write (another user's file or symlink, a directory).
+    #[error(transparent)]
+    Refused(OutputError),
     /// Writing to the file failed (disk full, quota exceeded, read-only file system, …).
     #[error("writing {path}: {error}")]
     Io {
@@ -70,7 +74,7 @@ impl WriteError {
             WriteError::Create { source, .. } | WriteError::Io { error: source, .. } => {
                 is_permanent_io(source)
             }
-            WriteError::Exists(_) => true,
+            WriteError::Exists(_) | WriteError::Refused(_) => true,
             WriteError::Mcap { .. } => false,
             WriteError::Failed { permanent, .. } => *permanent,
         }
@@ -197,27 +201,17 @@ pub const HISTORY_METADATA: &str = "snapbus.history";
 impl RecordingWriter {
     /// Creates `path` and writes the MCAP header and the `snapbus.recording` metadata.
     pub fn create(path: &Path, opts: &WriterOptions) -> Result<RecordingWriter, WriteError> {
-        let mut open = std::fs::OpenOptions::new();
-        // Bus data is private, like the sockets: 0600 (a file overwritten keeps its mode).
-        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
-        open.write(true);
-        if opts.overwrite {
-            open.create(true).truncate(true);
-        } else {
-            open.create_new(true);
-        }
-        let create_err = |e: std::io::Error| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                WriteError::Exists(path.to_owned())
-            } else {
-                WriteError::Create {
-                    path: path.to_owned(),
-                    source: e,
-                }
-            }
-        };
-        let file = open.open(path).map_err(create_err)?;
-        let twin = file.try_clone().map_err(create_err)?;
+        // Private (0600), never through a symlink nor into another user's file; `overwrite`
+        // replaces a file of ours by rename (see `crate::output`).
+        let file = crate::output::create(path, opts.overwrite).map_err(|e| match e {
+            OutputError::Exists(p) => WriteError::Exists(p),
+            OutputError::Io { path, source } => WriteError::Create { path, source },
+            e => WriteError::Refused(e),
+        })?;
+        let twin = file.try_clone().map_err(|source| WriteError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
         // Chunks are built in memory and written whole: a killed writer leaves complete chunks
         // (and at most one partly written one at the end), never a chunk header that promises
         // data that is not there.
