@@ -73,9 +73,9 @@
 #[cfg(feature = "aggregator")]
 pub mod aggregator;
 pub mod fields;
-pub mod output;
 #[cfg(feature = "otlp")]
 pub mod otlp;
+pub mod output;
 #[cfg(feature = "plotter")]
 pub mod plotter;
 #[cfg(feature = "prometheus")]
