@@ -3,6 +3,7 @@ cut and corrupt files reported honestly; missing files and non-recordings raise.
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -124,6 +125,33 @@ def test_a_damaged_chunk_is_skipped_and_reported(bus: Bus, tmp_path: Path) -> No
     rec = snapbus.open_recording(bad)
     list(rec)
     assert rec.damage or rec.error, "the damage must be reported"
+
+
+def test_a_flipped_bit_in_the_first_chunk_costs_only_that_chunk(bus: Bus, tmp_path: Path) -> None:
+    """Issue #44 item 2: the first chunk declares the schemas and channels; one flipped bit in
+    it used to make every later record unreadable. Now only its records are missing (the
+    channels come from the summary at the end of the file), and the damage says how many."""
+    bus.cli(
+        "demo", "--no-echo", "--rate", "0", "--episodes", "4", "--steps", "100",
+        "--image", "64x64",
+    )  # fmt: skip
+    src = tmp_path / "big.mcap"
+    bus.cli("snapshot", "-o", str(src))
+    good = snapbus.open_recording(src)
+    total = sum(1 for _ in good)
+    assert good.complete and not good.damage and total > 400
+    data = bytearray(src.read_bytes())
+    assert len(data) > 1 << 20, "more than one 1 MiB chunk"
+    data[700] ^= 0x10
+    bad = tmp_path / "bit700.mcap"
+    bad.write_bytes(bytes(data))
+    rec = snapbus.open_recording(bad)
+    read = sum(1 for _ in rec)
+    assert len(rec.damage) == 1, rec.damage
+    held = re.search(r"they held (\d+) records", rec.damage[0])
+    assert held is not None, rec.damage
+    assert 0 < int(held.group(1)) < total
+    assert read == total - int(held.group(1)), (read, total, rec.damage)
 
 
 def test_missing_and_non_recording_files_raise(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ use snapbus_consumers::recorder::{Recorder, RecorderOptions};
 use snapbus_consumers::recording::{CUT_METADATA, Item, RecordingReader, WriterOptions};
 use snapbus_consumers::run as run_consumer;
 
-use snapbus_bus::client::{BusState, Census};
+use snapbus_bus::client::{BusClient, BusState, Census};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::RunSummary;
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::SnapshotArgs;
@@ -104,6 +106,18 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
         args.output.display()
     );
     debug_assert!(messages >= summary.delivered);
+    missed(&summary, &client, &opts.subscribe.globs, args)
+}
+
+/// Fails when the snapshot missed records: lanes it refused (their records are not in the file),
+/// or no record read although the rings hold records of the schemas asked for (without
+/// `--last`, which may rightly find none).
+fn missed(
+    summary: &RunSummary,
+    client: &BusClient,
+    globs: &[Glob],
+    args: &SnapshotArgs,
+) -> anyhow::Result<()> {
     if summary.refused_lanes > 0 {
         bail!(
             "{} lane{} refused (named above): {} records are not in {}",
@@ -128,10 +142,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
             .map(|s| {
                 s.schemas
                     .iter()
-                    .filter(|sc| {
-                        opts.subscribe.globs.is_empty()
-                            || opts.subscribe.globs.iter().any(|g| g.matches(&sc.id))
-                    })
+                    .filter(|sc| globs.is_empty() || globs.iter().any(|g| g.matches(&sc.id)))
                     .map(|sc| sc.in_rings)
                     .sum()
             })
