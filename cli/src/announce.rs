@@ -27,10 +27,10 @@ pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Attached, what: &str)
     allow(dead_code)
 )]
 pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::path::Path) {
-    let _ = crate::bus::create_file(url_file).and_then(|mut f| {
+    if let Ok(mut f) = crate::bus::create_file(url_file) {
         use std::io::Write;
-        f.write_all(url.as_bytes())
-    });
+        let _ = f.write_all(url.as_bytes());
+    }
     println!("{url}");
     snapbus_bus::say!(
         "snapbus {verb}: serving {url} for bus '{}' (Ctrl-C to stop)",

@@ -161,22 +161,14 @@ pub(crate) fn error_chain(err: &anyhow::Error) -> String {
     line
 }
 
-/// The mode of every file the CLI writes (exports, the plotter's URL): bus data is private,
-/// like the sockets. `chmod` shares a file; the umask can only narrow this.
-pub(crate) const FILE_MODE: u32 = 0o600;
 /// The mode of every directory the CLI creates (csv and parquet exports).
 pub(crate) const DIR_MODE: u32 = 0o700;
 
-/// Creates `path` (or truncates it: an existing file keeps its mode) for writing, [`FILE_MODE`]
-/// if it is new.
-pub(crate) fn create_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .open(path)
+/// Creates `path` for writing, 0600, replacing a file of ours there by rename; never through
+/// a symlink, never another user's file (the one helper every output goes through:
+/// [`snapbus_consumers::output`]). The caller has refused an existing path without `--force`.
+pub(crate) fn create_file(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    Ok(snapbus_consumers::output::create(path, true)?)
 }
 
 /// Creates `dir` and its missing parents, [`DIR_MODE`].

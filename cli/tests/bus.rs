@@ -759,7 +759,7 @@ fn a_stopped_consumer_is_shown_stale_with_its_loss_and_lag() {
 
 /// A lane's memfd as the broker holds it, opened read-write through `/proc` (what a stray
 /// write or a bad DIMM could do to the ring).
-fn broker_lane_file(broker: u32) -> std::fs::File {
+pub(crate) fn broker_lane_file(broker: u32) -> std::fs::File {
     let fds = std::fs::read_dir(format!("/proc/{broker}/fd")).expect("broker fds");
     for e in fds.map_while(Result::ok) {
         let target = std::fs::read_link(e.path()).unwrap_or_default();
@@ -781,7 +781,7 @@ fn word_at(f: &std::fs::File, off: u64) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn set_word_at(f: &std::fs::File, off: u64, value: u64) {
+pub(crate) fn set_word_at(f: &std::fs::File, off: u64, value: u64) {
     use std::os::unix::fs::FileExt;
     f.write_all_at(&value.to_le_bytes(), off)
         .expect("write the lane");

@@ -429,18 +429,14 @@ struct Tick {
 /// Issue #15 item 4: 4 bytes overwritten in the middle of a recording of many chunks:
 /// `inspect`, `replay --print` and `export` skip the damaged chunk, say where it is and what it
 /// held, read every other record, and exit non-zero.
-#[test]
-fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
+/// Writes `n` `cli.tick` records (note: `i % 9` bytes) into `path`, in 4,000-byte chunks.
+pub(crate) fn write_ticks(path: &std::path::Path, n: u64) {
     use snapbus_schemas::{Snapshot as _, Wire as _};
-    let bus = TestBus::up();
-    let path = out_path("chunky.mcap");
     let mut opts = snapbus_consumers::recording::WriterOptions::new("recorder", "test");
     opts.chunk_bytes = 4000;
-    let mut w =
-        snapbus_consumers::recording::RecordingWriter::create(&path, &opts).expect("create");
+    let mut w = snapbus_consumers::recording::RecordingWriter::create(path, &opts).expect("create");
     let info = crate::util::producer_info(42, "ticker", 0xabc);
     let desc = std::sync::Arc::new(Tick::descriptor().clone());
-    let n = 2000u64;
     for i in 0..n {
         let payload = Tick {
             i,
@@ -452,6 +448,15 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         crate::util::write_record(&mut w, &info, &desc, (i, t), &payload);
     }
     w.finish().expect("finish");
+}
+
+#[test]
+fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
+    use snapbus_schemas::Wire as _;
+    let bus = TestBus::up();
+    let path = out_path("chunky.mcap");
+    let n = 2000u64;
+    write_ticks(&path, n);
     let mut bytes = std::fs::read(&path).expect("read");
     // Inside a chunk: in the payload of record 1000 (its note is 1000 % 9 = 1 long).
     let needle = Tick {
@@ -520,7 +525,7 @@ fn inspect_replay_and_export_skip_a_damaged_chunk_and_read_the_rest() {
         "{}",
         out.stderr
     );
-    out.assert_stderr_has("every other record");
+    out.assert_stderr_has("every record outside them was exported");
     let rows = std::fs::read_to_string(&exported).expect("export output");
     let records = rows.lines().filter(|l| l.contains("\"cli.tick\"")).count() as u64;
     assert_eq!(records, n - lost, "every other record is exported");
@@ -586,10 +591,21 @@ fn in_small_tmpfs(
     script: &str,
     kept: Option<&std::path::Path>,
 ) -> crate::util::Output {
+    in_tmpfs(bus, mnt, "64k", script, kept)
+}
+
+/// [`in_small_tmpfs`] with a tmpfs of `size` (`64k`, `4m`).
+pub(crate) fn in_tmpfs(
+    bus: &TestBus,
+    mnt: &str,
+    size: &str,
+    script: &str,
+    kept: Option<&std::path::Path>,
+) -> crate::util::Output {
     let mnt = out_path(mnt);
     let _ = std::fs::remove_dir_all(&mnt);
     std::fs::create_dir_all(&mnt).expect("mount point");
-    let script = format!("mount -t tmpfs -o size=64k tmpfs \"$1\" || exit 111\n{script}");
+    let script = format!("mount -t tmpfs -o size={size} tmpfs \"$1\" || exit 111\n{script}");
     let mut cmd = std::process::Command::new("unshare");
     cmd.args([
         "--mount",

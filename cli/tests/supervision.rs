@@ -345,8 +345,10 @@ fn a_consumer_that_exits_no_restart_is_not_restarted() {
     let file = tmp.join("r.mcap");
     let (id, pid) = attach_recorder(&bus, &file, &["--force"]);
     let _reaper = Reaper(vec![pid]);
-    // Its first restart writes into a full "disk" (/dev/full): ENOSPC, exit 78.
-    std::os::unix::fs::symlink("/dev/full", tmp.join("r-restart1.mcap")).expect("symlink");
+    // Its first restart cannot create its file (a directory is in the way: a failure a
+    // restart cannot fix, like a full disk): exit 78. (A symlink to /dev/full no longer does:
+    // output paths are replaced by rename, never written through a symlink.)
+    std::fs::create_dir(tmp.join("r-restart1.mcap")).expect("mkdir");
     kill9(pid);
     let mut status = String::new();
     wait_until("the recorder ended for good", WATCHDOG, || {

@@ -75,6 +75,7 @@ pub mod aggregator;
 pub mod fields;
 #[cfg(feature = "otlp")]
 pub mod otlp;
+pub mod output;
 #[cfg(feature = "plotter")]
 pub mod plotter;
 #[cfg(feature = "prometheus")]

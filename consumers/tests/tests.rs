@@ -10,4 +10,6 @@ mod otlp;
 mod plotter;
 #[cfg(feature = "recording")]
 mod recording;
+#[cfg(feature = "recording")]
+mod recording_fuzz;
 mod runtime;

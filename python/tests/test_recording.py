@@ -126,6 +126,52 @@ def test_a_damaged_chunk_is_skipped_and_reported(bus: Bus, tmp_path: Path) -> No
     assert rec.damage or rec.error, "the damage must be reported"
 
 
+def _chunks(data: bytes) -> list[tuple[int, int, int]]:
+    """The chunks of an MCAP file, from its top-level records: (start, end, messages), the
+    messages counted from the opcodes of the records inside each chunk."""
+    out = []
+    at = 8
+    while at + 9 <= len(data) and data[at] != 0x0F:  # up to the data end record
+        opcode, length = data[at], int.from_bytes(data[at + 1 : at + 9], "little")
+        end = at + 9 + length
+        if opcode == 0x06:
+            # start, end, uncompressed size (u64), CRC (u32), compression (u32 + ""), length.
+            r, n = at + 9 + 8 * 3 + 4 + 4 + 8, 0
+            while r < end:
+                n += data[r] == 0x05
+                r += 9 + int.from_bytes(data[r + 1 : r + 9], "little")
+            out.append((at, end, n))
+        at = end
+    return out
+
+
+def test_a_flipped_bit_in_the_first_chunk_costs_only_that_chunk(bus: Bus, tmp_path: Path) -> None:
+    """Issue #44 item 2: the first chunk declares the schemas and channels; one flipped bit in
+    it used to make every later record unreadable. Now only its records are missing (the
+    channels come from the summary at the end of the file), and the damage says how many."""
+    bus.cli(
+        "demo", "--no-echo", "--rate", "0", "--episodes", "4", "--steps", "100",
+        "--image", "64x64",
+    )  # fmt: skip
+    src = tmp_path / "big.mcap"
+    bus.cli("snapshot", "-o", str(src))
+    good = snapbus.open_recording(src)
+    total = sum(1 for _ in good)
+    assert good.complete and not good.damage
+    data = bytearray(src.read_bytes())
+    chunks = _chunks(bytes(data))
+    assert len(chunks) >= 2 and sum(c[2] for c in chunks) == total, (chunks, total)
+    first_start, first_end, first_records = chunks[0]
+    data[(first_start + first_end) // 2] ^= 0x10
+    bad = tmp_path / "flipped.mcap"
+    bad.write_bytes(bytes(data))
+    rec = snapbus.open_recording(bad)
+    read = sum(1 for _ in rec)
+    assert read == total - first_records, (read, total, first_records, rec.damage)
+    assert len(rec.damage) == 1, rec.damage
+    assert f"they held {first_records} records" in rec.damage[0], rec.damage
+
+
 def test_missing_and_non_recording_files_raise(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no recording at"):
         snapbus.open_recording(tmp_path / "missing.mcap")

@@ -172,7 +172,7 @@ struct Tally<'a> {
     /// Where reading stopped, if it did before the end.
     damage: Option<ReadError>,
     /// Damaged parts skipped.
-    skipped: u64,
+    skipped: crate::command::inspect::Skipped,
     /// The `snapbus.cut` record, if the writer failed.
     cut: Option<BTreeMap<String, String>>,
 }
@@ -188,7 +188,7 @@ impl<'a> Tally<'a> {
             losses: 0,
             bad: Undecodable::default(),
             damage: None,
-            skipped: 0,
+            skipped: crate::command::inspect::Skipped::default(),
             cut: None,
         }
     }
@@ -230,7 +230,7 @@ impl<'a> Tally<'a> {
                 }
                 Item::Damaged(d) => {
                     snapbus_bus::say!("snapbus export: {}: {d}", file.display());
-                    self.skipped += 1;
+                    self.skipped.add(&d);
                 }
             }
         }
@@ -330,12 +330,11 @@ impl<'a> Tally<'a> {
                 format!("{file} is damaged; the {exported} records before the damage were exported")
             });
         }
-        if self.skipped > 0 {
+        if self.skipped.parts > 0 {
             bail!(
-                "{file} is damaged: {} damaged {} skipped (see above); every other record was \
-                 exported",
-                self.skipped,
-                crate::command::inspect::parts_were(self.skipped)
+                "{file} is damaged: {} records were exported; {}",
+                self.exported,
+                self.skipped.line("exported")
             );
         }
         if let Some(c) = self.cut {
@@ -401,6 +400,12 @@ const NO_PARQUET: &str = "this snapbus was built without Parquet support \
 /// Refuses existing output unless `force`, refuses writing over the input, and creates the
 /// output directory.
 fn prepare_output(input: &Path, out: &Path, dir: bool, force: bool) -> anyhow::Result<()> {
+    if !dir {
+        // Absent, or (with --force) a file or symlink of ours: never another user's.
+        snapbus_consumers::output::check(out, force)?;
+    } else {
+        snapbus_consumers::output::check_dir(out)?;
+    }
     if let Ok(meta) = std::fs::metadata(out) {
         if !force {
             bail!(

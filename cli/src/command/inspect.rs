@@ -436,11 +436,12 @@ fn damage_error(path: &Path, c: Contents) -> anyhow::Result<()> {
         return Err(anyhow::anyhow!("{}: {e}", path.display()));
     }
     if let Some(d) = c.skipped.first() {
+        let mut skipped = Skipped::default();
+        c.skipped.iter().for_each(|d| skipped.add(d));
         anyhow::bail!(
-            "{}: {} damaged {} skipped (the first {d}); everything else was read",
+            "{}: {} (the first {d})",
             path.display(),
-            c.skipped.len(),
-            parts_were(c.skipped.len() as u64)
+            skipped.line("read")
         );
     }
     if let Some(cut) = c.cut {
@@ -452,6 +453,50 @@ fn damage_error(path: &Path, c: Contents) -> anyhow::Result<()> {
 /// "part was" or "parts were", for `n` damaged parts skipped (inspect's and export's errors).
 pub(crate) fn parts_were(n: u64) -> &'static str {
     if n == 1 { "part was" } else { "parts were" }
+}
+
+/// The damaged parts a reading command skipped, and the records in them as far as the file
+/// says (a damaged chunk's message indexes, the records of channels only a damaged part
+/// declared): what its closing error states, truthfully.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    pub(crate) parts: u64,
+    /// Records the skipped parts held, where the file says how many.
+    records: u64,
+    /// Parts whose records are not known (a range skipped to resynchronise).
+    unknown: u64,
+}
+
+impl Skipped {
+    pub(crate) fn add(&mut self, d: &snapbus_consumers::recording::Damage) {
+        self.parts += 1;
+        match d.held.as_ref().and_then(|h| h.records) {
+            Some(n) => self.records += n,
+            None => self.unknown += 1,
+        }
+    }
+
+    /// "N damaged parts were skipped: they held M records, which were not VERB (and K held
+    /// records not counted); every other record was VERB".
+    pub(crate) fn line(&self, verb: &str) -> String {
+        let mut s = format!(
+            "{} damaged {} skipped (see above): they held {} record{}, which {} not {verb}",
+            self.parts,
+            parts_were(self.parts),
+            self.records,
+            if self.records == 1 { "" } else { "s" },
+            if self.records == 1 { "was" } else { "were" },
+        );
+        if self.unknown > 0 {
+            s.push_str(&format!(
+                ", and {} skipped range{} held an unknown number of records",
+                self.unknown,
+                if self.unknown == 1 { "" } else { "s" }
+            ));
+        }
+        s.push_str(&format!("; every record outside them was {verb}"));
+        s
+    }
 }
 
 /// What a `snapbus.cut` record says.

@@ -63,11 +63,10 @@ impl BuiltinConsumer for RecordArgs {
         if self.rotate_mb == Some(0) {
             bail!("--rotate-mb must be at least 1");
         }
-        if !self.force && self.rotate_mb.is_none() && self.output.exists() {
-            bail!(
-                "{} exists; choose another path, or pass --force to overwrite it",
-                self.output.display()
-            );
+        if self.rotate_mb.is_none() {
+            // Absent, or (with --force) a file of ours: never another user's, nor a symlink
+            // they planted (the file is replaced by rename, never written through).
+            snapbus_consumers::output::check(&self.output, self.force)?;
         }
         let output = std::path::absolute(&self.output)
             .with_context(|| format!("resolving {}", self.output.display()))?;

@@ -17,7 +17,7 @@ use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::subscriber::Glob;
 use snapbus_consumers::recording::{CUT_METADATA, Item, RecordingReader};
 
-use crate::command::inspect::cut_line;
+use crate::command::inspect::{Skipped, cut_line};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 
 use crate::bus::{bus_dir, connect, globs, interrupted, message_json};
@@ -121,10 +121,11 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     }
     match failure {
         Some(e) => Err(e.context("the rest of the recording was not replayed")),
-        None if !summary.damaged.is_empty() => bail!(
-            "{} damaged part(s) skipped (see above); every other record was replayed",
-            summary.damaged.len()
-        ),
+        None if !summary.damaged.is_empty() => {
+            let mut skipped = Skipped::default();
+            summary.damaged.iter().for_each(|d| skipped.add(d));
+            bail!("{}", skipped.line("replayed"))
+        }
         None => match &summary.cut {
             Some(c) => bail!("the recording is incomplete: {}", cut_line(c)),
             None => Ok(()),
@@ -135,7 +136,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
 /// `--print`: JSON lines, no bus, no timing; each file in record-time order.
 fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    let mut skipped = 0u64;
+    let mut skipped = Skipped::default();
     let mut cut = None;
     for f in &args.files {
         for item in merge::items(f)? {
@@ -172,14 +173,14 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                 Item::Damaged(d) => {
                     out.flush()?;
                     snapbus_bus::say!("snapbus replay: {}: {d}", f.display());
-                    skipped += 1;
+                    skipped.add(&d);
                 }
             }
         }
     }
     out.flush()?;
-    if skipped > 0 {
-        bail!("{skipped} damaged part(s) skipped (see above); every other record was printed");
+    if skipped.parts > 0 {
+        bail!("{}", skipped.line("printed"));
     }
     if let Some(c) = cut {
         bail!("the recording is incomplete: {}", cut_line(&c));

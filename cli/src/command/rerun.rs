@@ -191,8 +191,10 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<()> {
         bail!("--endpoint is for --format otlp only");
     }
     std::fs::File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
-    if output.exists() && !args.force {
-        bail!("{} exists; use --force to overwrite it", output.display());
+    // Absent, or (with --force) a file of ours: never another user's, nor a symlink.
+    if snapbus_consumers::output::check(output, args.force)? {
+        // The bridge writes the file: it gets a fresh one, not the old one opened anew.
+        std::fs::remove_file(output).with_context(|| format!("replacing {}", output.display()))?;
     }
     let python = interpreter(args.python.as_deref())?;
     let mut bridge = vec![

@@ -4,18 +4,20 @@
 //! producer whose ring holds less than T of its past (its oldest record is younger than T,
 //! though it ran longer) is named in a warning, with the span its ring does hold.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::lane::now_realtime_nanos;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions};
-use snapbus_consumers::recording::WriterOptions;
+use snapbus_consumers::recording::{CUT_METADATA, Item, RecordingReader, WriterOptions};
 use snapbus_consumers::run as run_consumer;
 
-use snapbus_bus::client::{BusState, Census};
+use snapbus_bus::client::{BusClient, BusState, Census};
+use snapbus_bus::subscriber::Glob;
+use snapbus_consumers::RunSummary;
 
 use crate::bus::{bus_dir, connect, globs, no_schema_matches, schema_ids, unmatched_globs};
 use crate::cli::SnapshotArgs;
-use crate::command::record::{run_error, write_error};
+use crate::command::record::{is_permanent_write_error, run_error, write_error};
 
 pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let globs = globs(&args.schemas)?;
@@ -73,10 +75,14 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let lost = recorder.losses();
     let history_lost = recorder.history_losses();
     let finished = recorder.finish();
-    let summary = result.map_err(run_error)?;
-    let (_, messages) = finished
-        .map_err(write_error)
-        .context("finishing the snapshot")?;
+    let summary = match result.map_err(run_error) {
+        Err(e) if is_permanent_write_error(&e) => return Err(kept(e, &args.output)),
+        other => other?,
+    };
+    let (_, messages) = match finished.map_err(write_error) {
+        Err(e) if is_permanent_write_error(&e) => return Err(kept(e, &args.output)),
+        other => other.context("finishing the snapshot")?,
+    };
     let mut notes = Vec::new();
     if history_lost > 0 {
         notes.push(format!(
@@ -100,7 +106,84 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
         args.output.display()
     );
     debug_assert!(messages >= summary.delivered);
+    missed(&summary, &client, &opts.subscribe.globs, args)
+}
+
+/// Fails when the snapshot missed records: lanes it refused (their records are not in the file),
+/// or no record read although the rings hold records of the schemas asked for (without
+/// `--last`, which may rightly find none).
+fn missed(
+    summary: &RunSummary,
+    client: &BusClient,
+    globs: &[Glob],
+    args: &SnapshotArgs,
+) -> anyhow::Result<()> {
+    if summary.refused_lanes > 0 {
+        bail!(
+            "{} lane{} refused (named above): {} records are not in {}",
+            summary.refused_lanes,
+            if summary.refused_lanes == 1 {
+                " was"
+            } else {
+                "s were"
+            },
+            if summary.refused_lanes == 1 {
+                "its"
+            } else {
+                "their"
+            },
+            args.output.display()
+        );
+    }
+    if summary.delivered == 0 && args.last.is_none() {
+        // Nothing read: was there nothing to read? (Asked only now: a census reads every ring.)
+        let in_rings: u64 = client
+            .state_with(Census::Recent)
+            .map(|s| {
+                s.schemas
+                    .iter()
+                    .filter(|sc| globs.is_empty() || globs.iter().any(|g| g.matches(&sc.id)))
+                    .map(|sc| sc.in_rings)
+                    .sum()
+            })
+            .unwrap_or(0);
+        if in_rings > 0 {
+            bail!(
+                "the snapshot read no record, though the rings hold {in_rings} records of the \
+                 schemas asked for: {} holds none of them",
+                args.output.display()
+            );
+        }
+    }
     Ok(())
+}
+
+/// A snapshot whose write failed for good (a full disk): the error, with what the file kept
+/// (up to its last complete chunk) and what it could not write, read back from the file.
+fn kept(e: anyhow::Error, output: &std::path::Path) -> anyhow::Error {
+    let mut records = 0u64;
+    let mut unwritten = None;
+    if let Ok(f) = std::fs::File::open(output) {
+        for item in RecordingReader::new(std::io::BufReader::with_capacity(1 << 20, f))
+            .with_resync()
+            .map_while(Result::ok)
+        {
+            match item {
+                Item::Message(_) => records += 1,
+                Item::Metadata { name, fields } if name == CUT_METADATA => {
+                    unwritten = fields.get("unwritten").cloned();
+                }
+                _ => {}
+            }
+        }
+    }
+    let unwritten = unwritten.map_or_else(String::new, |n| {
+        format!("; {n} records read from the bus were not written")
+    });
+    e.context(format!(
+        "the snapshot was cut: {} keeps {records} records, up to its last complete chunk{unwritten}",
+        output.display()
+    ))
 }
 
 /// The producers whose rings hold less than the `last_secs` before `from_nanos` asked for,

@@ -121,17 +121,15 @@ fn open_csv(
     };
     let path = dir.join(name);
     let header = layout.csv_header();
-    let existing = File::open(&path).ok().and_then(|f| {
+    // Never through a symlink, never another user's file (`crate::output`).
+    let file = crate::output::append(&path).map_err(|e| e.to_string())?;
+    let existing = {
         let mut line = String::new();
-        BufReader::new(f).read_line(&mut line).ok()?;
-        Some(line)
-    });
-    let file = std::os::unix::fs::OpenOptionsExt::mode(
-        std::fs::OpenOptions::new().create(true).append(true),
-        0o600,
-    )
-    .open(&path)
-    .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        BufReader::new(&file)
+            .read_line(&mut line)
+            .ok()
+            .map(|_| line)
+    };
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(file);

@@ -10,6 +10,7 @@ use mcap::records::{MessageHeader, Metadata};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 use thiserror::Error;
 
+use crate::output::OutputError;
 use crate::runtime::{Producer, RecordHeader};
 
 use super::{
@@ -31,6 +32,9 @@ pub enum WriteError {
     /// The file exists and overwriting was not asked for.
     #[error("{0} exists; choose another path, or pass --force to overwrite it")]
     Exists(PathBuf),
+    /// The path is not ours to write (another user's file or symlink, a directory).
+    #[error(transparent)]
+    Refused(OutputError),
     /// Writing to the file failed (disk full, quota exceeded, read-only file system, …).
     #[error("writing {path}: {error}")]
     Io {
@@ -70,7 +74,7 @@ impl WriteError {
             WriteError::Create { source, .. } | WriteError::Io { error: source, .. } => {
                 is_permanent_io(source)
             }
-            WriteError::Exists(_) => true,
+            WriteError::Exists(_) | WriteError::Refused(_) => true,
             WriteError::Mcap { .. } => false,
             WriteError::Failed { permanent, .. } => *permanent,
         }
@@ -176,6 +180,10 @@ pub struct RecordingWriter {
     last: Option<(ChannelKey, u16)>,
     messages: u64,
     approx_bytes: u64,
+    /// [`WriterOptions::chunk_bytes`].
+    chunk_bytes: u64,
+    /// Bytes of the records in the chunk being built.
+    chunk_fill: u64,
     /// File length and messages after the last successful flush.
     good_len: u64,
     good_messages: u64,
@@ -193,27 +201,17 @@ pub const HISTORY_METADATA: &str = "snapbus.history";
 impl RecordingWriter {
     /// Creates `path` and writes the MCAP header and the `snapbus.recording` metadata.
     pub fn create(path: &Path, opts: &WriterOptions) -> Result<RecordingWriter, WriteError> {
-        let mut open = std::fs::OpenOptions::new();
-        // Bus data is private, like the sockets: 0600 (a file overwritten keeps its mode).
-        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
-        open.write(true);
-        if opts.overwrite {
-            open.create(true).truncate(true);
-        } else {
-            open.create_new(true);
-        }
-        let create_err = |e: std::io::Error| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                WriteError::Exists(path.to_owned())
-            } else {
-                WriteError::Create {
-                    path: path.to_owned(),
-                    source: e,
-                }
-            }
-        };
-        let file = open.open(path).map_err(create_err)?;
-        let twin = file.try_clone().map_err(create_err)?;
+        // Private (0600), never through a symlink nor into another user's file; `overwrite`
+        // replaces a file of ours by rename (see `crate::output`).
+        let file = crate::output::create(path, opts.overwrite).map_err(|e| match e {
+            OutputError::Exists(p) => WriteError::Exists(p),
+            OutputError::Io { path, source } => WriteError::Create { path, source },
+            e => WriteError::Refused(e),
+        })?;
+        let twin = file.try_clone().map_err(|source| WriteError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
         // Chunks are built in memory and written whole: a killed writer leaves complete chunks
         // (and at most one partly written one at the end), never a chunk header that promises
         // data that is not there.
@@ -237,6 +235,8 @@ impl RecordingWriter {
             last: None,
             messages: 0,
             approx_bytes: 64,
+            chunk_bytes: opts.chunk_bytes.max(1),
+            chunk_fill: 0,
             good_len: 0,
             good_messages: 0,
             unflushed_nanos: None,
@@ -303,6 +303,8 @@ impl RecordingWriter {
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 8)
                 .sum::<usize>() as u64;
+        // A metadata record ends the chunk being built.
+        self.chunk_fill = 0;
         self.with_mcap(|m| {
             m.write_metadata(&Metadata {
                 name: name.into(),
@@ -385,6 +387,8 @@ impl RecordingWriter {
         }
         let data = schema.to_canonical_bytes();
         self.approx_bytes += 32 + data.len() as u64;
+        self.chunk_fill +=
+            9 + 2 + 12 + (schema.id().len() + SCHEMA_ENCODING.len() + data.len()) as u64;
         let id = self.with_mcap(|m| m.add_schema(schema.id(), SCHEMA_ENCODING, &data))?;
         self.schemas.insert(key, id);
         Ok(id)
@@ -419,6 +423,7 @@ impl RecordingWriter {
             meta.insert("emitter".into(), e.to_owned());
         }
         self.approx_bytes += 160;
+        self.chunk_fill += channel_record_bytes(schema.id(), &meta);
         let id =
             self.with_mcap(|m| m.add_channel(schema_id, schema.id(), MESSAGE_ENCODING, &meta))?;
         self.channels.insert(key, id);
@@ -482,6 +487,14 @@ impl RecordingWriter {
         }
         // Record header (9) + message header (22) + message index entry (16).
         self.approx_bytes += payload.len() as u64 + 47;
+        self.chunk_fill += 9 + 22 + payload.len() as u64;
+        if self.chunk_fill > self.chunk_bytes {
+            // A full chunk (where the MCAP writer would end it before the next message): hand
+            // it to the file now, so that a write that fails later (a full disk) cuts the file
+            // back to here, not to where the caller last flushed (a snapshot flushes only at
+            // its end).
+            self.flush()?;
+        }
         Ok(())
     }
 
@@ -504,6 +517,7 @@ impl RecordingWriter {
                 meta.insert("lane_id".into(), format!("{:016x}", producer.lane_id));
                 meta.insert("producer".into(), producer.name.to_owned());
                 meta.insert("pid".into(), producer.pid.to_string());
+                self.chunk_fill += channel_record_bytes(desc.id(), &meta);
                 let id = self
                     .with_mcap(|m| m.add_channel(schema_id, desc.id(), MESSAGE_ENCODING, &meta))?;
                 self.loss_channels.insert(producer.lane_id, id);
@@ -524,6 +538,7 @@ impl RecordingWriter {
     /// this process loses nothing written so far.
     pub fn flush(&mut self) -> Result<(), WriteError> {
         self.with_mcap(|m| m.flush())?;
+        self.chunk_fill = 0;
         if let Ok(m) = self.file.metadata() {
             self.good_len = m.len();
             self.good_messages = self.messages;
@@ -616,6 +631,13 @@ impl RecordingWriter {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The bytes of a channel record of `topic` with `meta` (for [`RecordingWriter`]'s
+/// `chunk_fill`): record header, ids, topic, encoding, metadata map.
+fn channel_record_bytes(topic: &str, meta: &BTreeMap<String, String>) -> u64 {
+    let map: usize = meta.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+    (9 + 2 + 2 + 4 + topic.len() + 4 + MESSAGE_ENCODING.len() + 4 + map) as u64
 }
 
 fn mcap_error(path: &Path, e: mcap::McapError) -> WriteError {

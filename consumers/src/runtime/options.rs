@@ -94,6 +94,9 @@ pub struct RunSummary {
     /// cut short by a second signal, or was off): lost to this consumer. Zero when it read
     /// everything up to the stop, and when it never was told to stop.
     pub unread_bytes: u64,
+    /// Lanes refused (their header or catalog did not validate) and not read: their records
+    /// are not among those delivered (each was named on stderr when it was refused).
+    pub refused_lanes: u64,
 }
 
 /// See [`RunSummary`].

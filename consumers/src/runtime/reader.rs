@@ -395,6 +395,7 @@ impl Control {
             } else {
                 0
             },
+            refused_lanes: sub.refused_lanes().len() as u64,
         };
         self.ended = Some(summary);
         summary

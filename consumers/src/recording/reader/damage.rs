@@ -5,10 +5,19 @@ use std::io::Read;
 use std::sync::Arc;
 
 use mcap::sans_io::LinearReader;
+use snapbus_schemas::SchemaDescriptor;
 
+use super::records::{channel_entry, schema_entry};
 use super::{
-    Damage, Held, Item, READ_PIECE, RECORD_LIMIT, RecordingReader, SeekFn, linear_options,
+    Channels, Damage, Held, Item, READ_PIECE, RECORD_LIMIT, RecordingReader, Schemas, SeekFn,
+    linear_options,
 };
+
+/// The footer record (opcode, length, summary start, summary offset start, summary CRC) and
+/// the end magic: the last bytes of a finished file.
+const FOOTER_TAIL: u64 = 1 + 8 + 8 + 8 + 4 + 8;
+/// Largest summary section loaded to find channels declared in damaged parts.
+const SUMMARY_LIMIT: u64 = 256 << 20;
 
 /// Bytes of a chunk record before its records: opcode, length, start and end time,
 /// uncompressed size, CRC, compression (empty), records length.
@@ -45,15 +54,22 @@ impl<R: Read> RecordingReader<R> {
             self.pending.push_back(Item::Damaged(d));
         }
         if self.done {
-            if let Some((offset, n)) = self.orphans.take() {
+            if let Some(o) = self.orphans.take() {
                 self.pending.push_back(Item::Damaged(Damage {
-                    offset,
+                    offset: o.offset,
                     len: 0,
                     error: format!(
-                        "{n} records from this offset on belong to channels declared in a \
-                         damaged part of the file: they cannot be decoded"
+                        "{} records from this offset on belong to channels declared only in a \
+                         damaged part of the file (and not in a summary at its end): they \
+                         cannot be decoded",
+                        o.records
                     ),
-                    held: None,
+                    held: Some(Held {
+                        first_nanos: o.first_nanos,
+                        last_nanos: o.last_nanos,
+                        records: Some(o.records),
+                        channels: Vec::new(),
+                    }),
                 }));
             }
         }
@@ -87,11 +103,17 @@ impl<R: Read> RecordingReader<R> {
     /// Damage at `at` that breaks the framing: with a seekable source, go on at the next intact
     /// chunk and report the bytes in between; `false` if there is none (or no seeking).
     pub(super) fn resync(&mut self, at: u64, why: &str) -> bool {
-        if !self.format_checked || self.data_ended {
+        // Also before the recording metadata was read (damage to the header or to it): the
+        // chunks after it are still read, and their channels say whether this is a recording.
+        if !self.started || self.data_ended {
             return false;
         }
         let Some(seek) = self.seek else { return false };
-        let Some(next) = self.find_chunk(seek, at + 1) else {
+        // From the start of the record before `at` when there is one: a damaged length of
+        // that record (a message index, metadata) can have carried the reader past intact
+        // chunks to `at`.
+        let before = self.last_at.filter(|&l| l < at);
+        let Some(next) = self.find_chunk(seek, before.unwrap_or(at) + 1) else {
             // The search moved the source: put it back where reading stopped, so the caller
             // reports the damage at `at` and reads nothing from elsewhere. (Fuzzer finding:
             // without this, reading went on from where the search left off, and parts past
@@ -107,12 +129,15 @@ impl<R: Read> RecordingReader<R> {
         self.pending.clear();
         self.end_damage();
         self.damaged = true;
+        // Chunks between that record and `at`: the damage starts at that record.
+        let from = before.filter(|_| next < at).unwrap_or(at);
         self.damage = Some(Damage {
-            offset: at,
-            len: next - at,
+            offset: from,
+            len: next.saturating_sub(from),
             error: format!("{why}; reading goes on with the next intact chunk"),
             held: None,
         });
+        self.last_at = None;
         self.lin = LinearReader::new_with_options(linear_options().with_skip_start_magic(true));
         self.offset = next;
         self.fed = next;
@@ -196,4 +221,105 @@ impl<R: Read> RecordingReader<R> {
         *held.records.get_or_insert(0) += n;
         held.channels.push((id, channel, n));
     }
+
+    /// The channel `id` as the summary section at the end of the file declares it (loaded
+    /// once; none without seeking, a summary, or with one that fails its CRC).
+    pub(super) fn summary_channel(&mut self, id: u16) -> Option<Arc<super::ChannelInfo>> {
+        match self.summary().1.get(&id)? {
+            Ok(c) => Some(Arc::clone(c)),
+            Err(_) => None,
+        }
+    }
+
+    /// The schema `id` as the summary section declares it (see [`Self::summary_channel`]).
+    pub(super) fn summary_schema(&mut self, id: u16) -> Option<Arc<SchemaDescriptor>> {
+        match self.summary().0.get(&id)? {
+            Ok(s) => Some(Arc::clone(s)),
+            Err(_) => None,
+        }
+    }
+
+    /// The summary's schemas and channels, loaded the first time.
+    fn summary(&mut self) -> &(Schemas, Channels) {
+        if self.summary.is_none() {
+            let loaded = match self.seek {
+                Some(seek) => {
+                    let loaded = self.load_summary(seek).unwrap_or_default();
+                    // Back to where reading is.
+                    if seek(&mut self.src, std::io::SeekFrom::Start(self.fed)).is_err() {
+                        self.done = true;
+                    }
+                    loaded
+                }
+                None => (Schemas::new(), Channels::new()),
+            };
+            self.summary = Some(loaded);
+        }
+        self.summary.get_or_insert_default()
+    }
+
+    /// The schema and channel records of the summary section, if the footer points to one and
+    /// its CRC matches (a damaged summary is not trusted: it could name wrong schemas).
+    fn load_summary(&mut self, seek: SeekFn<R>) -> Option<(Schemas, Channels)> {
+        let end = seek(&mut self.src, std::io::SeekFrom::End(0)).ok()?;
+        let footer_at = end.checked_sub(FOOTER_TAIL)?;
+        seek(&mut self.src, std::io::SeekFrom::Start(footer_at)).ok()?;
+        let mut tail = [0u8; FOOTER_TAIL as usize];
+        if read_full(&mut self.src, &mut tail).ok()? != tail.len()
+            || tail[0] != mcap::records::op::FOOTER
+            || u64_at(&tail, 1) != 20
+            || tail[29..] != mcap::MAGIC[..]
+        {
+            return None;
+        }
+        let start = u64_at(&tail, 9);
+        let crc = u32_at(&tail, 25);
+        if start == 0 || start >= footer_at || footer_at - start > SUMMARY_LIMIT {
+            return None;
+        }
+        seek(&mut self.src, std::io::SeekFrom::Start(start)).ok()?;
+        let mut summary = vec![0u8; usize::try_from(footer_at - start).ok()?];
+        if read_full(&mut self.src, &mut summary).ok()? != summary.len() {
+            return None;
+        }
+        let mut h = crc32fast::Hasher::new();
+        h.update(&summary);
+        h.update(&tail[..25]);
+        if crc == 0 || h.finalize() != crc {
+            return None;
+        }
+        Some(summary_channels(&summary))
+    }
+}
+
+/// The schemas and channels that the schema and channel records of a summary section declare.
+fn summary_channels(mut rest: &[u8]) -> (Schemas, Channels) {
+    use mcap::records::op;
+    let mut schemas = Schemas::new();
+    let mut channels = Channels::new();
+    while rest.len() >= 9 {
+        let opcode = rest[0];
+        let Some(body) = usize::try_from(u64_at(rest, 1))
+            .ok()
+            .and_then(|n| rest.get(9..9usize.checked_add(n)?))
+        else {
+            break;
+        };
+        rest = &rest[9 + body.len()..];
+        // Only these two are parsed (`mcap::parse_record` panics on some damaged others).
+        if !matches!(opcode, op::SCHEMA | op::CHANNEL) {
+            continue;
+        }
+        match mcap::parse_record(opcode, body) {
+            Ok(mcap::records::Record::Schema { header, data }) => {
+                schemas.insert(header.id, schema_entry(&header, &data));
+            }
+            Ok(mcap::records::Record::Channel(c)) => {
+                let (id, info) = channel_entry(&schemas, c);
+                channels.insert(id, info);
+            }
+            _ => {}
+        }
+    }
+    (schemas, channels)
 }

@@ -41,8 +41,8 @@ pub struct RecordingReader<R: Read> {
     /// Bytes fed to the reader so far.
     fed: u64,
     pending: VecDeque<Item>,
-    schemas: HashMap<u16, Result<Arc<SchemaDescriptor>, String>>,
-    channels: HashMap<u16, Result<Arc<ChannelInfo>, String>>,
+    schemas: Schemas,
+    channels: Channels,
     done: bool,
     complete: bool,
     format_checked: bool,
@@ -57,14 +57,34 @@ pub struct RecordingReader<R: Read> {
     /// Damage was reported.
     damaged: bool,
     /// Messages of channels that no record declared, after damage (declared in a damaged
-    /// chunk): (first offset, count).
-    orphans: Option<(u64, u64)>,
+    /// chunk, and not in the summary).
+    orphans: Option<Orphans>,
+    /// The schemas and channels the summary section declares (loaded when a damaged part
+    /// may have declared one in use; empty when the file has no usable summary).
+    summary: Option<(Schemas, Channels)>,
     /// The error to return once the pending items are delivered.
     deferred: Option<ReadError>,
     /// Seeks the source (set by [`RecordingReader::with_resync`]).
     seek: Option<SeekFn<R>>,
+    /// Where the last top-level record the reader framed starts: when the framing breaks
+    /// after it, its length may be what is damaged (resynchronising searches from there).
+    last_at: Option<u64>,
     /// The data end record was read: what follows is the summary.
     data_ended: bool,
+}
+
+/// Schemas by MCAP id: the descriptor, or why it cannot be used.
+type Schemas = HashMap<u16, Result<Arc<SchemaDescriptor>, String>>;
+/// Channels by MCAP id: the channel, or why it cannot be used.
+type Channels = HashMap<u16, Result<Arc<ChannelInfo>, String>>;
+
+/// Records of channels that only a damaged part of the file declared: where the first is,
+/// how many, and their time range.
+struct Orphans {
+    offset: u64,
+    records: u64,
+    first_nanos: u64,
+    last_nanos: u64,
 }
 
 /// Seeks a source; returns the new position.
@@ -135,6 +155,8 @@ impl<R: Read> RecordingReader<R> {
             damage: None,
             damaged: false,
             orphans: None,
+            summary: None,
+            last_at: None,
             deferred: None,
             seek: None,
             data_ended: false,
@@ -166,8 +188,9 @@ impl<R: Read> RecordingReader<R> {
     fn at_end(&mut self, at: u64) -> Step {
         self.done = true;
         self.end_damage();
-        if self.format_checked {
-            // The queued items are delivered, then the iterator ends.
+        if self.format_checked || self.damaged {
+            // The queued items are delivered, then the iterator ends. (A file whose first
+            // records are damaged is read as a recording: its channels say whether it is one.)
             return Step::Go;
         }
         Step::Stop(ReadError {
@@ -206,7 +229,18 @@ impl<R: Read> RecordingReader<R> {
     /// section's CRC, then taken.
     fn on_record(&mut self, at: u64, opcode: u8, data: &[u8]) -> Step {
         self.offset += 9 + data.len() as u64;
+        self.last_at = Some(at);
+        if opcode == mcap::records::op::MESSAGE_INDEX
+            && data.get(2..6).is_none_or(|n| {
+                data.len() as u64 != 6 + u64::from(u32::from_le_bytes([n[0], n[1], n[2], n[3]]))
+            })
+        {
+            // Its length field is damaged: it may have swallowed the chunks after it.
+            let why = "a message index's length field disagrees with its entries".to_owned();
+            return self.resync_or(at, why);
+        }
         if !self.format_checked
+            && !self.damaged
             && !matches!(
                 opcode,
                 mcap::records::op::HEADER | mcap::records::op::METADATA
@@ -288,10 +322,9 @@ impl<R: Read> RecordingReader<R> {
                 return Step::Go;
             }
             Err(e) => {
-                return Step::Stop(ReadError {
-                    offset: at,
-                    kind: ReadErrorKind::Corrupt(format!("record 0x{opcode:02x}: {e}")),
-                });
+                // Its length is intact (the reader framed it): skip it as damage.
+                self.skip_chunk(at, len, format!("record 0x{opcode:02x}: {e}"), None);
+                return Step::Go;
             }
         };
         // A chunk's time range, and whether its length agrees with its header (if not, its
@@ -303,6 +336,23 @@ impl<R: Read> RecordingReader<R> {
             )),
             _ => None,
         };
+        if let Record::Chunk {
+            header,
+            data: records,
+        } = &record
+        {
+            // start and end time, uncompressed size, CRC, compression, records length, records.
+            let framed = 8 * 3 + 4 + 4 + header.compression.len() + 8 + records.len();
+            if framed != data.len() {
+                // Its length field is damaged (longer than the chunk: the bytes after it are
+                // the next chunks): go on at the next intact chunk after its start.
+                let why = format!(
+                    "a chunk's length field says {} bytes, its header {framed}",
+                    data.len()
+                );
+                return self.resync_or(at, why);
+            }
+        }
         let Err(e) = self.take_record(record, at) else {
             return Step::Go;
         };

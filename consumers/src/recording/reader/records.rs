@@ -9,7 +9,7 @@ use snapbus_bus::Level;
 use snapbus_schemas::{SchemaDescriptor, Snapshot, decode_versioned};
 
 use super::types::{ChannelInfo, Item, Message, ReadError, ReadErrorKind};
-use super::{MAGIC, RecordingReader, used};
+use super::{MAGIC, Orphans, RecordingReader, Schemas, used};
 use crate::recording::{
     FORMAT_VERSION, LossRecord, MESSAGE_ENCODING, RECORDING_METADATA, SCHEMA_ENCODING,
 };
@@ -97,21 +97,16 @@ impl<R: Read> RecordingReader<R> {
         let err = |kind| ReadError { offset: at, kind };
         match record {
             Record::Schema { header, data } => {
-                let schema = if header.encoding != SCHEMA_ENCODING {
-                    Err(format!(
-                        "schema {} '{}' has encoding '{}', not '{SCHEMA_ENCODING}': this is not \
-                         a snapbus recording",
-                        header.id, header.name, header.encoding
-                    ))
-                } else {
-                    SchemaDescriptor::from_canonical_bytes(&data)
-                        .map(Arc::new)
-                        .map_err(|e| format!("schema {} '{}': {e}", header.id, header.name))
-                };
-                self.schemas.insert(header.id, schema);
+                self.schemas.insert(header.id, schema_entry(&header, &data));
             }
             Record::Channel(c) => {
-                let info = self.channel(c);
+                if self.damaged && !self.schemas.contains_key(&c.schema_id) {
+                    // Its schema was declared in a damaged part: the summary may have it.
+                    if let Some(s) = self.summary_schema(c.schema_id) {
+                        self.schemas.insert(c.schema_id, Ok(s));
+                    }
+                }
+                let info = channel_entry(&self.schemas, c);
                 self.last_channel = None;
                 self.channels.insert(info.0, info.1);
             }
@@ -229,11 +224,27 @@ impl<R: Read> RecordingReader<R> {
                     Arc::clone(c)
                 }
                 Some(Err(why)) => return Err(err(ReadErrorKind::NotSnapbus(why.clone()))),
-                None if self.damaged => {
-                    // Declared in a damaged chunk: counted, reported at the end.
-                    self.orphans.get_or_insert((at, 0)).1 += 1;
-                    return Ok(());
-                }
+                None if self.damaged => match self.summary_channel(channel_id) {
+                    // Declared in a damaged chunk, and in the summary at the end of the file.
+                    Some(c) => {
+                        self.channels.insert(channel_id, Ok(Arc::clone(&c)));
+                        self.last_channel = Some(Arc::clone(&c));
+                        c
+                    }
+                    None => {
+                        // Declared only in a damaged chunk: counted, reported at the end.
+                        let o = self.orphans.get_or_insert(Orphans {
+                            offset: at,
+                            records: 0,
+                            first_nanos: t_nanos,
+                            last_nanos: t_nanos,
+                        });
+                        o.records += 1;
+                        o.first_nanos = o.first_nanos.min(t_nanos);
+                        o.last_nanos = o.last_nanos.max(t_nanos);
+                        return Ok(());
+                    }
+                },
                 None => {
                     return Err(err(ReadErrorKind::Corrupt(format!(
                         "a message names channel {channel_id}, which was not declared before it"
@@ -260,48 +271,70 @@ impl<R: Read> RecordingReader<R> {
         }
         Ok(())
     }
+}
 
-    fn channel(&self, c: mcap::records::Channel) -> (u16, Result<Arc<ChannelInfo>, String>) {
-        let id = c.id;
-        let schema = match self.schemas.get(&c.schema_id) {
-            Some(Ok(s)) => Arc::clone(s),
-            Some(Err(why)) => return (id, Err(why.clone())),
-            None => {
-                return (
-                    id,
-                    Err(format!(
-                        "channel {id} '{}' names schema {}, which was not declared before it",
-                        c.topic, c.schema_id
-                    )),
-                );
-            }
-        };
-        if c.message_encoding != MESSAGE_ENCODING {
+/// A schema record's entry in a schema table: the descriptor, or why it cannot be used.
+pub(super) fn schema_entry(
+    header: &mcap::records::SchemaHeader,
+    data: &[u8],
+) -> Result<Arc<SchemaDescriptor>, String> {
+    if header.encoding != SCHEMA_ENCODING {
+        return Err(format!(
+            "schema {} '{}' has encoding '{}', not '{SCHEMA_ENCODING}': this is not a snapbus \
+         recording",
+            header.id, header.name, header.encoding
+        ));
+    }
+    SchemaDescriptor::from_canonical_bytes(data)
+        .map(Arc::new)
+        .map_err(|e| format!("schema {} '{}': {e}", header.id, header.name))
+}
+
+/// A channel record's entry in a channel table (its schema from `schemas`): its id, and the
+/// channel or why it cannot be used.
+pub(super) fn channel_entry(
+    schemas: &Schemas,
+    c: mcap::records::Channel,
+) -> (u16, Result<Arc<ChannelInfo>, String>) {
+    let id = c.id;
+    let schema = match schemas.get(&c.schema_id) {
+        Some(Ok(s)) => Arc::clone(s),
+        Some(Err(why)) => return (id, Err(why.clone())),
+        None => {
             return (
                 id,
                 Err(format!(
-                    "channel {id} '{}' has message encoding '{}', not '{MESSAGE_ENCODING}'",
-                    c.topic, c.message_encoding
+                    "channel {id} '{}' names schema {}, which was not declared before it",
+                    c.topic, c.schema_id
                 )),
             );
         }
-        let get = |k: &str| c.metadata.get(k);
-        let is_loss = schema.id() == LossRecord::SCHEMA_ID;
-        let info = ChannelInfo {
+    };
+    if c.message_encoding != MESSAGE_ENCODING {
+        return (
             id,
-            producer_id: get("producer_id").and_then(|v| v.parse().ok()).unwrap_or(0),
-            lane_id: get("lane_id").and_then(|v| u64::from_str_radix(v, 16).ok()),
-            producer: get("producer").cloned().unwrap_or_default(),
-            pid: get("pid").and_then(|v| v.parse().ok()).unwrap_or(0),
-            emitter: get("emitter").cloned(),
-            level: get("level")
-                .and_then(|v| v.parse().ok())
-                .and_then(Level::from_u8)
-                .unwrap_or(Level::INFO),
-            is_loss,
-            schema,
-            metadata: c.metadata,
-        };
-        (id, Ok(Arc::new(info)))
+            Err(format!(
+                "channel {id} '{}' has message encoding '{}', not '{MESSAGE_ENCODING}'",
+                c.topic, c.message_encoding
+            )),
+        );
     }
+    let get = |k: &str| c.metadata.get(k);
+    let is_loss = schema.id() == LossRecord::SCHEMA_ID;
+    let info = ChannelInfo {
+        id,
+        producer_id: get("producer_id").and_then(|v| v.parse().ok()).unwrap_or(0),
+        lane_id: get("lane_id").and_then(|v| u64::from_str_radix(v, 16).ok()),
+        producer: get("producer").cloned().unwrap_or_default(),
+        pid: get("pid").and_then(|v| v.parse().ok()).unwrap_or(0),
+        emitter: get("emitter").cloned(),
+        level: get("level")
+            .and_then(|v| v.parse().ok())
+            .and_then(Level::from_u8)
+            .unwrap_or(Level::INFO),
+        is_loss,
+        schema,
+        metadata: c.metadata,
+    };
+    (id, Ok(Arc::new(info)))
 }
