@@ -2,6 +2,7 @@
 
 mod aggregator;
 mod attach;
+mod big_bus;
 mod bus;
 mod demo;
 mod errors;
