@@ -1,4 +1,5 @@
-//! A big bus: `ls` of 2,000 producers and 5,000 schemas.
+//! A big bus: `ls` of 2,000 producers and 5,000 schemas, and filters past the documented
+//! bounds.
 //!
 //! The 2,000 producers are 2,000 publishers of this test process, each with its own lane,
 //! catalog and connection to the broker, exactly as 2,000 processes would have: the broker
@@ -97,4 +98,68 @@ fn ls_answers_for_2000_producers_and_5000_schemas() {
         text.stdout.len()
     );
     drop(publishers);
+}
+
+#[test]
+fn filters_past_the_bounds_are_refused_and_a_valid_one_is_kept() {
+    let bus = TestBus::up();
+    // 300 directives: past the count bound, well under the length bound.
+    let many: Vec<String> = (0..300).map(|i| format!("t{i}=debug")).collect();
+    let out = bus.run(&["filter", &many.join(",")]);
+    assert!(!out.status.success(), "300 directives accepted");
+    out.assert_stderr_has("at most 256");
+    // 20 KB in few directives: past the length bound.
+    let long = format!("warn,{}=debug", "a".repeat(20_000));
+    let out = bus.run(&["filter", &long]);
+    assert!(!out.status.success(), "a 20 KB filter accepted");
+    out.assert_stderr_has("at most 16384");
+    assert!(
+        out.stderr.len() < 1_000,
+        "the error quotes the whole filter: {} bytes",
+        out.stderr.len()
+    );
+    // The broker holds to the same bounds whoever asks.
+    let dir = BusDir::locate_in(&runtime_root(), &BusName::new(&bus.name).expect("name"));
+    let client = snapbus_bus::client::BusClient::connect(&dir).expect("client");
+    let err = client
+        .set_filter(&long)
+        .expect_err("the broker took a 20 KB filter");
+    assert!(err.to_string().contains("at most 16384"), "{err}");
+    // 250 directives: within both, kept and shown.
+    let ok: Vec<String> = (0..250).map(|i| format!("t{i}=debug")).collect();
+    let out = bus.run(&["filter", &ok.join(",")]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        bus.ls()["filter"]
+            .as_str()
+            .is_some_and(|f| f.contains("t249=debug"))
+    );
+}
+
+/// A bus filter stored past the bounds (by an older release: 150 KB were seen) is dropped when
+/// the next broker loads the state file, saying so in its log.
+#[test]
+fn a_stored_filter_past_the_bounds_is_dropped_at_up() {
+    let bus = crate::util::unique_bus();
+    let dir = BusDir::locate_in(&runtime_root(), &BusName::new(&bus).expect("name"));
+    dir.create().expect("bus dir");
+    let filter = format!("warn,{}=debug", "a".repeat(150_000));
+    // The state file (postcard): format 3, next id 1, the filter, no supervised consumers.
+    let mut state = vec![3u8, 1];
+    let mut len = filter.len();
+    while len >= 0x80 {
+        state.push((len as u8) | 0x80);
+        len >>= 7;
+    }
+    state.push(len as u8);
+    state.extend_from_slice(filter.as_bytes());
+    state.push(0);
+    std::fs::write(dir.path().join("broker.state"), &state).expect("state file");
+    let bus = TestBus { name: bus };
+    let out = bus.run(&["up"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    let kept = bus.ls()["filter"].as_str().map(str::len);
+    assert_eq!(kept, Some(0), "the stored filter was kept (its length)");
+    let log = std::fs::read_to_string(dir.path().join("broker.log")).expect("broker.log");
+    assert!(log.contains("is dropped (the filter is"), "{log}");
 }
