@@ -17,3 +17,4 @@ mod recording;
 mod schemas;
 mod supervision;
 mod util;
+mod wide;
