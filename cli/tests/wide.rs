@@ -112,3 +112,33 @@ fn an_aggregator_whose_summary_cannot_fit_says_why_and_is_not_restarted() {
     let longest = log.lines().map(str::len).max().unwrap_or(0);
     assert!(longest <= 1_000, "a log line of {longest} bytes");
 }
+
+/// The plotter plots the first 1,024 leaves of a 65,536-leaf schema and says what it cut, in
+/// `ls` (before: a series per leaf, 1,427 MB after 581 records at 20 Hz).
+#[test]
+fn the_plotter_bounds_the_series_of_a_wide_schema_and_says_what_it_cut() {
+    let bus = TestBus::up();
+    let _plot = bus.spawn("plot", &["plot", "--port", "0", "--schema", "wide.*"]);
+    let plotter = || {
+        bus.consumer_where(|c| c["info"]["kind"] == "plotter")
+            .unwrap_or_default()
+    };
+    wait_until("the plotter subscribed", WATCHDOG, || {
+        plotter()["status"] == "running"
+    });
+    let p = publisher(&bus, "wide", 16 << 20);
+    emit(&p, &wide_schema(), &vec![0u8; 65_536 * 4], 20);
+    wait_until(
+        "the plotter read every record and said what it cut",
+        WATCHDOG,
+        || {
+            let c = plotter();
+            c["delivered"] == 20 && c["board"]["cut.leaves"].as_u64().is_some()
+        },
+    );
+    let board = &plotter()["board"];
+    assert_eq!(board["series"], 1_024, "{board}");
+    assert_eq!(board["cut.leaves"], 65_536 - 1_024, "{board}");
+    assert_eq!(board["cut.dynamic_values"], 0, "{board}");
+    assert_eq!(board["points_per_series"], 9_765, "{board}");
+}
