@@ -142,3 +142,63 @@ fn the_plotter_bounds_the_series_of_a_wide_schema_and_says_what_it_cut() {
     assert_eq!(board["cut.dynamic_values"], 0, "{board}");
     assert_eq!(board["points_per_series"], 9_765, "{board}");
 }
+
+/// `echo` of 16 MiB records (4 Mi f32 each) writes each as it decodes it: its peak resident
+/// memory (the kernel's count, `VmHWM`) stays within a bound that building the JSON tree of
+/// one record passes many times over (before: 1.2 GB).
+#[test]
+fn echo_of_16_mib_records_holds_no_json_tree() {
+    const RECORDS: usize = 3;
+    let bus = TestBus::up();
+    let desc = SchemaDescriptor::new(
+        "big.frame",
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new(
+                "samples",
+                TypeDesc::Array {
+                    len: 4 << 20,
+                    elem: Box::new(TypeDesc::F32),
+                },
+            )],
+        },
+    )
+    .expect("descriptor");
+    let p = publisher(&bus, "big", 128 << 20);
+    emit(&p, &desc, &vec![0u8; 16 << 20], RECORDS);
+    let out_path = runtime_root().join(format!("echo-{}.jsonl", bus.name));
+    let out = std::fs::File::create(&out_path).expect("output file");
+    let mut cmd = bus.cmd(&["echo", "big.*", "--from", "oldest"]);
+    cmd.stdout(out).stderr(std::process::Stdio::null());
+    let mut echo = cmd.spawn().expect("echo");
+    let lines = || {
+        std::fs::read(&out_path)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0)
+    };
+    wait_until("echo printed every record", WATCHDOG, || lines() == RECORDS);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", echo.id())).expect("status");
+    let _ = echo.kill();
+    let _ = echo.wait();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    let first = std::fs::read_to_string(&out_path).expect("output");
+    let first = first.lines().next().expect("a line");
+    let v: serde_json::Value = serde_json::from_str(first).expect("a JSON line");
+    assert_eq!(
+        v["payload"]["samples"].as_array().map(Vec::len),
+        Some(4 << 20)
+    );
+    let _ = std::fs::remove_file(&out_path);
+    // The lane's pages echo read (48 MiB) and a record's bytes count too; a JSON tree of one
+    // record alone is 4 Mi nodes of 32 bytes and more (over 128 MiB).
+    assert!(
+        peak_kib < 200 << 10,
+        "echo peaked at {} MiB",
+        peak_kib >> 10
+    );
+    eprintln!("echo peak resident: {} MiB", peak_kib >> 10);
+}
