@@ -30,6 +30,10 @@ const CATALOG_CONFIG: LaneConfig = LaneConfig {
     block_size: 64 << 10,
 };
 
+/// Largest schema descriptor (canonical bytes) a catalog holds: a catalog record must fit one
+/// frame of the catalog lane. About 10,000 fields with short names.
+pub const MAX_DESCRIPTOR_BYTES: usize = 120 << 10;
+
 /// One catalog record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 enum Entry {
@@ -50,6 +54,17 @@ pub enum CatalogError {
         used: u64,
         /// Capacity.
         capacity: u64,
+    },
+    /// A schema descriptor larger than [`MAX_DESCRIPTOR_BYTES`]: no catalog holds it.
+    #[error(
+        "schema {id}: its descriptor of {bytes} bytes is too large for a producer's catalog \
+         (at most {MAX_DESCRIPTOR_BYTES} bytes; fewer fields make it smaller)"
+    )]
+    TooLarge {
+        /// The schema id.
+        id: String,
+        /// The descriptor's canonical bytes.
+        bytes: usize,
     },
     /// The lane refused the record.
     #[error("catalog write failed: {0}")]
@@ -103,9 +118,16 @@ impl CatalogWriter {
         key: u16,
         descriptor: &SchemaDescriptor,
     ) -> Result<(), CatalogError> {
+        let bytes = descriptor.to_canonical_bytes();
+        if bytes.len() > MAX_DESCRIPTOR_BYTES {
+            return Err(CatalogError::TooLarge {
+                id: descriptor.id().to_owned(),
+                bytes: bytes.len(),
+            });
+        }
         self.append(&Entry::Schema {
             key,
-            descriptor: descriptor.to_canonical_bytes(),
+            descriptor: bytes,
         })
     }
 
@@ -237,5 +259,32 @@ mod tests {
             "every accepted entry is readable"
         );
         assert_eq!(c.damaged(), 0);
+    }
+
+    /// A descriptor larger than a catalog record can be is refused for that, saying its size
+    /// (before: "the catalog is full (64 of 1048576 bytes used)").
+    #[test]
+    fn a_descriptor_too_large_for_any_catalog_says_so() {
+        use snapbus_schemas::{Field, SchemaDescriptor, TypeDesc};
+        let inner: Vec<Field> = (0..4_000)
+            .map(|i| Field::new(format!("field_{i:04}"), TypeDesc::F64))
+            .collect();
+        let fields = (0..4)
+            .map(|i| {
+                Field::new(
+                    format!("part{i}"),
+                    TypeDesc::Struct {
+                        fields: inner.clone(),
+                    },
+                )
+            })
+            .collect();
+        let desc = SchemaDescriptor::new("wide", 1, TypeDesc::Struct { fields }).expect("desc");
+        let mut w = CatalogWriter::create().expect("catalog");
+        let err = w.add_schema(1, &desc).expect_err("accepted");
+        assert!(matches!(err, CatalogError::TooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("too large"), "{err}");
+        w.add_schema(2, DurationSample::descriptor())
+            .expect("a small schema still fits");
     }
 }

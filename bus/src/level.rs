@@ -9,6 +9,35 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
+/// Longest filter directive string (bytes) a producer, `snapbus filter` and the broker
+/// accept: hundreds of `target=level` directives fit; what is longer is a mistake (a file
+/// pasted in), and would be sent to every producer and shown by every `ls`.
+pub const MAX_FILTER_BYTES: usize = 16 << 10;
+/// Most directives (comma-separated items) in one filter.
+pub const MAX_FILTER_DIRECTIVES: usize = 256;
+
+/// Checks a filter directive string against [`MAX_FILTER_BYTES`] and
+/// [`MAX_FILTER_DIRECTIVES`] (its syntax is the parser's to check); `Err` says which bound it
+/// passes.
+pub fn check_filter_size(directives: &str) -> Result<(), String> {
+    if directives.len() > MAX_FILTER_BYTES {
+        return Err(format!(
+            "the filter is {} bytes long; at most {MAX_FILTER_BYTES} are accepted",
+            directives.len()
+        ));
+    }
+    let count = directives
+        .split(',')
+        .filter(|i| !i.trim().is_empty())
+        .count();
+    if count > MAX_FILTER_DIRECTIVES {
+        return Err(format!(
+            "the filter has {count} directives; at most {MAX_FILTER_DIRECTIVES} are accepted"
+        ));
+    }
+    Ok(())
+}
+
 /// The severity of a snapshot, ordered `TRACE < DEBUG < INFO < WARN < ERROR`. Displays as
 /// the upper-case name; parses any case (and `warning` for `WARN`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -97,46 +97,84 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// One event as the JSON object `echo` prints, serialized field by field: the payload is
+/// written as it is decoded, so a 16 MiB record costs its bytes and a write buffer, not a
+/// JSON tree of millions of nodes.
+#[derive(serde::Serialize)]
+struct EventJson<'a> {
+    schema: &'a str,
+    version: u32,
+    level: String,
+    t_nanos: u64,
+    producer: serde_json::Value,
+    target: serde_json::Value,
+    seq: u64,
+    payload: PayloadJson<'a>,
+}
+
 /// A payload as `echo` prints it: decoded (or the decode error), or with `raw` its hex.
-fn payload_json(schema: &SchemaDescriptor, bytes: &[u8], raw: bool) -> serde_json::Value {
-    if raw {
-        return serde_json::Value::String(hex(bytes));
-    }
-    match schema.decode(bytes) {
-        Ok(v) => v.to_json(),
-        Err(e) => json!({ "decode_error": e.to_string() }),
+enum PayloadJson<'a> {
+    Decoded(snapbus_schemas::Value<'a>),
+    Hex(String),
+    Error(String),
+}
+
+impl<'a> PayloadJson<'a> {
+    fn new(schema: &'a SchemaDescriptor, bytes: &'a [u8], raw: bool) -> PayloadJson<'a> {
+        if raw {
+            return PayloadJson::Hex(hex(bytes));
+        }
+        match schema.decode(bytes) {
+            Ok(v) => PayloadJson::Decoded(v),
+            Err(e) => PayloadJson::Error(e.to_string()),
+        }
     }
 }
 
-/// One record as the JSON object `echo` prints (`raw`: the payload as hex).
-pub(crate) fn record_json(r: &Record<'_>, raw: bool) -> serde_json::Value {
-    let payload = payload_json(r.schema, r.payload, raw);
-    json!({
-        "schema": r.schema.id(),
-        "version": r.meta.schema_version,
-        "level": level_name(r.meta.level),
-        "t_nanos": r.meta.t_nanos,
-        "producer": { "id": r.producer_id, "name": r.producer.name, "pid": r.producer.pid },
-        "target": r.emitter,
-        "seq": r.meta.seq,
-        "payload": payload,
-    })
+impl serde::Serialize for PayloadJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PayloadJson::Decoded(v) => v.as_json().serialize(s),
+            PayloadJson::Hex(h) => s.serialize_str(h),
+            PayloadJson::Error(e) => json!({ "decode_error": e }).serialize(s),
+        }
+    }
+}
+
+/// Writes one record as the JSON line `echo` prints (`raw`: the payload as hex).
+pub(crate) fn write_record_json(
+    out: &mut impl std::io::Write,
+    r: &Record<'_>,
+    raw: bool,
+) -> std::io::Result<()> {
+    let event = EventJson {
+        schema: r.schema.id(),
+        version: u32::from(r.meta.schema_version),
+        level: level_name(r.meta.level),
+        t_nanos: r.meta.t_nanos,
+        producer: json!({ "id": r.producer_id, "name": r.producer.name, "pid": r.producer.pid }),
+        target: json!(r.emitter),
+        seq: r.meta.seq,
+        payload: PayloadJson::new(r.schema, r.payload, raw),
+    };
+    serde_json::to_writer(&mut *out, &event)?;
+    out.write_all(b"\n")
 }
 
 /// One recorded message as the JSON object `echo` prints for a live record.
 pub(crate) fn message_json(m: &snapbus_consumers::recording::Message) -> serde_json::Value {
     let c = &m.channel;
-    let payload = payload_json(&c.schema, &m.data, false);
-    json!({
-        "schema": c.schema.id(),
-        "version": c.schema.version(),
-        "level": level_name(c.level.as_u8()),
-        "t_nanos": m.t_nanos,
-        "producer": { "id": c.producer_id, "name": c.producer, "pid": c.pid },
-        "target": c.emitter,
-        "seq": m.sequence,
-        "payload": payload,
-    })
+    let event = EventJson {
+        schema: c.schema.id(),
+        version: c.schema.version(),
+        level: level_name(c.level.as_u8()),
+        t_nanos: m.t_nanos,
+        producer: json!({ "id": c.producer_id, "name": c.producer, "pid": c.pid }),
+        target: json!(c.emitter),
+        seq: u64::from(m.sequence),
+        payload: PayloadJson::new(&c.schema, &m.data, false),
+    };
+    serde_json::to_value(event).unwrap_or_default()
 }
 
 /// An error and its causes on one line, `outer: cause: root cause` (what `{:#}` prints), but

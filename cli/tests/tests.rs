@@ -2,6 +2,7 @@
 
 mod aggregator;
 mod attach;
+mod big_bus;
 mod bus;
 mod demo;
 mod errors;
@@ -18,3 +19,4 @@ mod runtime_dir;
 mod schemas;
 mod supervision;
 mod util;
+mod wide;

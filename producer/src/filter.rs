@@ -16,6 +16,9 @@
 //! so `monty.models=debug` applies to `monty.models.policy` but `monty.model=debug` does not
 //! apply to `monty.models`. When the same target (or the default) is given twice, the later
 //! directive wins.
+//!
+//! A filter holds at most [`MAX_FILTER_DIRECTIVES`](crate::level::MAX_FILTER_DIRECTIVES)
+//! directives in at most [`MAX_FILTER_BYTES`](crate::level::MAX_FILTER_BYTES) bytes.
 
 use std::env::VarError;
 use std::fmt;
@@ -152,11 +155,23 @@ fn parse_target(target: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// The start of a directive string too long to quote whole in an error.
+fn abridged(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
 impl FromStr for Filter {
     type Err = FilterParseError;
 
     /// Parses a directive string (see the [module docs](self)).
     fn from_str(s: &str) -> Result<Filter, FilterParseError> {
+        crate::level::check_filter_size(s).map_err(|why| FilterParseError {
+            directive: abridged(s),
+            why,
+        })?;
         let mut filter = Filter::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let err = |why: String| FilterParseError {

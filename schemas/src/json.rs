@@ -16,6 +16,8 @@
 //! | map | object when every key is a string, otherwise an array of `[key, value]` pairs |
 //! | tensor | `{"dtype": "f32", "shape": [..], "data": [..]}` (data flat, row-major) |
 
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value as Json, json};
 
 use crate::desc::{Field, TypeDesc, VariantKind};
@@ -24,106 +26,137 @@ use crate::element::Scalar;
 use crate::schema::SchemaDescriptor;
 use crate::value::Value;
 
-fn float(v: f64) -> Json {
+/// A float as JSON: NaN and ±infinity as strings, never `null`.
+fn put_float<S: Serializer>(v: f64, s: S) -> Result<S::Ok, S::Error> {
     if v.is_nan() {
-        Json::from("NaN")
+        s.serialize_str("NaN")
     } else if v.is_infinite() {
-        Json::from(if v > 0.0 { "inf" } else { "-inf" })
+        s.serialize_str(if v > 0.0 { "inf" } else { "-inf" })
     } else {
-        Json::from(v)
+        s.serialize_f64(v)
     }
 }
 
-fn f32_json(v: f32) -> Json {
-    // Render the shortest decimal that round-trips through f32 ("0.1", not "0.10000000149").
-    if v.is_finite() {
-        v.to_string()
-            .parse::<f64>()
-            .map_or_else(|_| float(f64::from(v)), float)
+/// An f32 as the shortest decimal that round-trips through f32 ("0.1", not "0.10000000149").
+fn put_f32<S: Serializer>(v: f32, s: S) -> Result<S::Ok, S::Error> {
+    let wide = if v.is_finite() {
+        v.to_string().parse::<f64>().unwrap_or(f64::from(v))
     } else {
-        float(f64::from(v))
+        f64::from(v)
+    };
+    put_float(wide, s)
+}
+
+/// Packed little-endian numbers of `dtype`, as a JSON array written element by element.
+struct PackedJson<'v> {
+    dtype: DType,
+    bytes: &'v [u8],
+}
+
+/// One packed element.
+struct ScalarJson(Scalar);
+
+impl Serialize for ScalarJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Scalar::Unsigned(v) => s.serialize_u64(v),
+            Scalar::Signed(v) => s.serialize_i64(v),
+            Scalar::F32(v) => put_f32(v, s),
+            Scalar::F64(v) => put_float(v, s),
+        }
     }
 }
 
-fn packed_json(dtype: DType, bytes: &[u8]) -> Json {
-    let items = bytes
-        .chunks_exact(dtype.size_bytes())
-        .map(|c| match Scalar::read(dtype, c) {
-            Scalar::Unsigned(v) => Json::from(v),
-            Scalar::Signed(v) => Json::from(v),
-            Scalar::F32(v) => f32_json(v),
-            Scalar::F64(v) => float(v),
-        });
-    Json::Array(items.collect())
+impl Serialize for PackedJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let size = self.dtype.size_bytes();
+        let mut seq = s.serialize_seq(Some(self.bytes.len() / size))?;
+        for c in self.bytes.chunks_exact(size) {
+            seq.serialize_element(&ScalarJson(Scalar::read(self.dtype, c)))?;
+        }
+        seq.end()
+    }
+}
+
+/// A [`Value`] as JSON, written as it is serialized ([`Value::as_json`]): however large the
+/// value, no JSON tree of it is built (`serde_json::to_writer(out, &v.as_json())`).
+#[derive(Clone, Copy)]
+pub struct ValueJson<'v, 'a>(&'v Value<'a>);
+
+impl Serialize for ValueJson<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Bool(v) => s.serialize_bool(*v),
+            Value::U8(v) => s.serialize_u8(*v),
+            Value::U16(v) => s.serialize_u16(*v),
+            Value::U32(v) => s.serialize_u32(*v),
+            Value::U64(v) => s.serialize_u64(*v),
+            Value::I8(v) => s.serialize_i8(*v),
+            Value::I16(v) => s.serialize_i16(*v),
+            Value::I32(v) => s.serialize_i32(*v),
+            Value::I64(v) => s.serialize_i64(*v),
+            Value::U128(v) => match u64::try_from(*v) {
+                Ok(v) => s.serialize_u64(v),
+                Err(_) => s.serialize_str(&v.to_string()),
+            },
+            Value::I128(v) => match i64::try_from(*v) {
+                Ok(v) => s.serialize_i64(v),
+                Err(_) => s.serialize_str(&v.to_string()),
+            },
+            Value::F32(v) => put_f32(*v, s),
+            Value::F64(v) => put_float(*v, s),
+            Value::Str(v) => s.serialize_str(v),
+            Value::Bytes(b) => s.collect_seq(b.iter()),
+            Value::Option(None) | Value::Unit => s.serialize_unit(),
+            Value::Option(Some(v)) => v.as_json().serialize(s),
+            Value::Seq(items) => s.collect_seq(items.iter().map(Value::as_json)),
+            Value::Packed(p) => PackedJson {
+                dtype: p.dtype,
+                bytes: &p.bytes,
+            }
+            .serialize(s),
+            Value::Struct(fields) => {
+                s.collect_map(fields.iter().map(|(k, v)| (k.as_ref(), v.as_json())))
+            }
+            Value::Variant { name, value, .. } => match **value {
+                Value::Unit => s.serialize_str(name),
+                ref v => s.collect_map(std::iter::once((name.as_ref(), v.as_json()))),
+            },
+            Value::Map(entries) => {
+                if entries.iter().all(|(k, _)| matches!(k, Value::Str(_))) {
+                    s.collect_map(entries.iter().map(|(k, v)| match k {
+                        Value::Str(k) => (k.as_ref(), v.as_json()),
+                        _ => ("", v.as_json()),
+                    }))
+                } else {
+                    s.collect_seq(entries.iter().map(|(k, v)| (k.as_json(), v.as_json())))
+                }
+            }
+            Value::Tensor(t) => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("dtype", t.dtype.name())?;
+                m.serialize_entry("shape", &t.shape)?;
+                let data = PackedJson {
+                    dtype: t.dtype,
+                    bytes: &t.data,
+                };
+                m.serialize_entry("data", &data)?;
+                m.end()
+            }
+        }
+    }
 }
 
 impl Value<'_> {
     /// The value as JSON (see the module docs for the mapping).
     pub fn to_json(&self) -> Json {
-        match self {
-            Value::Bool(v) => Json::from(*v),
-            Value::U8(v) => Json::from(*v),
-            Value::U16(v) => Json::from(*v),
-            Value::U32(v) => Json::from(*v),
-            Value::U64(v) => Json::from(*v),
-            Value::I8(v) => Json::from(*v),
-            Value::I16(v) => Json::from(*v),
-            Value::I32(v) => Json::from(*v),
-            Value::I64(v) => Json::from(*v),
-            Value::U128(v) => {
-                u64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from)
-            }
-            Value::I128(v) => {
-                i64::try_from(*v).map_or_else(|_| Json::from(v.to_string()), Json::from)
-            }
-            Value::F32(v) => f32_json(*v),
-            Value::F64(v) => float(*v),
-            Value::Str(s) => Json::from(s.as_ref()),
-            Value::Bytes(b) => Json::Array(b.iter().map(|&x| Json::from(x)).collect()),
-            Value::Option(None) | Value::Unit => Json::Null,
-            Value::Option(Some(v)) => v.to_json(),
-            Value::Seq(items) => Json::Array(items.iter().map(Value::to_json).collect()),
-            Value::Packed(p) => packed_json(p.dtype, &p.bytes),
-            Value::Struct(fields) => Json::Object(
-                fields
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_json()))
-                    .collect::<Map<_, _>>(),
-            ),
-            Value::Variant { name, value, .. } => match **value {
-                Value::Unit => Json::from(name.as_ref()),
-                ref v => {
-                    let mut m = Map::new();
-                    m.insert(name.to_string(), v.to_json());
-                    Json::Object(m)
-                }
-            },
-            Value::Map(entries) => {
-                if entries.iter().all(|(k, _)| matches!(k, Value::Str(_))) {
-                    Json::Object(
-                        entries
-                            .iter()
-                            .map(|(k, v)| match k {
-                                Value::Str(s) => (s.to_string(), v.to_json()),
-                                _ => (String::new(), v.to_json()),
-                            })
-                            .collect(),
-                    )
-                } else {
-                    Json::Array(
-                        entries
-                            .iter()
-                            .map(|(k, v)| Json::Array(vec![k.to_json(), v.to_json()]))
-                            .collect(),
-                    )
-                }
-            }
-            Value::Tensor(t) => json!({
-                "dtype": t.dtype.name(),
-                "shape": t.shape,
-                "data": packed_json(t.dtype, &t.data),
-            }),
-        }
+        serde_json::to_value(self.as_json()).unwrap_or(Json::Null)
+    }
+
+    /// The value as JSON to serialize straight to a writer (the same mapping as
+    /// [`to_json`](Self::to_json), without building a tree of it).
+    pub fn as_json(&self) -> ValueJson<'_, '_> {
+        ValueJson(self)
     }
 }
 

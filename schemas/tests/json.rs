@@ -79,3 +79,14 @@ fn nan_is_never_silently_null() {
         .to_json();
     assert_eq!(j, json!({"a": "NaN", "b": "-inf", "c": ["NaN"]}));
 }
+
+/// `as_json` streams the same text `to_json` renders (one mapping, two ways to write it).
+#[test]
+fn the_streamed_json_is_the_json() {
+    let bytes = sample().encode_to_vec().expect("encode");
+    let v = decode(crate::fixtures::Everything::descriptor().root(), &bytes).expect("decode");
+    let streamed = serde_json::to_string(&v.as_json()).expect("serialize");
+    assert_eq!(streamed, v.to_json().to_string());
+    let reparsed: serde_json::Value = serde_json::from_str(&streamed).expect("JSON");
+    assert_eq!(reparsed, v.to_json());
+}

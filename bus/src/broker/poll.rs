@@ -178,8 +178,14 @@ impl Broker {
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
             }
             ToBroker::SetFilter { directives, .. } => {
-                self.set_filter(directives);
-                let _ = conn.send(&FromBroker::Ok, &[]);
+                let reply = match crate::level::check_filter_size(&directives) {
+                    Ok(()) => {
+                        self.set_filter(directives);
+                        FromBroker::Ok
+                    }
+                    Err(message) => FromBroker::Error { message },
+                };
+                let _ = conn.send(&reply, &[]);
             }
             ToBroker::Shutdown { keep_consumers, .. } => {
                 let _ = conn.send(&FromBroker::Ok, &[]);

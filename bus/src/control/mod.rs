@@ -1,6 +1,7 @@
 //! The control plane's wire: messages between the broker, producers, consumers and the CLI,
 //! over a Unix `SOCK_SEQPACKET` socket (one message per packet, file descriptors passed with
-//! `SCM_RIGHTS`), encoded with postcard.
+//! `SCM_RIGHTS`; a message too large for a packet, such as `ls` of a big bus, in a memfd the
+//! packet carries), encoded with postcard.
 //!
 //! Payload bytes never travel here: producers pass the broker their lane fds, the broker
 //! passes them on to consumers, and consumers map the lanes themselves.

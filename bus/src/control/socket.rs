@@ -1,4 +1,9 @@
 //! A `SOCK_SEQPACKET` Unix socket carrying one postcard message per packet, with fds.
+//!
+//! A message larger than [`MAX_INLINE`] (`ls` on a bus of thousands of producers or schemas)
+//! travels in a memfd instead: the packet is then [`SPILL_TAG`] and the message's length, and
+//! carries the memfd as its last fd. The sender never blocks on it (one small packet, however
+//! large the message), and the receiver reads at most [`MAX_SPILLED`] bytes from it.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -15,8 +20,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-/// Largest message (bytes). Replies that could grow (`ls`) stay well under it.
+/// Largest packet (bytes).
 const MAX_MESSAGE: usize = 192 << 10;
+/// Messages larger than this travel in a memfd (see the module docs).
+const MAX_INLINE: usize = 64 << 10;
+/// Largest message a memfd may carry: far beyond any realistic `ls` (2,000 producers and
+/// 5,000 schemas take about 2 MB), small enough that a garbage length costs no memory.
+pub(crate) const MAX_SPILLED: usize = 64 << 20;
+/// First bytes of a packet whose message is in its last fd, followed by the message's length
+/// (u64, little-endian). No message starts with them: postcard writes the enum variant index
+/// first, as a varint, and `0xff` would begin an index above 127.
+const SPILL_TAG: [u8; 4] = [0xff, b's', b'p', b'l'];
 /// Most fds one message carries.
 const MAX_FDS: usize = 4;
 
@@ -36,8 +50,11 @@ pub enum ControlError {
     #[error("malformed control message: {0}")]
     Decode(#[from] postcard::Error),
     /// A message was larger than the limit.
-    #[error("control message of {0} bytes is larger than the limit ({MAX_MESSAGE})")]
+    #[error("control message of {0} bytes is larger than the limit ({MAX_SPILLED})")]
     TooLarge(usize),
+    /// A message said to be in a memfd was not (no fd, or fewer bytes than said).
+    #[error("control message of {0} bytes in a memfd could not be read")]
+    BadSpill(usize),
     /// The peer closed the connection.
     #[error("the connection was closed")]
     Closed,
@@ -104,9 +121,33 @@ impl Conn {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), ControlError> {
         let bytes = postcard::to_allocvec(msg)?;
-        if bytes.len() > MAX_MESSAGE {
+        if bytes.len() > MAX_INLINE {
+            return self.send_spilled(&bytes, fds);
+        }
+        self.send_packet(&bytes, fds)
+    }
+
+    /// Sends `bytes` in a memfd, with `fds` (see the module docs).
+    fn send_spilled(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), ControlError> {
+        if bytes.len() > MAX_SPILLED || fds.len() >= MAX_FDS {
             return Err(ControlError::TooLarge(bytes.len()));
         }
+        let memfd = rustix::fs::memfd_create("snapbus-message", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(io_err("memfd_create"))?;
+        let mut file = std::fs::File::from(memfd);
+        std::io::Write::write_all(&mut file, bytes).map_err(|source| ControlError::Io {
+            op: "writing a message to its memfd",
+            source,
+        })?;
+        let mut packet = SPILL_TAG.to_vec();
+        packet.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        let mut all: Vec<BorrowedFd<'_>> = fds.to_vec();
+        all.push(file.as_fd());
+        self.send_packet(&packet, &all)
+    }
+
+    /// Sends one packet of `bytes` with `fds`.
+    fn send_packet(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), ControlError> {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() {
@@ -115,7 +156,7 @@ impl Conn {
             ));
             debug_assert!(pushed);
         }
-        let iov = [io::IoSlice::new(&bytes)];
+        let iov = [io::IoSlice::new(bytes)];
         rustix::net::sendmsg(
             &self.fd,
             &iov,
@@ -187,7 +228,16 @@ impl Conn {
         if got.flags.contains(ReturnFlags::TRUNC) {
             return Err(ControlError::TooLarge(got.bytes));
         }
-        let msg = postcard::from_bytes(&self.buf[..got.bytes])?;
+        let packet = &self.buf[..got.bytes];
+        if packet.len() == SPILL_TAG.len() + 8 && packet.starts_with(&SPILL_TAG) {
+            let mut len = [0u8; 8];
+            len.copy_from_slice(&packet[SPILL_TAG.len()..]);
+            let len = u64::from_le_bytes(len);
+            let memfd = fds.pop();
+            let bytes = read_spilled(memfd, len)?;
+            return Ok(Some((postcard::from_bytes(&bytes)?, fds)));
+        }
+        let msg = postcard::from_bytes(packet)?;
         Ok(Some((msg, fds)))
     }
 
@@ -217,6 +267,19 @@ impl Conn {
             }
         }
     }
+}
+
+/// The `len` bytes of a message in `memfd` (see the module docs).
+fn read_spilled(memfd: Option<OwnedFd>, len: u64) -> Result<Vec<u8>, ControlError> {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len > MAX_SPILLED {
+        return Err(ControlError::TooLarge(len));
+    }
+    let file = std::fs::File::from(memfd.ok_or(ControlError::BadSpill(len))?);
+    let mut bytes = vec![0u8; len];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0)
+        .map_err(|_| ControlError::BadSpill(len))?;
+    Ok(bytes)
 }
 
 /// The broker's listening socket.
@@ -257,6 +320,65 @@ impl Listener {
             Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Ok(None),
             Err(rustix::io::Errno::CONNABORTED) => Ok(None),
             Err(e) => Err(io_err("accept")(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::FromBroker;
+
+    fn pair() -> (Conn, Conn) {
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair");
+        (Conn::from_fd(a), Conn::from_fd(b))
+    }
+
+    /// A message far larger than a packet arrives whole, with the fds sent with it.
+    #[test]
+    fn a_message_larger_than_a_packet_arrives_whole_with_its_fds() {
+        let (a, mut b) = pair();
+        let message = "x".repeat(3 * MAX_MESSAGE);
+        let (extra, _keep) = pair();
+        a.send(
+            &FromBroker::Error {
+                message: message.clone(),
+            },
+            &[extra.fd()],
+        )
+        .expect("send");
+        let (got, fds) = b
+            .recv::<FromBroker>(Some(Duration::from_secs(10)))
+            .expect("recv")
+            .expect("a message");
+        assert_eq!(got, FromBroker::Error { message });
+        assert_eq!(fds.len(), 1, "the memfd is not handed on, the sent fd is");
+    }
+
+    /// A spill packet without its memfd, or saying more than the limit, is an error (the
+    /// connection's), not a panic nor an allocation of the said length.
+    #[test]
+    fn a_bad_spill_packet_is_an_error() {
+        for (len, with_fd) in [(100u64, false), (u64::MAX, true), (1 << 40, true)] {
+            let (a, mut b) = pair();
+            let mut packet = SPILL_TAG.to_vec();
+            packet.extend_from_slice(&len.to_le_bytes());
+            let (extra, _keep) = pair();
+            let fds = if with_fd { vec![extra.fd()] } else { vec![] };
+            a.send_packet(&packet, &fds).expect("send");
+            let err = b
+                .recv::<FromBroker>(Some(Duration::from_secs(10)))
+                .expect_err("a bad spill decoded");
+            assert!(
+                matches!(err, ControlError::BadSpill(_) | ControlError::TooLarge(_)),
+                "{err}"
+            );
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 
-use crate::bus::{bus_dir, globs, interrupted, record_json};
+use crate::bus::{bus_dir, globs, interrupted, write_record_json};
 use crate::cli::EchoArgs;
 
 pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
@@ -43,7 +43,7 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
         match sub.next(Duration::from_millis(100))? {
             None => {}
             Some(Event::Record(r)) => {
-                writeln!(out, "{}", record_json(&r, args.raw))?;
+                write_record_json(&mut out, &r, args.raw)?;
                 printed += 1;
                 if args.count.is_some_and(|n| printed >= n) {
                     break;

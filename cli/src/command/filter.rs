@@ -2,7 +2,8 @@
 //!
 //! The rule: while the bus has a filter, it is in force in every producer on the bus, running
 //! or started later, in place of the producer's own `SNAPBUS_FILTER`; `--reset` removes it and
-//! every producer goes back to its own. `snapbus ls` shows both.
+//! every producer goes back to its own. `snapbus ls` shows both. A filter holds at most 256
+//! directives in 16 KiB (`snapbus_bus::level::MAX_FILTER_*`; the broker holds to the same).
 
 use anyhow::{Context, bail};
 use snapbus::Filter;

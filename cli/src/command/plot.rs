@@ -83,6 +83,7 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);
     opts.subscribe.globs = globs;
+    opts.status = Some(plotter.board());
     opts.subscribe.start = args.from.start();
     let result = run_consumer(&dir, &opts, &mut plotter, None);
     let _ = std::fs::remove_file(&url_file);

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use snapbus_bus::catalog::MAX_DESCRIPTOR_BYTES;
 use snapbus_schemas::SchemaDescriptor;
 
 use super::emit::{AggregatorStats, Emitter, Kind};
@@ -180,7 +181,10 @@ impl<S: SummarySink> Aggregator<S> {
             }
         };
         let group = &plan.keys()[..self.out.opts.group_by.len()];
-        let layout = match Layout::new(schema, group, plan.leaves(), plan.has_dynamic()) {
+        let layout = Layout::new(schema, group, plan.leaves(), plan.has_dynamic())
+            .map_err(|e| e.to_string())
+            .and_then(fits_a_catalog);
+        let layout = match layout {
             Ok(l) => l,
             Err(e) => {
                 snapbus_bus::say!(
@@ -239,11 +243,7 @@ impl<S: SummarySink> Aggregator<S> {
             schema.version(),
             layout.desc.id(),
             plan.leaves().len(),
-            if plan.leaves().is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", plan.leaves().join(", "))
-            }
+            listed(plan.leaves())
         );
     }
 
@@ -343,4 +343,35 @@ impl<S: SummarySink> Aggregator<S> {
         }
         Ok(())
     }
+}
+
+/// Leaves named in one log line at most (a wide schema has tens of thousands).
+const LISTED_LEAVES: usize = 16;
+
+/// ` (a, b, …)`: the first [`LISTED_LEAVES`] of `leaves`, and how many more there are.
+fn listed(leaves: &[String]) -> String {
+    match leaves.len() {
+        0 => String::new(),
+        n if n <= LISTED_LEAVES => format!(" ({})", leaves.join(", ")),
+        n => format!(
+            " ({}, and {} more)",
+            leaves[..LISTED_LEAVES].join(", "),
+            n - LISTED_LEAVES
+        ),
+    }
+}
+
+/// `layout`, if the producer's catalog can hold its summary schema (the summary of a schema
+/// of tens of thousands of leaves cannot: it is not summarized, rather than failing the
+/// aggregator when it emits, over and over).
+fn fits_a_catalog(layout: Layout) -> Result<Layout, String> {
+    let bytes = layout.desc.to_canonical_bytes().len();
+    if bytes > MAX_DESCRIPTOR_BYTES {
+        return Err(format!(
+            "its summary schema {} would have a descriptor of {bytes} bytes, more than a \
+             producer's catalog holds ({MAX_DESCRIPTOR_BYTES}); summarize fewer fields (--field GLOB)",
+            layout.desc.id()
+        ));
+    }
+    Ok(layout)
 }

@@ -6,6 +6,11 @@
 //!   summarizes (`reward`, `position.0`, `observation.mean`, …). Each point has the record's
 //!   time and its sample number (the n-th record of that series), so the page can plot by time
 //!   or by step. At most `history_points` points per series are kept (the oldest go first).
+//! - **Bounds**: at most [`MAX_FEED_SERIES`] series per schema and producer (a schema's first
+//!   leaves, then its dynamic leaves as they come), at most [`MAX_SERIES`] in all, and at most
+//!   [`POINT_BUDGET`] points in all (each series keeps its share when `history_points` each
+//!   would pass it). What is not plotted is counted ([`Cut`]), shown on the page and in the
+//!   consumer's status in `snapbus ls` ([`Plotter::board`]).
 //! - **Images**: tensor fields of rank 2 (`[h, w]`, grey) or 3 (`[h, w, c]`: c = 3 RGB, 4 RGBA,
 //!   otherwise channel 0), scaled to 0–255 (u8 as is, other types from their min and max),
 //!   images larger than 512 × 512 subsampled; the latest frame is kept, at most
@@ -32,8 +37,9 @@ use snapbus_schemas::{DType, SchemaDescriptor, Value};
 use crate::fields::{Extracted, Plan, tensor_paths};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
 pub use http::{STREAM_EVERY, Server, serve};
-use store::{Frame, Image, Series, Source};
-pub use store::{Store, XAxis};
+use snapbus_bus::status::StatusBoard;
+pub use store::{Cut, MAX_SERIES, POINT_BUDGET, Store, XAxis};
+use store::{Frame, Image, Source};
 
 /// Images larger than this per side are subsampled.
 pub const MAX_IMAGE_SIDE: u64 = 512;
@@ -67,13 +73,15 @@ pub struct Plotter {
     scratch: Extracted,
     /// Lanes whose producer ended or died → when (what it wrote may still arrive after).
     ended: HashMap<u64, f64>,
+    /// Its status in `snapbus ls`: series, points per series, what was cut.
+    board: StatusBoard,
 }
 
 /// What the records of one schema from one producer feed.
 struct Feeds {
     plan: Plan,
-    /// Series id per leaf of the plan.
-    series: Vec<usize>,
+    /// Series id per leaf of the plan (`None`: cut).
+    series: Vec<Option<usize>>,
     /// (dotted path, image id) per tensor field.
     images: Vec<(String, usize)>,
     /// Series id per numeric leaf of a dynamic field, made as records show them.
@@ -97,6 +105,25 @@ impl Plotter {
             last: None,
             scratch: Extracted::default(),
             ended: HashMap::new(),
+            board: StatusBoard::new(),
+        }
+    }
+
+    /// Its status board (for `RunOptions::status`): `series`, `points_per_series` and, once
+    /// something is not plotted, `cut.leaves` and `cut.dynamic_values`.
+    pub fn board(&self) -> StatusBoard {
+        self.board.clone()
+    }
+
+    /// Brings the board up to date with `store`.
+    fn report(&self, store: &Store) {
+        let b = &self.board;
+        b.set("series", store.series_count() as u64);
+        b.set("points_per_series", store.points_per_series() as u64);
+        let cut = store.cut();
+        if cut != Cut::default() {
+            b.set("cut.leaves", cut.leaves);
+            b.set("cut.dynamic_values", cut.dynamic_values);
         }
     }
 
@@ -128,14 +155,12 @@ impl Plotter {
             field,
             ..base.clone()
         };
-        let series = plan
-            .leaves()
+        let leaves = plan.leaves();
+        let series = leaves[..leaves.len().min(MAX_FEED_SERIES)]
             .iter()
-            .map(|l| {
-                store.series.push(Series::new(source(l.to_owned())));
-                store.series.len() - 1
-            })
+            .map(|l| store.add_series(source(l.to_owned())))
             .collect();
+        store.cut.leaves += leaves.len().saturating_sub(MAX_FEED_SERIES) as u64;
         let images = tensors
             .into_iter()
             .map(|path| {
@@ -148,6 +173,7 @@ impl Plotter {
             })
             .collect();
         store.version += 1;
+        self.report(&store);
         drop(store);
         self.schemas.insert(
             key,
@@ -166,27 +192,32 @@ impl Plotter {
     }
 }
 
-/// Dynamic leaves plotted per schema and producer at most: a field whose keys never repeat
-/// (an id per record) must not grow the store without end.
-const MAX_DYNAMIC_SERIES: usize = 1024;
+/// Series per schema and producer at most: its first leaves (a schema of 65,536 leaves gets
+/// 1,024 series), and as many dynamic leaves (a field whose keys never repeat, an id per
+/// record, must not grow the store without end).
+pub const MAX_FEED_SERIES: usize = 1024;
 
 /// The series of dynamic leaf `path` of `feeds`, made the first time it is seen (`None`
-/// beyond [`MAX_DYNAMIC_SERIES`]).
+/// beyond [`MAX_FEED_SERIES`] or [`MAX_SERIES`]: the value is counted as cut).
 fn dynamic_series(store: &mut Store, feeds: &mut Feeds, path: &str) -> Option<usize> {
     if let Some(id) = feeds.dynamic.get(path) {
         return Some(*id);
     }
-    if feeds.dynamic.len() >= MAX_DYNAMIC_SERIES {
-        return None;
+    let made = (feeds.dynamic.len() < MAX_FEED_SERIES)
+        .then(|| {
+            store.add_series(Source {
+                field: path.to_owned(),
+                ..feeds.source.clone()
+            })
+        })
+        .flatten();
+    match made {
+        Some(id) => {
+            feeds.dynamic.insert(path.to_owned(), id);
+        }
+        None => store.cut.dynamic_values += 1,
     }
-    store.series.push(Series::new(Source {
-        field: path.to_owned(),
-        ..feeds.source.clone()
-    }));
-    store.version += 1;
-    let id = store.series.len() - 1;
-    feeds.dynamic.insert(path.to_owned(), id);
-    Some(id)
+    made
 }
 
 /// The store, locked (a panic while it was held poisons it: an error, not a second panic).
@@ -328,7 +359,9 @@ impl Consumer for Plotter {
         store.count_record(now_secs());
         if let Some(x) = extracted {
             for (id, v) in feeds.series.iter().zip(&x.values) {
-                store.push(*id, t, *v);
+                if let Some(id) = id {
+                    store.push(*id, t, *v);
+                }
             }
             for (path, v) in &x.dynamic {
                 if let Some(id) = dynamic_series(&mut store, feeds, path) {
@@ -350,6 +383,7 @@ impl Consumer for Plotter {
     /// Turns the newest records not yet shown into frames.
     fn flush(&mut self) -> Result<(), HookError> {
         let mut store = lock(&self.store)?;
+        self.report(&store);
         for feeds in self.schemas.values_mut() {
             if let Some((payload, seq, t)) = feeds.pending.take() {
                 if let Ok(v) = feeds.schema.decode(&payload) {

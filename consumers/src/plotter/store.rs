@@ -127,6 +127,24 @@ pub(crate) struct Frame {
     pub(crate) data: Vec<u8>,
 }
 
+/// Points the store holds at most, over all its series (24 bytes each: about 240 MB): each
+/// series keeps `history_points`, or an equal share of this when there are more series than
+/// that allows.
+pub const POINT_BUDGET: usize = 10_000_000;
+/// Series the store makes at most (a share of [`POINT_BUDGET`] is then still 1,220 points);
+/// the numeric leaves past it are not plotted, and counted ([`Store::cut`]).
+pub const MAX_SERIES: usize = 8_192;
+
+/// What the plotter does not plot, so that its memory stays bounded: shown on the page and
+/// in the consumer's status in `snapbus ls`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Numeric leaves of the schemas that got no series (past the series limits).
+    pub leaves: u64,
+    /// Values of dynamic fields not plotted (their leaf got no series).
+    pub dynamic_values: u64,
+}
+
 /// Everything the page can ask for.
 #[derive(Debug, Default)]
 pub struct Store {
@@ -139,6 +157,10 @@ pub struct Store {
     pub(crate) version: u64,
     /// (time, records) samples for the rate, about one per second.
     rate: VecDeque<(f64, u64)>,
+    /// What was not plotted.
+    pub(crate) cut: Cut,
+    /// [`POINT_BUDGET`] (smaller in tests).
+    point_budget: usize,
 }
 
 impl Store {
@@ -146,24 +168,61 @@ impl Store {
     pub fn new(history_points: usize) -> Store {
         Store {
             history_points: history_points.max(1),
+            point_budget: POINT_BUDGET,
             ..Store::default()
         }
     }
 
-    /// Appends a point (the oldest is dropped beyond the history limit).
+    /// Appends a point (the oldest go beyond [`points_per_series`](Self::points_per_series)).
     pub(crate) fn push(&mut self, id: usize, t: f64, v: f64) {
-        let limit = self.history_points;
+        let limit = self.points_per_series();
         if let Some(s) = self.series.get_mut(id) {
             let step = s.samples;
             s.samples += 1;
             if v.is_nan() {
                 return;
             }
-            if s.points.len() >= limit {
+            while s.points.len() >= limit {
                 s.points.pop_front();
+            }
+            // A series whose share shrank (more series came) gives the memory back.
+            if s.points.capacity() > 2 * limit + 64 {
+                s.points.shrink_to(limit);
             }
             s.points.push_back(Point { t, step, v });
         }
+    }
+
+    /// Points each series keeps: `history_points`, or its share of [`POINT_BUDGET`].
+    pub fn points_per_series(&self) -> usize {
+        (self.point_budget / self.series.len().max(1)).clamp(1, self.history_points)
+    }
+
+    /// Makes a series for `src`, unless the store has [`MAX_SERIES`] (then `None`, and the
+    /// leaf is counted in [`Cut::leaves`]).
+    pub(crate) fn add_series(&mut self, src: Source) -> Option<usize> {
+        if self.series.len() >= MAX_SERIES {
+            self.cut.leaves += 1;
+            return None;
+        }
+        self.series.push(Series::new(src));
+        self.version += 1;
+        Some(self.series.len() - 1)
+    }
+
+    /// Series made.
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Points held now, over all series.
+    pub fn points_held(&self) -> usize {
+        self.series.iter().map(|s| s.points.len()).sum()
+    }
+
+    /// What was not plotted.
+    pub fn cut(&self) -> Cut {
+        self.cut
     }
 
     /// Marks the series and images of the producer of `lane` as ended at `now` (their data
@@ -227,6 +286,10 @@ impl Store {
             "records": self.records,
             "rate_hz": self.rate_hz(now),
             "lost": self.lost,
+            "series": self.series.len(),
+            "points_per_series": self.points_per_series(),
+            "cut_leaves": self.cut.leaves,
+            "cut_dynamic_values": self.cut.dynamic_values,
             "now": now,
             "version": self.version,
         })
@@ -524,5 +587,38 @@ mod tests {
         let steps: Vec<u64> = s.series[0].points.iter().map(|p| p.step).collect();
         assert_eq!(steps, [2, 3, 4]);
         assert_eq!(s.series[0].samples, 6);
+    }
+
+    /// However many series come, the store holds at most its point budget, each series its
+    /// share (counted, not measured); past [`MAX_SERIES`] leaves are cut and counted.
+    #[test]
+    fn points_held_stay_within_the_budget_and_series_within_the_limit() {
+        let mut s = Store::new(1_000);
+        s.point_budget = 2_000;
+        let mut ids = vec![s.add_series(series("a", "x").src).expect("a series")];
+        for i in 0..500u32 {
+            s.push(ids[0], f64::from(i), 1.0);
+        }
+        assert_eq!(s.points_held(), 500, "one series keeps its history_points");
+        for k in 1..10 {
+            let id = s
+                .add_series(series("a", &format!("x{k}")).src)
+                .expect("series");
+            ids.push(id);
+        }
+        for i in 0..1_000u32 {
+            for &id in &ids {
+                s.push(id, f64::from(i), 1.0);
+            }
+        }
+        assert_eq!(s.points_per_series(), 200);
+        assert!(s.points_held() <= 2_000, "{} points held", s.points_held());
+        assert!(s.series.iter().all(|x| x.points.capacity() <= 2 * 200 + 64));
+        while s.series.len() < MAX_SERIES {
+            s.series.push(series("b", "y"));
+        }
+        assert!(s.add_series(series("c", "z").src).is_none());
+        assert_eq!(s.cut().leaves, 1);
+        assert_eq!(s.series_count(), MAX_SERIES);
     }
 }

@@ -113,7 +113,17 @@ impl Broker {
             }
         };
         self.next_id = self.next_id.max(saved.next_id);
-        self.filter = saved.filter;
+        match crate::level::check_filter_size(&saved.filter) {
+            Ok(()) => self.filter = saved.filter,
+            Err(why) => {
+                crate::say!(
+                    "snapbus broker: the bus filter stored in {} is dropped ({why}); every \
+                     producer uses its own filter",
+                    path.display()
+                );
+                self.dirty = true;
+            }
+        }
         let now = Instant::now();
         for v in saved.supervised {
             let mut s = Supervised::new(v.kept);

@@ -213,6 +213,11 @@ export function applyStats(st) {
   $('records').textContent = fmtInt(st.records);
   $('lost').textContent = fmtInt(hook.lost);
   $('lostbox').classList.toggle('bad', hook.lost > 0);
+  const leaves = fin(st.cut_leaves) ? st.cut_leaves : 0;
+  const values = fin(st.cut_dynamic_values) ? st.cut_dynamic_values : 0;
+  hook.cut = { leaves, dynamic_values: values };
+  $('cutbox').hidden = leaves === 0 && values === 0;
+  $('cut').textContent = `${fmtInt(leaves)} leaves, ${fmtInt(values)} dynamic values`;
 }
 
 // Refreshes window.snapbus counts and the connection badge.
