@@ -72,6 +72,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();
     let history_lost = recorder.history_losses();
+    let damaged = recorder.damaged();
     let finished = recorder.finish();
     let summary = result.map_err(run_error)?;
     let (_, messages) = finished
@@ -86,6 +87,11 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     if lost > 0 {
         notes.push(format!(
             "{lost} overwritten while reading, recorded as loss records"
+        ));
+    }
+    if damaged > 0 {
+        notes.push(format!(
+            "{damaged} lost to garbage in the rings, recorded as damage (see `inspect`)"
         ));
     }
     snapbus_bus::say!(

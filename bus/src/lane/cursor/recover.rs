@@ -69,12 +69,16 @@ impl Cursor {
         busy: bool,
         tail: u64,
     ) -> bool {
-        if !self.writer_gone
-            && lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
-        {
+        let state = lane.word(word!(state)).load(Ordering::Acquire);
+        if !self.writer_gone && state == LaneState::Dead as u64 {
             self.writer_gone = true;
         }
-        if !self.writer_gone {
+        // A closed lane's writer claims nothing more, and it closed after its last claim was
+        // made: a frame there that is neither committed nor begun (BUSY) is garbage, skipped
+        // at once (its records' timestamps may be young: waiting for a stall would hold the
+        // reader for the stall timeout per spot).
+        let closed_garbage = !busy && state == LaneState::Closed as u64;
+        if !self.writer_gone && !closed_garbage {
             let timeout = self.stall_timeout;
             match &mut self.stalled_since {
                 Some(Stall { pos, polls, since }) if *pos == self.pos => {
@@ -120,7 +124,7 @@ impl Cursor {
             }
         }
         self.stalled_since = None;
-        if busy || self.writer_gone {
+        if busy || (self.writer_gone && !closed_garbage) {
             self.stats.holes += 1;
         } else {
             self.stats.garbage += 1;
