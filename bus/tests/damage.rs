@@ -115,3 +115,55 @@ fn every_record_under_garbage_is_counted_once_as_damage() {
         "a spot of garbage held the reader {longest_wait:?}"
     );
 }
+
+/// Garbage over a record near the live tail of a lane that has not wrapped yet: nothing was
+/// ever written there before that record's claim, so a word that is neither zero (a claim
+/// whose header is not written yet) nor the frame's tag is garbage, skipped at once, not after
+/// a stall; counted as damage.
+#[test]
+fn garbage_near_the_live_tail_is_skipped_at_once_before_the_ring_wraps() {
+    const N: u64 = 1_000;
+    let bus = Bus::start("damage-live");
+    let (p, meta) = bus.publisher(4 << 20);
+    for i in 0..N {
+        emit_bytes(&p, meta, &payload(i, 64)).expect("emit");
+    }
+    let lane = p.lane().lane();
+    let positions: Vec<u64> = {
+        let mut r = lane.reader(StartAt::Oldest);
+        std::iter::from_fn(|| match r.poll() {
+            Poll::Frame(f) => Some(f.meta.pos),
+            _ => None,
+        })
+        .collect()
+    };
+    let hit = [990u64, 995, 998];
+    let g = *lane.geometry();
+    for &k in &hit {
+        let pos = positions[k as usize];
+        let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
+        lane.mem()
+            .get(word)
+            .expect("a word of the ring")
+            .store(0xbad0_0000_0000_0bad ^ k, std::sync::atomic::Ordering::Relaxed);
+    }
+    let mut sub = bus.subscribe();
+    let t0 = Instant::now();
+    let (mut delivered, mut damaged) = (0u64, 0u64);
+    while delivered + damaged < N {
+        assert!(t0.elapsed() < WATCHDOG, "stuck: {:?}", sub.stats());
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(_)) => delivered += 1,
+            Some(Event::Lagged { lost, damaged: d, .. }) => {
+                assert_eq!(lost, 0, "{:?}", sub.stats());
+                damaged += d;
+            }
+            _ => {}
+        }
+    }
+    let took = t0.elapsed();
+    eprintln!("read {N} records with 3 garbage spots near the live tail in {took:?}");
+    assert_eq!((delivered, damaged), (N - 3, 3));
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    drop(p);
+}

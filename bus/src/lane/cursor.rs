@@ -130,7 +130,10 @@ pub(super) fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
 /// for a reader right behind the writer).
 const STALL_POLLS: u32 = 64;
 /// How long the reader's own clock must see a frame unfinished before the lane's timestamps
-/// are trusted to say it has been stuck longer than the stall timeout.
+/// are trusted to say it has been stuck longer than the stall timeout: what garbage in
+/// history older than the stall timeout costs per spot. (Garbage in a closed lane, or before
+/// the ring first wraps, is skipped at once; near the live tail of a wrapped ring it cannot be
+/// told from a claim not begun yet, and costs up to the stall timeout.)
 const LANE_CLOCK_MIN_STALL: Duration = Duration::from_millis(20);
 
 /// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
