@@ -142,10 +142,10 @@ fn garbage_near_the_live_tail_is_skipped_at_once_before_the_ring_wraps() {
     for &k in &hit {
         let pos = positions[k as usize];
         let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
-        lane.mem()
-            .get(word)
-            .expect("a word of the ring")
-            .store(0xbad0_0000_0000_0bad ^ k, std::sync::atomic::Ordering::Relaxed);
+        lane.mem().get(word).expect("a word of the ring").store(
+            0xbad0_0000_0000_0bad ^ k,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     let mut sub = bus.subscribe();
     let t0 = Instant::now();
@@ -154,7 +154,9 @@ fn garbage_near_the_live_tail_is_skipped_at_once_before_the_ring_wraps() {
         assert!(t0.elapsed() < WATCHDOG, "stuck: {:?}", sub.stats());
         match sub.next(Duration::from_millis(100)).expect("next") {
             Some(Event::Record(_)) => delivered += 1,
-            Some(Event::Lagged { lost, damaged: d, .. }) => {
+            Some(Event::Lagged {
+                lost, damaged: d, ..
+            }) => {
                 assert_eq!(lost, 0, "{:?}", sub.stats());
                 damaged += d;
             }

@@ -13,6 +13,7 @@ mod plotter;
 mod prometheus;
 mod python;
 mod recording;
+mod restart_counters;
 mod ring_damage;
 mod schemas;
 mod supervision;
