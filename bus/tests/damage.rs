@@ -6,10 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use snapbus_bus::lane::{Poll, StartAt};
-use snapbus_bus::mem::LaneMem;
 use snapbus_bus::subscriber::Event;
 
+use crate::common::{record_positions, store_frame_word};
 use crate::in_place::{Bus, emit_bytes, payload};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -40,14 +39,7 @@ fn every_record_under_garbage_is_counted_once_as_damage() {
     }
     p.close();
     let lane = p.lane().lane();
-    let positions: Vec<u64> = {
-        let mut r = lane.reader(StartAt::Oldest);
-        std::iter::from_fn(|| match r.poll() {
-            Poll::Frame(f) => Some(f.meta.pos),
-            _ => None,
-        })
-        .collect()
-    };
+    let positions = record_positions(lane);
     assert_eq!(positions.len() as u64, N, "the ring holds every record");
     // 50 spots: spread over the ring, two pairs of neighbours, and the last two records.
     let mut hit: Vec<u64> = (0..46).map(|i| 17 + i * 431).collect();
@@ -55,17 +47,11 @@ fn every_record_under_garbage_is_counted_once_as_damage() {
     hit.sort_unstable();
     hit.dedup();
     assert_eq!(hit.len(), 50);
-    let g = *lane.geometry();
     let mut rng = Rng(0x005e_ed0f_da7a);
     for (n, &k) in hit.iter().enumerate() {
         let (first, words) = SPOTS[n % SPOTS.len()];
-        let pos = positions[k as usize];
         for w in first..first + words {
-            let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize + w;
-            lane.mem()
-                .get(word)
-                .expect("a word of the ring")
-                .store(rng.next(), std::sync::atomic::Ordering::Relaxed);
+            store_frame_word(lane, positions[k as usize], w, rng.next());
         }
     }
 
@@ -129,23 +115,9 @@ fn garbage_near_the_live_tail_is_skipped_at_once_before_the_ring_wraps() {
         emit_bytes(&p, meta, &payload(i, 64)).expect("emit");
     }
     let lane = p.lane().lane();
-    let positions: Vec<u64> = {
-        let mut r = lane.reader(StartAt::Oldest);
-        std::iter::from_fn(|| match r.poll() {
-            Poll::Frame(f) => Some(f.meta.pos),
-            _ => None,
-        })
-        .collect()
-    };
-    let hit = [990u64, 995, 998];
-    let g = *lane.geometry();
-    for &k in &hit {
-        let pos = positions[k as usize];
-        let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
-        lane.mem().get(word).expect("a word of the ring").store(
-            0xbad0_0000_0000_0bad ^ k,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    let positions = record_positions(lane);
+    for k in [990u64, 995, 998] {
+        store_frame_word(lane, positions[k as usize], 0, 0xbad0_0000_0000_0bad ^ k);
     }
     let mut sub = bus.subscribe();
     let t0 = Instant::now();

@@ -13,6 +13,8 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::{HeapMem, LaneMem};
 
+use crate::common::{record_positions, store_frame_word};
+
 const CONFIG: LaneConfig = LaneConfig {
     capacity: 64 << 10,
     max_frame: 8 << 10,
@@ -546,14 +548,7 @@ fn garbage_claim_tails_never_livelock_a_reader() {
 fn an_impossible_sequence_number_is_garbage_not_loss() {
     for (bad_seq, in_place) in [(1 << 60, false), (1 << 60, true), (6, false), (6, true)] {
         let lane = filled_lane(10);
-        let positions: Vec<u64> = {
-            let mut r = lane.reader(StartAt::Oldest);
-            std::iter::from_fn(|| match r.poll() {
-                Poll::Frame(f) => Some(f.meta.pos),
-                _ => None,
-            })
-            .collect()
-        };
+        let positions = record_positions(&lane);
         assert_eq!(positions.len(), 10);
         let g = *lane.geometry();
         // Record 5 claims a number it cannot have: far ahead, or its successor's (so record
@@ -757,23 +752,9 @@ fn a_claim_tail_moving_backwards_is_nothing_to_read() {
 }
 
 /// Record positions of a lane, read from its oldest record.
-fn record_positions(lane: &std::sync::Arc<Lane<HeapMem>>) -> Vec<u64> {
-    let mut r = lane.reader(StartAt::Oldest);
-    std::iter::from_fn(|| match r.poll() {
-        Poll::Frame(f) => Some(f.meta.pos),
-        _ => None,
-    })
-    .collect()
-}
-
 /// Overwrites the commit word of the frame at `pos` with `value`.
 fn store_commit_word(lane: &Lane<HeapMem>, pos: u64, value: u64) {
-    let g = *lane.geometry();
-    let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
-    lane.mem()
-        .get(word)
-        .expect("commit word")
-        .store(value, std::sync::atomic::Ordering::Relaxed);
+    store_frame_word(lane, pos, 0, value);
 }
 
 /// Garbage commit words in history older than the stall timeout are skipped after a few

@@ -9,20 +9,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::bus::{TestBus, wait_until};
+use crate::outage::Reaper;
 use crate::util::WATCHDOG;
-
-/// Kills the attached consumers left (by pid) when the test ends, however it ends.
-struct Reaper(Vec<u64>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-        }
-    }
-}
 
 /// Every consumer's `delivered` in `ls --json`, by id; asserts none is below what was seen.
 fn check(ls: &Value, seen: &mut HashMap<u64, u64>, when: &str) {
@@ -51,7 +39,7 @@ fn consumer_counters_never_go_backwards_across_a_broker_restart() {
         .expect("the aggregator")["info"]["pid"]
         .as_u64()
         .expect("pid");
-    let _reaper = Reaper(vec![agg_pid]);
+    let _reaper = Reaper(vec![agg_pid as u32]);
     let echo = bus.spawn_subscribed("echo", &["echo"]);
     let echo_pid = u64::from(echo.pid());
     let mut seen = HashMap::new();
