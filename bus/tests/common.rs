@@ -1,8 +1,10 @@
 //! Helpers shared by the test modules.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use snapbus_bus::lane::{LaneConfig, StartAt};
+use snapbus_bus::lane::{Lane, LaneConfig, Poll, StartAt};
+use snapbus_bus::mem::LaneMem;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, SubscribeOptions, Subscriber};
@@ -43,4 +45,24 @@ pub(crate) fn subscribe_oldest(dir: &BusDir, glob: &str) -> Subscriber {
         count_history_as_lost: false,
     };
     Subscriber::connect(dir, options).expect("subscribe")
+}
+
+/// The positions of the records a new reader from the oldest reads in `lane`, in order.
+pub(crate) fn record_positions<M: LaneMem>(lane: &Arc<Lane<M>>) -> Vec<u64> {
+    let mut r = lane.reader(StartAt::Oldest);
+    std::iter::from_fn(|| match r.poll() {
+        Poll::Frame(f) => Some(f.meta.pos),
+        _ => None,
+    })
+    .collect()
+}
+
+/// Stores `value` into word `word` of the frame at `pos` of `lane` (garbage, for a test).
+pub(crate) fn store_frame_word<M: LaneMem>(lane: &Lane<M>, pos: u64, word: usize, value: u64) {
+    let g = *lane.geometry();
+    let at = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize + word;
+    lane.mem()
+        .get(at)
+        .expect("a word of the ring")
+        .store(value, std::sync::atomic::Ordering::Relaxed);
 }

@@ -13,6 +13,8 @@ use snapbus_bus::lane::{
 };
 use snapbus_bus::mem::{HeapMem, LaneMem};
 
+use crate::common::{record_positions, store_frame_word};
+
 const CONFIG: LaneConfig = LaneConfig {
     capacity: 64 << 10,
     max_frame: 8 << 10,
@@ -546,14 +548,7 @@ fn garbage_claim_tails_never_livelock_a_reader() {
 fn an_impossible_sequence_number_is_garbage_not_loss() {
     for (bad_seq, in_place) in [(1 << 60, false), (1 << 60, true), (6, false), (6, true)] {
         let lane = filled_lane(10);
-        let positions: Vec<u64> = {
-            let mut r = lane.reader(StartAt::Oldest);
-            std::iter::from_fn(|| match r.poll() {
-                Poll::Frame(f) => Some(f.meta.pos),
-                _ => None,
-            })
-            .collect()
-        };
+        let positions = record_positions(&lane);
         assert_eq!(positions.len(), 10);
         let g = *lane.geometry();
         // Record 5 claims a number it cannot have: far ahead, or its successor's (so record
@@ -757,23 +752,9 @@ fn a_claim_tail_moving_backwards_is_nothing_to_read() {
 }
 
 /// Record positions of a lane, read from its oldest record.
-fn record_positions(lane: &std::sync::Arc<Lane<HeapMem>>) -> Vec<u64> {
-    let mut r = lane.reader(StartAt::Oldest);
-    std::iter::from_fn(|| match r.poll() {
-        Poll::Frame(f) => Some(f.meta.pos),
-        _ => None,
-    })
-    .collect()
-}
-
 /// Overwrites the commit word of the frame at `pos` with `value`.
 fn store_commit_word(lane: &Lane<HeapMem>, pos: u64, value: u64) {
-    let g = *lane.geometry();
-    let word = ((g.data_off + (pos & (g.capacity - 1))) / 8) as usize;
-    lane.mem()
-        .get(word)
-        .expect("commit word")
-        .store(value, std::sync::atomic::Ordering::Relaxed);
+    store_frame_word(lane, pos, 0, value);
 }
 
 /// Garbage commit words in history older than the stall timeout are skipped after a few
@@ -830,11 +811,21 @@ fn garbage_in_old_history_is_skipped_at_once_and_counted_as_damage() {
 }
 
 /// A claim of a live writer whose header is not written yet (its commit word still holds
-/// whatever was there: here garbage) is never skipped while younger than the stall timeout,
+/// whatever was there: in a ring that has wrapped, an older record's bytes; before it wraps,
+/// the zero the lane was made with) is never skipped while younger than the stall timeout,
 /// even with committed records after it (another thread's claims): the reader waits, and
 /// delivers it once committed, with nothing counted lost or damaged.
 #[test]
 fn a_live_claim_not_yet_begun_is_never_skipped() {
+    // After the ring has wrapped: old bytes.
+    a_live_claim_not_yet_begun_is_waited_for(1_000, 0x0123_4567_89ab_cdef);
+    // Before: zero.
+    a_live_claim_not_yet_begun_is_waited_for(0, 0);
+}
+
+/// [`a_live_claim_not_yet_begun_is_never_skipped`] after `before` records, with `old` in the
+/// claim's commit word.
+fn a_live_claim_not_yet_begun_is_waited_for(before: u64, old: u64) {
     let lane = Lane::heap(&CONFIG, 0xfeed).expect("lane");
     let writer = lane.shared_writer().expect("writer");
     let write = |writer: &snapbus_bus::lane::SharedLaneWriter<HeapMem>| {
@@ -843,17 +834,18 @@ fn a_live_claim_not_yet_begun_is_never_skipped() {
         claim.write_payload(&payload(seq, 64));
         claim.commit();
     };
-    for _ in 0..5 {
+    for _ in 0..before + 5 {
         write(&writer);
     }
     let mut held = writer.claim(64, meta(0)).expect("claim");
-    let held_pos = record_positions(&lane).len() as u64 * align(40 + 64);
-    // As if its writer had not yet stored the header: the commit word holds old bytes.
-    store_commit_word(&lane, held_pos, 0x0123_4567_89ab_cdef);
+    let held_pos = lane.stats().claim_tail - align(40 + 64);
+    // As if its writer had not yet stored the header: the commit word holds what was there.
+    store_commit_word(&lane, held_pos, old);
     for _ in 0..3 {
         write(&writer);
     }
     let mut reader = lane.reader(StartAt::Oldest);
+    let first = reader_first_seq(&lane);
     let mut delivered = Vec::new();
     for _ in 0..20_000 {
         match reader.poll() {
@@ -862,9 +854,9 @@ fn a_live_claim_not_yet_begun_is_never_skipped() {
             other => panic!("{other:?} while a live claim is in flight"),
         }
     }
-    assert_eq!(delivered, [0, 1, 2, 3, 4]);
+    assert_eq!(delivered, (first..before + 5).collect::<Vec<u64>>());
     assert_eq!(reader.position(), held_pos);
-    held.write_payload(&payload(5, 64));
+    held.write_payload(&payload(before + 5, 64));
     held.commit();
     loop {
         match reader.poll() {
@@ -873,13 +865,21 @@ fn a_live_claim_not_yet_begun_is_never_skipped() {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(delivered, (0..9).collect::<Vec<u64>>());
+    assert_eq!(delivered, (first..before + 9).collect::<Vec<u64>>());
     let s = reader.stats();
     assert_eq!(
         (s.lost, s.damaged, s.garbage, s.holes),
         (0, 0, 0, 0),
         "{s:?}"
     );
+}
+
+/// The sequence number of the oldest record a new reader from the oldest gets.
+fn reader_first_seq(lane: &std::sync::Arc<Lane<HeapMem>>) -> u64 {
+    match lane.reader(StartAt::Oldest).poll() {
+        Poll::Frame(f) => f.meta.seq,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn align(n: u64) -> u64 {

@@ -2,6 +2,7 @@
 
 mod batch;
 mod common;
+mod damage;
 mod dynamic;
 mod fork;
 mod in_place;

@@ -28,13 +28,26 @@ mod cli;
 mod command;
 mod consumer_kinds;
 mod demo;
+mod negative;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 fn main() -> ExitCode {
-    let cli = command::Cli::parse();
+    let cli = match command::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let args: Vec<String> = std::env::args().collect();
+            match negative::negative_value_error(&command::Cli::command(), &err, &args) {
+                Some(message) => {
+                    snapbus_bus::say!("snapbus: error: {message}");
+                    return ExitCode::from(2);
+                }
+                None => err.exit(),
+            }
+        }
+    };
     let code: u8 = match command::run(cli) {
         Ok(()) => 0,
         Err(err) if is_broken_pipe(&err) => 0,

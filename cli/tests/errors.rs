@@ -400,3 +400,63 @@ fn attach_recorder_into_an_unwritable_place_starts_nothing() {
     }
     assert_eq!(consumer_ids(&bus), Vec::<String>::new());
 }
+
+/// A negative number given to a numeric option (none takes one) is refused naming the option
+/// and the value, as `--rate -1` and as `--rate=-1`, not with clap's tip to write `-- -1`
+/// (which is wrong for an option): one row per numeric option of every verb that has one.
+#[test]
+fn negative_values_get_a_clear_error() {
+    let f = "/nonexistent/f.mcap";
+    for (verb, option, value) in [
+        (&["up"][..], "--retention-secs", "-1"),
+        (&["echo"][..], "--count", "-3"),
+        (&["hz"][..], "--period-secs", "-1"),
+        (&["hz"][..], "--reports", "-2"),
+        (&["demo"][..], "--episodes", "-1"),
+        (&["demo"][..], "--steps", "-1"),
+        (&["demo"][..], "--rate", "-1"),
+        (&["snapshot", "-o", f][..], "--last", "-5s"),
+        (&["replay", f][..], "--speed", "-2"),
+        (&["export", f, "--format", "jsonl"][..], "--timeout", "-1s"),
+        (&["plot"][..], "--port", "-80"),
+        (&["plot"][..], "--history", "-10"),
+        (&["prometheus"][..], "--port", "-1"),
+        (&["prometheus"][..], "--max-series", "-1"),
+        (&["prometheus"][..], "--series-ttl", "-1m"),
+        (&["otlp"][..], "--interval", "-1s"),
+        (&["otlp"][..], "--max-queue-bytes", "-1"),
+        (&["otlp"][..], "--max-series", "-1"),
+        (&["record", "-o", f][..], "--rotate-mb", "-4"),
+        (&["attach", "recorder", "-o", f][..], "--rotate-mb", "-4"),
+        (&["spawn", "aggregator"][..], "-n", "-1"),
+        (&["spawn", "aggregator"][..], "--workers", "-1"),
+    ] {
+        let joined = format!("{option}={value}");
+        let forms: [&[&str]; 2] = [&[option, value], &[&joined]];
+        for form in forms {
+            if form.len() == 1 && !option.starts_with("--") {
+                continue;
+            }
+            let args: Vec<&str> = verb.iter().chain(form).copied().collect();
+            let out = run(&args);
+            assert!(!out.status.success(), "{args:?} succeeded");
+            let said = out.stderr.trim();
+            assert!(
+                said.contains(&format!("{option} takes no negative value (got '{value}')"))
+                    || (form.len() == 1 && said.contains(option) && said.contains(value)),
+                "{args:?}: {said}"
+            );
+            assert!(!said.contains("-- -"), "{args:?}: clap's tip: {said}");
+            assert!(!said.contains("panicked"), "{args:?}: {said}");
+        }
+    }
+    // A negative number where no option wants one (a consumer id).
+    let out = run(&["detach", "-1"]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr
+            .contains("no argument here takes a negative number"),
+        "{}",
+        out.stderr
+    );
+}

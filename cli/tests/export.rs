@@ -251,7 +251,7 @@ impl Direct {
             .write_loss(
                 7 + p as u64,
                 snapbus_consumers::Producer::from(&self.producers[p]),
-                lost,
+                (lost, 0),
                 t_nanos,
             )
             .expect("loss");
@@ -380,7 +380,9 @@ fn jsonl_writes_loss_records_and_every_version() {
     let loss: Vec<&Json> = lines.iter().filter(|l| l.get("loss").is_some()).collect();
     assert_eq!(
         loss,
-        [&json!({"loss": {"producer_id": 8, "producer_pid": 200, "lost": 42}, "t_nanos": 3000})]
+        [
+            &json!({"loss": {"producer_id": 8, "producer_pid": 200, "lost": 42, "damaged": 0}, "t_nanos": 3000})
+        ]
     );
     let v2: Vec<&Json> = lines.iter().filter(|l| l["version"] == 2).collect();
     assert_eq!(v2.len(), 4);
@@ -514,7 +516,7 @@ fn csv_has_a_file_per_schema_and_version_with_flattened_columns() {
     let (header, rows) = read_csv(&out.join("snapbus.loss.csv"));
     assert_eq!(
         header,
-        columns(&["payload.producer_id", "producer_pid", "lost"])
+        columns(&["payload.producer_id", "producer_pid", "lost", "damaged"])
     );
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["lost"], "42");
@@ -585,7 +587,7 @@ fn mcap_json_reads_back_with_the_mcap_crate() {
         .expect("loss message");
     assert_eq!(
         serde_json::from_slice::<Json>(&loss.data).expect("JSON"),
-        json!({"producer_id": 8, "producer_pid": 200, "lost": 42})
+        json!({"producer_id": 8, "producer_pid": 200, "lost": 42, "damaged": 0})
     );
     let v2 = messages
         .iter()

@@ -31,7 +31,7 @@ fn consumers(bus: &TestBus) -> BTreeMap<u64, Value> {
 /// Consumer processes that must not outlive the test, whatever happens to the broker:
 /// SIGKILLed on drop (after the bus's own `down`, which should already have stopped them).
 #[derive(Default)]
-struct Reaper(Vec<u32>);
+pub(crate) struct Reaper(pub(crate) Vec<u32>);
 
 impl Drop for Reaper {
     fn drop(&mut self) {

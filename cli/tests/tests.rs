@@ -15,6 +15,8 @@ mod plotter;
 mod prometheus;
 mod python;
 mod recording;
+mod restart_counters;
+mod ring_damage;
 mod runtime_dir;
 mod schemas;
 mod supervision;

@@ -50,6 +50,8 @@ pub struct Recorder {
     files: Vec<PathBuf>,
     messages: u64,
     losses: u64,
+    /// Records lost to garbage in the rings (in the files as loss records' `damaged`).
+    damaged: u64,
     history_losses: u64,
     /// By lane id.
     lanes: HashMap<u64, LaneHistory>,
@@ -69,6 +71,7 @@ impl Recorder {
             files: Vec::new(),
             messages: 0,
             losses: 0,
+            damaged: 0,
             history_losses: 0,
             lanes: HashMap::new(),
             last_lane: None,
@@ -211,6 +214,11 @@ impl Recorder {
         self.losses
     }
 
+    /// Records lost to garbage in the producers' rings (in the files as loss records).
+    pub fn damaged(&self) -> u64 {
+        self.damaged
+    }
+
     /// Records the rings had overwritten before each producer's first recorded record (in the
     /// files as the producers' history start).
     pub fn history_losses(&self) -> u64 {
@@ -270,21 +278,28 @@ impl Consumer for Recorder {
         let Lag {
             producer_id,
             producer,
-            lost,
+            mut lost,
+            damaged,
         } = lag;
         let lane = self.lanes.entry(producer.lane_id).or_default();
-        if !lane.written && !lane.continued && self.opts.start == StartAt::Oldest {
+        if lost > 0 && !lane.written && !lane.continued && self.opts.start == StartAt::Oldest {
             // Reading from the oldest record, before the producer's first record: what the
             // ring had overwritten, part of where its history starts. (From `latest` or a
             // time, a loss before the first record happened while recording: a loss record.)
             lane.overwritten += lost;
             lane.producer = Some((producer_id, owned(producer)));
             self.history_losses += lost;
+            lost = 0;
+        }
+        if lost == 0 && damaged == 0 {
             return Ok(Flow::Continue);
         }
+        // Damage is always a loss record (with the history start, it would read as records
+        // overwritten before the recording began).
         self.losses += lost;
+        self.damaged += damaged;
         self.writer()?
-            .write_loss(producer_id, producer, lost, now_realtime_nanos())?;
+            .write_loss(producer_id, producer, (lost, damaged), now_realtime_nanos())?;
         Ok(Flow::Continue)
     }
 

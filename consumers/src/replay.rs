@@ -73,7 +73,7 @@ pub fn replay<R: Read>(
         let m: Message = match item? {
             Item::Message(m) => m,
             Item::Loss { record, .. } => {
-                summary.lost_in_recording += record.lost;
+                summary.lost_in_recording += record.lost + record.damaged;
                 continue;
             }
             Item::Metadata { name, fields } => {

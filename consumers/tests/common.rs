@@ -62,5 +62,6 @@ pub(crate) fn lag(
         producer_id,
         producer,
         lost,
+        damaged: 0,
     }
 }

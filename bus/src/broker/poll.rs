@@ -171,10 +171,15 @@ impl Broker {
                 info, previous_id, ..
             } => self.add_producer(conn, info, fds, previous_id),
             ToBroker::HelloConsumer {
-                info, previous_id, ..
-            } => self.add_consumer(conn, info, previous_id),
+                info,
+                previous_id,
+                counters,
+                lanes,
+                ..
+            } => self.add_consumer(conn, info, previous_id, (counters, lanes)),
             ToBroker::Ls { census, .. } => {
                 let state = self.state(census);
+                self.keep_shown_counters(&state);
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
             }
             ToBroker::SetFilter { directives, .. } => {

@@ -9,8 +9,8 @@ use super::supervision::has_exited;
 use super::{Broker, Slot};
 use crate::catalog::Catalog;
 use crate::control::{
-    Conn, ConsumerInfo, FromBroker, LaneCursor, LaneInfo, ProducerInfo, ProducerStatus,
-    RefusedLane, ToBroker,
+    Conn, ConsumerCounters, ConsumerInfo, FromBroker, LaneCursor, LaneInfo, ProducerInfo,
+    ProducerStatus, RefusedLane, ToBroker,
 };
 use crate::doorbell::BELLS_PER_PAGE;
 use crate::lane::{LaneState, ShmLane};
@@ -193,6 +193,7 @@ impl Broker {
         conn: Conn,
         mut info: ConsumerInfo,
         previous_id: Option<u64>,
+        (counters, cursors): (ConsumerCounters, Vec<LaneCursor>),
     ) {
         if let Some(pid) = conn.peer_pid() {
             info.pid = pid;
@@ -230,11 +231,12 @@ impl Broker {
                 info,
                 conn,
                 bell,
-                delivered: 0,
-                lost: 0,
-                damaged: 0,
-                garbage: 0,
-                cursors: Vec::new(),
+                // A consumer rejoining a restarted broker starts from its own counters.
+                delivered: counters.delivered,
+                lost: counters.lost,
+                damaged: counters.damaged,
+                garbage: counters.garbage,
+                cursors,
                 refused: Vec::new(),
                 board: Vec::new(),
                 last_report: Instant::now(),

@@ -17,7 +17,9 @@ pub(crate) mod status;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use msg::{FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION, ToBroker};
+pub(crate) use msg::{
+    ConsumerCounters, FromBroker, LaneCursor, LaneInfo, PROTOCOL_VERSION, ToBroker,
+};
 pub use socket::ControlError;
 pub(crate) use socket::{Conn, Listener};
 pub(crate) use state::DETACH_GRACE;

@@ -13,7 +13,7 @@ use super::state::{
 use crate::status::StatusEntry;
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub(crate) const PROTOCOL_VERSION: u32 = 5;
+pub(crate) const PROTOCOL_VERSION: u32 = 6;
 
 /// A lane as the broker describes it to consumers (sent with two fds: the data lane and the
 /// producer's catalog lane).
@@ -25,6 +25,20 @@ pub(crate) struct LaneInfo {
     pub producer: ProducerInfo,
     /// Whether the producer is gone (its lane is kept readable for a while).
     pub dead: bool,
+}
+
+/// A consumer's counters, as it says them when it (re)joins a broker: a restarted broker's
+/// `ls` starts from them, so they never go backwards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ConsumerCounters {
+    /// Records delivered.
+    pub delivered: u64,
+    /// Records lost (overwritten, or left unfinished by a dead producer).
+    pub lost: u64,
+    /// Records lost to damaged memory in the rings.
+    pub damaged: u64,
+    /// Garbage spots skipped in the rings.
+    pub garbage: u64,
 }
 
 /// A consumer's cursor in one lane (in [`ToBroker::ConsumerStats`]).
@@ -61,6 +75,10 @@ pub(crate) enum ToBroker {
         /// The id an earlier broker of this bus gave it (it rejoins after a broker restart):
         /// the broker gives it back unless another peer holds it.
         previous_id: Option<u64>,
+        /// Its counters so far (zero on its first join).
+        counters: ConsumerCounters,
+        /// Where it is in each lane it reads (none on its first join).
+        lanes: Vec<LaneCursor>,
     },
     /// A consumer's counters and cursors (sent about twice a second while it reads; a
     /// consumer that stops sending them is shown stale, and the broker works out from its

@@ -130,7 +130,10 @@ pub(super) fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
 /// for a reader right behind the writer).
 const STALL_POLLS: u32 = 64;
 /// How long the reader's own clock must see a frame unfinished before the lane's timestamps
-/// are trusted to say it has been stuck longer than the stall timeout.
+/// are trusted to say it has been stuck longer than the stall timeout: what garbage in
+/// history older than the stall timeout costs per spot. (Garbage in a closed lane, or before
+/// the ring first wraps, is skipped at once; near the live tail of a wrapped ring it cannot be
+/// told from a claim not begun yet, and costs up to the stall timeout.)
 const LANE_CLOCK_MIN_STALL: Duration = Duration::from_millis(20);
 
 /// Default time a live writer may leave a claimed frame uncommitted before readers skip it.
@@ -280,10 +283,18 @@ impl Cursor {
             }
             self.pos = self.pos.saturating_add(aligned);
             self.stalled_since = None;
-            if let Some(FrameKind::Data | FrameKind::Aborted) = kind {
-                if let Some(step) = self.account(meta, is_data && !wanted, result) {
-                    return step;
+            match kind {
+                Some(FrameKind::Data | FrameKind::Aborted) => {
+                    if let Some(step) = self.account(meta, is_data && !wanted, result) {
+                        return step;
+                    }
                 }
+                Some(FrameKind::EndOfStream) => {
+                    if let Some(step) = self.account_end(meta) {
+                        return step;
+                    }
+                }
+                _ => {}
             }
         }
         Step::Pending
@@ -430,17 +441,12 @@ impl Cursor {
         self.resync(lane, tail_of(lane));
     }
 
-    /// The cursor has passed a sound DATA or ABORTED frame (`meta`): count what its sequence
-    /// number says was lost (or damaged), and return what the call reports, if anything
-    /// (`filtered`: a record the filter skipped; `result`: the visit's, for a record to
-    /// deliver).
+    /// The records missing before the sound frame `meta` (DATA, ABORTED, or the end of
+    /// stream, which carries the number the next record would have had), counted as damage if
+    /// garbage was skipped since the last frame accepted, else as lost. `None`: its sequence
+    /// number is impossible, so the frame is garbage (counted).
     #[inline(always)]
-    fn account<R>(
-        &mut self,
-        meta: FrameMeta,
-        filtered: bool,
-        result: Option<R>,
-    ) -> Option<Step<R>> {
+    fn gap_before(&mut self, meta: &FrameMeta) -> Option<u64> {
         let seq = meta.seq;
         let lost = match self.next_seq {
             // The common case first: the record expected (no division below).
@@ -467,6 +473,31 @@ impl Cursor {
         } else {
             self.stats.lost += lost;
         }
+        Some(lost)
+    }
+
+    /// The cursor has passed a sound end-of-stream frame (`meta`): the records missing before
+    /// it (the last ones under garbage, say) are counted like any other gap.
+    #[cold]
+    fn account_end<R>(&mut self, meta: FrameMeta) -> Option<Step<R>> {
+        let lost = self.gap_before(&meta)?;
+        self.next_seq = Some((meta.seq, meta.pos));
+        (lost > 0).then_some(Step::Lagged(lost))
+    }
+
+    /// The cursor has passed a sound DATA or ABORTED frame (`meta`): count what its sequence
+    /// number says was lost (or damaged), and return what the call reports, if anything
+    /// (`filtered`: a record the filter skipped; `result`: the visit's, for a record to
+    /// deliver).
+    #[inline(always)]
+    fn account<R>(
+        &mut self,
+        meta: FrameMeta,
+        filtered: bool,
+        result: Option<R>,
+    ) -> Option<Step<R>> {
+        let seq = meta.seq;
+        let lost = self.gap_before(&meta)?;
         if filtered {
             self.stats.filtered += 1;
         }

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use super::{RECONNECT_EVERY, REPLY_TIMEOUT, STATS_EVERY, SubscribeError, Subscriber};
 use crate::control::{
-    Conn, ConsumerInfo, ControlError, FromBroker, LaneCursor, PROTOCOL_VERSION, ToBroker,
+    Conn, ConsumerCounters, ConsumerInfo, ControlError, FromBroker, LaneCursor, PROTOCOL_VERSION,
+    ToBroker,
 };
 use crate::doorbell::DoorbellPage;
 use crate::lane::StartAt;
@@ -30,6 +31,16 @@ impl Subscriber {
                     .collect(),
             },
             previous_id: self.consumer_id,
+            counters: {
+                let s = self.stats();
+                ConsumerCounters {
+                    delivered: s.delivered,
+                    lost: s.lost,
+                    damaged: s.damaged,
+                    garbage: s.garbage,
+                }
+            },
+            lanes: self.cursors(),
         };
         let (reply, mut fds): (FromBroker, _) = conn.request(&hello, REPLY_TIMEOUT)?;
         match reply {
@@ -109,22 +120,26 @@ impl Subscriber {
         }
     }
 
+    /// Where it is in each lane it still reads.
+    fn cursors(&self) -> Vec<LaneCursor> {
+        self.lanes
+            .iter()
+            .filter(|l| !l.ended)
+            .map(|l| LaneCursor {
+                lane_id: l.info.lane_id,
+                position: l.reader.position(),
+                expected_seq: l.reader.expected_seq(),
+            })
+            .collect()
+    }
+
     /// Sends the counters and cursors to the broker (for `snapbus ls`, which works out lag
     /// and overwrites past the cursors itself, so they stay true while this consumer does
     /// not report).
     pub(super) fn report(&self) {
         if let Some(conn) = &self.conn {
             let stats = self.stats();
-            let lanes = self
-                .lanes
-                .iter()
-                .filter(|l| !l.ended)
-                .map(|l| LaneCursor {
-                    lane_id: l.info.lane_id,
-                    position: l.reader.position(),
-                    expected_seq: l.reader.expected_seq(),
-                })
-                .collect();
+            let lanes = self.cursors();
             let _ = conn.send(
                 &ToBroker::ConsumerStats {
                     delivered: stats.delivered,

@@ -205,10 +205,11 @@ impl Subscriber {
 /// The event of a lane's find other than a record.
 pub(super) fn lane_event<R>(l: &SubLane, f: Found<R>) -> Event<'_> {
     match f {
-        Found::Lagged(_, lost) => Event::Lagged {
+        Found::Lagged(_, lost, damaged) => Event::Lagged {
             producer_id: l.producer_id,
             producer: &l.info,
             lost,
+            damaged,
         },
         Found::Ended(_) => Event::Ended(&l.info),
         Found::Record(..) => unreachable!("records are mapped by the caller"),

@@ -137,14 +137,18 @@ pub enum InPlaceEvent<'a, R> {
 pub enum Event<'a> {
     /// A record of a subscribed schema.
     Record(Record<'a>),
-    /// `lost` records of this producer's lane were overwritten before they could be read.
+    /// Records of this producer's lane that cannot be delivered: `lost` were overwritten
+    /// before they could be read (or left unfinished by a dead producer), `damaged` were
+    /// under garbage in the ring. Each missing record is counted once, in one of the two.
     Lagged {
         /// The broker's id of the producer.
         producer_id: u64,
         /// The producer.
         producer: &'a ProducerInfo,
-        /// How many.
+        /// How many were overwritten (or left unfinished by a dead producer).
         lost: u64,
+        /// How many were lost to damaged memory in the ring (garbage where they were).
+        damaged: u64,
     },
     /// A producer's lane became readable.
     Joined(&'a ProducerInfo),
@@ -174,7 +178,8 @@ pub struct SubscriberStats {
 /// What a lane gave.
 enum Found<R> {
     Record(usize, FrameMeta, R),
-    Lagged(usize, u64),
+    /// A lane, the records it lost to overwrites and those it lost to damage.
+    Lagged(usize, u64, u64),
     Ended(usize),
 }
 

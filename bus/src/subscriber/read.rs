@@ -276,7 +276,7 @@ impl Subscriber {
 /// The lane a find is of.
 fn found_lane<R>(f: &Found<R>) -> usize {
     match f {
-        Found::Record(k, ..) | Found::Lagged(k, _) | Found::Ended(k) => *k,
+        Found::Record(k, ..) | Found::Lagged(k, ..) | Found::Ended(k) => *k,
     }
 }
 
@@ -323,7 +323,7 @@ fn no_frame<R>(
             lane.damaged_seen = damaged;
             stats.damaged += new_damage;
             stats.lost += lost - new_damage;
-            Some(Found::Lagged(k, lost))
+            Some(Found::Lagged(k, lost - new_damage, new_damage))
         }
         NoFrame::Closed => {
             lane.ended = true;

@@ -50,12 +50,22 @@ pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
                 }
             }
             Some(Event::Lagged {
-                producer_id, lost, ..
+                producer_id,
+                lost,
+                damaged,
+                ..
             }) => {
                 out.flush()?;
-                snapbus_bus::say!(
-                    "snapbus echo: lost {lost} records of producer {producer_id} (overwritten before they were read)"
-                );
+                if lost > 0 {
+                    snapbus_bus::say!(
+                        "snapbus echo: lost {lost} records of producer {producer_id} (overwritten before they were read)"
+                    );
+                }
+                if damaged > 0 {
+                    snapbus_bus::say!(
+                        "snapbus echo: lost {damaged} records of producer {producer_id} (garbage in its ring where they were)"
+                    );
+                }
             }
             Some(Event::Joined(_)) => {}
             Some(Event::Died(p)) => {

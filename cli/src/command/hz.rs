@@ -51,7 +51,9 @@ pub(crate) fn run(args: &HzArgs) -> anyhow::Result<()> {
                 e.0 += 1;
                 e.1 += r.payload.len() as u64;
             }
-            Some(Event::Lagged { lost: n, .. }) => lost += n,
+            Some(Event::Lagged {
+                lost: n, damaged, ..
+            }) => lost += n + damaged,
             _ => {}
         }
         let elapsed = window_start.elapsed();

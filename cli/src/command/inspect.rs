@@ -62,6 +62,8 @@ fn fields_lane_key(f: &Fields) -> String {
 #[derive(Default)]
 struct Gaps {
     lost: u64,
+    /// Records lost to garbage in the producer's ring.
+    damaged: u64,
     gaps: u64,
     name: String,
     id: u64,
@@ -141,7 +143,8 @@ impl Contents {
                     .entry(lane_key(channel.lane_id, record.producer_id))
                     .or_default();
                 g.lost += record.lost;
-                g.gaps += 1;
+                g.damaged += record.damaged;
+                g.gaps += u64::from(record.lost > 0);
                 g.name.clone_from(&channel.producer);
                 g.id = record.producer_id;
             }
@@ -158,6 +161,11 @@ impl Contents {
             }
             Item::Damaged(d) => self.skipped.push(d),
         }
+    }
+
+    /// Records lost to garbage in the producers' rings (loss records' `damaged`).
+    fn ring_damage(&self) -> u64 {
+        self.losses.values().map(|g| g.damaged).sum()
     }
 
     /// Records of every schema.
@@ -194,8 +202,13 @@ impl Contents {
             "not known: the file does not say where each producer's history starts (written by \
              an older snapbus)"
                 .to_owned()
-        } else if !self.losses.is_empty() || !history_complete {
+        } else if self.losses.values().any(|g| g.lost > 0) || !history_complete {
             "some: see above".to_owned()
+        } else if self.ring_damage() > 0 {
+            format!(
+                "some: {} records lost to garbage in the producers' rings (see DAMAGE)",
+                self.ring_damage()
+            )
         } else if self
             .histories
             .values()
@@ -257,7 +270,9 @@ fn write_json(
         })).collect::<Vec<_>>(),
         "losses": c.losses.iter().map(|(lane, g)| json!({
             "producer_id": g.id, "lane_id": lane, "lost": g.lost, "gaps": g.gaps,
+            "damaged": g.damaged,
         })).collect::<Vec<_>>(),
+        "ring_damage": c.ring_damage(),
         "loss_verdict": verdict,
         "cut": c.cut,
         "skipped": c.skipped.iter().map(|d| json!({
@@ -370,7 +385,7 @@ fn write_losses(
     for (line, _) in history_lines {
         writeln!(out, "{line}")?;
     }
-    for g in c.losses.values() {
+    for g in c.losses.values().filter(|g| g.lost > 0) {
         writeln!(
             out,
             "producer {} '{}': {} records overwritten before they could be recorded ({} gap{})",
@@ -391,6 +406,14 @@ fn write_losses(
 /// DAMAGE: the skipped parts, the cut, and where reading stopped (or that it did not).
 fn write_damage(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
     writeln!(out, "\nDAMAGE")?;
+    for g in c.losses.values().filter(|g| g.damaged > 0) {
+        writeln!(
+            out,
+            "producer {} '{}': {} records lost to garbage in its ring (skipped by the reader; \
+             the file itself is sound)",
+            g.id, g.name, g.damaged
+        )?;
+    }
     for d in &c.skipped {
         writeln!(out, "skipped: {d}")?;
     }
@@ -402,8 +425,11 @@ fn write_damage(out: &mut impl Write, c: &Contents) -> anyhow::Result<()> {
         )?;
     }
     match (&c.damage, c.complete) {
-        (None, true) if c.skipped.is_empty() && c.cut.is_none() => {
+        (None, true) if c.skipped.is_empty() && c.cut.is_none() && c.ring_damage() == 0 => {
             writeln!(out, "none: read through the footer, every CRC checked")?
+        }
+        (None, true) if c.skipped.is_empty() && c.cut.is_none() => {
+            writeln!(out, "the file: read through the footer, every CRC checked")?
         }
         (None, true) => writeln!(out, "everything else was read, through the footer")?,
         (None, false) => writeln!(out, "the file has no footer")?,

@@ -121,7 +121,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         output_names(&output, args.rotate_mb)
     );
     let result = run_consumer(&dir, &opts, &mut recorder, None);
-    let lost = recorder.losses() + recorder.history_losses();
+    let lost = recorder.losses() + recorder.history_losses() + recorder.damaged();
     // A failed write ends the run: its error (the first one, naming the OS error) is the one
     // to report; finishing then ends the file with what could not be written.
     let finished = recorder.finish();

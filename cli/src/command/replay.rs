@@ -159,10 +159,15 @@ fn print(args: &ReplayArgs, globs: &[Glob]) -> anyhow::Result<()> {
                 } => {
                     out.flush()?;
                     snapbus_bus::say!(
-                        "snapbus replay: the recording lost {} records of producer '{}' (pid {}) here",
-                        record.lost,
+                        "snapbus replay: the recording lost {} records of producer '{}' (pid {}) here{}",
+                        record.lost + record.damaged,
                         channel.producer,
-                        record.producer_pid
+                        record.producer_pid,
+                        if record.damaged > 0 {
+                            format!(" ({} to garbage in its ring)", record.damaged)
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 Item::Metadata { name, fields } => {

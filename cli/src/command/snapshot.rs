@@ -74,6 +74,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     let result = run_consumer(&dir, &opts, &mut recorder, None);
     let lost = recorder.losses();
     let history_lost = recorder.history_losses();
+    let damaged = recorder.damaged();
     let finished = recorder.finish();
     let summary = match result.map_err(run_error) {
         Err(e) if is_permanent_write_error(&e) => return Err(kept(e, &args.output)),
@@ -92,6 +93,11 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     if lost > 0 {
         notes.push(format!(
             "{lost} overwritten while reading, recorded as loss records"
+        ));
+    }
+    if damaged > 0 {
+        notes.push(format!(
+            "{damaged} lost to garbage in the rings, recorded as damage (see `inspect`)"
         ));
     }
     snapbus_bus::say!(

@@ -137,7 +137,7 @@ fn two_producers(w: &mut RecordingWriter) {
             w.write_loss(
                 2,
                 snapbus_consumers::Producer::from(&p2),
-                17,
+                (17, 0),
                 1_700_000_000_000_000_000 + i * 1_000_000,
             )
             .expect("loss");

@@ -28,8 +28,10 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     }
 
     fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
-        self.out.stats.lost += lag.lost;
-        self.producer(lag.producer).lost += lag.lost;
+        // Damaged records are missing from the windows as overwritten ones are.
+        let missing = lag.lost + lag.damaged;
+        self.out.stats.lost += missing;
+        self.producer(lag.producer).lost += missing;
         self.last_producer = None;
         Ok(Flow::Continue)
     }

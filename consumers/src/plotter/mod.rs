@@ -405,7 +405,7 @@ impl Consumer for Plotter {
     }
 
     fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
-        lock(&self.store)?.lost += lag.lost;
+        lock(&self.store)?.lost += lag.lost + lag.damaged;
         Ok(Flow::Continue)
     }
 }

@@ -30,8 +30,8 @@
 //!   wrote them;
 //! - **loss records**: messages of schema [`LossRecord`] (`snapbus.loss`) on topic
 //!   `snapbus.loss` (a channel per producer, with its `lane_id`), one per gap, saying how many
-//!   records of which producer were overwritten before the recorder could read them. Nothing
-//!   is lost silently.
+//!   records of which producer were overwritten before the recorder could read them (`lost`)
+//!   or lost to garbage in its ring (`damaged`). Nothing is lost silently.
 //!
 //! A producer is identified by its **lane id** (`lane_id`, 16 hex digits): the broker's
 //! producer id (`id`, `producer_id`) is kept for display, but a restarted broker numbers
@@ -101,13 +101,18 @@ pub const PRODUCER_METADATA: &str = "snapbus.producer";
 /// An explicit gap: `lost` records of producer `producer_id` were overwritten in its ring
 /// before the recorder (or snapshot) read them.
 #[derive(Snapshot, Debug, Clone, Copy, PartialEq, Eq)]
-#[snapshot(id = "snapbus.loss", version = 1)]
+#[snapshot(id = "snapbus.loss", version = 2)]
 pub struct LossRecord {
     /// The broker's id of the producer when the loss was seen (for display: the loss
     /// channel's `lane_id` identifies the producer).
     pub producer_id: u64,
     /// The producer's pid.
     pub producer_pid: u32,
-    /// How many records were lost.
+    /// How many records were lost (overwritten before they could be read, or left unfinished
+    /// by a dead producer).
     pub lost: u64,
+    /// How many records were lost to garbage in the producer's ring (not in `lost`; 0 in
+    /// files of version 1 of this record).
+    #[snapshot(since = 2)]
+    pub damaged: u64,
 }

@@ -503,7 +503,7 @@ impl RecordingWriter {
         &mut self,
         producer_id: u64,
         producer: Producer<'_>,
-        lost: u64,
+        (lost, damaged): (u64, u64),
         t_nanos: u64,
     ) -> Result<(), WriteError> {
         let channel_id = match self.loss_channels.get(&producer.lane_id) {
@@ -528,6 +528,7 @@ impl RecordingWriter {
             producer_id,
             producer_pid: producer.pid,
             lost,
+            damaged,
         };
         // A struct of integers always encodes.
         let buf = rec.encode_to_vec().unwrap_or_default();

@@ -462,12 +462,14 @@ impl Control {
                 producer_id,
                 producer,
                 lost,
+                damaged,
             } => {
-                self.lost += lost;
+                self.lost += lost + damaged;
                 Item::Lag(Lag {
                     producer_id,
                     producer: producer.into(),
                     lost,
+                    damaged,
                 })
             }
             Event::Joined(p) => Item::Producer(ProducerChange::Joined(p.into())),

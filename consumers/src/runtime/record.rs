@@ -161,7 +161,8 @@ impl<'a> From<&'a InPlaceRecord<'a>> for InPlace<'a> {
     }
 }
 
-/// `lost` records of a producer were overwritten before they could be read.
+/// Records of a producer that cannot be read: `lost` were overwritten before they could be
+/// read (or left unfinished by a dead producer), `damaged` were under garbage in its ring.
 #[derive(Debug, Clone, Copy)]
 pub struct Lag<'a> {
     /// The broker's current id of the producer, for display only: a restarted broker numbers
@@ -172,8 +173,10 @@ pub struct Lag<'a> {
     pub producer_id: u64,
     /// The producer.
     pub producer: Producer<'a>,
-    /// How many.
+    /// How many were overwritten (or left unfinished).
     pub lost: u64,
+    /// How many were lost to garbage in the ring (not in `lost`).
+    pub damaged: u64,
 }
 
 /// A producer's lane appearing or going.

@@ -141,7 +141,7 @@ impl Recording {
                     );
                     return Ok(Some(Py::new(py, ev)?));
                 }
-                Item::Loss { record, .. } => inner.lost += record.lost,
+                Item::Loss { record, .. } => inner.lost += record.lost + record.damaged,
                 Item::Damaged(d) => inner.damage.push(d.to_string()),
                 Item::Metadata { name, fields } => {
                     inner.metadata.push((name, fields.into_iter().collect()));

@@ -93,7 +93,11 @@ fn convert(
     Ok(Some(match item {
         RunItem::Record(r) => return record(py, interned, r, false),
         RunItem::NewSchema(r) => return record(py, interned, r, true),
-        RunItem::Lag(lag) => Item::Lag(producer(py, interned, &lag.producer)?, lag.lost),
+        // Records lost to damage in the ring are missing too (`Lag` counts them apart).
+        RunItem::Lag(lag) => Item::Lag(
+            producer(py, interned, &lag.producer)?,
+            lag.lost + lag.damaged,
+        ),
         RunItem::Producer(change) => {
             let (what, p) = match change {
                 ProducerChange::Joined(p) => ("joined", p),

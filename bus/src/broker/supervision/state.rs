@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::process::{SUPERVISED_ENV, pidfd, proc_start_time};
 use super::{Kept, Supervised};
 use crate::broker::Broker;
-use crate::control::{Conn, End, PROTOCOL_VERSION, ToBroker};
+use crate::control::{BusState, Conn, ConsumerState, End, PROTOCOL_VERSION, ToBroker};
 use crate::runtime::BusDir;
 
 /// Format version of the state file.
@@ -175,6 +175,29 @@ impl Broker {
             }
         }
         self.dirty = true;
+    }
+
+    /// Before `ls` shows `state`: the counters of each connected supervised consumer are
+    /// kept in the state file (saved now, if they changed since the last `ls`), so that a
+    /// broker that replaces this one after a crash shows no less for it until it rejoins
+    /// (counters in `ls` never go backwards; a consumer that rejoins says its own).
+    pub(in crate::broker) fn keep_shown_counters(&mut self, state: &BusState) {
+        let counters = |c: &ConsumerState| (c.delivered, c.lost, c.damaged, c.garbage);
+        let mut changed = false;
+        for row in state.consumers.iter().filter(|c| c.supervised) {
+            if !self.consumers.values().any(|c| c.id == row.id) {
+                continue;
+            }
+            if let Some(s) = self.supervised.iter_mut().find(|s| s.kept.id == row.id)
+                && s.kept.last.as_ref().map(counters) != Some(counters(row))
+            {
+                s.kept.last = Some(row.clone());
+                changed = true;
+            }
+        }
+        if changed {
+            self.save_state();
+        }
     }
 
     /// Writes the state file (write a temporary file, then rename over the old one).

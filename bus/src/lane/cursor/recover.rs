@@ -62,19 +62,20 @@ impl Cursor {
     ///
     /// How long it has been stuck is known at once from the lane's own timestamps when a
     /// frame begun after it is in the ring (see [`claimed_before`]), so garbage in old history
-    /// is skipped without waiting; otherwise the reader's clock measures the stall.
+    /// is skipped without waiting; otherwise the reader's clock measures the stall. Garbage
+    /// that cannot be a claim at all ([`Cursor::surely_garbage`]) is skipped at once.
     pub(super) fn maybe_skip_hole<M: LaneMem>(
         &mut self,
         lane: &Lane<M>,
         busy: bool,
         tail: u64,
     ) -> bool {
-        if !self.writer_gone
-            && lane.word(word!(state)).load(Ordering::Acquire) == LaneState::Dead as u64
-        {
+        let state = lane.word(word!(state)).load(Ordering::Acquire);
+        if !self.writer_gone && state == LaneState::Dead as u64 {
             self.writer_gone = true;
         }
-        if !self.writer_gone {
+        let surely_garbage = !busy && self.surely_garbage(lane, state);
+        if !self.writer_gone && !surely_garbage {
             let timeout = self.stall_timeout;
             match &mut self.stalled_since {
                 Some(Stall { pos, polls, since }) if *pos == self.pos => {
@@ -120,7 +121,7 @@ impl Cursor {
             }
         }
         self.stalled_since = None;
-        if busy || self.writer_gone {
+        if busy || (self.writer_gone && !surely_garbage) {
             self.stats.holes += 1;
         } else {
             self.stats.garbage += 1;
@@ -144,6 +145,24 @@ impl Cursor {
         }
         self.skip_garbage(lane, tail);
         true
+    }
+
+    /// Whether the frame at the cursor, found neither committed nor begun, is garbage rather
+    /// than a claim whose header is not written yet, skipped at once (near the live tail the
+    /// records' timestamps are young: waiting for a stall would hold the reader for the stall
+    /// timeout per spot): if its commit word, loaded again after the lane's `state` (the
+    /// first load may have been older than the state it is judged by), is neither committed,
+    /// nor begun (BUSY), nor zero, and either the lane is closed (its writer claims nothing
+    /// more) or the ring has not wrapped here yet: nothing was written at the cursor before
+    /// its claim, so a claim not begun still shows the zero the lane was made with.
+    fn surely_garbage<M: LaneMem>(&self, lane: &Lane<M>, state: u64) -> bool {
+        let g = lane.geo;
+        (state == LaneState::Closed as u64 || self.pos < g.capacity) && {
+            let c = lane
+                .word(g.frame_word(self.pos, fw::COMMIT))
+                .load(Ordering::Acquire);
+            c != 0 && c != g.tag(self.pos) && c != g.tag(self.pos) ^ BUSY
+        }
     }
 
     /// Moves past an unreadable position: the next committed or busy frame tag within

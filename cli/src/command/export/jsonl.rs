@@ -54,6 +54,7 @@ impl Sink for Jsonl {
                 "producer_id": record.producer_id,
                 "producer_pid": record.producer_pid,
                 "lost": record.lost,
+                "damaged": record.damaged,
             },
             "t_nanos": loss.t_nanos,
         }))

@@ -253,7 +253,7 @@ impl<R: Read> RecordingReader<R> {
             },
         };
         if channel.is_loss {
-            let record = decode_versioned::<LossRecord>(data, 1)
+            let record = decode_versioned::<LossRecord>(data, channel.schema.version())
                 .map_err(|e| err(ReadErrorKind::Corrupt(format!("a loss record: {e}"))))?;
             self.pending.push_back(Item::Loss {
                 channel,
