@@ -39,6 +39,7 @@ use crate::doorbell::DoorbellPage;
 use crate::runtime::{BusDir, RuntimeError};
 
 mod census;
+mod fds;
 mod harness;
 mod poll;
 mod readings;
@@ -172,6 +173,7 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         keep_consumers: false,
         census_runs: 0,
     };
+    fds::raise_limit();
     // Ids and supervised consumers of an earlier broker of this bus (killed, or stopped with
     // `--keep-consumers`).
     broker.load_state();

@@ -6,6 +6,7 @@ mod bus;
 mod demo;
 mod errors;
 mod export;
+mod fd_limit;
 mod modes;
 mod otlp;
 mod outage;

@@ -75,7 +75,7 @@ impl Broker {
         let n = fds.len();
         let Ok::<[OwnedFd; 2], _>([lane_fd, catalog_fd]) = std::mem::take(&mut fds).try_into()
         else {
-            return refuse(&conn, format!("expected 2 fds (lane, catalog), got {n}"));
+            return refuse(&conn, super::fds::missing_fds(n));
         };
         let lane = match ShmLane::open_rw(lane_fd) {
             Ok(l) => l,
