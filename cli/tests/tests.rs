@@ -16,4 +16,5 @@ mod python;
 mod recording;
 mod schemas;
 mod supervision;
+mod unknown_keys;
 mod util;

@@ -58,6 +58,7 @@ impl Broker {
             lost: c.lost.saturating_add(overwritten),
             damaged: c.damaged,
             garbage: c.garbage,
+            unknown_keys: c.unknown_keys,
             lag_bytes,
             report_age_secs: age.as_secs_f64(),
             refused: c

@@ -45,6 +45,8 @@ pub(super) struct Consumer {
     pub(super) lost: u64,
     pub(super) damaged: u64,
     pub(super) garbage: u64,
+    /// Records it skipped for a schema key their producer's catalog does not explain.
+    pub(super) unknown_keys: u64,
     /// Its cursors as last reported.
     pub(super) cursors: Vec<LaneCursor>,
     pub(super) refused: Vec<RefusedLane>,
@@ -234,6 +236,7 @@ impl Broker {
                 lost: 0,
                 damaged: 0,
                 garbage: 0,
+                unknown_keys: 0,
                 cursors: Vec::new(),
                 refused: Vec::new(),
                 board: Vec::new(),
@@ -346,6 +349,7 @@ impl Broker {
                         lost,
                         damaged,
                         garbage,
+                        unknown_keys,
                         lanes,
                         refused,
                         board,
@@ -354,6 +358,7 @@ impl Broker {
                 ))) => {
                     (c.delivered, c.lost, c.damaged, c.garbage) =
                         (delivered, lost, damaged, garbage);
+                    c.unknown_keys = unknown_keys;
                     c.cursors = lanes;
                     c.refused = refused;
                     c.board = board;

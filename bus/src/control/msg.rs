@@ -13,7 +13,7 @@ use super::state::{
 use crate::status::StatusEntry;
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub(crate) const PROTOCOL_VERSION: u32 = 5;
+pub(crate) const PROTOCOL_VERSION: u32 = 6;
 
 /// A lane as the broker describes it to consumers (sent with two fds: the data lane and the
 /// producer's catalog lane).
@@ -76,6 +76,8 @@ pub(crate) enum ToBroker {
         damaged: u64,
         /// Garbage spots skipped in the rings.
         garbage: u64,
+        /// Records skipped because their schema key is not in their producer's catalog.
+        unknown_keys: u64,
         /// Where it is in each lane it still reads.
         lanes: Vec<LaneCursor>,
         /// Lanes it refused to read (their header did not validate), with why.

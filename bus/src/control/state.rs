@@ -111,6 +111,10 @@ pub struct ConsumerState {
     pub damaged: u64,
     /// Garbage spots it skipped in the rings.
     pub garbage: u64,
+    /// Records it skipped because their schema key is not in their producer's catalog (a
+    /// producer's bug or damage): never delivered, so counted here rather than lost silently.
+    #[serde(default)]
+    pub unknown_keys: u64,
     /// Bytes behind the lanes' tails, from its last reported cursors and the tails now.
     pub lag_bytes: u64,
     /// Seconds since its last report.

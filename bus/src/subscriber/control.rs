@@ -131,6 +131,7 @@ impl Subscriber {
                     lost: stats.lost,
                     damaged: stats.damaged,
                     garbage: stats.garbage,
+                    unknown_keys: stats.unknown_keys,
                     lanes,
                     refused: self.refused.clone(),
                     board: self
