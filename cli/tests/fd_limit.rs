@@ -44,7 +44,7 @@ fn producers(bus: &TestBus, n: usize) -> Vec<Publisher> {
         .map(|i| {
             let config = PublisherConfig {
                 name: format!("p{i}"),
-                lane: lane.clone(),
+                lane,
                 session_tag: None,
                 perf_tag: None,
             };
