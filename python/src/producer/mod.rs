@@ -327,6 +327,7 @@ fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("catalog_errors", s.lane.catalog_errors)?;
     d.set_item("closed", s.lane.closed)?;
     d.set_item("no_lane", s.lane.no_lane)?;
+    d.set_item("unadopted", s.lane.unadopted)?;
     Ok(d)
 }
 
