@@ -138,6 +138,7 @@ impl Broker {
             ToBroker::HelloProducer { version, .. }
             | ToBroker::HelloConsumer { version, .. }
             | ToBroker::Ls { version, .. }
+            | ToBroker::Descriptors { version, .. }
             | ToBroker::SetFilter { version, .. }
             | ToBroker::Shutdown { version, .. }
             | ToBroker::Attach { version, .. }
@@ -176,6 +177,10 @@ impl Broker {
             ToBroker::Ls { census, .. } => {
                 let state = self.state(census);
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
+            }
+            ToBroker::Descriptors { id, .. } => {
+                let found = self.descriptors(&id);
+                let _ = conn.send(&FromBroker::Descriptors(found), &[]);
             }
             ToBroker::SetFilter { directives, .. } => {
                 self.set_filter(directives);

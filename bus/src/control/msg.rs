@@ -127,6 +127,15 @@ pub(crate) enum ToBroker {
         /// The broker's id of the consumer.
         consumer_id: u64,
     },
+    /// A producer asks which descriptors the bus knows under schema `id` (every producer's
+    /// catalog, gone producers' too while they are kept), to check a new layout against them
+    /// before its first record. Answered with `Descriptors`.
+    Descriptors {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The schema id.
+        id: String,
+    },
     /// A consumer has mapped every lane the broker sent before its `Ok` and is reading:
     /// nothing written from now on will be missed.
     Subscribed,
@@ -192,6 +201,9 @@ pub(crate) enum FromBroker {
     },
     /// Reply to `Ls`.
     State(Box<BusState>),
+    /// Reply to `Descriptors`: each distinct descriptor of the id, once, in its canonical
+    /// bytes.
+    Descriptors(Vec<Vec<u8>>),
     /// Reply to `Attach`: the consumer is subscribed and reading.
     Attached(Attached),
     /// Reply to `Detach`: the consumer's process has exited.

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use snapbus_schemas::EncodeError;
+use snapbus_schemas::{EncodeError, SchemaDescriptor};
 use thiserror::Error;
 
 use crate::catalog::{CatalogError, CatalogWriter};
@@ -35,9 +35,11 @@ use crate::runtime::BusDir;
 mod emit;
 mod foster;
 mod payload;
+mod shapes;
 
 pub use emit::EmitMeta;
 pub use payload::{FillError, PayloadWriter};
+pub use shapes::{evolution_conflict, shapes_of_one_event};
 
 /// How often a producer without a broker looks for one.
 pub const RETRY: Duration = Duration::from_millis(200);
@@ -423,6 +425,18 @@ impl Publisher {
     /// it since: the lane is written, but no consumer is handed it.
     pub fn refusal(&self) -> Option<String> {
         self.existing()?.inner.refused.lock().ok()?.clone()
+    }
+
+    /// The descriptors the bus knows under schema `id` (other processes' too), asked of its
+    /// broker, waiting up to `timeout` (`None`: no broker answered): what a new layout is
+    /// checked against before its first record ([`evolution_conflict`]).
+    pub fn bus_descriptors(&self, id: &str, timeout: Duration) -> Option<Vec<SchemaDescriptor>> {
+        let p = self.existing().unwrap_or(self);
+        crate::client::BusClient::connect(&p.inner.dir)
+            .ok()?
+            .with_timeout(timeout)
+            .descriptors(id)
+            .ok()
     }
 
     /// Whether large payloads should be written into this process's lane with stores that

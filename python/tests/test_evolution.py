@@ -1,0 +1,169 @@
+"""Schema evolution across processes (issue #44, item 7): a dataclass changed without a new
+`schema_version`, or a version that does not evolve from the one on the bus, is refused at its
+first emit (`TypeError` naming the schema, both layouts and the rule; counted and warned once
+with `bad_values="count"`); a pydantic event's shapes (its extras) are no conflict, in the
+producer or in `ls`; a consumer reading a record into a class it does not fit gets an error
+naming the schema, the version and the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Dict
+
+import pytest
+from conftest import Bus, echo_oldest, run_producer
+
+import snapbus
+
+V1 = """
+from dataclasses import dataclass, field
+from typing import ClassVar
+import logging
+
+@dataclass
+class Step:
+    schema_id: ClassVar[str] = "test.evo"
+    schema_version: ClassVar[int] = 1
+    episode: int
+"""
+
+CHANGED_SAME_VERSION = """
+@dataclass
+class Step:
+    schema_id: ClassVar[str] = "test.evo"
+    schema_version: ClassVar[int] = 1
+    episode: int
+    reward: float
+"""
+
+BREAKING_NEW_VERSION = """
+@dataclass
+class Step:
+    schema_id: ClassVar[str] = "test.evo"
+    schema_version: ClassVar[int] = 2
+    reward: float
+"""
+
+EMIT = """
+t = snapbus.get_telemetry("lab")
+"""
+
+
+def _emit_v1(bus: Bus) -> None:
+    run_producer(bus, V1 + EMIT + "t.snapshot(logging.INFO, Step(1))\nsnapbus.shutdown()\n")
+
+
+def _stderr_of(bus: Bus, code: str, env: Dict[str, str] | None = None) -> str:
+    prelude = "import snapbus, sys\nassert snapbus.wait_for_bus(30), 'no bus'\n"
+    out = bus.spawn_py(prelude + code, env=env).wait()
+    assert out.returncode == 0, out.stderr
+    return out.stdout + out.stderr
+
+
+def test_a_dataclass_changed_without_a_new_version_is_refused_at_its_first_emit(
+    bus: Bus,
+) -> None:
+    _emit_v1(bus)
+    out = _stderr_of(
+        bus,
+        V1
+        + CHANGED_SAME_VERSION
+        + EMIT
+        + """
+try:
+    t.snapshot(logging.INFO, Step(1, 0.5))
+except TypeError as e:
+    print("REFUSED:", e)
+s = snapbus.stats()
+print("WRITTEN", s["written"])
+""",
+    )
+    assert "REFUSED:" in out, out
+    refusal = out.split("REFUSED:", 1)[1]
+    assert '"test.evo" version 1' in refusal, refusal
+    assert "episode" in refusal and "reward" in refusal, refusal  # both layouts
+    assert "schema_version" in refusal, refusal  # the rule
+    assert "WRITTEN 0" in out, out
+
+
+def test_with_bad_values_count_a_conflict_is_warned_once_and_counted(bus: Bus) -> None:
+    _emit_v1(bus)
+    out = _stderr_of(
+        bus,
+        V1
+        + CHANGED_SAME_VERSION
+        + EMIT
+        + """
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for i in range(5):
+        t.snapshot(logging.INFO, Step(i, 0.5))
+print("WARNINGS", len(caught), caught[0].message if caught else None)
+s = snapbus.stats()
+print("COUNTED", s["data_errors"], "WRITTEN", s["written"])
+""",
+        env={"SNAPBUS_BAD_VALUES": "count"},
+    )
+    assert "WARNINGS 1 " in out and "test.evo" in out, out
+    assert "COUNTED 5 WRITTEN 0" in out, out
+
+
+def test_a_breaking_new_version_is_refused_at_its_first_emit(bus: Bus) -> None:
+    _emit_v1(bus)
+    out = _stderr_of(
+        bus,
+        V1
+        + BREAKING_NEW_VERSION
+        + EMIT
+        + """
+try:
+    t.snapshot(logging.INFO, Step(0.5))
+except TypeError as e:
+    print("REFUSED:", e)
+""",
+    )
+    assert "REFUSED:" in out, out
+    refusal = out.split("REFUSED:", 1)[1]
+    assert "does not evolve from version 1" in refusal, refusal
+    assert "since" in refusal, refusal
+
+
+DICT = """
+import logging
+t = snapbus.get_telemetry("lab")
+t.snapshot(logging.INFO, {"kind": "test.shapes", "episode": 1, **{EXTRAS}})
+snapbus.shutdown()
+"""
+
+
+def test_shapes_of_one_event_are_no_conflict(bus: Bus) -> None:
+    """A dict event (as a pydantic model's extras) has a descriptor per set of entries: two
+    producers emitting two shapes of it are not a CONFLICT."""
+    run_producer(bus, DICT.replace("{EXTRAS}", "{'loss': 0.5}"))
+    run_producer(bus, DICT.replace("{EXTRAS}", "{'accuracy': 0.9, 'n': 3}"))
+    schemas = [s for s in bus.ls()["schemas"] if s["id"] == "test.shapes"]  # type: ignore[index,union-attr]
+    assert len(schemas) == 2, schemas
+    assert not any(s["conflict"] for s in schemas), schemas
+    assert "CONFLICT" not in bus.cli("ls").stdout
+
+
+@dataclass
+class StepV2:
+    schema_id: ClassVar[str] = "test.evo"
+    schema_version: ClassVar[int] = 2
+    episode: int
+    reward: float
+
+
+def test_a_record_that_does_not_fit_the_class_is_named_not_a_crash(bus: Bus) -> None:
+    _emit_v1(bus)
+    (ev,) = echo_oldest(bus, 1, "test.evo")
+    assert ev["payload"] == {"episode": 1}
+    with snapbus.subscribe("test.evo", bus=bus.name, start="oldest") as sub:
+        got = sub.get(timeout=30)
+        with pytest.raises(TypeError) as e:
+            got.as_(StepV2)
+    msg = str(e.value)
+    assert '"test.evo" version 1' in msg and "'reward'" in msg and "StepV2" in msg, msg
+
