@@ -94,4 +94,24 @@ fn a_producer_the_broker_has_no_fds_for_is_told_it_is_the_broker() {
             "{why}"
         );
     }
+    // Once the producers are gone the broker has fds for `ls` again, which names them.
+    drop(ps);
+    let mut ls = serde_json::Value::Null;
+    wait_until("ls answers", WATCHDOG, || {
+        let out = bus.run(&["ls", "--json"]);
+        out.status.success() && {
+            ls = serde_json::from_str(&out.stdout).expect("ls --json");
+            true
+        }
+    });
+    let named = ls["refused_producers"].as_array().expect("refused_producers");
+    assert!(!named.is_empty(), "{ls}");
+    assert!(
+        named
+            .iter()
+            .all(|r| r.as_str().is_some_and(|r| r.contains("out of file descriptors"))),
+        "{ls}"
+    );
+    let out = bus.run(&["ls"]);
+    assert!(out.stdout.contains("! refused producer 'p"), "{}", out.stdout);
 }

@@ -162,6 +162,16 @@ impl Broker {
                 .collect(),
             schemas,
             census_runs: self.census_runs,
+            refused_producers: self
+                .refused
+                .iter()
+                .map(|r| {
+                    format!(
+                        "producer '{}' (pid {}): {} (refused {} times)",
+                        r.name, r.pid, r.why, r.times
+                    )
+                })
+                .collect(),
         }
     }
 

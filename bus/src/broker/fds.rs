@@ -55,3 +55,40 @@ pub(super) fn missing_fds(n: usize) -> String {
         format!("expected 2 fds (lane, catalog), got {n}")
     }
 }
+
+/// A producer the broker refused, for `ls`.
+pub(super) struct Refused {
+    pub(super) name: String,
+    pub(super) pid: u32,
+    pub(super) why: String,
+    pub(super) times: u64,
+}
+
+/// How many refused producers `ls` shows (the most recent).
+const REFUSED_KEPT: usize = 16;
+
+/// Notes that producer `name` (pid `pid`) was refused for `why`: once per producer, counted.
+pub(super) fn note_refused(
+    refused: &mut std::collections::VecDeque<Refused>,
+    name: &str,
+    pid: u32,
+    why: &str,
+) {
+    if let Some(i) = refused.iter().position(|r| r.pid == pid && r.name == name) {
+        if let Some(mut r) = refused.remove(i) {
+            r.times += 1;
+            r.why = why.to_owned();
+            refused.push_back(r);
+        }
+        return;
+    }
+    if refused.len() == REFUSED_KEPT {
+        refused.pop_front();
+    }
+    refused.push_back(Refused {
+        name: name.to_owned(),
+        pid,
+        why: why.to_owned(),
+        times: 1,
+    });
+}

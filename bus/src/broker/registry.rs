@@ -64,14 +64,15 @@ impl Broker {
         mut fds: Vec<OwnedFd>,
         previous_id: Option<u64>,
     ) {
-        let refuse = |conn: &Conn, why: String| {
+        let refused = &mut self.refused;
+        let mut refuse = |conn: &Conn, why: String| {
             // The kernel's word for the pid, not the message's.
+            let pid = conn.peer_pid().unwrap_or(0);
             crate::say!(
-                "snapbus broker: refused producer {:?} (pid {}): {why}",
+                "snapbus broker: refused producer {:?} (pid {pid}): {why}",
                 info.name,
-                conn.peer_pid()
-                    .map_or_else(|| "?".to_owned(), |p| p.to_string())
             );
+            super::fds::note_refused(refused, &info.name, pid, &why);
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
         let n = fds.len();

@@ -115,6 +115,8 @@ struct LsJson<'a> {
     /// Ring censuses the broker has run since it started.
     census_runs: u64,
     producers: Vec<ProducerJson<'a>>,
+    /// Producers the broker refused (the most recent), with why.
+    refused_producers: &'a [String],
     consumers: Vec<ConsumerJson<'a>>,
     schemas: Vec<SchemaJson<'a>>,
 }
@@ -198,6 +200,7 @@ impl<'a> LsJson<'a> {
             filter: &s.filter,
             census_runs: s.census_runs,
             producers: s.producers.iter().map(ProducerJson::of).collect(),
+            refused_producers: &s.refused_producers,
             consumers: s.consumers.iter().map(ConsumerJson::of).collect(),
             schemas: s.schemas.iter().map(SchemaJson::of).collect(),
         }
@@ -315,6 +318,9 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     )?;
     writeln!(out, "\nPRODUCERS")?;
     producers(&s).write(&mut out)?;
+    for r in &s.refused_producers {
+        writeln!(out, "  ! refused {r}")?;
+    }
     writeln!(out, "\nCONSUMERS")?;
     let (t, refused) = consumers(&s);
     t.write(&mut out)?;
