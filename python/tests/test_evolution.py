@@ -15,34 +15,22 @@ from conftest import Bus, echo_oldest, run_producer
 
 import snapbus
 
-V1 = """
-from dataclasses import dataclass, field
-from typing import ClassVar
-import logging
 
-@dataclass
-class Step:
-    schema_id: ClassVar[str] = "test.evo"
-    schema_version: ClassVar[int] = 1
-    episode: int
-"""
+def step_class(version: int, *fields: str) -> str:
+    """The source of the dataclass `Step` of schema `test.evo`, version `version`."""
+    body = "".join(f"    {f}\n" for f in fields)
+    return (
+        "\n@dataclass\nclass Step:\n"
+        '    schema_id: ClassVar[str] = "test.evo"\n'
+        f"    schema_version: ClassVar[int] = {version}\n{body}"
+    )
 
-CHANGED_SAME_VERSION = """
-@dataclass
-class Step:
-    schema_id: ClassVar[str] = "test.evo"
-    schema_version: ClassVar[int] = 1
-    episode: int
-    reward: float
-"""
 
-BREAKING_NEW_VERSION = """
-@dataclass
-class Step:
-    schema_id: ClassVar[str] = "test.evo"
-    schema_version: ClassVar[int] = 2
-    reward: float
-"""
+IMPORTS = "from dataclasses import dataclass\nfrom typing import ClassVar\nimport logging\n"
+V1 = IMPORTS + step_class(1, "episode: int")
+# Changed without a new version, and a new version that does not append to version 1.
+CHANGED_SAME_VERSION = step_class(1, "episode: int", "reward: float")
+BREAKING_NEW_VERSION = step_class(2, "reward: float")
 
 EMIT = """
 t = snapbus.get_telemetry("lab")
@@ -60,30 +48,29 @@ def _stderr_of(bus: Bus, code: str, env: Dict[str, str] | None = None) -> str:
     return out.stdout + out.stderr
 
 
+def _refusal(bus: Bus, layout: str, args: str) -> str:
+    """Version 1 emitted by one process; then `Step(args)` of `layout` by another, which must
+    be refused at its first emit and write nothing: the refusal's text."""
+    _emit_v1(bus)
+    tail = f"""
+try:
+    t.snapshot(logging.INFO, Step({args}))
+except TypeError as e:
+    print("REFUSED:", e)
+print("WRITTEN", snapbus.stats()["written"])
+"""
+    out = _stderr_of(bus, V1 + layout + EMIT + tail)
+    assert "REFUSED:" in out and "WRITTEN 0" in out, out
+    return out.split("REFUSED:", 1)[1]
+
+
 def test_a_dataclass_changed_without_a_new_version_is_refused_at_its_first_emit(
     bus: Bus,
 ) -> None:
-    _emit_v1(bus)
-    out = _stderr_of(
-        bus,
-        V1
-        + CHANGED_SAME_VERSION
-        + EMIT
-        + """
-try:
-    t.snapshot(logging.INFO, Step(1, 0.5))
-except TypeError as e:
-    print("REFUSED:", e)
-s = snapbus.stats()
-print("WRITTEN", s["written"])
-""",
-    )
-    assert "REFUSED:" in out, out
-    refusal = out.split("REFUSED:", 1)[1]
+    refusal = _refusal(bus, CHANGED_SAME_VERSION, "1, 0.5")
     assert '"test.evo" version 1' in refusal, refusal
     assert "episode" in refusal and "reward" in refusal, refusal  # both layouts
     assert "schema_version" in refusal, refusal  # the rule
-    assert "WRITTEN 0" in out, out
 
 
 def test_with_bad_values_count_a_conflict_is_warned_once_and_counted(bus: Bus) -> None:
@@ -110,21 +97,7 @@ print("COUNTED", s["data_errors"], "WRITTEN", s["written"])
 
 
 def test_a_breaking_new_version_is_refused_at_its_first_emit(bus: Bus) -> None:
-    _emit_v1(bus)
-    out = _stderr_of(
-        bus,
-        V1
-        + BREAKING_NEW_VERSION
-        + EMIT
-        + """
-try:
-    t.snapshot(logging.INFO, Step(0.5))
-except TypeError as e:
-    print("REFUSED:", e)
-""",
-    )
-    assert "REFUSED:" in out, out
-    refusal = out.split("REFUSED:", 1)[1]
+    refusal = _refusal(bus, BREAKING_NEW_VERSION, "0.5")
     assert "does not evolve from version 1" in refusal, refusal
     assert "since" in refusal, refusal
 
