@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Dict
 
 import pytest
-from conftest import Bus, echo_oldest, run_producer
+from conftest import TESTS_ON_PATH, Bus, echo_oldest, run_producer
 
 import snapbus
 
@@ -110,12 +110,25 @@ snapbus.shutdown()
 """
 
 
-def test_shapes_of_one_event_are_no_conflict(bus: Bus) -> None:
-    """A dict event (as a pydantic model's extras) has a descriptor per set of entries: two
-    producers emitting two shapes of it are not a CONFLICT."""
-    run_producer(bus, DICT.replace("{EXTRAS}", "{'loss': 0.5}"))
-    run_producer(bus, DICT.replace("{EXTRAS}", "{'accuracy': 0.9, 'n': 3}"))
-    schemas = [s for s in bus.ls()["schemas"] if s["id"] == "test.shapes"]  # type: ignore[index,union-attr]
+PYDANTIC = TESTS_ON_PATH + """
+import logging
+from pyd_events import Step
+t = snapbus.get_telemetry("lab")
+t.snapshot(logging.INFO, Step(episode=1, **{EXTRAS}))
+snapbus.shutdown()
+"""
+
+
+@pytest.mark.parametrize("kind", ["dict", "pydantic"])
+def test_shapes_of_one_event_are_no_conflict(bus: Bus, kind: str) -> None:
+    """A dict event or a pydantic model has a descriptor per set of extras: two producers
+    emitting two shapes of one event are not a CONFLICT, in the producer or in `ls`."""
+    if kind == "pydantic":
+        pytest.importorskip("pydantic")
+    code, schema_id = (DICT, "test.shapes") if kind == "dict" else (PYDANTIC, "Step")
+    run_producer(bus, code.replace("{EXTRAS}", "{'loss': 0.5}"))
+    run_producer(bus, code.replace("{EXTRAS}", "{'accuracy': 0.9, 'n': 3}"))
+    schemas = [s for s in bus.ls()["schemas"] if s["id"] == schema_id]  # type: ignore[index,union-attr]
     assert len(schemas) == 2, schemas
     assert not any(s["conflict"] for s in schemas), schemas
     assert "CONFLICT" not in bus.cli("ls").stdout
