@@ -104,14 +104,20 @@ fn a_producer_the_broker_has_no_fds_for_is_told_it_is_the_broker() {
             true
         }
     });
-    let named = ls["refused_producers"].as_array().expect("refused_producers");
+    let named = ls["refused_producers"]
+        .as_array()
+        .expect("refused_producers");
     assert!(!named.is_empty(), "{ls}");
     assert!(
-        named
-            .iter()
-            .all(|r| r.as_str().is_some_and(|r| r.contains("out of file descriptors"))),
+        named.iter().all(|r| r
+            .as_str()
+            .is_some_and(|r| r.contains("out of file descriptors"))),
         "{ls}"
     );
     let out = bus.run(&["ls"]);
-    assert!(out.stdout.contains("! refused producer 'p"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("! refused producer 'p"),
+        "{}",
+        out.stdout
+    );
 }

@@ -120,6 +120,23 @@ fn introduce(sock: &std::path::Path, h: &Held, bus: impl std::fmt::Display) -> b
     true
 }
 
+/// When this process closes its lane: hands it on if no broker had it ([`hand_over`]), serves
+/// the children's lanes a last time, and says which are lost with this process.
+pub(super) fn on_close(inner: &Inner) {
+    hand_over(inner);
+    if let Some(k) = &inner.keeper {
+        k.tend(inner);
+        let n = k.held();
+        if n > 0 {
+            crate::say!(
+                "snapbus: the lanes of {n} forked children never reached a broker of bus '{}' \
+                 and are lost with this process",
+                inner.dir.name()
+            );
+        }
+    }
+}
+
 /// The child's side, when it closes its lane: hands the lane to the parent's keeper if no
 /// broker was ever handed it, else counts its records as `unadopted`.
 pub(super) fn hand_over(inner: &Inner) {

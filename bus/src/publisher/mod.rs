@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use snapbus_schemas::{EncodeError, SchemaDescriptor};
+use snapbus_schemas::EncodeError;
 use thiserror::Error;
 
 use crate::catalog::{CatalogError, CatalogWriter};
@@ -427,18 +427,6 @@ impl Publisher {
         self.existing()?.inner.refused.lock().ok()?.clone()
     }
 
-    /// The descriptors the bus knows under schema `id` (other processes' too), asked of its
-    /// broker, waiting up to `timeout` (`None`: no broker answered): what a new layout is
-    /// checked against before its first record ([`evolution_conflict`]).
-    pub fn bus_descriptors(&self, id: &str, timeout: Duration) -> Option<Vec<SchemaDescriptor>> {
-        let p = self.existing().unwrap_or(self);
-        crate::client::BusClient::connect(&p.inner.dir)
-            .ok()?
-            .with_timeout(timeout)
-            .descriptors(id)
-            .ok()
-    }
-
     /// Whether large payloads should be written into this process's lane with stores that
     /// bypass the caches ([`crate::stream`]): the lane is larger than the last-level cache.
     pub fn streams_large_payloads(&self) -> bool {
@@ -510,18 +498,7 @@ impl Publisher {
         if self.is_own() {
             self.inner.writer.close();
             self.ring();
-            foster::hand_over(&self.inner);
-            if let Some(k) = &self.inner.keeper {
-                k.tend(&self.inner);
-                let n = k.held();
-                if n > 0 {
-                    crate::say!(
-                        "snapbus: the lanes of {n} forked children never reached a broker of \
-                         bus '{}' and are lost with this process",
-                        self.inner.dir.name()
-                    );
-                }
-            }
+            foster::on_close(&self.inner);
         } else if let Some(Some(p)) = self.inner.forked.get() {
             p.close();
         }

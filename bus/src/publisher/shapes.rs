@@ -1,11 +1,30 @@
-//! When two descriptors of one schema id and version are one event's shapes rather than a
+//! The descriptors the bus knows of a schema id ([`Publisher::bus_descriptors`]), and when two
+//! descriptors of one schema id and version are one event's shapes rather than a
 //! conflict. A pydantic model's or a `dict` event's extras become the root's last fields, of
 //! the dynamic type, so one event has a descriptor per set of extras: those may differ in
 //! their trailing dynamic fields only. Anything else under one (id, version) — a typed field
 //! added, removed, renamed or retyped — is a conflict: the broker shows it (`ls` CONFLICT) and
 //! a Python producer refuses to emit it. One rule for both.
 
+use std::time::Duration;
+
 use snapbus_schemas::{SchemaDescriptor, TypeDesc};
+
+use super::Publisher;
+
+impl Publisher {
+    /// The descriptors the bus knows under schema `id` (other processes' too), asked of its
+    /// broker, waiting up to `timeout` (`None`: no broker answered): what a new layout is
+    /// checked against before its first record ([`evolution_conflict`]).
+    pub fn bus_descriptors(&self, id: &str, timeout: Duration) -> Option<Vec<SchemaDescriptor>> {
+        let p = self.existing().unwrap_or(self);
+        crate::client::BusClient::connect(&p.inner.dir)
+            .ok()?
+            .with_timeout(timeout)
+            .descriptors(id)
+            .ok()
+    }
+}
 
 /// Whether `a` and `b` (root types of one schema id and version) are shapes of one event:
 /// equal, or structs that agree field by field as far as both go, with only dynamic fields past
