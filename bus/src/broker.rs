@@ -39,6 +39,7 @@ use crate::doorbell::DoorbellPage;
 use crate::runtime::{BusDir, RuntimeError};
 
 mod census;
+mod fds;
 mod harness;
 mod poll;
 mod readings;
@@ -125,6 +126,8 @@ struct Broker {
     keep_consumers: bool,
     /// Ring censuses run (for `ls`).
     census_runs: u64,
+    /// Producers refused, the most recent last (for `ls`).
+    refused: std::collections::VecDeque<fds::Refused>,
 }
 
 /// Runs the broker of `config.dir` until `snapbus down`, SIGINT or SIGTERM. `ready` is called
@@ -171,7 +174,9 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         shutdown: false,
         keep_consumers: false,
         census_runs: 0,
+        refused: std::collections::VecDeque::new(),
     };
+    fds::raise_limit();
     // Ids and supervised consumers of an earlier broker of this bus (killed, or stopped with
     // `--keep-consumers`).
     broker.load_state();

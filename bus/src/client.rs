@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use snapbus_schemas::SchemaDescriptor;
+
 use crate::control::{Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
 use crate::runtime::{BusDir, DEFAULT_BUS};
 
@@ -144,6 +146,22 @@ impl BusClient {
         };
         match self.request(&msg, self.timeout)? {
             FromBroker::State(s) => Ok(*s),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// The descriptors the bus knows under schema `id` (from every producer's catalog), each
+    /// once: what a producer checks a new layout against before its first record.
+    pub fn descriptors(&self, id: &str) -> Result<Vec<SchemaDescriptor>, ClientError> {
+        let msg = ToBroker::Descriptors {
+            version: PROTOCOL_VERSION,
+            id: id.to_owned(),
+        };
+        match self.request(&msg, self.timeout)? {
+            FromBroker::Descriptors(d) => Ok(d
+                .iter()
+                .filter_map(|b| SchemaDescriptor::from_canonical_bytes(b).ok())
+                .collect()),
             other => Err(self.unexpected(&other)),
         }
     }

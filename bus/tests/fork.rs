@@ -173,3 +173,22 @@ fn a_forked_child_gets_its_own_lane_and_never_writes_or_closes_its_parents() {
     broker.stop().expect("broker");
     let _ = std::fs::remove_dir(&root);
 }
+
+/// A lane no broker was ever handed, closed by a process with no parent publisher to hand it
+/// to (issue #44, item 1): its records are counted `unadopted`, never reported written.
+#[test]
+fn a_lane_no_broker_ever_had_is_counted_unadopted_when_closed() {
+    let (root, dir) = test_bus("unadopted", "nobroker");
+    let p = small_publisher(dir, "alone");
+    let emitter = p.emitter("alone");
+    for i in 0..10 {
+        p.emit(Level::INFO, emitter, &ForkEvent { pid: 1, i })
+            .expect("emit");
+    }
+    assert_eq!(p.stats().written, 10);
+    p.close();
+    let s = p.stats();
+    assert_eq!((s.written, s.unadopted), (0, 10), "{s:?}");
+    assert_eq!(s.not_written(), 10 + s.closed);
+    let _ = std::fs::remove_dir_all(root);
+}

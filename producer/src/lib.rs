@@ -106,8 +106,8 @@ pub use snapbus_bus::level::{Level, LevelFilter};
 pub use snapbus_bus::publisher::{EmitError, FillError, PayloadWriter, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
-    AtLevel, Config, Span, Stats, Telemetry, bus_filter_in_force, get_telemetry, init,
-    is_connected, refusal, set_filter, shutdown, stats, streams_large_payloads, wait_for_bus,
+    AtLevel, Config, Span, Stats, Telemetry, bus_descriptors, bus_filter_in_force, get_telemetry,
+    init, is_connected, refusal, set_filter, shutdown, stats, streams_large_payloads, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

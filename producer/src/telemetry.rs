@@ -613,6 +613,17 @@ pub fn stats() -> Stats {
     }
 }
 
+/// The descriptors this process's bus knows under schema `id` (every producer's, this one's
+/// too), asked of its broker with a short timeout: empty if no bus was found or no broker
+/// answered. A language binding checks a new layout against them before its first record
+/// (`snapbus_bus::publisher::evolution_conflict`).
+pub fn bus_descriptors(id: &str) -> Vec<snapbus_schemas::SchemaDescriptor> {
+    PUBLISHER
+        .get()
+        .and_then(|p| p.bus_descriptors(id, Duration::from_millis(500)))
+        .unwrap_or_default()
+}
+
 /// Whether this process is connected to a bus now.
 pub fn is_connected() -> bool {
     PUBLISHER.get().is_some_and(Publisher::is_connected)

@@ -167,12 +167,22 @@ def _dataclass_converter(cls: type) -> _Convert:
     fields: list[tuple[str, _Convert]] = [
         (f.name, _converter(hints.get(f.name, Any))) for f in dataclasses.fields(cls) if f.init
     ]
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
 
     def by_name(v: Any) -> Any:
         if isinstance(v, dict):
             kwargs = {name: conv(v[name]) for name, conv in fields if name in v}
         else:
             kwargs = {name: conv(getattr(v, name)) for name, conv in fields if hasattr(v, name)}
+        missing = [name for name in required if name not in kwargs]
+        if missing:
+            raise MissingFields(cls, missing)
         return cls(**kwargs)
 
     # Per record class: the positional form where it applies, else by name.
@@ -217,15 +227,38 @@ def _positional(cls: type, record: type, fields: list[tuple[str, _Convert]]) -> 
     return lambda v: cls(*[c(x) for c, x in zip(convs, get(v))])
 
 
+class MissingFields(TypeError):
+    """A record lacks fields a dataclass requires (no default): raised by `as_`, which names
+    the schema and version of the record."""
+
+    def __init__(self, cls: type, missing: list[str]) -> None:
+        self.cls = cls
+        self.missing = missing
+        super().__init__(self.text(None))
+
+    def text(self, schema: str | None) -> str:
+        names = ", ".join(repr(n) for n in self.missing)
+        return (
+            f"{schema or 'this record'} has no field {names}, which "
+            f"{self.cls.__qualname__} requires (it has no default): the record was written "
+            "with another layout of the schema; give the field a default, or read this "
+            "version into another class"
+        )
+
+
 # The converters `as_` was asked for, by class (dataclasses only: checked once).
 _as_plans: dict[type, _Convert] = {}
 
 
-def as_(cls: type, payload: Any) -> Any:
-    """`payload` (a generic decoded record) as an instance of the dataclass `cls`."""
+def as_(cls: type, payload: Any, schema: str | None = None) -> Any:
+    """`payload` (a generic decoded record) as an instance of the dataclass `cls`;
+    `schema` (e.g. `'lab.step' version 2`) names the record in errors."""
     conv = _as_plans.get(cls)
     if conv is None:
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise TypeError(f"as_() takes a dataclass, not {cls!r}")
         conv = _as_plans[cls] = _converter(cls)
-    return conv(payload)
+    try:
+        return conv(payload)
+    except MissingFields as e:
+        raise TypeError(e.text(schema)) from None

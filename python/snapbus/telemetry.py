@@ -211,8 +211,10 @@ getTelemetry = get_telemetry
 def stats() -> dict[str, Any]:
     """This process's counters: ``written``, ``not_written`` and its reasons (``no_bus``,
     ``lane_full``, ``oversize``, ``encode_errors``, ``data_errors``, ``catalog_errors``,
-    ``closed``, ``no_lane``), ``has_lane``, ``connected``, and ``refused``: why the bus's
-    broker refused this process's lane (a broker of another snapbus release), or None."""
+    ``closed``, ``no_lane``, ``unadopted``: records in a lane no broker was ever handed, lost
+    with the process), ``has_lane``, ``connected``, and ``refused``: why the bus's broker
+    refused this process's lane (a broker of another snapbus release, or out of file
+    descriptors), or None."""
     return _snapbus.stats()
 
 

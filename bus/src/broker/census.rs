@@ -9,6 +9,8 @@
 //! ([`Census::Skip`]) never runs it.
 
 use std::collections::HashMap;
+
+use snapbus_schemas::TypeDesc;
 use std::time::{Duration, Instant};
 
 use super::readings::ring_census;
@@ -58,6 +60,7 @@ impl Broker {
             lost: c.lost.saturating_add(overwritten),
             damaged: c.damaged,
             garbage: c.garbage,
+            unknown_keys: c.unknown_keys,
             lag_bytes,
             report_age_secs: age.as_secs_f64(),
             refused: c
@@ -72,11 +75,32 @@ impl Broker {
         }
     }
 
+    /// Every distinct descriptor the producers' catalogs hold under schema `id`, once each, in
+    /// canonical bytes (the reply to `Descriptors`).
+    pub(super) fn descriptors(&mut self, id: &str) -> Vec<Vec<u8>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for p in self.producers.values_mut() {
+            let Some(cat) = p.catalog.as_mut() else {
+                continue;
+            };
+            cat.refresh();
+            for (_, d) in cat.schemas() {
+                if d.id() == id && seen.insert(d.fingerprint()) {
+                    out.push(d.to_canonical_bytes());
+                }
+            }
+        }
+        out
+    }
+
     /// The reply to `Ls`, with each ring's census as fresh as `census` asks.
     pub(super) fn state(&mut self, census: Census) -> BusState {
         let now = Instant::now();
         let now_nanos = now_realtime_nanos();
         let mut schemas: HashMap<(String, u32, u64), SchemaState> = HashMap::new();
+        // Each schema's root type, by (id, version, fingerprint as `ls` shows it).
+        let mut roots: HashMap<(String, u32, String), TypeDesc> = HashMap::new();
         let mut producers = Vec::new();
         for p in self.producers.values_mut() {
             let run = match census {
@@ -92,19 +116,38 @@ impl Broker {
                 self.census_runs += 1;
             }
             producers.push(producer_state(p, now));
-            count_schemas(p, &mut schemas);
+            count_schemas(p, &mut schemas, &mut roots);
         }
         let mut schemas: Vec<SchemaState> = schemas.into_values().collect();
         schemas.sort_by(|a, b| {
             (&a.id, a.version, &a.fingerprint).cmp(&(&b.id, b.version, &b.fingerprint))
         });
-        // Two producers that disagree about (id, version) are reported, not mixed.
-        for i in 1..schemas.len() {
-            if (&schemas[i].id, schemas[i].version) == (&schemas[i - 1].id, schemas[i - 1].version)
-            {
-                schemas[i].conflict = true;
-                schemas[i - 1].conflict = true;
+        // Two producers that disagree about (id, version) are reported, not mixed; shapes of
+        // one event (a pydantic model's or a dict's extras) are not a disagreement.
+        let mut start = 0;
+        while start < schemas.len() {
+            let key = (&schemas[start].id, schemas[start].version);
+            let end = start
+                + schemas[start..]
+                    .iter()
+                    .take_while(|s| (&s.id, s.version) == key)
+                    .count();
+            for i in start + 1..end {
+                for j in start..i {
+                    let root = |s: &SchemaState| {
+                        roots.get(&(s.id.clone(), s.version, s.fingerprint.clone()))
+                    };
+                    let shapes = match (root(&schemas[j]), root(&schemas[i])) {
+                        (Some(a), Some(b)) => crate::publisher::shapes_of_one_event(a, b),
+                        _ => false,
+                    };
+                    if !shapes {
+                        schemas[i].conflict = true;
+                        schemas[j].conflict = true;
+                    }
+                }
             }
+            start = end;
         }
         BusState {
             bus: self.dir.name().to_string(),
@@ -119,6 +162,16 @@ impl Broker {
                 .collect(),
             schemas,
             census_runs: self.census_runs,
+            refused_producers: self
+                .refused
+                .iter()
+                .map(|r| {
+                    format!(
+                        "producer '{}' (pid {}): {} (refused {} times)",
+                        r.name, r.pid, r.why, r.times
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -176,7 +229,11 @@ fn producer_state(p: &Producer, now: Instant) -> ProducerState {
 
 /// Adds producer `p`'s schemas (from its catalog) to `schemas`, with their records in its
 /// ring and their rates as of its last census.
-fn count_schemas(p: &mut Producer, schemas: &mut HashMap<(String, u32, u64), SchemaState>) {
+fn count_schemas(
+    p: &mut Producer,
+    schemas: &mut HashMap<(String, u32, u64), SchemaState>,
+    roots: &mut HashMap<(String, u32, String), TypeDesc>,
+) {
     let writing = p.status.writing();
     let Some(cat) = p.catalog.as_mut() else {
         return;
@@ -185,15 +242,25 @@ fn count_schemas(p: &mut Producer, schemas: &mut HashMap<(String, u32, u64), Sch
     for (key, d) in cat.schemas() {
         let s = schemas
             .entry((d.id().to_owned(), d.version(), d.fingerprint()))
-            .or_insert_with(|| SchemaState {
-                id: d.id().to_owned(),
-                version: d.version(),
-                fingerprint: format!("{:016x}", d.fingerprint()),
-                descriptor: d.root().to_string(),
-                conflict: false,
-                producers: Vec::new(),
-                rate_hz: 0.0,
-                in_rings: 0,
+            .or_insert_with(|| {
+                roots.insert(
+                    (
+                        d.id().to_owned(),
+                        d.version(),
+                        format!("{:016x}", d.fingerprint()),
+                    ),
+                    d.root().clone(),
+                );
+                SchemaState {
+                    id: d.id().to_owned(),
+                    version: d.version(),
+                    fingerprint: format!("{:016x}", d.fingerprint()),
+                    descriptor: d.root().to_string(),
+                    conflict: false,
+                    producers: Vec::new(),
+                    rate_hz: 0.0,
+                    in_rings: 0,
+                }
             });
         s.producers.push(p.id);
         let Some(census) = &p.census else { continue };

@@ -138,6 +138,7 @@ impl Broker {
             ToBroker::HelloProducer { version, .. }
             | ToBroker::HelloConsumer { version, .. }
             | ToBroker::Ls { version, .. }
+            | ToBroker::Descriptors { version, .. }
             | ToBroker::SetFilter { version, .. }
             | ToBroker::Shutdown { version, .. }
             | ToBroker::Attach { version, .. }
@@ -181,6 +182,10 @@ impl Broker {
                 let state = self.state(census);
                 self.keep_shown_counters(&state);
                 let _ = conn.send(&FromBroker::State(Box::new(state)), &[]);
+            }
+            ToBroker::Descriptors { id, .. } => {
+                let found = self.descriptors(&id);
+                let _ = conn.send(&FromBroker::Descriptors(found), &[]);
             }
             ToBroker::SetFilter { directives, .. } => {
                 let reply = match crate::level::check_filter_size(&directives) {

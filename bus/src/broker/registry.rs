@@ -45,6 +45,8 @@ pub(super) struct Consumer {
     pub(super) lost: u64,
     pub(super) damaged: u64,
     pub(super) garbage: u64,
+    /// Records it skipped for a schema key their producer's catalog does not explain.
+    pub(super) unknown_keys: u64,
     /// Its cursors as last reported.
     pub(super) cursors: Vec<LaneCursor>,
     pub(super) refused: Vec<RefusedLane>,
@@ -62,20 +64,21 @@ impl Broker {
         mut fds: Vec<OwnedFd>,
         previous_id: Option<u64>,
     ) {
-        let refuse = |conn: &Conn, why: String| {
+        let refused = &mut self.refused;
+        let mut refuse = |conn: &Conn, why: String| {
             // The kernel's word for the pid, not the message's.
+            let pid = conn.peer_pid().unwrap_or(0);
             crate::say!(
-                "snapbus broker: refused producer {:?} (pid {}): {why}",
+                "snapbus broker: refused producer {:?} (pid {pid}): {why}",
                 info.name,
-                conn.peer_pid()
-                    .map_or_else(|| "?".to_owned(), |p| p.to_string())
             );
+            super::fds::note_refused(refused, &info.name, pid, &why);
             let _ = conn.send(&FromBroker::Error { message: why }, &[]);
         };
         let n = fds.len();
         let Ok::<[OwnedFd; 2], _>([lane_fd, catalog_fd]) = std::mem::take(&mut fds).try_into()
         else {
-            return refuse(&conn, format!("expected 2 fds (lane, catalog), got {n}"));
+            return refuse(&conn, super::fds::missing_fds(n));
         };
         let lane = match ShmLane::open_rw(lane_fd) {
             Ok(l) => l,
@@ -236,6 +239,7 @@ impl Broker {
                 lost: counters.lost,
                 damaged: counters.damaged,
                 garbage: counters.garbage,
+                unknown_keys: counters.unknown_keys,
                 cursors,
                 refused: Vec::new(),
                 board: Vec::new(),
@@ -348,6 +352,7 @@ impl Broker {
                         lost,
                         damaged,
                         garbage,
+                        unknown_keys,
                         lanes,
                         refused,
                         board,
@@ -356,6 +361,7 @@ impl Broker {
                 ))) => {
                     (c.delivered, c.lost, c.damaged, c.garbage) =
                         (delivered, lost, damaged, garbage);
+                    c.unknown_keys = unknown_keys;
                     c.cursors = lanes;
                     c.refused = refused;
                     c.board = board;

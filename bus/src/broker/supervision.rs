@@ -525,6 +525,7 @@ impl Broker {
                     lost: 0,
                     damaged: 0,
                     garbage: 0,
+                    unknown_keys: 0,
                     lag_bytes: 0,
                     report_age_secs: 0.0,
                     refused: Vec::new(),

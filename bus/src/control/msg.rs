@@ -39,6 +39,9 @@ pub(crate) struct ConsumerCounters {
     pub damaged: u64,
     /// Garbage spots skipped in the rings.
     pub garbage: u64,
+    /// Records of a schema key no catalog explained.
+    #[serde(default)]
+    pub unknown_keys: u64,
 }
 
 /// A consumer's cursor in one lane (in [`ToBroker::ConsumerStats`]).
@@ -94,6 +97,8 @@ pub(crate) enum ToBroker {
         damaged: u64,
         /// Garbage spots skipped in the rings.
         garbage: u64,
+        /// Records skipped because their schema key is not in their producer's catalog.
+        unknown_keys: u64,
         /// Where it is in each lane it still reads.
         lanes: Vec<LaneCursor>,
         /// Lanes it refused to read (their header did not validate), with why.
@@ -142,6 +147,15 @@ pub(crate) enum ToBroker {
         version: u32,
         /// The broker's id of the consumer.
         consumer_id: u64,
+    },
+    /// A producer asks which descriptors the bus knows under schema `id` (every producer's
+    /// catalog, gone producers' too while they are kept), to check a new layout against them
+    /// before its first record. Answered with `Descriptors`.
+    Descriptors {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The schema id.
+        id: String,
     },
     /// A consumer has mapped every lane the broker sent before its `Ok` and is reading:
     /// nothing written from now on will be missed.
@@ -208,6 +222,9 @@ pub(crate) enum FromBroker {
     },
     /// Reply to `Ls`.
     State(Box<BusState>),
+    /// Reply to `Descriptors`: each distinct descriptor of the id, once, in its canonical
+    /// bytes.
+    Descriptors(Vec<Vec<u8>>),
     /// Reply to `Attach`: the consumer is subscribed and reading.
     Attached(Attached),
     /// Reply to `Detach`: the consumer's process has exited.

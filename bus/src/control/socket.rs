@@ -94,6 +94,18 @@ impl Conn {
         Ok(Conn::from_fd(fd))
     }
 
+    /// A connected pair (`socketpair`), close-on-exec: a process and the children it forks.
+    pub(crate) fn pair() -> Result<(Conn, Conn), ControlError> {
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(io_err("socketpair"))?;
+        Ok((Conn::from_fd(a), Conn::from_fd(b)))
+    }
+
     fn from_fd(fd: OwnedFd) -> Conn {
         Conn {
             fd,

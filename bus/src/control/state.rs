@@ -111,6 +111,10 @@ pub struct ConsumerState {
     pub damaged: u64,
     /// Garbage spots it skipped in the rings.
     pub garbage: u64,
+    /// Records it skipped because their schema key is not in their producer's catalog (a
+    /// producer's bug or damage): never delivered, so counted here rather than lost silently.
+    #[serde(default)]
+    pub unknown_keys: u64,
     /// Bytes behind the lanes' tails, from its last reported cursors and the tails now.
     pub lag_bytes: u64,
     /// Seconds since its last report.
@@ -173,6 +177,10 @@ pub struct BusState {
     /// Ring censuses the broker has run since it started (each reads every frame header of
     /// one ring, on the broker's one thread): what asking for [`Census::Fresh`] costs.
     pub census_runs: u64,
+    /// Producers the broker refused (the most recent few), as `producer 'name' (pid N): why
+    /// (refused K times)`: their records are in their lanes, but no consumer is handed them.
+    #[serde(default)]
+    pub refused_producers: Vec<String>,
 }
 
 /// How fresh the ring census in a [`BusState`] must be. The census reads the frame headers of

@@ -33,10 +33,13 @@ use crate::mem::ShmMem;
 use crate::runtime::BusDir;
 
 mod emit;
+mod foster;
 mod payload;
+mod shapes;
 
 pub use emit::EmitMeta;
 pub use payload::{FillError, PayloadWriter};
+pub use shapes::{evolution_conflict, shapes_of_one_event};
 
 /// How often a producer without a broker looks for one.
 pub const RETRY: Duration = Duration::from_millis(200);
@@ -126,6 +129,9 @@ pub struct PublisherStats {
     pub closed: u64,
     /// Records of a forked process that could not create a lane of its own.
     pub no_lane: u64,
+    /// Records in a lane no broker was ever handed when the process closed it, and that no
+    /// parent process took over (see `foster`): lost with the process.
+    pub unadopted: u64,
     /// Whether a broker is connected now (it welcomed this producer).
     pub connected: bool,
 }
@@ -139,6 +145,7 @@ impl PublisherStats {
             + self.catalog_errors
             + self.closed
             + self.no_lane
+            + self.unadopted
     }
 }
 
@@ -173,6 +180,16 @@ struct Inner {
     catalog_errors: AtomicU64,
     closed_drops: AtomicU64,
     no_lane_drops: AtomicU64,
+    /// Whether a broker was handed this lane (a hello was sent and not refused).
+    introduced: AtomicBool,
+    /// Whether the lane was handed to the parent process's keeper (no hello is sent after).
+    handed: AtomicBool,
+    /// Records lost with a lane no broker was handed (see [`foster`]).
+    unadopted: AtomicU64,
+    /// This publisher's keeper of its forked children's lanes.
+    keeper: Option<Arc<foster::Keeper>>,
+    /// In a forked child: the keeper of the parent's publisher.
+    parent_keeper: Option<Arc<foster::Keeper>>,
     /// Whether large payloads go into the lane with non-temporal stores (the lane is larger
     /// than the last-level cache): decided when the lane is made, so that no emit reads
     /// `/sys` (nor waits for another thread doing so, which a fork could leave waiting).
@@ -204,7 +221,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl Publisher {
     /// Creates this process's lane and catalog and starts looking for the broker of `dir`.
     pub fn start(dir: BusDir, config: PublisherConfig) -> Result<Publisher, PublisherError> {
-        Self::start_with(dir, config, HashMap::new(), None)
+        Self::start_with(dir, config, HashMap::new(), None, None)
     }
 
     fn start_with(
@@ -212,6 +229,7 @@ impl Publisher {
         config: PublisherConfig,
         emitters: HashMap<String, u16>,
         on_filter: Option<FilterHook>,
+        parent_keeper: Option<Arc<foster::Keeper>>,
     ) -> Result<Publisher, PublisherError> {
         crate::fork::install();
         let fork_gen = crate::fork::generation();
@@ -265,6 +283,11 @@ impl Publisher {
             catalog_errors: AtomicU64::new(0),
             closed_drops: AtomicU64::new(0),
             no_lane_drops: AtomicU64::new(0),
+            introduced: AtomicBool::new(false),
+            handed: AtomicBool::new(false),
+            unadopted: AtomicU64::new(0),
+            keeper: foster::Keeper::new().map(Arc::new),
+            parent_keeper,
             streams,
             info,
             dir,
@@ -337,11 +360,15 @@ impl Publisher {
             .map(|k| k.emitters.clone())
             .unwrap_or_default();
         let hook = self.inner.on_filter.try_lock().ok().and_then(|h| h.clone());
+        if let Some(k) = &self.inner.keeper {
+            k.forget_in_child();
+        }
         match Self::start_with(
             self.inner.dir.clone(),
             self.inner.config.clone(),
             emitters,
             hook,
+            self.inner.keeper.clone(),
         ) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -417,9 +444,12 @@ impl Publisher {
         let inner = &p.inner;
         let lane = inner.lane.lane().stats();
         let encode_errors = inner.encode_errors.load(Ordering::Relaxed);
+        let unadopted = inner.unadopted.load(Ordering::Relaxed);
         PublisherStats {
-            // Counted at claim time; aborted claims (encode errors) are taken back.
-            written: lane.frames_committed,
+            // Counted at claim time; aborted claims (encode errors) are taken back. Records
+            // lost with a lane no broker ever had are not written.
+            written: lane.frames_committed.saturating_sub(unadopted),
+            unadopted,
             oversize: lane.dropped_oversize,
             lapped: lane.dropped_wrap,
             encode_errors,
@@ -468,6 +498,7 @@ impl Publisher {
         if self.is_own() {
             self.inner.writer.close();
             self.ring();
+            foster::on_close(&self.inner);
         } else if let Some(Some(p)) = self.inner.forked.get() {
             p.close();
         }
@@ -518,11 +549,12 @@ fn connection_thread(weak: Weak<Inner>) {
         let until = std::time::Instant::now() + wait;
         while std::time::Instant::now() < until {
             std::thread::sleep(RETRY);
-            if weak
-                .upgrade()
-                .is_none_or(|i| i.stop.load(Ordering::Relaxed))
-            {
+            let Some(inner) = weak.upgrade() else { return };
+            if inner.stop.load(Ordering::Relaxed) {
                 return;
+            }
+            if let Some(k) = &inner.keeper {
+                k.tend(&inner);
             }
         }
     }
@@ -545,6 +577,10 @@ fn serve(inner: &Inner, mut conn: Conn) -> Ended {
     let Ok(keys) = inner.keys.lock() else {
         return Ended::Other;
     };
+    if inner.handed.load(Ordering::Relaxed) {
+        // The lane went to the parent process, which introduces it.
+        return Ended::Other;
+    }
     let previous = inner.broker_id.load(Ordering::Relaxed);
     let hello = ToBroker::HelloProducer {
         version: PROTOCOL_VERSION,
@@ -552,6 +588,9 @@ fn serve(inner: &Inner, mut conn: Conn) -> Ended {
         previous_id: (previous != 0).then_some(previous),
     };
     let sent = conn.send(&hello, &[inner.lane.fd().as_fd(), keys.catalog.fd()]);
+    if sent.is_ok() {
+        inner.introduced.store(true, Ordering::Relaxed);
+    }
     drop(keys);
     if sent.is_err() {
         return Ended::Other;
@@ -562,6 +601,9 @@ fn serve(inner: &Inner, mut conn: Conn) -> Ended {
     loop {
         if inner.stop.load(Ordering::Relaxed) {
             return Ended::Other;
+        }
+        if let Some(k) = &inner.keeper {
+            k.tend(inner);
         }
         let filter_gen = inner.filter_gen.load(Ordering::Relaxed);
         if reported_gen != Some(filter_gen) {
@@ -600,6 +642,7 @@ fn serve(inner: &Inner, mut conn: Conn) -> Ended {
                     }
                 }
                 FromBroker::Error { message } => {
+                    inner.introduced.store(false, Ordering::Relaxed);
                     refused(inner, message);
                     return Ended::Refused;
                 }

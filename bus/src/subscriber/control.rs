@@ -38,6 +38,7 @@ impl Subscriber {
                     lost: s.lost,
                     damaged: s.damaged,
                     garbage: s.garbage,
+                    unknown_keys: s.unknown_keys,
                 }
             },
             lanes: self.cursors(),
@@ -146,6 +147,7 @@ impl Subscriber {
                     lost: stats.lost,
                     damaged: stats.damaged,
                     garbage: stats.garbage,
+                    unknown_keys: stats.unknown_keys,
                     lanes,
                     refused: self.refused.clone(),
                     board: self

@@ -7,7 +7,8 @@
 //! stopped reading (SIGSTOP, a hang) is seen falling behind; one that stopped reporting is
 //! shown `stale`. HISTORY is the span between the oldest and the newest record a producer's
 //! lane holds now: how far back a late consumer or a `snapshot` can see (`history_secs` in
-//! `--json`). Under the table, each consumer that keeps a status board (an exporter's state and
+//! `--json`). Records a consumer skipped for a schema key its producer's catalog does not
+//! explain are counted (`unknown_keys`) and named under the table. Under the table, each consumer that keeps a status board (an exporter's state and
 //! counters, the recorder's file) has a line of it. FILTER is the level filter in force in a
 //! producer: the bus filter while one is set (`snapbus filter`), else the producer's own
 //! `SNAPBUS_FILTER`.
@@ -114,6 +115,8 @@ struct LsJson<'a> {
     /// Ring censuses the broker has run since it started.
     census_runs: u64,
     producers: Vec<ProducerJson<'a>>,
+    /// Producers the broker refused (the most recent), with why.
+    refused_producers: &'a [String],
     consumers: Vec<ConsumerJson<'a>>,
     schemas: Vec<SchemaJson<'a>>,
 }
@@ -158,6 +161,7 @@ struct ConsumerJson<'a> {
     lost: u64,
     damaged: u64,
     garbage: u64,
+    unknown_keys: u64,
     lag_bytes: u64,
     report_age_secs: f64,
     refused: &'a [String],
@@ -196,6 +200,7 @@ impl<'a> LsJson<'a> {
             filter: &s.filter,
             census_runs: s.census_runs,
             producers: s.producers.iter().map(ProducerJson::of).collect(),
+            refused_producers: &s.refused_producers,
             consumers: s.consumers.iter().map(ConsumerJson::of).collect(),
             schemas: s.schemas.iter().map(SchemaJson::of).collect(),
         }
@@ -245,6 +250,7 @@ impl<'a> ConsumerJson<'a> {
             lost: c.lost,
             damaged: c.damaged,
             garbage: c.garbage,
+            unknown_keys: c.unknown_keys,
             lag_bytes: c.lag_bytes,
             report_age_secs: c.report_age_secs,
             refused: &c.refused,
@@ -312,6 +318,9 @@ pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     )?;
     writeln!(out, "\nPRODUCERS")?;
     producers(&s).write(&mut out)?;
+    for r in &s.refused_producers {
+        writeln!(out, "  ! refused {r}")?;
+    }
     writeln!(out, "\nCONSUMERS")?;
     let (t, refused) = consumers(&s);
     t.write(&mut out)?;
@@ -431,6 +440,13 @@ fn consumers(s: &BusState) -> (Table, Vec<String>) {
                 .iter()
                 .map(|r| format!("consumer {} refuses {r}", c.id)),
         );
+        if c.unknown_keys > 0 {
+            refused.push(format!(
+                "consumer {} skipped {} records whose schema key their producer's catalog does \
+                 not explain (a producer's bug or damage)",
+                c.id, c.unknown_keys
+            ));
+        }
     }
     (t, refused)
 }

@@ -203,8 +203,14 @@ impl Event {
     /// take the class's defaults; Enum and Literal fields become the member or literal.
     fn as_(&self, py: Python<'_>, cls: &Bound<'_, PyType>) -> PyResult<Py<PyAny>> {
         let payload = self.payload(py)?;
+        let schema = self.schema.get();
+        let named = format!(
+            "record of schema {:?} version {}",
+            schema.id.bind(py).to_string(),
+            schema.version
+        );
         Ok(decode::helpers(py)?
-            .call_method1("as_", (cls, payload))?
+            .call_method1("as_", (cls, payload, named))?
             .unbind())
     }
 

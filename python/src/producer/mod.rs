@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyRuntimeWarning, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 use snapbus::schemas::builtin::DurationSample;
@@ -142,6 +142,10 @@ fn emit(
     event: &Bound<'_, PyAny>,
     extras: &[(Bound<'_, PyString>, Bound<'_, PyAny>)],
 ) -> PyResult<()> {
+    if let Some(why) = &plan.refused {
+        // Its layout conflicts with the bus's (checked at its first emit): never written.
+        return count_or_raise(py, plan, "", || PyTypeError::new_err(why.clone()), why);
+    }
     let mut staged = Staged::new();
     if let Err(e) = plan::measure(&plan.root, event, &mut staged) {
         return data_error(py, plan, &e);
@@ -161,19 +165,33 @@ fn emit(
 
 #[cold]
 fn data_error(py: Python<'_>, plan: &Compiled, e: &plan::DataError) -> PyResult<()> {
+    count_or_raise(py, plan, &e.path, || e.to_py(&plan.class), &e.to_string())
+}
+
+/// A record of `plan` not emitted for `what` (at field path `path`, empty for the whole
+/// event): raised as `err` unless bad values are counted, then counted and warned about once
+/// per (class, path).
+#[cold]
+fn count_or_raise(
+    py: Python<'_>,
+    plan: &Compiled,
+    path: &str,
+    err: impl FnOnce() -> PyErr,
+    what: &str,
+) -> PyResult<()> {
     if STRICT.load(Ordering::Relaxed) {
-        return Err(e.to_py(&plan.class));
+        return Err(err());
     }
     DATA_ERRORS.fetch_add(1, Ordering::Relaxed);
     let first = {
         let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
         warned
             .get_or_insert_with(HashSet::new)
-            .insert((plan.class_id, e.path.clone()))
+            .insert((plan.class_id, path.to_owned()))
     };
     if first {
         let msg = format!(
-            "snapbus: {} not emitted: {e} (counted in snapbus.stats()['data_errors']; warned once \
+            "snapbus: {} not emitted: {what} (counted in snapbus.stats()['data_errors']; warned once \
              per field; bad values raise unless snapbus.init(bad_values=\"count\") or \
              SNAPBUS_BAD_VALUES=count)",
             plan.class
@@ -345,6 +363,7 @@ fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("catalog_errors", s.lane.catalog_errors)?;
     d.set_item("closed", s.lane.closed)?;
     d.set_item("no_lane", s.lane.no_lane)?;
+    d.set_item("unadopted", s.lane.unadopted)?;
     Ok(d)
 }
 

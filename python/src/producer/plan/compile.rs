@@ -182,14 +182,17 @@ pub(super) fn compile_walked(
         &mut values,
     )
     .map_err(|e| PyTypeError::new_err(format!("{class}: {}", e.value(py))))?;
+    let mut refused = None;
     if check {
         check_layout(&desc, &class)?;
+        refused = check_bus(&desc, &class);
     }
     Ok(Compiled {
         desc,
         root: node,
         class,
         class_id: cls.as_ptr() as usize,
+        refused,
     })
 }
 
@@ -237,4 +240,15 @@ fn check_layout(desc: &SchemaDescriptor, class: &str) -> PyResult<()> {
         known.push((desc.clone(), class.to_owned()));
     }
     Ok(())
+}
+
+/// Why `desc` may not be emitted next to the descriptors of its id that the bus already knows
+/// (other processes registered them: a class changed without a new `schema_version`, or a
+/// version that does not evolve from the one on the bus), if it may not. The same rule as the
+/// broker's CONFLICT ([`snapbus_bus::publisher::evolution_conflict`]).
+fn check_bus(desc: &SchemaDescriptor, class: &str) -> Option<String> {
+    snapbus::bus_descriptors(desc.id())
+        .iter()
+        .find_map(|other| snapbus_bus::publisher::evolution_conflict(desc, other))
+        .map(|why| format!("{class}: {why}"))
 }

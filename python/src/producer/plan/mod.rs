@@ -53,6 +53,10 @@ pub(crate) struct Compiled {
     pub(crate) class: String,
     /// The class object's address (the key of the per-(class, field) warnings).
     pub(crate) class_id: usize,
+    /// Why its records may not be emitted: its layout conflicts with a descriptor of its id
+    /// the bus already knows (from another process), by the evolution rules. Checked once,
+    /// when the class is compiled (its first emit).
+    pub(crate) refused: Option<String>,
 }
 
 /// One node of an encode plan.
