@@ -326,13 +326,5 @@ fn join(path: &str, key: &str) -> String {
 }
 
 fn mismatch(path: &str, value: &Value<'_>, expected: &str) -> EncodeError {
-    EncodeError::TypeMismatch {
-        path: if path.is_empty() {
-            "<root>".into()
-        } else {
-            path.to_owned()
-        },
-        expected: expected.to_owned(),
-        found: value.kind_name().to_owned(),
-    }
+    crate::encode::mismatch_of(path, &expected, value)
 }

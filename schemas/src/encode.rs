@@ -149,13 +149,22 @@ pub fn encode_value(
 }
 
 fn mismatch(path: &str, desc: &TypeDesc, value: &Value<'_>) -> EncodeError {
+    mismatch_of(path, desc, value)
+}
+
+/// A [`EncodeError::TypeMismatch`] at `path` (the root if empty): `expected`, found `value`.
+pub(crate) fn mismatch_of(
+    path: &str,
+    expected: &dyn std::fmt::Display,
+    value: &Value<'_>,
+) -> EncodeError {
     EncodeError::TypeMismatch {
         path: if path.is_empty() {
             "<root>".into()
         } else {
             path.to_owned()
         },
-        expected: desc.to_string(),
+        expected: expected.to_string(),
         found: value.kind_name().to_owned(),
     }
 }

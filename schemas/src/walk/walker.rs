@@ -55,18 +55,7 @@ where
             };
         }
         let scalar = match node.kind {
-            Kind::Bool => {
-                let at = self.src.offset();
-                match self.src.read_u8()? {
-                    0 => Scalar::Bool(false),
-                    1 => Scalar::Bool(true),
-                    byte => {
-                        return Err(
-                            DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }).into()
-                        );
-                    }
-                }
-            }
+            Kind::Bool => self.bool()?,
             Kind::Num(DType::U8) => num!(u8, U8),
             Kind::Num(DType::U16) => num!(u16, U16),
             Kind::Num(DType::U32) => num!(u32, U32),
@@ -79,16 +68,8 @@ where
             Kind::Num(DType::F64) => num!(f64, F64),
             Kind::U128 => num!(u128, U128),
             Kind::I128 => num!(i128, I128),
-            Kind::Str => {
-                let n = self.src.read_len(1)?;
-                let at = self.src.skip(n)?;
-                return self.v.string(self.src, at, n);
-            }
-            Kind::Bytes => {
-                let n = self.src.read_len(1)?;
-                let at = self.src.skip(n)?;
-                return self.v.bytes(self.src, at, n);
-            }
+            Kind::Str => return self.string(),
+            Kind::Bytes => return self.bytes(),
             Kind::Option => return self.option(id),
             Kind::Seq => {
                 let elem = plan.node(node.children.0);
@@ -110,6 +91,30 @@ where
             }
         };
         self.v.scalar(scalar)
+    }
+
+    /// One byte, 0 or 1.
+    fn bool(&mut self) -> Result<Scalar, V::Error> {
+        let at = self.src.offset();
+        match self.src.read_u8()? {
+            0 => Ok(Scalar::Bool(false)),
+            1 => Ok(Scalar::Bool(true)),
+            byte => Err(DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }).into()),
+        }
+    }
+
+    /// A `u64` length, then that many UTF-8 bytes (checked by the visitor).
+    fn string(&mut self) -> Result<V::Out, V::Error> {
+        let n = self.src.read_len(1)?;
+        let at = self.src.skip(n)?;
+        self.v.string(self.src, at, n)
+    }
+
+    /// A `u64` length, then that many bytes.
+    fn bytes(&mut self) -> Result<V::Out, V::Error> {
+        let n = self.src.read_len(1)?;
+        let at = self.src.skip(n)?;
+        self.v.bytes(self.src, at, n)
     }
 
     fn option(&mut self, id: NodeId) -> Result<V::Out, V::Error> {
@@ -237,31 +242,12 @@ where
             .ok_or_else(|| DecodeError::new(at, DecodeErrorKind::InvalidTag { tag: byte }))?;
         let scalar = match tag {
             Tag::None => return self.v.option(None),
-            Tag::Bool => {
-                let at = self.src.offset();
-                match self.src.read_u8()? {
-                    0 => Scalar::Bool(false),
-                    1 => Scalar::Bool(true),
-                    byte => {
-                        return Err(
-                            DecodeError::new(at, DecodeErrorKind::InvalidBool { byte }).into()
-                        );
-                    }
-                }
-            }
+            Tag::Bool => self.bool()?,
             Tag::I64 => Scalar::I64(i64::from_le_bytes(self.src.read_array()?)),
             Tag::U64 => Scalar::U64(u64::from_le_bytes(self.src.read_array()?)),
             Tag::F64 => Scalar::F64(f64::from_le_bytes(self.src.read_array()?)),
-            Tag::Str => {
-                let n = self.src.read_len(1)?;
-                let at = self.src.skip(n)?;
-                return self.v.string(self.src, at, n);
-            }
-            Tag::Bytes => {
-                let n = self.src.read_len(1)?;
-                let at = self.src.skip(n)?;
-                return self.v.bytes(self.src, at, n);
-            }
+            Tag::Str => return self.string(),
+            Tag::Bytes => return self.bytes(),
             Tag::List => return self.dynamic_list(id, depth),
             Tag::Map => return self.dynamic_map(id, depth),
             Tag::NdArray => {
