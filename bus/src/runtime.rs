@@ -205,7 +205,7 @@ fn choose(name: &BusName) -> (Candidate, Option<String>) {
 }
 
 impl BusDir {
-    /// The directory of bus `name` (not created): see [`candidates`] and [`choose`]. A
+    /// The directory of bus `name` (not created): see `candidates` and `choose`. A
     /// producer, a consumer and `snapbus up` pick the same one.
     pub fn locate(name: &BusName) -> BusDir {
         let (c, note) = choose(name);

@@ -170,9 +170,7 @@ def _dataclass_converter(cls: type) -> _Convert:
     required = [
         f.name
         for f in dataclasses.fields(cls)
-        if f.init
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
 
     def by_name(v: Any) -> Any:

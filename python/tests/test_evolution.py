@@ -110,13 +110,16 @@ snapbus.shutdown()
 """
 
 
-PYDANTIC = TESTS_ON_PATH + """
+PYDANTIC = (
+    TESTS_ON_PATH
+    + """
 import logging
 from pyd_events import Step
 t = snapbus.get_telemetry("lab")
 t.snapshot(logging.INFO, Step(episode=1, **{EXTRAS}))
 snapbus.shutdown()
 """
+)
 
 
 @pytest.mark.parametrize("kind", ["dict", "pydantic"])
@@ -152,4 +155,3 @@ def test_a_record_that_does_not_fit_the_class_is_named_not_a_crash(bus: Bus) -> 
             got.as_(StepV2)
     msg = str(e.value)
     assert '"test.evo" version 1' in msg and "'reward'" in msg and "StepV2" in msg, msg
-

@@ -9,8 +9,9 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-import snapbus
 from conftest import TESTS_ON_PATH, Bus, echo_oldest, wait_until
+
+import snapbus
 
 CODE = textwrap.dedent(
     """
@@ -183,7 +184,8 @@ def test_a_forked_child_that_lives_inside_a_broker_outage_loses_nothing(
     def recorded() -> int:
         consumers = bus.ls().get("consumers", [])
         assert isinstance(consumers, list)
-        return max((c["delivered"] for c in consumers if c["info"]["kind"] == "recorder"), default=0)
+        delivered = [c["delivered"] for c in consumers if c["info"]["kind"] == "recorder"]
+        return max(delivered, default=0)
 
     wait_until("the recorder has both lanes", lambda: recorded() >= 2000)
     (flags / "done").touch()

@@ -1,4 +1,4 @@
-//! Dynamic values: the wire form of [`TypeDesc::Dynamic`](crate::TypeDesc::Dynamic), a value
+//! Dynamic values: the wire form of [`TypeDesc::Dynamic`], a value
 //! whose type is known only at run time (a Python `dict`, `Any` or pydantic extra field).
 //!
 //! A dynamic value is one [`Tag`] byte, then its body:

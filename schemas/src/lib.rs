@@ -79,7 +79,7 @@
 //! | enums | `u32` variant index (declaration order, explicit discriminants are ignored), then the variant's fields |
 //! | `BTreeMap`, `HashMap` | `u64` entry count, then key, value, key, value… |
 //! | [`Tensor<T>`] | `u64` rank, rank × `u64` dimensions, `u64` element count, then the elements |
-//! | [dynamic](dynamic) (a type known only at run time) | a tag byte, then the value (see [`dynamic`]) |
+//! | dynamic (a type known only at run time) | a tag byte, then the value (see [`dynamic`]) |
 //!
 //! So a numeric array is its raw little-endian bytes right after its `u64` count: a reader
 //! (numpy's `frombuffer`, a GPU upload) views it in place. For example:
