@@ -8,7 +8,7 @@
 //! | 0 | none | nothing |
 //! | 1 | bool | 1 byte, `0x00` or `0x01` |
 //! | 2 | `i64` | 8 bytes, little-endian |
-//! | 3 | `u64` (integers above `i64::MAX`) | 8 bytes, little-endian |
+//! | 3 | `u64` (a Rust `u64`; from Python, integers above `i64::MAX`) | 8 bytes, little-endian |
 //! | 4 | `f64` | 8 bytes, little-endian |
 //! | 5 | string | `u64` byte length, UTF-8 |
 //! | 6 | bytes | `u64` length, the bytes |
@@ -193,7 +193,8 @@ pub(crate) trait Put {
     fn put(&mut self, bytes: &[u8]);
 }
 
-/// Encodes `value` as a dynamic value: integers as `i64` (or `u64` above `i64::MAX`), floats as
+/// Encodes `value` as a dynamic value: `u64`s as `u64`, other integers as `i64` (or `u64` above
+/// `i64::MAX`), floats as
 /// `f64`, structs as maps, packed numbers as 1-dimensional arrays, unit variants as their
 /// names. A map with a non-string key, a variant with a payload, or an integer beyond 64 bits
 /// is a [`EncodeError::TypeMismatch`] at `path`.
@@ -213,7 +214,11 @@ pub(crate) fn encode(
         Value::U8(v) => int(out, i128::from(*v)),
         Value::U16(v) => int(out, i128::from(*v)),
         Value::U32(v) => int(out, i128::from(*v)),
-        Value::U64(v) => int(out, i128::from(*v)),
+        // Kept unsigned whatever its size: a decoded `u64` re-encodes to the bytes it came from.
+        Value::U64(v) => {
+            out.put(&[Tag::U64 as u8]);
+            out.put(&v.to_le_bytes());
+        }
         Value::I8(v) => int(out, i128::from(*v)),
         Value::I16(v) => int(out, i128::from(*v)),
         Value::I32(v) => int(out, i128::from(*v)),

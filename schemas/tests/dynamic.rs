@@ -82,6 +82,8 @@ fn typed_values_encode_as_their_dynamic_kinds() {
         (Value::I32(-3), Value::I64(-3)),
         (Value::F32(1.5), Value::F64(1.5)),
         (Value::U128(5), Value::I64(5)),
+        // A u64 stays one: decoded, it re-encodes to the same bytes.
+        (Value::U64(5), Value::U64(5)),
         (
             Value::Option(Some(Box::new(Value::Bool(true)))),
             Value::Bool(true),

@@ -300,3 +300,20 @@ fn dtype_names_agree_with_numpy_and_arrow() {
     assert_eq!(DType::I8.to_f64(&[0xff]), -1.0);
     assert_eq!(Scalar::Bool(true).as_f64(), 1.0);
 }
+
+#[test]
+fn fixed_sizes_that_overflow_a_usize_are_not_fixed() {
+    use snapbus_schemas::TypeDesc;
+    use snapbus_schemas::walk::LayoutPlan;
+
+    // Each array's size fits a usize; their sum does not.
+    let huge = TypeDesc::Array {
+        len: (usize::MAX / 2) as u64,
+        elem: Box::new(TypeDesc::U8),
+    };
+    let desc = TypeDesc::Tuple {
+        elems: vec![huge.clone(), huge.clone(), huge],
+    };
+    let plan = LayoutPlan::compile(&desc);
+    assert_eq!(plan.node(LayoutPlan::ROOT).fixed_size(), None);
+}

@@ -359,7 +359,8 @@ fn sizes(nodes: &[Node<'_>], i: usize, src: Src<'_>) -> (Option<usize>, u64) {
     let n = &nodes[i];
     let kids = || range(n.children).map(|c| &nodes[c as usize]);
     let sum_min = || kids().fold(0u64, |a, c| a.saturating_add(c.min_len));
-    let sum_fixed = || kids().map(|c| c.fixed).sum::<Option<usize>>();
+    // `None` if a child's size varies or the sum does not fit a `usize` (a hostile descriptor).
+    let sum_fixed = || kids().try_fold(0usize, |a, c| a.checked_add(c.fixed?));
     match n.kind {
         Kind::Bool => (Some(1), 1),
         Kind::Num(d) => (Some(d.size_bytes()), d.size_bytes() as u64),
