@@ -25,6 +25,8 @@ how many records they lost.
 
 from __future__ import annotations
 
+# First: registers this interpreter's build of the native module as `snapbus._snapbus`.
+from . import _native  # noqa: F401
 from ._snapbus import __version__
 
 # The read side (subscription.py, consumer.py, recording.py; asyncio in snapbus.aio).

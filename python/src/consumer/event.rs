@@ -292,7 +292,7 @@ impl Interned {
     pub(crate) fn emitter(&mut self, py: Python<'_>, name: Option<&str>) -> Option<Py<PyString>> {
         let name = name?;
         if let Some(s) = &self.last_emitter {
-            if s.bind(py).to_str().is_ok_and(|t| t == name) {
+            if s.bind(py).to_cow().is_ok_and(|t| t == name) {
                 return Some(s.clone_ref(py));
             }
         }

@@ -501,7 +501,7 @@ impl Subscription {
         };
         let v = if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
             if let Ok(s) = v.cast::<PyString>() {
-                StatusValue::Text(s.to_str()?.to_owned())
+                StatusValue::Text(s.to_cow()?.into_owned())
             } else if v.is_instance_of::<PyFloat>() {
                 StatusValue::Number(v.extract()?)
             } else {

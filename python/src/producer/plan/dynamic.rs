@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
@@ -15,9 +14,10 @@ use pyo3::types::{
     PyType,
 };
 use pyo3::{PyTypeInfo, intern};
+use snapbus::schemas::MAX_DESC_DEPTH;
 use snapbus::schemas::dynamic::Tag;
-use snapbus::schemas::{DType, MAX_DESC_DEPTH};
 
+use super::array::Array;
 use super::measure::{measure_bytes, measure_str};
 use super::{DataError, Piece, Staged, type_name};
 
@@ -85,9 +85,7 @@ fn other<'py>(
     } else if obj.is_instance_of::<PyMemoryView>() && is_byte_view(obj) {
         out.put(&[Tag::Bytes as u8]);
         measure_bytes(obj, out)?;
-    } else if PyUntypedBuffer::get(obj).is_ok()
-        || obj.hasattr(intern!(py, "__array__")).unwrap_or(false)
-    {
+    } else if Array::get(obj).is_ok() || obj.hasattr(intern!(py, "__array__")).unwrap_or(false) {
         ndarray(obj, out)?;
     } else {
         return Err(DataError::ty(format!(
@@ -257,10 +255,10 @@ fn numpy_scalar<'py>(
 /// where the object's own memory is not one (numpy's `require`).
 fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), DataError> {
     let py = obj.py();
-    let direct = PyUntypedBuffer::get(obj)
+    let direct = Array::get(obj)
         .ok()
-        .and_then(|b| dtype_of(&b).map(|d| (b, d)))
-        .filter(|(b, d)| b.is_c_contiguous() && b.buf_ptr().align_offset(d.size_bytes()) == 0);
+        .and_then(|b| b.dtype().map(|d| (b, d)))
+        .filter(|(b, d)| b.is_c_contiguous() && b.is_aligned(d.size_bytes()));
     // A 0-dimensional array is copied as one element (a buffer of rank 0 has no shape).
     let mut scalar = false;
     let (buf, dtype) = match direct {
@@ -271,12 +269,12 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
                 .and_then(|m| m.getattr("_as_c_array")?.call1((obj,))?.extract())
                 .map_err(|e| py_error(py, &e))?;
             scalar = zero_d;
-            let buf = PyUntypedBuffer::get(&arr).map_err(|e| py_error(py, &e))?;
-            let dtype = dtype_of(&buf).ok_or_else(|| {
+            let buf = Array::get(&arr).map_err(|e| py_error(py, &e))?;
+            let dtype = buf.dtype().ok_or_else(|| {
                 DataError::value(format!(
                     "an array of format {:?} (item size {}) has no snapbus dtype (supported: \
                      bool as uint8, uint8..uint64, int8..int64, float32, float64)",
-                    buf.format(),
+                    buf.format_text(),
                     buf.item_size()
                 ))
             })?;
@@ -293,35 +291,10 @@ fn ndarray<'py>(obj: &Bound<'py, PyAny>, out: &mut Staged<'py>) -> Result<(), Da
     out.piece(buf.len_bytes(), Piece::Buf(buf, dtype))
 }
 
-/// The dtype of a native-order buffer format (`None` for any other).
-fn dtype_of(b: &PyUntypedBuffer) -> Option<DType> {
-    let f = b.format().to_bytes();
-    let f = match f {
-        [b'@' | b'=' | b'<', rest @ ..] => rest,
-        _ => f,
-    };
-    let size = b.item_size();
-    let d = match (f, size) {
-        (b"B", 1) => DType::U8,
-        (b"b", 1) => DType::I8,
-        (b"H", 2) => DType::U16,
-        (b"h", 2) => DType::I16,
-        (b"I" | b"L", 4) => DType::U32,
-        (b"i" | b"l", 4) => DType::I32,
-        (b"Q" | b"L", 8) => DType::U64,
-        (b"q" | b"l", 8) => DType::I64,
-        (b"f", 4) => DType::F32,
-        (b"d", 8) => DType::F64,
-        _ => return None,
-    };
-    (d.size_bytes() == size).then_some(d)
-}
-
 /// A memoryview of bytes (format `B`): bytes, not an array.
 fn is_byte_view(obj: &Bound<'_, PyAny>) -> bool {
-    PyUntypedBuffer::get(obj).is_ok_and(|b| {
-        b.dimensions() <= 1 && b.item_size() == 1 && matches!(b.format().to_bytes(), b"B")
-    })
+    Array::get(obj)
+        .is_ok_and(|b| b.dimensions() <= 1 && b.item_size() == 1 && matches!(b.format(), b"B"))
 }
 
 fn py_error(py: Python<'_>, e: &PyErr) -> DataError {

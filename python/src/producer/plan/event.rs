@@ -51,7 +51,7 @@ struct Shape {
 /// Whether two `str` objects hold the same text (the same object, the common case, first).
 #[inline]
 fn same(a: &Py<PyString>, b: &Bound<'_, PyString>) -> bool {
-    a.is(b) || a.bind(b.py()).to_str().ok() == b.to_str().ok()
+    a.is(b) || a.bind(b.py()).to_cow().ok() == b.to_cow().ok()
 }
 
 impl Shape {
@@ -215,7 +215,7 @@ impl EventClass {
         extras: &Extras<'_>,
     ) -> PyResult<Compiled> {
         let names = PyList::new(py, extras.iter().map(|(k, _)| k))?;
-        let full = format!("{prefix}{}", id.to_str()?);
+        let full = format!("{prefix}{}", id.to_cow()?);
         let cls = self.class.bind(py);
         let walked = py
             .import("snapbus.schema")?
@@ -247,7 +247,7 @@ fn dict_event<'py>(
                     .map_or_else(|_| "?".into(), |r| r.to_string())
             ))
         })?;
-        if k.to_str()? == "kind" {
+        if k.to_cow()? == "kind" {
             kind = Some(v.cast_into::<PyString>().map_err(|e| {
                 PyTypeError::new_err(format!(
                     "a dict event's \"kind\" is its schema id, a str, not {}",

@@ -2,11 +2,11 @@
 //! typed extract each), and its encoding staged ([`Staged`]). [`measure`] handles the scalars
 //! itself (the per-field hot path) and hands every other kind of node to a helper of its own.
 
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use snapbus::schemas::DType;
 
+use super::array::Array;
 use super::buffer::{buffer, cast, check_dtype};
 use super::dynamic::measure_dynamic;
 use super::{DataError, Node, Piece, STAGE_MAX_BYTES, Staged, type_name};
@@ -76,7 +76,7 @@ pub(super) fn measure_str<'py>(
         .cast::<PyString>()
         .map_err(|_| DataError::ty(format!("expected str, got {}", type_name(obj))))?;
     let text = s
-        .to_str()
+        .to_cow()
         .map_err(|_| DataError::value("a str that is not valid UTF-8".into()))?;
     out.put_u64(text.len() as u64);
     if text.len() <= STAGE_MAX_BYTES {
@@ -278,7 +278,7 @@ fn measure_seq<'py>(
     // Numeric elements from a buffer (numpy array, array.array): one copy, not per element.
     if let Some(dtype) = elem.dtype() {
         if !obj.is_instance_of::<PyList>() && !obj.is_instance_of::<PyTuple>() {
-            if let Ok(raw) = PyUntypedBuffer::get(obj) {
+            if let Ok(raw) = Array::get(obj) {
                 if raw.dimensions() > 1 {
                     return Err(DataError::value(format!(
                         "a {}-dimensional array given for a sequence (pass a 1-D array, or \

@@ -18,18 +18,19 @@
 //! This module holds the plan's types; [`compile`] makes plans (and caches them per class),
 //! [`event`] finds the plan of an event (a dataclass's, or a pydantic model's or `dict`'s per
 //! shape), [`mod@measure`] is pass 1, [`dynamic`] its part for values typed only at run time,
-//! [`buffer`] checks array buffers against their dtype (casting what numpy casts under
+//! [`array`] reads an array's memory (the buffer protocol, or a `memoryview` on CPython
+//! before 3.11), [`buffer`] checks array buffers against their dtype (casting what numpy casts under
 //! `same_kind`), and [`mod@write`] is pass 2.
 
 use std::fmt;
 
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use smallvec::SmallVec;
 use snapbus::schemas::{DType, SchemaDescriptor};
 
+mod array;
 mod buffer;
 mod compile;
 mod dynamic;
@@ -266,7 +267,7 @@ pub(crate) enum Piece<'py> {
     Str(Bound<'py, PyString>),
     Bytes(Bound<'py, PyBytes>),
     /// A buffer's contents, C order, as `dtype` elements.
-    Buf(PyUntypedBuffer, DType),
+    Buf(array::Array, DType),
 }
 
 /// The name of `obj`'s type (for messages).

@@ -1,0 +1,35 @@
+"""Loads the native half of snapbus built for this interpreter, as `snapbus._snapbus`.
+
+The wheel carries two builds of it, both on the stable ABI: `_py311/` for CPython 3.11 and
+newer (the buffer protocol joined the stable ABI in 3.11: arrays are copied straight from
+their memory) and `_py38/` for CPython 3.8 to 3.10 (arrays through `memoryview.tobytes()`).
+One wheel therefore installs on every CPython from 3.8 on, without Rust.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+VARIANT = "_py311" if sys.version_info >= (3, 11) else "_py38"
+
+
+def load() -> ModuleType:
+    """Imports this interpreter's build and registers it as `snapbus._snapbus`."""
+    name = f"snapbus.{VARIANT}._snapbus"
+    try:
+        native = importlib.import_module(name)
+    except ImportError as e:
+        where = Path(__file__).parent / VARIANT
+        raise ImportError(
+            f"snapbus: the native module for CPython {sys.version_info[0]}.{sys.version_info[1]}"
+            f" is missing or broken in {where} ({e}); install the package with "
+            "`pip install ./python` (or a wheel made by `pip wheel ./python`)"
+        ) from e
+    sys.modules["snapbus._snapbus"] = native
+    return native
+
+
+NATIVE = load()
