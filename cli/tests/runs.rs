@@ -71,7 +71,12 @@ fn run_files(dir: &Path) -> Vec<PathBuf> {
 /// `steps`, and the file read through its footer.
 fn check_run(bus: &TestBus, file: &Path, episodes: u64, steps: u64) {
     let out = bus.run(&["inspect", s(file)]);
-    assert!(out.status.success(), "inspect: {}{}", out.stdout, out.stderr);
+    assert!(
+        out.status.success(),
+        "inspect: {}{}",
+        out.stdout,
+        out.stderr
+    );
     out.assert_stdout_has("read through the footer");
     let out = bus.run(&["replay", "--print", s(file)]);
     assert!(out.status.success(), "replay --print: {}", out.stderr);
@@ -100,7 +105,8 @@ fn up_record_keeps_two_runs_as_two_complete_files() {
             name.starts_with("run-") && name.ends_with("-demo-0000.mcap"),
             "{name}"
         );
-        let mode = std::os::unix::fs::PermissionsExt::mode(&f.metadata().expect("meta").permissions());
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&f.metadata().expect("meta").permissions());
         assert_eq!(mode & 0o777, 0o600, "{name}");
     }
     // Sorted by name is sorted by time: the first run is the 2 × 3 one.
@@ -123,7 +129,12 @@ fn up_record_keeps_two_runs_as_two_complete_files() {
     let files = run_files(&dir);
     assert_eq!(files.len(), 3, "{files:?}");
     let out = bus.run(&["inspect", s(&files[2])]);
-    assert!(out.status.success(), "inspect: {}{}", out.stdout, out.stderr);
+    assert!(
+        out.status.success(),
+        "inspect: {}{}",
+        out.stdout,
+        out.stderr
+    );
     out.assert_stdout_has("read through the footer");
 }
 
@@ -185,7 +196,12 @@ fn a_record_dir_that_cannot_be_used_fails_up_and_starts_nothing() {
     ] {
         let bus = TestBus { name: unique_bus() };
         let out = bus.run(&["up", "--record", s(dir)]);
-        assert!(!out.status.success(), "up --record {}: {}", dir.display(), out.stdout);
+        assert!(
+            !out.status.success(),
+            "up --record {}: {}",
+            dir.display(),
+            out.stdout
+        );
         out.assert_stderr_has(&format!("--record/--dir {}", dir.display()));
         out.assert_stderr_has(says);
         assert!(!bus.run(&["ls"]).status.success(), "no bus was started");

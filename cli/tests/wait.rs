@@ -59,7 +59,14 @@ fn past_the_wait_limit_the_no_bus_error_and_a_non_zero_exit() {
     for args in [
         &["echo", "--wait", "0.3"][..],
         &["record", "--wait=300ms", "-o", "/nonexistent/never.mcap"][..],
-        &["attach", "recorder", "--wait", "300ms", "-o", "/nonexistent/never.mcap"][..],
+        &[
+            "attach",
+            "recorder",
+            "--wait",
+            "300ms",
+            "-o",
+            "/nonexistent/never.mcap",
+        ][..],
     ] {
         let out = bus.run(args);
         assert!(!out.status.success(), "{args:?}: {}", out.stdout);

@@ -200,7 +200,7 @@ impl RunRecorder {
                 let name = e.file_name().into_string().ok()?;
                 let meta = e.metadata().ok()?; // not followed: the entry itself
                 let run = name.starts_with("run-") && name.ends_with(".mcap");
-                (run && meta.file_type().is_file()).then(|| (name, meta.len()))
+                (run && meta.file_type().is_file()).then_some((name, meta.len()))
             })
             .collect();
         files.sort();

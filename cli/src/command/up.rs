@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use snapbus_bus::broker::{self, BrokerConfig, BrokerError};
 use snapbus_bus::client::{BusClient, Census, ConsumerStatus};
-use snapbus_bus::status::StatusValue;
 use snapbus_bus::runtime::BusDir;
+use snapbus_bus::status::StatusValue;
 
 use crate::bus::bus_dir;
 use crate::cli::UpArgs;
