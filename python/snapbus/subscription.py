@@ -73,23 +73,11 @@ def subscribe(
     return _open(globs, start=start, bus=bus, kind=kind, cut=cut, until_end=until_end, wait=wait)
 
 
-def _open(
-    globs: tuple[str, ...],
-    *,
-    start: str | datetime.datetime,
-    bus: str | None,
-    kind: str,
-    cut: bool,
-    until_end: bool,
-    wait: Wait = False,
-    **run: Any,
-) -> Subscription:
-    """`subscribe`, with `snapbus.run`'s options (`flush_every`, `drain_on_stop`, `batch`)."""
+def _open(globs: tuple[str, ...], *, wait: Wait = False, **opts: Any) -> Subscription:
+    """`subscribe` (`opts`: its options, and `snapbus.run`'s `flush_every`, `drain_on_stop`,
+    `batch`), waiting for a bus as `wait` says."""
     limit = _wait_limit(wait)
-    return _waiting(
-        lambda: _connect(globs, start=start, bus=bus, kind=kind, cut=cut, until_end=until_end, **run),
-        limit,
-    )
+    return _waiting(lambda: _connect(globs, **opts), limit)
 
 
 def _wait_limit(wait: Wait) -> float:

@@ -59,7 +59,8 @@ def test_past_the_wait_limit_bus_not_running_said_once(caplog: pytest.LogCapture
     bus = _bus_not_up()
     caplog.set_level(logging.WARNING, logger="snapbus")
     t0 = time.monotonic()
-    with pytest.raises(snapbus.subscription.BusNotRunning, match=rf"no bus '{bus.name}' is running.*0\.3 s"):
+    said = rf"no bus '{bus.name}' is running.*0\.3 s"
+    with pytest.raises(snapbus.subscription.BusNotRunning, match=said):
         snapbus.subscribe(bus=bus.name, wait=0.3)
     assert time.monotonic() - t0 >= 0.3
     waits = [r for r in caplog.records if "waiting for the bus" in r.getMessage()]

@@ -19,7 +19,7 @@ use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
-use snapbus_consumers::{RunError, run as run_consumer};
+use snapbus_consumers::{RunError, RunOptions, RunSummary, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
 
@@ -152,6 +152,13 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         lost,
         names.join(", ")
     );
+    warn_unread(&summary, &opts);
+    debug_assert!(messages >= summary.delivered);
+    Ok(())
+}
+
+/// Says how much of what was emitted before a stop could not be read in time, if any.
+pub(crate) fn warn_unread(summary: &RunSummary, opts: &RunOptions) {
     if summary.unread_bytes > 0 {
         snapbus_bus::say!(
             "snapbus record: warning: {} bytes of records emitted before the stop were not \
@@ -160,8 +167,6 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
             opts.drain_on_stop
         );
     }
-    debug_assert!(messages >= summary.delivered);
-    Ok(())
 }
 
 /// The names of the files a recording into `output` writes: the file itself, or with rotation

@@ -14,7 +14,7 @@ use snapbus_consumers::recording::WriterOptions;
 use snapbus_consumers::run as run_consumer;
 use snapbus_consumers::runs::{DEFAULT_KEEP_BYTES, DEFAULT_ROTATE_BYTES, RunRecorder, RunsOptions};
 
-use super::{RecordArgs, restart_start, run_error, write_error};
+use super::{RecordArgs, restart_start, run_error, warn_unread, write_error};
 use crate::consumer_kinds::kind::restart_count;
 
 /// Makes sure runs can be kept in `dir`: created (`0700`, with its parents) if missing, else a
@@ -81,13 +81,6 @@ pub(crate) fn run(
          read), {removed} files removed to keep under the cap, in {}",
         dir.display()
     );
-    if summary.unread_bytes > 0 {
-        snapbus_bus::say!(
-            "snapbus record: warning: {} bytes of records emitted before the stop were not \
-             read within {:?}, and are not in the recording",
-            summary.unread_bytes,
-            opts.drain_on_stop
-        );
-    }
+    warn_unread(&summary, &opts);
     Ok(())
 }
