@@ -3,14 +3,14 @@
 use anyhow::Context;
 use serde_json::json;
 use snapbus_bus::Level;
-use snapbus_bus::client::{BusClient, BusState, Census};
+use snapbus_bus::client::{BusClient, BusState, Census, ClientError};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{Glob, Record};
 use snapbus_schemas::SchemaDescriptor;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::cli::BusArgs;
+use crate::cli::{BusArgs, WaitArgs};
 
 /// The directory of the bus named by `--bus`, `$SNAPBUS_BUS` or the default.
 pub(crate) fn bus_dir(args: &BusArgs) -> anyhow::Result<BusDir> {
@@ -21,6 +21,43 @@ pub(crate) fn bus_dir(args: &BusArgs) -> anyhow::Result<BusDir> {
 /// The client of the broker of `dir`, or the error users should see (no bus running).
 pub(crate) fn connect(dir: &BusDir) -> anyhow::Result<BusClient> {
     Ok(BusClient::connect(dir)?)
+}
+
+/// With `--wait`: waits until the broker of `dir` accepts connections, saying once on stderr
+/// that `who` waits; past the `--wait` limit, the error users see when no bus runs. Without
+/// it, returns at once (the caller's own connection fails as usual).
+pub(crate) fn wait_for_bus(dir: &BusDir, wait: &WaitArgs, who: &str) -> anyhow::Result<()> {
+    let Some(limit) = wait.wait else {
+        return Ok(());
+    };
+    let t0 = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let err = match BusClient::connect(dir) {
+            Ok(_) => return Ok(()),
+            Err(e @ ClientError::NotRunning { .. }) => e,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(limit) = limit.filter(|l| t0.elapsed() >= *l) {
+            return Err(anyhow::Error::new(err).context(format!(
+                "{who}: no bus appeared within --wait {}",
+                humantime::format_duration(limit)
+            )));
+        }
+        if !said {
+            said = true;
+            snapbus_bus::say!(
+                "{who}: waiting for the bus '{}' at {} (start it with `snapbus up{}`)…",
+                dir.name(),
+                dir.path().display(),
+                match dir.name().as_str() {
+                    "default" => String::new(),
+                    name => format!(" --bus {name}"),
+                }
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The bus's state (`ls`), each ring's census at most a few seconds old.

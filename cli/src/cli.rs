@@ -39,6 +39,30 @@ pub(crate) struct UpArgs {
     /// Seconds a dead producer's lane stays readable (for snapshots).
     #[arg(long, default_value_t = 300)]
     pub(crate) retention_secs: u64,
+    /// Keep every run of the bus in DIR (default: $SNAPBUS_RECORD): the broker supervises a
+    /// recorder (`snapbus record --dir DIR`) that writes one MCAP file per run (a run starts
+    /// when a producer appears on a bus that had none and ends when the last one ends),
+    /// rotated and under a size cap that removes the oldest runs first. DIR is created if
+    /// missing.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) record: Option<PathBuf>,
+    /// With --record: remove the oldest runs once the runs in DIR take more than SIZE (e.g.
+    /// 500M, 20G; default 10G). The last run is always kept.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub(crate) record_keep_bytes: Option<u64>,
+    /// With --record: start a new part of a run once its file holds about this many
+    /// megabytes (default 1024).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) record_rotate_mb: Option<u64>,
+}
+
+/// Waiting for a bus to appear (`echo`, the consumers' verbs, `attach`, `spawn`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct WaitArgs {
+    /// Wait for the bus to be started (`snapbus up`) instead of failing at once: for SECS
+    /// (30s, 2m, or seconds), or with no value until it is.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, value_parser = parse_duration)]
+    pub(crate) wait: Option<Option<Duration>>,
 }
 
 /// Options of `snapbus ls`.
@@ -110,6 +134,8 @@ pub(crate) struct EchoArgs {
     /// Print each payload as the hex of its wire bytes instead of decoded values.
     #[arg(long)]
     pub(crate) raw: bool,
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
 }
 
 /// Options of `snapbus hz`.
@@ -320,6 +346,8 @@ pub(crate) struct SpawnRestart {
     /// Whether the broker restarts a worker that fails (see `attach --help`).
     #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
     pub(crate) restart: Restart,
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
 }
 
 /// How `attach` runs a consumer.
@@ -334,6 +362,8 @@ pub(crate) struct SuperviseArgs {
     /// way). A broker started after a crash, or after `down --keep-consumers`, takes over.
     #[arg(long, value_enum, default_value_t = Restart::OnFailure)]
     pub(crate) restart: Restart,
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
 }
 
 /// Restart policy of a supervised consumer.
@@ -352,6 +382,28 @@ pub(crate) struct DetachArgs {
     pub(crate) id: u64,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
+}
+
+/// Parses a size in bytes: `1048576`, or with a binary suffix `64K`, `500M`, `20G`, `1T`
+/// (also `KiB`, `MB`, …: all powers of 1024).
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("expected a size such as 500M, 20G or a number of bytes, got {s:?}");
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(1 << shift) {
+        Some(0) | None => Err(bad()),
+        Some(b) => Ok(b),
+    }
 }
 
 /// Parses `30s`, `500ms`, `2m`, `1h 30m` (humantime's syntax) or a bare number of seconds.

@@ -1,6 +1,7 @@
 //! The snapbus consumer runtime: implement [`Consumer`] (every hook has a default body), then
 //! [`run`] it; or pull what `run` would hand it from a [`Reader`]. Also here: [`recording`] (MCAP recordings: writer and streaming reader),
-//! [`recorder`] (the built-in recorder consumer, with rotation and loss records) and
+//! [`recorder`] (the built-in recorder consumer, with rotation and loss records), [`runs`]
+//! (a recorder that keeps each run of a bus in a file of its own, under a size cap) and
 //! [`replay`] (republishing a recording into a bus), [`fields`] (dotted field paths and
 //! allocation-free extraction of numeric leaves, shared by everything that flattens a
 //! schema), [`aggregator`] (per-window and
@@ -86,6 +87,8 @@ pub mod recorder;
 pub mod recording;
 #[cfg(feature = "recording")]
 pub mod replay;
+#[cfg(feature = "recording")]
+pub mod runs;
 mod runtime;
 #[cfg(any(feature = "aggregator", feature = "otlp", feature = "prometheus"))]
 mod summary_name;

@@ -208,6 +208,12 @@ impl Recorder {
         Ok((self.files, self.messages))
     }
 
+    /// Shows its status (file, records, bytes, losses) on `board` instead of its own (a
+    /// consumer that wraps it shows one board).
+    pub fn set_board(&mut self, board: StatusBoard) {
+        self.board = board;
+    }
+
     /// Records lost while recording (after a producer's first recorded record; in the files
     /// as loss records).
     pub fn losses(&self) -> u64 {

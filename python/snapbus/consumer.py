@@ -83,6 +83,9 @@ class Consumer:
     (default: the class's name)."""
 
     kind: str | None = None
+    #: `snapbus.run`'s `wait` when it is not given: wait for a bus to be started (True: as
+    #: long as it takes; seconds) instead of raising `BusNotRunning` at once.
+    wait: bool | float = False
     _snapbus_subscription: Subscription | None = None
 
     def on_event(self, event: Event) -> Any:
@@ -121,6 +124,7 @@ def run(
     bus: str | None = None,
     batch: bool = False,
     drain_on_stop: float = 2.0,
+    wait: bool | float | None = None,
 ) -> RunSummary:
     """Subscribes to `globs` and feeds `consumer` until a hook returns `snapbus.STOP`, every
     producer has ended (`until_end`), or Ctrl-C or SIGTERM (in the main thread): then what was
@@ -129,7 +133,8 @@ def run(
     KeyboardInterrupt). `cut`: read only what the rings hold now (use with `until_end`).
     `batch`: read in batches, a few milliseconds behind the producers (for consumers that need
     no microseconds). A hook's exception flushes and is re-raised. Returns what it delivered and
-    lost."""
+    lost. `wait` (default: the consumer's `wait` attribute): wait for a bus to be started, as
+    `snapbus.subscribe` does."""
     kind = consumer.kind or type(consumer).__name__
     sub = _open(
         globs,
@@ -141,6 +146,7 @@ def run(
         flush_every=flush_every,
         drain_on_stop=drain_on_stop,
         batch=batch,
+        wait=consumer.wait if wait is None else wait,
     )
     signals = _Signals(sub)
     consumer._snapbus_subscription = sub

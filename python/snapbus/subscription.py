@@ -19,7 +19,9 @@ decodes into your dataclass by field name.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+import logging
+import time
+from typing import Any, Callable, Union
 
 from ._errors import BusNotRunning
 from ._snapbus import Event, Producer, Schema, Subscription
@@ -27,6 +29,10 @@ from ._snapbus import Event, Producer, Schema, Subscription
 __all__ = ["BusNotRunning", "Event", "Producer", "Schema", "Subscription", "subscribe"]
 
 _STARTS = ("latest", "oldest")
+
+_log = logging.getLogger("snapbus")
+
+Wait = Union[bool, float, None]
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -47,6 +53,7 @@ def subscribe(
     kind: str = "python",
     cut: bool = False,
     until_end: bool = False,
+    wait: Wait = False,
 ) -> Subscription:
     """Subscribes to the schemas whose ids match `globs` (none: every schema) on `bus`
     (default: $SNAPBUS_BUS, else 'default').
@@ -59,11 +66,52 @@ def subscribe(
     Returns once every existing producer's lane is mapped: nothing emitted after it returns is
     missed. Raises `BusNotRunning` (a ConnectionError) when no bus runs, `ValueError` for an
     unknown `start` or a bad glob.
+    `wait`: when no bus runs yet, wait for one to be started (`True`: for as long as it takes;
+    a number: for at most that many seconds, then `BusNotRunning`), saying so once through the
+    `snapbus` logger.
     """
-    return _open(globs, start=start, bus=bus, kind=kind, cut=cut, until_end=until_end)
+    return _open(globs, start=start, bus=bus, kind=kind, cut=cut, until_end=until_end, wait=wait)
 
 
-def _open(
+def _open(globs: tuple[str, ...], *, wait: Wait = False, **opts: Any) -> Subscription:
+    """`subscribe` (`opts`: its options, and `snapbus.run`'s `flush_every`, `drain_on_stop`,
+    `batch`), waiting for a bus as `wait` says."""
+    limit = _wait_limit(wait)
+    return _waiting(lambda: _connect(globs, **opts), limit)
+
+
+def _wait_limit(wait: Wait) -> float:
+    """`wait` as seconds to wait for a bus (`inf`: no limit; 0: none)."""
+    if wait is None or wait is False:
+        return 0.0
+    if wait is True:
+        return float("inf")
+    if isinstance(wait, (int, float)) and wait >= 0:
+        return float(wait)
+    raise ValueError(f"wait is True, False or a number of seconds >= 0, not {wait!r}")
+
+
+def _waiting(connect: Callable[[], Subscription], limit: float) -> Subscription:
+    """`connect()`; while it raises `BusNotRunning`, again until `limit` seconds have passed
+    (said once through the `snapbus` logger), then the last `BusNotRunning`."""
+    t0 = time.monotonic()
+    said = False
+    while True:
+        try:
+            return connect()
+        except BusNotRunning as e:
+            if time.monotonic() - t0 >= limit:
+                if said:
+                    raise BusNotRunning(f"{e} (no bus appeared within wait={limit:g} s)") from None
+                raise
+            if not said:
+                said = True
+                how = "until it is" if limit == float("inf") else f"for up to {limit:g} s"
+                _log.warning("snapbus: waiting for the bus (%s): %s", how, e)
+        time.sleep(0.05)
+
+
+def _connect(
     globs: tuple[str, ...],
     *,
     start: str | datetime.datetime,
@@ -73,7 +121,7 @@ def _open(
     until_end: bool,
     **run: Any,
 ) -> Subscription:
-    """`subscribe`, with `snapbus.run`'s options (`flush_every`, `drain_on_stop`, `batch`)."""
+    """One attempt of `_open`."""
     for g in globs:
         if not isinstance(g, str):
             raise TypeError(f"globs are strings, not {type(g).__name__}: {g!r}")

@@ -22,10 +22,12 @@ use crate::consumer_kinds::kind::BuiltinConsumer;
 pub(crate) fn attach_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     let supervise = SuperviseArgs::from_arg_matches(m)?;
     let args = T::from_arg_matches(m)?;
+    let dir = bus_dir(args.bus())?;
+    // Waits for the bus before asking it (or, with --foreground, before the consumer reads).
+    crate::bus::wait_for_bus(&dir, &supervise.wait, "snapbus attach")?;
     if supervise.foreground {
         return args.run();
     }
-    let dir = bus_dir(args.bus())?;
     args.check(&dir, "snapbus attach")?;
     let argv = args.argv(m, &dir, &[])?;
     let started = start(&dir, T::KIND, argv, supervise.restart == Restart::OnFailure)?;

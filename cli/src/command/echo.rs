@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 
-use crate::bus::{bus_dir, globs, interrupted, write_record_json};
+use crate::bus::{bus_dir, globs, interrupted, wait_for_bus, write_record_json};
 use crate::cli::EchoArgs;
 
 pub(crate) fn run(args: &EchoArgs) -> anyhow::Result<()> {
     let globs = globs(&args.globs)?;
     let dir = bus_dir(&args.bus)?;
+    // Before the signal handlers: Ctrl-C ends a wait at once.
+    wait_for_bus(&dir, &args.wait, "snapbus echo")?;
     let stop = interrupted()?;
     let opts = SubscribeOptions {
         kind: "echo".into(),

@@ -19,9 +19,11 @@ use snapbus_bus::lane::StartAt;
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::recorder::{Recorder, RecorderOptions, rotated_path};
 use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOptions};
-use snapbus_consumers::{RunError, run as run_consumer};
+use snapbus_consumers::{RunError, RunOptions, RunSummary, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
+
+pub(crate) mod runs;
 use crate::cli::{BusArgs, From};
 use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 
@@ -29,8 +31,18 @@ use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 #[derive(Debug, Clone, Args)]
 pub(crate) struct RecordArgs {
     /// The MCAP file to write (with --rotate-mb: `<stem>-0000.mcap`, `<stem>-0001.mcap`, …).
-    #[arg(short, long)]
-    pub(crate) output: PathBuf,
+    #[arg(short, long, required_unless_present = "dir", conflicts_with = "dir")]
+    pub(crate) output: Option<PathBuf>,
+    /// Instead of -o: keep each run of the bus in a file of its own in DIR (created if
+    /// missing), `run-<UTC start>-<producer>-<part>.mcap`. A run starts when a producer
+    /// appears on a bus that had none and ends when the last one ends. Parts of 1024 MB unless
+    /// --rotate-mb; the oldest runs are removed past --keep-bytes.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
+    /// With --dir: remove the oldest runs once the runs in DIR take more than SIZE (e.g. 500M,
+    /// 20G; default 10G). The last run is always kept.
+    #[arg(long, value_name = "SIZE", requires = "dir", value_parser = crate::cli::parse_bytes)]
+    pub(crate) keep_bytes: Option<u64>,
     /// Schema-id globs to record (default: all); repeatable.
     #[arg(long = "schema", value_name = "GLOB")]
     pub(crate) schemas: Vec<String>,
@@ -53,7 +65,7 @@ impl BuiltinConsumer for RecordArgs {
     const VERB_ABOUT: &'static str = "Record events into an MCAP file, in this terminal \
         (`attach recorder` runs it under the broker instead)";
     const ATTACH_ABOUT: &'static str = "Record into MCAP files (see `snapbus record --help`)";
-    const PATH_FLAGS: &'static [&'static str] = &["output"];
+    const PATH_FLAGS: &'static [&'static str] = &["output", "dir"];
 
     bus_and_run!();
 
@@ -63,20 +75,28 @@ impl BuiltinConsumer for RecordArgs {
         if self.rotate_mb == Some(0) {
             bail!("--rotate-mb must be at least 1");
         }
+        let output = match (&self.output, &self.dir) {
+            (_, Some(dir)) => return runs::check_dir(dir).map(drop),
+            (Some(output), None) => output,
+            (None, None) => bail!("-o FILE or --dir DIR is needed"),
+        };
         if self.rotate_mb.is_none() {
             // Absent, or (with --force) a file of ours: never another user's, nor a symlink
             // they planted (the file is replaced by rename, never written through).
-            snapbus_consumers::output::check(&self.output, self.force)?;
+            snapbus_consumers::output::check(output, self.force)?;
         }
-        let output = std::path::absolute(&self.output)
-            .with_context(|| format!("resolving {}", self.output.display()))?;
-        let parent = output.parent().unwrap_or(Path::new("/"));
-        crate::bus::check_writable_dir(parent)
-            .with_context(|| format!("-o {}", self.output.display()))
+        let absolute = std::path::absolute(output)
+            .with_context(|| format!("resolving {}", output.display()))?;
+        let parent = absolute.parent().unwrap_or(Path::new("/"));
+        crate::bus::check_writable_dir(parent).with_context(|| format!("-o {}", output.display()))
     }
 
     fn what(&self) -> String {
-        output_names(&self.output, self.rotate_mb)
+        match (&self.output, &self.dir) {
+            (_, Some(dir)) => runs::names(dir, self.rotate_mb),
+            (Some(output), None) => output_names(output, self.rotate_mb),
+            (None, None) => String::new(),
+        }
     }
 }
 
@@ -88,21 +108,17 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     if args.rotate_mb == Some(0) {
         bail!("--rotate-mb must be at least 1");
     }
+    let given = match (&args.output, &args.dir) {
+        (_, Some(runs_dir)) => return runs::run(args, &dir, globs, runs_dir),
+        (Some(output), None) => output,
+        (None, None) => bail!("-o FILE or --dir DIR is needed"),
+    };
     let restart = restart_count();
     let mut start = args.from.start();
-    let mut output = args.output.clone();
+    let mut output = given.clone();
     if restart > 0 {
-        output = restart_path(&args.output, restart);
-        start = match last_recorded_nanos(&args.output) {
-            Some(t) => {
-                snapbus_bus::say!(
-                    "snapbus record: restart {restart}: continuing with the records after {}",
-                    crate::bus::utc(t)
-                );
-                StartAt::Time(t + 1)
-            }
-            None => StartAt::Oldest,
-        };
+        output = restart_path(given, restart);
+        start = restart_start(restart, given);
     }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());
     writer.overwrite = args.force;
@@ -136,6 +152,13 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
         lost,
         names.join(", ")
     );
+    warn_unread(&summary, &opts);
+    debug_assert!(messages >= summary.delivered);
+    Ok(())
+}
+
+/// Says how much of what was emitted before a stop could not be read in time, if any.
+pub(crate) fn warn_unread(summary: &RunSummary, opts: &RunOptions) {
     if summary.unread_bytes > 0 {
         snapbus_bus::say!(
             "snapbus record: warning: {} bytes of records emitted before the stop were not \
@@ -144,8 +167,6 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
             opts.drain_on_stop
         );
     }
-    debug_assert!(messages >= summary.delivered);
-    Ok(())
 }
 
 /// The names of the files a recording into `output` writes: the file itself, or with rotation
@@ -186,6 +207,22 @@ pub(crate) fn is_permanent_write_error(err: &anyhow::Error) -> bool {
         c.downcast_ref::<WriteError>()
             .is_some_and(WriteError::is_permanent)
     })
+}
+
+/// Where a recorder restarted for the `restart`th time starts: after the last record of the
+/// newest earlier file of the recording `path` names, so that what the rings still hold from
+/// the gap is recorded once.
+pub(crate) fn restart_start(restart: u32, path: &Path) -> StartAt {
+    match last_recorded_nanos(path) {
+        Some(t) => {
+            snapbus_bus::say!(
+                "snapbus record: restart {restart}: continuing with the records after {}",
+                crate::bus::utc(t)
+            );
+            StartAt::Time(t + 1)
+        }
+        None => StartAt::Oldest,
+    }
 }
 
 /// `run.mcap`, 2 → `run-restart2.mcap`.

@@ -15,8 +15,9 @@ use crate::consumer_kinds::kind::BuiltinConsumer;
 /// parsed arguments.
 pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
     let SpawnWorkers { workers } = SpawnWorkers::from_arg_matches(m)?;
-    let SpawnRestart { restart } = SpawnRestart::from_arg_matches(m)?;
+    let SpawnRestart { restart, wait } = SpawnRestart::from_arg_matches(m)?;
     let args = T::from_arg_matches(m)?;
+    crate::bus::wait_for_bus(&bus_dir(args.bus())?, &wait, "snapbus spawn")?;
     if m.get_one::<(u32, u32)>("worker") != Some(&(1, 1)) {
         bail!("--worker is set by spawn itself (workers 1/{workers} … {workers}/{workers})");
     }

@@ -100,11 +100,11 @@ impl ConsumerKind {
         }
     }
 
-    /// The foreground verb's command: `snapbus record …`.
+    /// The foreground verb's command: `snapbus record …`, with `--wait`.
     //
     // The `about` goes last: an `Args` struct's doc comment sets one too.
     pub(crate) fn verb_command(&self) -> clap::Command {
-        (self.args)(clap::Command::new(self.verb))
+        crate::cli::WaitArgs::augment_args((self.args)(clap::Command::new(self.verb)))
             .about(self.verb_about)
             .long_about(None)
     }
@@ -133,7 +133,11 @@ impl fmt::Debug for ConsumerKind {
 }
 
 fn run_verb<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<()> {
-    T::from_arg_matches(m)?.run()
+    let args = T::from_arg_matches(m)?;
+    let wait = crate::cli::WaitArgs::from_arg_matches(m)?;
+    let dir = crate::bus::bus_dir(args.bus())?;
+    crate::bus::wait_for_bus(&dir, &wait, &format!("snapbus {}", T::VERB))?;
+    args.run()
 }
 
 fn argv_of<T: BuiltinConsumer>(
@@ -346,11 +350,13 @@ mod tests {
         }
     }
 
-    /// Every flag, given a value other than its default, on each consumer's command line.
-    fn sample(kind: &str, dir: &str) -> Vec<String> {
+    /// Every flag, given a value other than its default, on each consumer's command lines
+    /// (several where flags exclude each other).
+    fn samples(kind: &str, dir: &str) -> Vec<Vec<String>> {
         let args = match kind {
             "recorder" => {
-                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force"
+                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force\n\
+                 --dir OUT/runs --keep-bytes 5M --rotate-mb 2"
             }
             "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
             "aggregator" => {
@@ -376,8 +382,12 @@ mod tests {
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
-        args.split_whitespace()
-            .map(|a| a.replace("OUT", dir))
+        args.lines()
+            .map(|line| {
+                line.split_whitespace()
+                    .map(|a| a.replace("OUT", dir))
+                    .collect()
+            })
             .collect()
     }
 
@@ -392,46 +402,50 @@ mod tests {
         };
         let dir = crate::bus::bus_dir(&bus).expect("bus dir");
         for kind in KINDS {
-            let mut given = vec![kind.name.to_owned(), "--bus=fwd-test".into()];
-            given.extend(sample(kind.name, tmp));
-            let m = kind
-                .attach_command()
-                .try_get_matches_from(&given)
-                .unwrap_or_else(|e| panic!("{given:?}: {e}"));
-            let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
-            assert_eq!(argv[..2], [kind.verb.to_owned(), "--bus=fwd-test".into()]);
-            let back = kind
-                .verb_command()
-                .try_get_matches_from(&argv)
-                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
             let verb = kind.verb_command();
-            for a in verb.get_arguments() {
-                let id = a.get_id().as_str();
-                assert_eq!(
-                    m.value_source(id)
-                        .is_some_and(|s| s == ValueSource::CommandLine),
-                    back.value_source(id)
-                        .is_some_and(|s| s == ValueSource::CommandLine),
-                    "{}: {id} in {argv:?}",
-                    kind.name
-                );
-                let raw = |m: &ArgMatches| {
-                    m.get_raw(id)
-                        .map(|v| v.map(|v| v.to_owned()).collect::<Vec<_>>())
-                };
-                assert_eq!(raw(&m), raw(&back), "{}: {id} in {argv:?}", kind.name);
+            // The verb's own `--wait` is not forwarded: the broker is up when it starts one.
+            let own = |a: &&Arg| a.get_id() != "wait";
+            let mut sampled = std::collections::BTreeSet::new();
+            for sample in samples(kind.name, tmp) {
+                let mut given = vec![kind.name.to_owned(), "--bus=fwd-test".into()];
+                given.extend(sample);
+                let m = kind
+                    .attach_command()
+                    .try_get_matches_from(&given)
+                    .unwrap_or_else(|e| panic!("{given:?}: {e}"));
+                let argv = (kind.forward)(&m, &dir, &[]).expect("forward");
+                assert_eq!(argv[..2], [kind.verb.to_owned(), "--bus=fwd-test".into()]);
+                let back = verb
+                    .clone()
+                    .try_get_matches_from(&argv)
+                    .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+                for a in verb.get_arguments().filter(own) {
+                    let id = a.get_id().as_str();
+                    let given_here = |m: &ArgMatches| {
+                        m.value_source(id)
+                            .is_some_and(|s| s == ValueSource::CommandLine)
+                    };
+                    assert_eq!(
+                        given_here(&m),
+                        given_here(&back),
+                        "{}: {id} in {argv:?}",
+                        kind.name
+                    );
+                    let raw = |m: &ArgMatches| {
+                        m.get_raw(id)
+                            .map(|v| v.map(|v| v.to_owned()).collect::<Vec<_>>())
+                    };
+                    assert_eq!(raw(&m), raw(&back), "{}: {id} in {argv:?}", kind.name);
+                    if given_here(&back) {
+                        sampled.insert(id.to_owned());
+                    }
+                }
             }
-            // Every flag was in the sample, so every flag was forwarded.
-            let sampled = verb
-                .get_arguments()
-                .filter(|a| {
-                    back.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine)
-                })
-                .count();
+            // Every flag was in a sample, so every flag was forwarded.
             assert_eq!(
-                sampled,
-                verb.get_arguments().count(),
-                "{}: {argv:?}",
+                sampled.len(),
+                verb.get_arguments().filter(own).count(),
+                "{}: {sampled:?}",
                 kind.name
             );
         }
