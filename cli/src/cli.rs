@@ -39,6 +39,11 @@ pub(crate) struct UpArgs {
     /// Seconds a dead producer's lane stays readable (for snapshots).
     #[arg(long, default_value_t = 300)]
     pub(crate) retention_secs: u64,
+    /// Stop once no producer has been connected, and no consumer but the ones the broker
+    /// supervises, for this many seconds (default: run until `snapbus down`). The broker a
+    /// producer starts for itself (`snapbus.init()`) runs with 60.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) idle_exit_secs: Option<u64>,
 }
 
 /// Options of `snapbus ls`.

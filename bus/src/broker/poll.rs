@@ -237,5 +237,33 @@ impl Broker {
         let retention = self.retention;
         self.producers
             .retain(|_, p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
+        self.stop_when_idle(now);
+    }
+
+    /// With an idle limit: shuts down once no producer has been connected, and no consumer
+    /// but the ones this broker supervises (a `--record` recorder would otherwise keep it
+    /// forever), for that long. A `snapbus echo` left running keeps the bus; so does a script
+    /// that starts within the limit after the last one ended.
+    fn stop_when_idle(&mut self, now: Instant) {
+        let Some(limit) = self.idle_exit else { return };
+        let busy = self.producers.values().any(|p| p.gone_at.is_none())
+            || self
+                .consumers
+                .values()
+                .any(|c| self.supervised_by_id(c.id).is_none())
+            || !self.detaching.is_empty();
+        if busy {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        if now.duration_since(since) >= limit {
+            crate::say!(
+                "snapbus broker: bus '{}' idle for {} s (no producer, no consumer): stopping",
+                self.dir.name(),
+                limit.as_secs()
+            );
+            self.shutdown = true;
+        }
     }
 }

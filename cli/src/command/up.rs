@@ -32,6 +32,7 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
             dir: dir.clone(),
             retention: Duration::from_secs(args.retention_secs),
             consumer_exe: std::env::current_exe().ok(),
+            idle_exit: args.idle_exit_secs.map(Duration::from_secs),
         };
         return match broker::run(config, || {}) {
             Ok(()) => Ok(()),
@@ -42,13 +43,20 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
             Err(e) => Err(e.into()),
         };
     }
-    println!("{}", start_detached(&dir, args.retention_secs)?);
+    println!(
+        "{}",
+        start_detached(&dir, args.retention_secs, args.idle_exit_secs)?
+    );
     Ok(())
 }
 
-/// Starts a detached broker for `dir` and waits until it accepts connections; returns what
-/// to tell the user.
-pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Result<String> {
+/// Starts a detached broker for `dir` (stopping after `idle_exit_secs` idle, if given) and
+/// waits until it accepts connections; returns what to tell the user.
+pub(crate) fn start_detached(
+    dir: &BusDir,
+    retention_secs: u64,
+    idle_exit_secs: Option<u64>,
+) -> anyhow::Result<String> {
     dir.create()?;
     let log = {
         use std::os::unix::fs::OpenOptionsExt;
@@ -68,6 +76,7 @@ pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Resul
             .arg(format!("--bus={}", dir.name()))
             .arg("--retention-secs")
             .arg(retention_secs.to_string())
+            .args(idle_exit_secs.map(|s| format!("--idle-exit-secs={s}")))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
