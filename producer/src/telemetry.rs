@@ -303,7 +303,8 @@ impl Telemetry {
     }
 
     /// Whether a snapshot at `level` would be written now: the level passes this target's
-    /// filter and this process has its lane (a bus was found; the broker need not be up now).
+    /// filter and this process has its lane (a bus runs or was started for it; the broker need
+    /// not be up now).
     /// Two atomic loads. (A snapshot skipped because this is `false` is not counted; one
     /// made anyway before a bus is found is counted as `no_bus` in [`stats`].)
     #[inline]
@@ -506,7 +507,7 @@ impl AtLevel<'_> {
     }
 
     /// Whether a snapshot at this level would be written now: this process has its lane (a
-    /// bus was found), as in [`Telemetry::enabled`] once the level passed.
+    /// bus runs or was started for it), as in [`Telemetry::enabled`] once the level passed.
     #[inline]
     pub fn enabled(&self) -> bool {
         PUBLISHER.get().is_some()

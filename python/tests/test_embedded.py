@@ -85,14 +85,19 @@ def test_a_script_starts_its_bus_and_a_later_consumer_sees_its_first_event(
     assert json.loads(got.stdout) == list(range(N))
 
 
-# Opted out: 1000 snapshots, one warning, through `logging` (a handler counts its records).
-OPTED_OUT = """
-import json, logging, snapbus
+# The first lines of a script that keeps what the logger `snapbus` says, in `records`.
+KEEP_WARNINGS = """
+import logging
 records = []
 class Keep(logging.Handler):
     def emit(self, record):
         records.append(record.getMessage())
 logging.getLogger("snapbus").addHandler(Keep())
+"""
+
+# Opted out: 1000 snapshots, one warning, through `logging`.
+OPTED_OUT = """
+import json, snapbus
 {join}
 from rt_schema import event
 E = event("embed.step", i=int)
@@ -111,7 +116,7 @@ print(json.dumps(dict(snapbus.stats(), records=records)))
 def test_opting_out_starts_no_bus_and_warns_once(
     no_bus: Bus, join: str, env: Dict[str, str]
 ) -> None:
-    script = TESTS_ON_PATH + OPTED_OUT.format(join=join)
+    script = TESTS_ON_PATH + KEEP_WARNINGS + OPTED_OUT.format(join=join)
     out = no_bus.spawn_py(script, env=_env(**env)).wait()
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout)
@@ -144,15 +149,10 @@ def test_record_is_passed_on_to_up_and_a_failed_start_warns_once(
     if how == "environment":
         env["SNAPBUS_RECORD"] = str(runs)
     # The script runs in `tmp_path`: a relative `record` is made absolute there.
-    script = textwrap.dedent(
+    script = KEEP_WARNINGS + textwrap.dedent(
         f"""
-        import os, time, logging, snapbus
+        import os, time, snapbus
         os.chdir({str(tmp_path)!r})
-        records = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record.getMessage())
-        logging.getLogger("snapbus").addHandler(Keep())
         {join}
         deadline = time.monotonic() + 30
         while not records and time.monotonic() < deadline:

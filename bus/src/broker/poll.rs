@@ -240,13 +240,22 @@ impl Broker {
         self.stop_when_idle(now);
     }
 
-    /// With an idle limit: shuts down once no producer has been connected, and no consumer
-    /// but the ones this broker supervises (a `--record` recorder would otherwise keep it
+    /// With an idle limit: shuts down once no producer but the ones this broker supervises has
+    /// been connected, and no consumer but those (a `--record` recorder would otherwise keep it
     /// forever), for that long. A `snapbus echo` left running keeps the bus; so does a script
     /// that starts within the limit after the last one ended.
     fn stop_when_idle(&mut self, now: Instant) {
         let Some(limit) = self.idle_exit else { return };
-        let busy = self.producers.values().any(|p| p.gone_at.is_none())
+        // Supervised consumers that emit (the aggregator's summaries) do not count either.
+        let supervised = |pid: u32| {
+            self.supervised
+                .iter()
+                .any(|s| s.running() && s.kept.pid == pid)
+        };
+        let busy = self
+            .producers
+            .values()
+            .any(|p| p.gone_at.is_none() && !supervised(p.info.pid))
             || self
                 .consumers
                 .values()

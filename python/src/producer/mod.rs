@@ -83,7 +83,8 @@ impl Telemetry {
     }
 
     /// Whether a snapshot at `level` would be written now (the level rule lets it through
-    /// and a bus was found): guards costly event construction.
+    /// and this process has its lane: a bus runs or was started for it): guards costly event
+    /// construction.
     #[allow(non_snake_case)]
     fn isEnabledFor(&self, py: Python<'_>, level: i64) -> PyResult<bool> {
         Ok(self
