@@ -167,3 +167,18 @@ fn idle_exit_refuses_zero() {
     assert!(!out.status.success());
     out.assert_stderr_has("--idle-exit-secs");
 }
+
+#[test]
+fn supervised_consumers_that_emit_do_not_keep_an_idle_broker() {
+    let bus = TestBus { name: unique_bus() };
+    let up = bus.run(&["up", "--idle-exit-secs", "1"]);
+    assert!(up.status.success(), "{}", up.stderr);
+    // The aggregator is a consumer and a producer (its summaries), both supervised.
+    bus.attach(&["attach", "aggregator", "--schema", "embed.*"]);
+    wait_until("the idle broker stops", WATCHDOG, || {
+        !bus.run(&["ls"]).status.success()
+    });
+    let log = std::fs::read_to_string(runtime_root().join(&bus.name).join("broker.log"))
+        .expect("broker.log");
+    assert!(log.contains("idle for 1 s"), "{log}");
+}
