@@ -20,6 +20,8 @@ use crate::util::{Output, WATCHDOG, run_cmd, runtime_root, unique_bus};
 const CHILD_BUS: &str = "SNAPBUS_EMBED_TEST_BUS";
 /// How many events the child emits, at once after `init`.
 const CHILD_EVENTS: &str = "SNAPBUS_EMBED_TEST_EVENTS";
+/// Set: the child does not name the binary (`Config::snapbus_bin`).
+const HIDE_BIN: &str = "SNAPBUS_EMBED_TEST_HIDE_BIN";
 
 /// The producer: `init` with the real binary, then `CHILD_EVENTS` events at once (no waiting
 /// for the bus), then its counters on stdout.
@@ -38,7 +40,10 @@ fn producer_child() {
         name: Some("embed-child".into()),
         // The parent's runtime directory (this process's `runtime_root()` is another).
         runtime_dir: std::env::var_os("SNAPBUS_RUNTIME_DIR").map(Into::into),
-        snapbus_bin: Some(env!("CARGO_BIN_EXE_snapbus").into()),
+        // Unless the test hides it: then `$SNAPBUS_BIN`, else `PATH`.
+        snapbus_bin: std::env::var_os(HIDE_BIN)
+            .is_none()
+            .then(|| env!("CARGO_BIN_EXE_snapbus").into()),
         ..snapbus::Config::default()
     }));
     let t = snapbus::get_telemetry("embed");
@@ -134,6 +139,24 @@ fn opting_out_starts_no_bus_and_says_so_once() {
     assert_eq!(out.stderr.matches(WARNING).count(), 1, "{}", out.stderr);
     assert!(
         out.stderr.contains("snapbus up"),
+        "names the fix: {}",
+        out.stderr
+    );
+    assert!(!bus.run(&["ls"]).status.success(), "no broker was started");
+}
+
+#[test]
+fn with_no_binary_to_start_a_bus_a_producer_says_so_once() {
+    let bus = TestBus { name: unique_bus() };
+    let out = run_child(
+        &bus.name,
+        1000,
+        &[(HIDE_BIN, "1"), ("PATH", "/nonexistent")],
+    );
+    assert_eq!(counters(&out), (0, 1000));
+    assert_eq!(out.stderr.matches(WARNING).count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no `snapbus` binary") && out.stderr.contains("SNAPBUS_BIN"),
         "names the fix: {}",
         out.stderr
     );

@@ -184,7 +184,7 @@ pub(crate) fn settle(config: &Config, dir: &BusDir) -> Reach {
             &SAID_NO_BUS,
             &format!(
                 "snapbus: no broker is running for bus '{bus}' and starting one is off \
-                 (start_bus=False or SNAPBUS_START_BUS=0): snapshots are not kept until one \
+                 (start_bus off, or SNAPBUS_START_BUS=0): snapshots are not kept until one \
                  runs. Start one with `snapbus up`, or unset SNAPBUS_START_BUS"
             ),
         );
@@ -196,8 +196,8 @@ pub(crate) fn settle(config: &Config, dir: &BusDir) -> Reach {
             &format!(
                 "snapbus: no broker is running for bus '{bus}' and no `snapbus` binary was \
                  found to start one (SNAPBUS_BIN, PATH): snapshots are not kept until one runs. \
-                 Install it (`pip install snapbus` puts it beside the interpreter; `cargo \
-                 install snapbus-cli`), set SNAPBUS_BIN, or start one with `snapbus up`"
+                 Install the snapbus command (the Python wheel puts it beside the interpreter), \
+                 set SNAPBUS_BIN to it, or start a bus with `snapbus up`"
             ),
         );
         return Reach::Unreachable;
