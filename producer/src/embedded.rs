@@ -38,7 +38,7 @@ pub(crate) const HANDOVER_WAIT: Duration = Duration::from_secs(5);
 /// When this process (tree) started a broker.
 static STARTED_AT: OnceLock<Instant> = OnceLock::new();
 
-/// Whether a broker of `dir` accepts connections, or one was started here less than
+/// Whether the bus of `dir` has a broker socket, or a broker was started here less than
 /// [`HANDOVER_WAIT`] ago (so it should soon).
 pub(crate) fn broker_expected(dir: &BusDir) -> bool {
     STARTED_AT
