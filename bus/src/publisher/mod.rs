@@ -419,30 +419,6 @@ impl Publisher {
         &self.inner.dir
     }
 
-    /// Waits up to `timeout` until a broker has been handed this lane (or the lane holds no
-    /// record, or went to the parent process's keeper): for a process about to end while its
-    /// broker is still starting, whose records would otherwise end with it. Returns whether
-    /// they are safe. Polls every 5 ms; never called on the emit path.
-    pub fn wait_handed(&self, timeout: Duration) -> bool {
-        let Some(p) = self.existing() else {
-            return true;
-        };
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let inner = &p.inner;
-            if inner.introduced.load(Ordering::Relaxed)
-                || inner.handed.load(Ordering::Relaxed)
-                || inner.lane.lane().stats().frames_committed == 0
-            {
-                return true;
-            }
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     /// Whether a broker is connected now.
     pub fn is_connected(&self) -> bool {
         self.existing()
