@@ -96,6 +96,10 @@ pub struct BrokerConfig {
     /// The snapbus executable, for consumers started with `snapbus attach` (`None`: this
     /// broker refuses to start consumers).
     pub consumer_exe: Option<PathBuf>,
+    /// Stop after this long idle: no producer connected and no consumer but the ones this
+    /// broker supervises (`None`: run until `snapbus down`). The broker a producer starts
+    /// for itself (`snapbus up --idle-exit-secs`) uses it.
+    pub idle_exit: Option<Duration>,
 }
 
 /// A registry entry's key: stable for the entry's life (never an index that shifts when
@@ -128,9 +132,14 @@ struct Broker {
     census_runs: u64,
     /// Producers refused, the most recent last (for `ls`).
     refused: std::collections::VecDeque<fds::Refused>,
+    /// See [`BrokerConfig::idle_exit`].
+    idle_exit: Option<Duration>,
+    /// Since when nothing but supervised consumers has been connected.
+    idle_since: Option<Instant>,
 }
 
-/// Runs the broker of `config.dir` until `snapbus down`, SIGINT or SIGTERM. `ready` is called
+/// Runs the broker of `config.dir` until `snapbus down`, SIGINT, SIGTERM or (with
+/// [`BrokerConfig::idle_exit`]) it has been idle that long. `ready` is called
 /// once the socket accepts connections.
 pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError> {
     let dir = config.dir.clone();
@@ -175,6 +184,8 @@ pub fn run(config: BrokerConfig, ready: impl FnOnce()) -> Result<(), BrokerError
         keep_consumers: false,
         census_runs: 0,
         refused: std::collections::VecDeque::new(),
+        idle_exit: config.idle_exit,
+        idle_since: None,
     };
     fds::raise_limit();
     // Ids and supervised consumers of an earlier broker of this bus (killed, or stopped with

@@ -54,6 +54,11 @@ pub(crate) struct UpArgs {
     /// megabytes (default 1024).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) record_rotate_mb: Option<u64>,
+    /// Stop once no producer has been connected, and no consumer but the ones the broker
+    /// supervises, for this many seconds (default: run until `snapbus down`). The broker a
+    /// producer starts for itself (`snapbus.init()`) runs with 60.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) idle_exit_secs: Option<u64>,
 }
 
 /// Waiting for a bus to appear (`echo`, the consumers' verbs, `attach`, `spawn`).

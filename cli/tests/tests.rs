@@ -5,6 +5,7 @@ mod attach;
 mod big_bus;
 mod bus;
 mod demo;
+mod embedded;
 mod errors;
 mod export;
 mod fd_limit;

@@ -4,7 +4,7 @@
 use snapbus_bus::lane::layout::FRAME_HEADER_LEN;
 use snapbus_bus::lane::{Geometry, LaneConfig};
 
-use crate::telemetry::Config;
+use crate::config::Config;
 
 /// The lane size used when none is configured (64 MiB).
 pub const DEFAULT_LANE_BYTES: usize = 64 << 20;

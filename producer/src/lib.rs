@@ -8,12 +8,12 @@
 //!   one still being written by another thread, it is larger than the lane allows
 //!   ([`max_payload_bytes`]), it did not encode, the lane was closed) is dropped and counted by
 //!   reason ([`stats`]; `snapbus ls` DROPPED for what the lane refused), never retried.
-//! - **The lane does not depend on the broker.** Once this process has its lane (a bus was
-//!   found), every snapshot is written to it whether or not a broker is up; consumers that
+//! - **The lane does not depend on the broker.** Once this process has its lane (a bus runs or
+//!   is being started for it; see [No bus running](#no-bus-running)), every snapshot is written to it whether or not a broker is up; consumers that
 //!   mapped it keep reading, and a restarted broker adopts it with its history.
-//! - **Cheap when off.** With the level filtered out a snapshot is one atomic load; before any
-//!   bus is found it is not written (there is no lane yet) but counted (`no_bus` in [`stats`]).
-//!   A bus that appears later is joined within 200 ms.
+//! - **Cheap when off.** With the level filtered out a snapshot is one atomic load; with no
+//!   bus to reach it is not written (there is no lane) but counted (`no_bus` in [`stats`]). A
+//!   bus that appears later is joined within 200 ms.
 //! - **Fork-safe.** A `fork()`ed child (Python `multiprocessing`) never writes its parent's
 //!   lane: it gets a lane and a broker connection of its own, and its [`shutdown`] closes only
 //!   its own lane.
@@ -42,7 +42,7 @@
 //!     observation: Tensor<f32>,
 //! }
 //!
-//! # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+//! # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), start_bus: Some(false), ..Default::default() });
 //! // Once per module (cheap to clone; keep it).
 //! let telemetry = snapbus::telemetry!();
 //! for step in 0..3 {
@@ -58,6 +58,29 @@
 //! assert!(!filter.level_for("monty.env").enabled(Level::DEBUG));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # No bus running
+//!
+//! With no broker for the bus, [`init`] (or the first [`get_telemetry`]) starts one in the
+//! background from the `snapbus` binary ([`Config::snapbus_bin`], else `$SNAPBUS_BIN`, else
+//! `snapbus` on `PATH`) as `snapbus up --idle-exit-secs 60` ([`IDLE_EXIT_SECS`]), and creates
+//! this process's lane at once: what it emits while the broker starts is kept, and the broker
+//! adopts the lane with it (a consumer started later with `--from oldest` reads record #0).
+//! Nothing waits for the broker but [`shutdown`], which gives a broker still starting up to 5 s
+//! to take the lane. The broker runs detached (its own process group), outlives the program and
+//! serves the next one, and stops once no producer and no consumer but the ones it supervises
+//! has been connected for 60 s, or at `snapbus down`.
+//!
+//! [`Config::start_bus`]` = Some(false)` or `SNAPBUS_START_BUS=0` opts out;
+//! [`Config::record`] or `SNAPBUS_RECORD` passes `--record DIR` on. A process that can reach no
+//! bus (opted out, no binary, a failed start) says so once on stderr, naming the fix
+//! ([`set_warning_hook`] sends it elsewhere), never per snapshot.
+//!
+//! Why a lane at once rather than a short synchronous connect at start: connecting means
+//! waiting for the broker's process to start (tens to hundreds of milliseconds, more on a
+//! loaded machine), which either blocks the program or, bounded, still loses what comes after
+//! the bound; a lane needs no broker, is what a restarted broker already adopts, and makes the
+//! first record as cheap as any other.
 //!
 //! # Level filters
 //!
@@ -90,11 +113,15 @@
 //! periodically; [`shutdown`] at the end of `main` tells consumers the stream ended (instead
 //! of the producer dying).
 
+mod config;
+mod embedded;
 pub mod filter;
 mod lane_size;
 mod resource;
 mod telemetry;
 
+pub use config::Config;
+pub use embedded::{IDLE_EXIT_SECS, set_warning_hook};
 pub use filter::{Filter, FilterParseError};
 pub use lane_size::{
     DEFAULT_LANE_BYTES, LaneBytesError, lane_bytes_from_env, max_payload_bytes, parse_lane_bytes,
@@ -106,8 +133,8 @@ pub use snapbus_bus::level::{Level, LevelFilter};
 pub use snapbus_bus::publisher::{EmitError, FillError, PayloadWriter, PublisherStats};
 pub use snapbus_schemas as schemas;
 pub use telemetry::{
-    AtLevel, Config, Span, Stats, Telemetry, bus_descriptors, bus_filter_in_force, get_telemetry,
-    init, is_connected, refusal, set_filter, shutdown, stats, streams_large_payloads, wait_for_bus,
+    AtLevel, Span, Stats, Telemetry, bus_descriptors, bus_filter_in_force, get_telemetry, init,
+    is_connected, refusal, set_filter, shutdown, stats, streams_large_payloads, wait_for_bus,
 };
 
 /// The telemetry handle of the calling module: `get_telemetry(module_path!())`.

@@ -15,33 +15,14 @@ use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_schemas::builtin::DurationSample;
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
+use crate::config::Config;
+use crate::embedded;
 use crate::filter::Filter;
 use crate::lane_size::configured_lane;
 use crate::level::{Level, LevelFilter};
 
 /// Threshold value meaning "nothing enabled".
 const OFF: u8 = u8::MAX;
-
-/// Process-wide settings, fixed by [`init`] (or the environment) before the first handle.
-#[derive(Debug, Clone, Default)]
-pub struct Config {
-    /// The bus to join (default: `$SNAPBUS_BUS`, else `default`).
-    pub bus: Option<String>,
-    /// The name `snapbus ls` shows (default: the program's file name).
-    pub name: Option<String>,
-    /// Run metadata (default: `$SNAPBUS_SESSION_TAG`).
-    pub session_tag: Option<String>,
-    /// Run metadata (default: `$SNAPBUS_PERF_TAG`).
-    pub perf_tag: Option<String>,
-    /// Lane size in bytes, a power of two from 64 KiB to 1 TiB (default:
-    /// `$SNAPBUS_LANE_BYTES`, else 64 MiB). An invalid size is reported once on stderr and the
-    /// default is used (telemetry never fails its host program); see [`lane_bytes_from_env`](crate::lane_bytes_from_env)
-    /// for programs that would rather refuse it.
-    pub lane_bytes: Option<usize>,
-    /// The runtime root the bus directory is in (default: `$SNAPBUS_RUNTIME_DIR`, else the
-    /// per-user runtime directory).
-    pub runtime_dir: Option<std::path::PathBuf>,
-}
 
 struct Target {
     name: String,
@@ -71,10 +52,17 @@ static NO_BUS: AtomicU64 = AtomicU64::new(0);
 /// Whether the bus's filter (`snapbus filter`) is in force, overriding the process's own.
 static BUS_FILTER: AtomicBool = AtomicBool::new(false);
 
-/// Sets process-wide settings. Call it before the first [`get_telemetry`]; returns `false`
-/// (and changes nothing) if settings were already fixed.
+/// Sets process-wide settings and joins the bus: starts its broker if none runs (unless
+/// [`Config::start_bus`] says not to) and creates this process's lane, so that what it emits
+/// from now on reaches consumers. Call it before the first [`get_telemetry`] (which does the
+/// same with the default settings); returns `false` (and changes nothing) if settings were
+/// already fixed.
 pub fn init(config: Config) -> bool {
-    CONFIG.set(config).is_ok()
+    let set = CONFIG.set(config).is_ok();
+    if set {
+        start_watcher(global());
+    }
+    set
 }
 
 fn global() -> &'static Global {
@@ -103,8 +91,13 @@ fn env_or(value: &Option<String>, var: &str) -> Option<String> {
         .or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()))
 }
 
-/// Looks for the bus every 200 ms until it appears, then starts the publisher (whose own
-/// thread handles later broker restarts).
+/// Whether the first use in this process tree has settled how the bus is reached.
+static SETTLED: AtomicBool = AtomicBool::new(false);
+
+/// Joins the bus. The first time (in this process tree): if a broker runs, or one is started
+/// ([`embedded::settle`]), the publisher (the lane) is created at once, so nothing emitted
+/// while the broker comes up is lost. Otherwise a thread looks for the bus every 200 ms until
+/// it appears, then starts the publisher (whose own thread handles later broker restarts).
 fn start_watcher(g: &'static Global) {
     if PUBLISHER.get().is_some() {
         // Found already (in a forked child, the publisher makes the child's own lane).
@@ -117,42 +110,58 @@ fn start_watcher(g: &'static Global) {
     {
         return;
     }
+    let Some(dir) = bus_dir(g) else { return };
+    if !SETTLED.swap(true, Ordering::AcqRel)
+        && embedded::settle(&g.config, &dir) != embedded::Reach::Unreachable
+    {
+        start_publisher(g, dir);
+        return;
+    }
     let spawned = std::thread::Builder::new()
         .name("snapbus-watcher".into())
         .spawn(move || {
-            let Ok(name) = BusName::resolve(g.config.bus.as_deref()) else {
-                snapbus_bus::say!("snapbus: invalid bus name; telemetry stays off");
-                return;
-            };
-            let dir = match &g.config.runtime_dir {
-                Some(root) => BusDir::locate_in(root, &name),
-                None => BusDir::locate(&name),
-            };
             while !dir.socket_path().exists() {
                 std::thread::sleep(snapbus_bus::publisher::RETRY);
             }
-            if PUBLISHER.get().is_some() {
-                return;
-            }
-            let lane = configured_lane(&g.config);
-            let name = g.config.name.clone().unwrap_or_else(program_name);
-            let config = PublisherConfig {
-                name,
-                lane,
-                session_tag: env_or(&g.config.session_tag, "SNAPBUS_SESSION_TAG"),
-                perf_tag: env_or(&g.config.perf_tag, "SNAPBUS_PERF_TAG"),
-            };
-            match Publisher::start(dir, config) {
-                Ok(p) => {
-                    p.on_filter(apply_directives);
-                    let _ = PUBLISHER.set(p);
-                    report_filter();
-                }
-                Err(e) => snapbus_bus::say!("snapbus: telemetry stays off: {e}"),
-            }
+            start_publisher(g, dir);
         });
     if let Err(e) = spawned {
         snapbus_bus::say!("snapbus: telemetry stays off: {e}");
+    }
+}
+
+/// The directory of the configured bus (`None`, said once: an invalid name).
+fn bus_dir(g: &Global) -> Option<BusDir> {
+    let Ok(name) = BusName::resolve(g.config.bus.as_deref()) else {
+        snapbus_bus::say!("snapbus: invalid bus name; telemetry stays off");
+        return None;
+    };
+    Some(match &g.config.runtime_dir {
+        Some(root) => BusDir::locate_in(root, &name),
+        None => BusDir::locate(&name),
+    })
+}
+
+/// Creates this process's publisher (its lane) for the bus of `dir`, unless one exists.
+fn start_publisher(g: &'static Global, dir: BusDir) {
+    if PUBLISHER.get().is_some() {
+        return;
+    }
+    let lane = configured_lane(&g.config);
+    let name = g.config.name.clone().unwrap_or_else(program_name);
+    let config = PublisherConfig {
+        name,
+        lane,
+        session_tag: env_or(&g.config.session_tag, "SNAPBUS_SESSION_TAG"),
+        perf_tag: env_or(&g.config.perf_tag, "SNAPBUS_PERF_TAG"),
+    };
+    match Publisher::start(dir, config) {
+        Ok(p) => {
+            p.on_filter(apply_directives);
+            let _ = PUBLISHER.set(p);
+            report_filter();
+        }
+        Err(e) => snapbus_bus::say!("snapbus: telemetry stays off: {e}"),
     }
 }
 
@@ -294,7 +303,8 @@ impl Telemetry {
     }
 
     /// Whether a snapshot at `level` would be written now: the level passes this target's
-    /// filter and this process has its lane (a bus was found; the broker need not be up now).
+    /// filter and this process has its lane (a bus runs or was started for it; the broker need
+    /// not be up now).
     /// Two atomic loads. (A snapshot skipped because this is `false` is not counted; one
     /// made anyway before a bus is found is counted as `no_bus` in [`stats`].)
     #[inline]
@@ -350,7 +360,7 @@ impl Telemetry {
     ///     ("step".into(), Value::U32(7)),
     ///     ("loss".into(), Value::F64(0.25)),
     /// ]);
-    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), start_bus: Some(false), ..Default::default() });
     /// let telemetry = snapbus::telemetry!();
     /// // A no-op here (no bus is running; counted as `no_bus`). With `snapbus up`, consumers
     /// // receive it and decode it with the descriptor.
@@ -399,7 +409,7 @@ impl Telemetry {
     /// // A struct of one `u32` field.
     /// let fields = vec![Field::new("n", DType::U32.into())];
     /// let schema = SchemaDescriptor::new("lab.counter", 1, fields.into())?;
-    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), ..Default::default() });
+    /// # snapbus::init(snapbus::Config { bus: Some("doc-example".into()), start_bus: Some(false), ..Default::default() });
     /// let telemetry = snapbus::telemetry!();
     /// // No bus is running here: not written, counted as `no_bus`.
     /// let written = telemetry.try_snapshot_encoded(Level::INFO, &schema, 4, |w| {
@@ -497,7 +507,7 @@ impl AtLevel<'_> {
     }
 
     /// Whether a snapshot at this level would be written now: this process has its lane (a
-    /// bus was found), as in [`Telemetry::enabled`] once the level passed.
+    /// bus runs or was started for it), as in [`Telemetry::enabled`] once the level passed.
     #[inline]
     pub fn enabled(&self) -> bool {
         PUBLISHER.get().is_some()
@@ -666,9 +676,17 @@ pub fn wait_for_bus(timeout: Duration) -> bool {
 
 /// Closes this process's lane, so consumers see the end of its stream rather than a dead
 /// producer. Call it at the end of `main` (later snapshots are dropped and counted as
-/// `closed`). In a forked child it closes the child's own lane, never its parent's.
+/// `closed`). If no broker has been handed the lane yet while one is up or being started, it
+/// first waits for that, up to 5 s: a short program that ends before the broker it started
+/// came up keeps its records. In a forked child it closes the child's own lane, never its
+/// parent's.
 pub fn shutdown() {
     if let Some(p) = PUBLISHER.get() {
+        if embedded::broker_expected(p.dir()) {
+            // Records written while the broker was starting go with this process unless a
+            // broker was handed the lane: give it a moment (bounded, at exit only).
+            p.wait_handed(embedded::HANDOVER_WAIT);
+        }
         p.close();
     }
 }

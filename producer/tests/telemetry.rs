@@ -233,6 +233,9 @@ impl Run {
             perf_tag: Some("cpu".into()),
             lane_bytes: Some(1 << 20),
             runtime_dir: Some(root.clone()),
+            // The bus appears later, started by the test.
+            start_bus: Some(false),
+            ..Config::default()
         }));
         let t = snapbus::telemetry!();
         assert_eq!(t.target(), "tests::telemetry");

@@ -42,6 +42,9 @@ def _init(
     session_tag: str | None = None,
     perf_tag: str | None = None,
     lane_bytes: int | None = None,
+    start_bus: bool | None = None,
+    snapbus_bin: str | None = None,
+    record: str | None = None,
 ) -> bool: ...
 def _get_telemetry(name: str) -> Telemetry: ...
 def _logging_changed() -> None: ...

@@ -23,6 +23,7 @@ import atexit
 import functools
 import logging
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -56,7 +57,9 @@ INFO = 20
 WARN = 30
 ERROR = 40
 
-_lock = threading.Lock()
+# Reentrant: the one no-bus warning is logged while settling, and a `SnapbusHandler` that
+# receives it settles too.
+_lock = threading.RLock()
 _settled = False
 
 
@@ -92,14 +95,28 @@ def default_name() -> str:
     return "python"
 
 
+def snapbus_binary() -> str | None:
+    """The ``snapbus`` binary a producer starts its bus with: ``$SNAPBUS_BIN``, else the one
+    beside the interpreter (``<venv>/bin/snapbus``, which the wheel installs), else ``snapbus``
+    on ``PATH``; None if there is none."""
+    explicit = os.environ.get("SNAPBUS_BIN")
+    if explicit:
+        return explicit
+    beside = Path(sys.executable).parent / "snapbus"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("snapbus")
+
+
 def _settle() -> None:
-    """Fixes the settings (the default name unless `init` was called) before first use."""
+    """Fixes the settings (the default name unless `init` was called) and joins the bus
+    (starting its broker if none runs, unless ``SNAPBUS_START_BUS=0``) before first use."""
     global _settled
     if _settled:
         return
     with _lock:
         if not _settled:
-            _snapbus._init(name=default_name())
+            _snapbus._init(name=default_name(), snapbus_bin=snapbus_binary())
             _settled = True
 
 
@@ -110,21 +127,35 @@ def init(
     perf_tag: str | None = None,
     lane_bytes: int | None = None,
     bad_values: str | None = None,
+    start_bus: bool | None = None,
+    record: str | os.PathLike[str] | None = None,
 ) -> None:
-    """Sets process-wide settings: the bus (default ``$SNAPBUS_BUS``, else ``default``), the
-    producer name (default: the script or ``-m`` module), run metadata shown by ``snapbus ls``
-    (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane size in bytes
-    (default ``$SNAPBUS_LANE_BYTES``, else 64 MiB; a power of two; a record may take up to a
-    quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache while they come
-    fast enough for the ring to go round before the cache lets them go, with less history).
+    """Sets process-wide settings and joins the bus: the bus (default ``$SNAPBUS_BUS``, else
+    ``default``), the producer name (default: the script or ``-m`` module), run metadata shown
+    by ``snapbus ls`` (default ``$SNAPBUS_SESSION_TAG`` / ``$SNAPBUS_PERF_TAG``) and the lane
+    size in bytes (default ``$SNAPBUS_LANE_BYTES``, else 64 MiB; a power of two; a record may
+    take up to a quarter of it, at most 8 MiB: ``8 << 20`` keeps 1 MiB arrays in the cache
+    while they come fast enough for the ring to go round before the cache lets them go, with
+    less history).
     ``bad_values``: ``"raise"`` (the default: a value that does not fit its field raises
     ``TypeError``/``ValueError`` naming it) or ``"count"`` (production runs: the event is
     dropped, counted in ``stats()['data_errors']`` and warned about once per class and field;
     default ``$SNAPBUS_BAD_VALUES``).
-    Call it before the first ``get_telemetry``; afterwards it raises ``RuntimeError``."""
+    ``start_bus``: with no broker running for the bus, start one in the background from the
+    ``snapbus`` binary (see ``snapbus_binary``); it stops by itself after 60 s with no
+    producer and no consumer, or at ``snapbus down`` (default ``$SNAPBUS_START_BUS``, else
+    True). With none running and none started, the logger ``snapbus`` warns once and
+    snapshots are counted as ``no_bus`` until a bus appears.
+    ``record``: the broker started here records every run into this directory (``snapbus up
+    --record DIR``; default ``$SNAPBUS_RECORD``).
+    Everything emitted from here on reaches consumers, also while the broker is starting.
+    Call it before the first ``get_telemetry`` (which joins the bus with the defaults);
+    afterwards it raises ``RuntimeError``."""
     global _settled
     if bad_values not in (None, "raise", "count"):
         raise ValueError(f'bad_values must be "raise" or "count", not {bad_values!r}')
+    if start_bus is not None and not isinstance(start_bus, bool):
+        raise TypeError(f"start_bus must be a bool, not {type(start_bus).__name__}")
     with _lock:
         if _settled or not _snapbus._init(
             bus=bus,
@@ -132,6 +163,9 @@ def init(
             session_tag=session_tag,
             perf_tag=perf_tag,
             lane_bytes=lane_bytes,
+            start_bus=start_bus,
+            snapbus_bin=snapbus_binary(),
+            record=os.fspath(record) if record is not None else None,
         ):
             raise RuntimeError(
                 "snapbus.init() must be called before the first get_telemetry() (or other "

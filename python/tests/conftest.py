@@ -35,6 +35,9 @@ SESSION_BUS = f"pytest-{os.getpid()}"
 os.environ["SNAPBUS_BUS"] = SESSION_BUS
 os.environ.pop("SNAPBUS_FILTER", None)
 os.environ.setdefault("SNAPBUS_STRICT", "1")
+# Tests start their buses themselves (`Bus.up`); those of the embedded default set it to 1.
+os.environ["SNAPBUS_START_BUS"] = "0"
+os.environ.pop("SNAPBUS_RECORD", None)
 
 # Children must meet Ctrl-C as a terminal's program does. A shell without job control starts a
 # background command (`cmd &`, how CI may be launched) with SIGINT ignored; the children would

@@ -25,6 +25,7 @@ impl InProcess {
                     dir: d,
                     retention,
                     consumer_exe: None,
+                    idle_exit: None,
                 };
                 run(config, || {
                     let _ = tx.send(());

@@ -237,5 +237,42 @@ impl Broker {
         let retention = self.retention;
         self.producers
             .retain(|_, p| p.gone_at.is_none_or(|t| now.duration_since(t) < retention));
+        self.stop_when_idle(now);
+    }
+
+    /// With an idle limit: shuts down once no producer but the ones this broker supervises has
+    /// been connected, and no consumer but those (a `--record` recorder would otherwise keep it
+    /// forever), for that long. A `snapbus echo` left running keeps the bus; so does a script
+    /// that starts within the limit after the last one ended.
+    fn stop_when_idle(&mut self, now: Instant) {
+        let Some(limit) = self.idle_exit else { return };
+        // Supervised consumers that emit (the aggregator's summaries) do not count either.
+        let supervised = |pid: u32| {
+            self.supervised
+                .iter()
+                .any(|s| s.running() && s.kept.pid == pid)
+        };
+        let busy = self
+            .producers
+            .values()
+            .any(|p| p.gone_at.is_none() && !supervised(p.info.pid))
+            || self
+                .consumers
+                .values()
+                .any(|c| self.supervised_by_id(c.id).is_none())
+            || !self.detaching.is_empty();
+        if busy {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        if now.duration_since(since) >= limit {
+            crate::say!(
+                "snapbus broker: bus '{}' idle for {} s (no producer, no consumer): stopping",
+                self.dir.name(),
+                limit.as_secs()
+            );
+            self.shutdown = true;
+        }
     }
 }

@@ -8,14 +8,15 @@
 //! the next broker, as the child would have (the broker then knows it under the parent's
 //! pid, the kernel's word for who handed it over). A lane that cannot be handed on (no
 //! parent publisher, or it is gone) is counted as `unadopted` and said on stderr: never
-//! reported written.
+//! reported written. A process about to end while the broker it started is still coming up
+//! waits for the hand-over instead ([`Publisher::wait_handed`]).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::Inner;
+use super::{Inner, Publisher};
 use crate::control::{Conn, FromBroker, PROTOCOL_VERSION, ToBroker};
 
 /// How long the parent waits for a broker's answer to a child's lane.
@@ -174,4 +175,30 @@ pub(super) fn hand_over(inner: &Inner) {
          lost with it ({why}); counted as `unadopted`",
         inner.dir.name()
     );
+}
+
+impl Publisher {
+    /// Waits up to `timeout` until a broker has been handed this lane (or the lane holds no
+    /// record, or went to the parent process's keeper): for a process about to end while its
+    /// broker is still starting, whose records would otherwise end with it. Returns whether
+    /// they are safe. Polls every 5 ms; never called on the emit path.
+    pub fn wait_handed(&self, timeout: Duration) -> bool {
+        let Some(p) = self.existing() else {
+            return true;
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let inner = &p.inner;
+            if inner.introduced.load(Ordering::Relaxed)
+                || inner.handed.load(Ordering::Relaxed)
+                || inner.lane.lane().stats().frames_committed == 0
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }

@@ -414,6 +414,11 @@ impl Publisher {
         &self.existing().unwrap_or(self).inner.lane
     }
 
+    /// The bus this publisher joins.
+    pub fn dir(&self) -> &BusDir {
+        &self.inner.dir
+    }
+
     /// Whether a broker is connected now.
     pub fn is_connected(&self) -> bool {
         self.existing()

@@ -31,7 +31,7 @@ pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
     let started_bus = state(&dir).is_err();
     if started_bus {
-        snapbus_bus::say!("snapbus demo: {}", up::start_detached(&dir, 300)?);
+        snapbus_bus::say!("snapbus demo: {}", up::start_detached(&dir, 300, None)?);
     }
     // Ctrl-C stops the experiment cleanly (and the bus, if the demo started it).
     let stop = interrupted()?;

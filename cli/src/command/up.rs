@@ -46,6 +46,7 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
             dir: dir.clone(),
             retention: Duration::from_secs(args.retention_secs),
             consumer_exe: std::env::current_exe().ok(),
+            idle_exit: args.idle_exit_secs.map(Duration::from_secs),
         };
         let ready = {
             let dir = dir.clone();
@@ -71,7 +72,10 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
             Err(e) => Err(e.into()),
         };
     }
-    println!("{}", start_detached(&dir, args.retention_secs)?);
+    println!(
+        "{}",
+        start_detached(&dir, args.retention_secs, args.idle_exit_secs)?
+    );
     if let Some(runs) = &runs {
         let said = runs
             .ensure(&dir)
@@ -150,9 +154,13 @@ impl Runs {
     }
 }
 
-/// Starts a detached broker for `dir` and waits until it accepts connections; returns what
-/// to tell the user.
-pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Result<String> {
+/// Starts a detached broker for `dir` (stopping after `idle_exit_secs` idle, if given) and
+/// waits until it accepts connections; returns what to tell the user.
+pub(crate) fn start_detached(
+    dir: &BusDir,
+    retention_secs: u64,
+    idle_exit_secs: Option<u64>,
+) -> anyhow::Result<String> {
     dir.create()?;
     let log = {
         use std::os::unix::fs::OpenOptionsExt;
@@ -174,6 +182,7 @@ pub(crate) fn start_detached(dir: &BusDir, retention_secs: u64) -> anyhow::Resul
             .arg(retention_secs.to_string())
             // The recorder of runs is asked for by the caller, once the broker is up.
             .env_remove("SNAPBUS_RECORD")
+            .args(idle_exit_secs.map(|s| format!("--idle-exit-secs={s}")))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

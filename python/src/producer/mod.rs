@@ -83,7 +83,8 @@ impl Telemetry {
     }
 
     /// Whether a snapshot at `level` would be written now (the level rule lets it through
-    /// and a bus was found): guards costly event construction.
+    /// and this process has its lane: a bus runs or was started for it): guards costly event
+    /// construction.
     #[allow(non_snake_case)]
     fn isEnabledFor(&self, py: Python<'_>, level: i64) -> PyResult<bool> {
         Ok(self
@@ -298,24 +299,50 @@ impl ResourceSampler {
     }
 }
 
-/// Sets process-wide settings; `false` if they were fixed already.
+/// Sets process-wide settings and joins the bus (starting its broker unless `start_bus` is
+/// false); `false` if they were fixed already.
 #[pyfunction]
-#[pyo3(signature = (bus=None, name=None, session_tag=None, perf_tag=None, lane_bytes=None))]
+#[pyo3(signature = (
+    bus=None, name=None, session_tag=None, perf_tag=None, lane_bytes=None, start_bus=None,
+    snapbus_bin=None, record=None
+))]
+#[allow(clippy::too_many_arguments)]
 fn _init(
     bus: Option<String>,
     name: Option<String>,
     session_tag: Option<String>,
     perf_tag: Option<String>,
     lane_bytes: Option<usize>,
+    start_bus: Option<bool>,
+    snapbus_bin: Option<std::path::PathBuf>,
+    record: Option<std::path::PathBuf>,
 ) -> bool {
+    snapbus::set_warning_hook(warn_through_logging);
     snapbus::init(snapbus::Config {
         bus,
         name,
         session_tag,
         perf_tag,
         lane_bytes,
+        start_bus,
+        snapbus_bin,
+        record,
         ..Default::default()
     })
+}
+
+/// Says a warning of the producer crate (no bus can be reached) through `logging` (logger
+/// `snapbus`), or on stderr when Python cannot be reached (it is shutting down).
+fn warn_through_logging(message: &str) {
+    let logged = Python::try_attach(|py| -> PyResult<()> {
+        py.import("logging")?
+            .call_method1("getLogger", ("snapbus",))?
+            .call_method1("warning", ("%s", message))?;
+        Ok(())
+    });
+    if !matches!(logged, Some(Ok(()))) {
+        snapbus_bus::say!("{message}");
+    }
 }
 
 /// The handle for `name`.
