@@ -29,6 +29,7 @@ def load() -> ModuleType:
             "`pip install ./python` (or a wheel made by `pip wheel ./python`)"
         ) from e
     sys.modules["snapbus._snapbus"] = native
+    setattr(sys.modules["snapbus"], "_snapbus", native)  # noqa: B010 (`snapbus._snapbus`)
     return native
 
 
