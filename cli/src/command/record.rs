@@ -22,7 +22,7 @@ use snapbus_consumers::recording::{Item, RecordingReader, WriteError, WriterOpti
 use snapbus_consumers::{RunError, run as run_consumer};
 
 use crate::bus::{bus_dir, connect, globs};
-use crate::cli::{BusArgs, From};
+use crate::cli::{BusArgs, Codec, From};
 use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 
 /// Options of `snapbus record` (and `snapbus attach recorder`).
@@ -43,6 +43,9 @@ pub(crate) struct RecordArgs {
     /// Overwrite existing files.
     #[arg(long)]
     pub(crate) force: bool,
+    /// How chunks are compressed: lz4 (files several times smaller) or none (the fastest).
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = Codec::Lz4)]
+    pub(crate) compression: Codec,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
 }
@@ -106,6 +109,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());
     writer.overwrite = args.force;
+    writer.compression = args.compression.compression();
     let mut recorder = Recorder::create(RecorderOptions {
         path: output.clone(),
         rotate_bytes: args.rotate_mb.map(|mb| mb << 20),
