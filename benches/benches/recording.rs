@@ -244,7 +244,10 @@ fn interleaved(tmp: &Path, sets: &[(&str, Payloads)], rounds: usize) {
             let mbs = |t: Duration| p.bytes.len() as f64 / t.as_secs_f64() / 1e6;
             let rps = |t: Duration| records as f64 / t.as_secs_f64() / 1e6;
             println!(
-                "interleaved {name} compression {codec}: plain {:.0} MB/s, recorder {:.0} MB/s =                  {:.2} M records/s (medians of {rounds}), recorder/plain {:.1} % (median of                  per-round ratios; min {:.1} %, max {:.1} %); file {} bytes for {} payload                  bytes ({:.2}x)",
+                "interleaved {name} compression {codec}: plain {:.0} MB/s, recorder {:.0} MB/s = \
+                 {:.2} M records/s (medians of {rounds}), recorder/plain {:.1} % (median of \
+                 per-round ratios; min {:.1} %, max {:.1} %); file {} bytes for {} payload \
+                 bytes ({:.2}x)",
                 mbs(plain[rounds / 2]),
                 mbs(rec[rounds / 2]),
                 rps(rec[rounds / 2]),

@@ -60,6 +60,63 @@ impl std::fmt::Display for Compression {
     }
 }
 
+/// A finished chunk: its records uncompressed, its messages' time range, its message index
+/// entries per channel (log time, offset in the records).
+struct Built {
+    plain: Vec<u8>,
+    times: (u64, u64),
+    index: BTreeMap<u16, Vec<(u64, u64)>>,
+}
+
+/// A chunk ready to write: its CRC (of the records uncompressed) and its compressed records
+/// (`None`: stored as they are).
+struct Packed {
+    built: Built,
+    crc: u32,
+    packed: Option<Vec<u8>>,
+}
+
+/// The thread that compresses chunks while the next one is built (one at a time: the writer
+/// waits for a chunk before it hands over the next, so memory stays at two chunks).
+struct Worker {
+    jobs: std::sync::mpsc::SyncSender<(Built, Vec<u8>)>,
+    done: std::sync::mpsc::Receiver<McapResult<Packed>>,
+    /// A chunk was handed over and not yet taken back.
+    pending: bool,
+}
+
+impl Worker {
+    fn start() -> McapResult<Worker> {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<(Built, Vec<u8>)>(1);
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("snapbus-lz4".into())
+            .spawn(move || {
+                for (built, mut packed) in rx {
+                    let crc = crc32fast::hash(&built.plain);
+                    packed.clear();
+                    let result = lz4_frame(&built.plain, &mut packed).map(|()| Packed {
+                        built,
+                        crc,
+                        packed: Some(packed),
+                    });
+                    if tx.send(result).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Worker {
+            jobs,
+            done,
+            pending: false,
+        })
+    }
+}
+
+fn worker_gone() -> McapError {
+    McapError::Io(std::io::Error::other("the chunk compressing thread ended"))
+}
+
 /// A schema or channel kept for the summary: its id and its record's body.
 type Kept = (u16, Vec<u8>);
 
@@ -79,6 +136,10 @@ pub(super) struct McapOut<W: Write> {
     chunk_index: BTreeMap<u16, Vec<(u64, u64)>>,
     /// The compressed records of the last chunk (kept: its buffer is reused).
     packed: Vec<u8>,
+    /// The records buffer of the last chunk written (reused for the next chunk).
+    spare: Vec<u8>,
+    /// The thread that compresses chunks (started with the first LZ4 chunk).
+    worker: Option<Worker>,
     schemas: Vec<Kept>,
     channels: Vec<Kept>,
     chunk_indexes: Vec<Vec<u8>>,
@@ -130,6 +191,8 @@ impl<W: Write> McapOut<W> {
             chunk_times: None,
             chunk_index: BTreeMap::new(),
             packed: Vec::new(),
+            spare: Vec::new(),
+            worker: None,
             schemas: Vec::new(),
             channels: Vec::new(),
             chunk_indexes: Vec::new(),
@@ -231,6 +294,7 @@ impl<W: Write> McapOut<W> {
     /// Writes a metadata record (after finishing the current chunk).
     pub(super) fn write_metadata(&mut self, m: &Metadata) -> McapResult<()> {
         self.finish_chunk()?;
+        self.drain()?;
         let mut body = Vec::new();
         put_str(&mut body, &m.name);
         put_map(&mut body, &m.metadata);
@@ -245,25 +309,80 @@ impl<W: Write> McapOut<W> {
         Ok(())
     }
 
-    /// Writes the chunk being built (compressed) and its message indexes.
+    /// Ends the chunk being built: stored at once, or handed to the compressing thread (the
+    /// chunk before it, compressed meanwhile, is written first).
     fn finish_chunk(&mut self) -> McapResult<()> {
         if self.chunk.is_empty() {
             return Ok(());
         }
-        let chunk = std::mem::take(&mut self.chunk);
-        let mut packed = std::mem::take(&mut self.packed);
-        let written = self.write_chunk(&chunk, &mut packed);
-        self.chunk = chunk;
-        self.packed = packed;
-        let (chunk_start, compressed) = written?;
-        let uncompressed = self.chunk.len() as u64;
-        let (start, end) = self.chunk_times.unwrap_or((0, 0));
+        let spare = std::mem::take(&mut self.spare);
+        let built = Built {
+            plain: std::mem::replace(&mut self.chunk, spare),
+            times: self.chunk_times.take().unwrap_or((0, 0)),
+            index: std::mem::take(&mut self.chunk_index),
+        };
+        match self.compression {
+            Compression::None => {
+                let crc = crc32fast::hash(&built.plain);
+                self.write_chunk(Packed {
+                    built,
+                    crc,
+                    packed: None,
+                })
+            }
+            Compression::Lz4 => {
+                self.drain()?;
+                let worker = match &mut self.worker {
+                    Some(w) => w,
+                    None => self.worker.insert(Worker::start()?),
+                };
+                let packed = std::mem::take(&mut self.packed);
+                worker.jobs.send((built, packed)).map_err(|_| worker_gone())?;
+                worker.pending = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits for the chunk being compressed, and writes it.
+    fn drain(&mut self) -> McapResult<()> {
+        let Some(worker) = self.worker.as_mut().filter(|w| w.pending) else {
+            return Ok(());
+        };
+        worker.pending = false;
+        let done = worker.done.recv().map_err(|_| worker_gone())?;
+        self.write_chunk(done?)
+    }
+
+    /// Writes a chunk record and its message indexes, and keeps its chunk index.
+    fn write_chunk(&mut self, done: Packed) -> McapResult<()> {
+        let Packed {
+            built,
+            crc,
+            packed,
+        } = done;
         let name = self.compression.mcap_name();
+        let records: &[u8] = packed.as_deref().unwrap_or(&built.plain);
+        let (start, end) = built.times;
+        let mut head = Vec::with_capacity(9 + 40 + name.len());
+        head.push(op::CHUNK);
+        let body_len = 8 * 3 + 4 + 4 + name.len() as u64 + 8 + records.len() as u64;
+        head.extend_from_slice(&body_len.to_le_bytes());
+        head.extend_from_slice(&start.to_le_bytes());
+        head.extend_from_slice(&end.to_le_bytes());
+        head.extend_from_slice(&(built.plain.len() as u64).to_le_bytes());
+        head.extend_from_slice(&crc.to_le_bytes());
+        put_str(&mut head, name);
+        head.extend_from_slice(&(records.len() as u64).to_le_bytes());
+        let chunk_start = self.pos;
+        self.emit(&head)?;
+        self.emit(records)?;
+        let (compressed, uncompressed) = (records.len() as u64, built.plain.len() as u64);
         let chunk_len = self.pos - chunk_start;
         let index_start = self.pos;
         let mut offsets = Vec::new();
         let mut body = Vec::new();
-        for (channel, entries) in std::mem::take(&mut self.chunk_index) {
+        for (channel, entries) in &built.index {
             offsets.extend_from_slice(&channel.to_le_bytes());
             offsets.extend_from_slice(&self.pos.to_le_bytes());
             body.clear();
@@ -287,53 +406,28 @@ impl<W: Write> McapOut<W> {
         index.extend_from_slice(&compressed.to_le_bytes());
         index.extend_from_slice(&uncompressed.to_le_bytes());
         self.chunk_indexes.push(index);
-        if let Some((a, b)) = self.chunk_times.take() {
-            self.times = Some(match self.times {
-                Some((x, y)) => (x.min(a), y.max(b)),
-                None => (a, b),
-            });
-        }
+        self.times = Some(match self.times {
+            Some((x, y)) => (x.min(start), y.max(end)),
+            None => (start, end),
+        });
         self.chunk_count += 1;
-        self.chunk.clear();
-        if self.chunk.capacity() > 4 * self.chunk_size as usize {
-            self.chunk.shrink_to(self.chunk_size as usize * 2);
+        // The buffers go back for the next chunks.
+        let mut plain = built.plain;
+        plain.clear();
+        if plain.capacity() > 4 * self.chunk_size as usize {
+            plain.shrink_to(self.chunk_size as usize * 2);
+        }
+        self.spare = plain;
+        if let Some(p) = packed {
+            self.packed = p;
         }
         Ok(())
-    }
-
-    /// Writes a chunk record of `chunk` (compressed into `packed`); returns its offset and the
-    /// size of its records as stored.
-    fn write_chunk(&mut self, chunk: &[u8], packed: &mut Vec<u8>) -> McapResult<(u64, u64)> {
-        let crc = crc32fast::hash(chunk);
-        let name = self.compression.mcap_name();
-        packed.clear();
-        let records: &[u8] = match self.compression {
-            Compression::None => chunk,
-            Compression::Lz4 => {
-                lz4_frame(chunk, packed)?;
-                packed
-            }
-        };
-        let (start, end) = self.chunk_times.unwrap_or((0, 0));
-        let mut head = Vec::with_capacity(9 + 40 + name.len());
-        head.push(op::CHUNK);
-        let body_len = 8 * 3 + 4 + 4 + name.len() as u64 + 8 + records.len() as u64;
-        head.extend_from_slice(&body_len.to_le_bytes());
-        head.extend_from_slice(&start.to_le_bytes());
-        head.extend_from_slice(&end.to_le_bytes());
-        head.extend_from_slice(&(chunk.len() as u64).to_le_bytes());
-        head.extend_from_slice(&crc.to_le_bytes());
-        put_str(&mut head, name);
-        head.extend_from_slice(&(records.len() as u64).to_le_bytes());
-        let chunk_start = self.pos;
-        self.emit(&head)?;
-        self.emit(records)?;
-        Ok((chunk_start, records.len() as u64))
     }
 
     /// Finishes the current chunk and flushes the output.
     pub(super) fn flush(&mut self) -> McapResult<()> {
         self.finish_chunk()?;
+        self.drain()?;
         self.out.flush()?;
         Ok(())
     }
@@ -342,6 +436,7 @@ impl<W: Write> McapOut<W> {
     /// indexes), the summary offsets, the footer and the closing magic.
     pub(super) fn finish(&mut self) -> McapResult<()> {
         self.finish_chunk()?;
+        self.drain()?;
         let crc = std::mem::replace(&mut self.data_crc, crc32fast::Hasher::new()).finalize();
         self.emit_record(op::DATA_END, &crc.to_le_bytes())?;
         let summary_start = self.pos;
