@@ -190,7 +190,10 @@ fn recorder_write(c: &mut Criterion, tmp: &Path, sets: &[(&str, Payloads)]) {
                     .sum()
             })
         });
-        for (row, codec) in [("recorder", Compression::Lz4), ("recorder_none", Compression::None)] {
+        for (row, codec) in [
+            ("recorder", Compression::Lz4),
+            ("recorder_none", Compression::None),
+        ] {
             g.bench_function(BenchmarkId::new(row, name), |b| {
                 b.iter_custom(|iters| {
                     (0..iters)

@@ -90,13 +90,19 @@ fn a_compressed_recording_inspects_with_its_ratio_and_exports_the_same_values() 
         .lines()
         .find(|l| l.starts_with("chunks"))
         .unwrap_or_else(|| panic!("a chunks line: {}", o.stdout));
-    assert!(line.contains("compression lz4") && line.contains("ratio 0."), "{line}");
+    assert!(
+        line.contains("compression lz4") && line.contains("ratio 0."),
+        "{line}"
+    );
 
     let got = inspect_json(&lz4)["compression"].clone();
     assert_eq!(got["codecs"], serde_json::json!(["lz4"]), "{got}");
     let ratio = got["ratio"].as_f64().expect("ratio");
     assert!(ratio < 0.5, "64x64 frames shrink by at least 2x: {got}");
-    let (stored, whole) = (got["stored_bytes"].as_u64(), got["uncompressed_bytes"].as_u64());
+    let (stored, whole) = (
+        got["stored_bytes"].as_u64(),
+        got["uncompressed_bytes"].as_u64(),
+    );
     assert!(stored.zip(whole).is_some_and(|(s, w)| s * 2 < w), "{got}");
     let none = inspect_json(&plain)["compression"].clone();
     assert_eq!(none["codecs"], serde_json::json!(["none"]), "{none}");
@@ -114,7 +120,10 @@ fn a_compressed_recording_inspects_with_its_ratio_and_exports_the_same_values() 
         let want = frame(i as u64);
         assert_eq!(l["payload"]["step"], i as u64);
         let data = l["payload"]["patch"]["data"].as_array().expect("data");
-        let data: Vec<f32> = data.iter().map(|v| v.as_f64().expect("f64") as f32).collect();
+        let data: Vec<f32> = data
+            .iter()
+            .map(|v| v.as_f64().expect("f64") as f32)
+            .collect();
         assert_eq!(data, want.patch.data(), "frame {i}");
     }
 }

@@ -77,7 +77,10 @@ fn read(bytes: Vec<u8>) -> (Vec<Obs>, snapbus_consumers::recording::ChunkBytes) 
 
 #[test]
 fn a_compressed_recording_is_lz4_by_default_and_reads_back_exactly() {
-    assert_eq!(WriterOptions::new("recorder", "b").compression, Compression::Lz4);
+    assert_eq!(
+        WriterOptions::new("recorder", "b").compression,
+        Compression::Lz4
+    );
     let lz4 = write(Compression::default(), "lz4.mcap");
     let plain = write(Compression::None, "plain.mcap");
     let want: Vec<Obs> = (0..STEPS).map(obs).collect();
@@ -92,9 +95,16 @@ fn a_compressed_recording_is_lz4_by_default_and_reads_back_exactly() {
     assert_eq!(got, want);
     assert_eq!(chunks.codecs.iter().collect::<Vec<_>>(), ["none"]);
     assert_eq!(chunks.stored, chunks.uncompressed);
-    assert!(lz4.len() * 2 < plain.len(), "{} vs {}", lz4.len(), plain.len());
+    assert!(
+        lz4.len() * 2 < plain.len(),
+        "{} vs {}",
+        lz4.len(),
+        plain.len()
+    );
     // The mcap crate's own reader (indexed, through the summary) sees the same messages.
-    let summary = mcap::Summary::read(&lz4).expect("summary").expect("a summary");
+    let summary = mcap::Summary::read(&lz4)
+        .expect("summary")
+        .expect("a summary");
     assert!(summary.chunk_indexes.iter().all(|c| c.compression == "lz4"));
     assert_eq!(summary.stats.map(|s| s.message_count), Some(STEPS));
 }

@@ -21,8 +21,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 use snapbus_consumers::recording::{
-    CUT_METADATA, ChunkBytes, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA, RECORDING_METADATA, ReadError,
-    ReadErrorKind, RecordingReader,
+    CUT_METADATA, ChunkBytes, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA,
+    RECORDING_METADATA, ReadError, ReadErrorKind, RecordingReader,
 };
 
 use crate::bus::utc;

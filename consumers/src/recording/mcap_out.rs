@@ -140,6 +140,8 @@ pub(super) struct McapOut<W: Write> {
     spare: Vec<u8>,
     /// The thread that compresses chunks (started with the first LZ4 chunk).
     worker: Option<Worker>,
+    /// Uncompressed bytes of the chunk being compressed.
+    in_flight: u64,
     schemas: Vec<Kept>,
     channels: Vec<Kept>,
     chunk_indexes: Vec<Vec<u8>>,
@@ -193,6 +195,7 @@ impl<W: Write> McapOut<W> {
             packed: Vec::new(),
             spare: Vec::new(),
             worker: None,
+            in_flight: 0,
             schemas: Vec::new(),
             channels: Vec::new(),
             chunk_indexes: Vec::new(),
@@ -227,7 +230,12 @@ impl<W: Write> McapOut<W> {
     }
 
     /// Declares a schema (in the current chunk); returns its id.
-    pub(super) fn add_schema(&mut self, name: &str, encoding: &str, data: &[u8]) -> McapResult<u16> {
+    pub(super) fn add_schema(
+        &mut self,
+        name: &str,
+        encoding: &str,
+        data: &[u8],
+    ) -> McapResult<u16> {
         let id = u16::try_from(self.schemas.len() + 1).map_err(|_| McapError::TooManySchemas)?;
         let mut body = Vec::with_capacity(14 + name.len() + encoding.len() + data.len());
         body.extend_from_slice(&id.to_le_bytes());
@@ -332,12 +340,16 @@ impl<W: Write> McapOut<W> {
             }
             Compression::Lz4 => {
                 self.drain()?;
+                self.in_flight = built.plain.len() as u64;
                 let worker = match &mut self.worker {
                     Some(w) => w,
                     None => self.worker.insert(Worker::start()?),
                 };
                 let packed = std::mem::take(&mut self.packed);
-                worker.jobs.send((built, packed)).map_err(|_| worker_gone())?;
+                worker
+                    .jobs
+                    .send((built, packed))
+                    .map_err(|_| worker_gone())?;
                 worker.pending = true;
                 Ok(())
             }
@@ -350,17 +362,14 @@ impl<W: Write> McapOut<W> {
             return Ok(());
         };
         worker.pending = false;
+        self.in_flight = 0;
         let done = worker.done.recv().map_err(|_| worker_gone())?;
         self.write_chunk(done?)
     }
 
     /// Writes a chunk record and its message indexes, and keeps its chunk index.
     fn write_chunk(&mut self, done: Packed) -> McapResult<()> {
-        let Packed {
-            built,
-            crc,
-            packed,
-        } = done;
+        let Packed { built, crc, packed } = done;
         let name = self.compression.mcap_name();
         let records: &[u8] = packed.as_deref().unwrap_or(&built.plain);
         let (start, end) = built.times;
@@ -451,12 +460,24 @@ impl<W: Write> McapOut<W> {
                 groups.push((opcode, summary_start + at, s.len() as u64 - at));
             }
         };
-        group(&mut s, op::SCHEMA, &mut self.schemas.iter().map(|k| &k.1[..]));
-        group(&mut s, op::CHANNEL, &mut self.channels.iter().map(|k| &k.1[..]));
+        group(
+            &mut s,
+            op::SCHEMA,
+            &mut self.schemas.iter().map(|k| &k.1[..]),
+        );
+        group(
+            &mut s,
+            op::CHANNEL,
+            &mut self.channels.iter().map(|k| &k.1[..]),
+        );
         let stats = self.statistics();
         group(&mut s, op::STATISTICS, &mut std::iter::once(&stats[..]));
         let metadata = &self.metadata_indexes;
-        group(&mut s, op::METADATA_INDEX, &mut metadata.iter().map(|b| &b[..]));
+        group(
+            &mut s,
+            op::METADATA_INDEX,
+            &mut metadata.iter().map(|b| &b[..]),
+        );
         let chunks = &self.chunk_indexes;
         group(&mut s, op::CHUNK_INDEX, &mut chunks.iter().map(|b| &b[..]));
         let offsets_start = summary_start + s.len() as u64;
@@ -498,6 +519,11 @@ impl<W: Write> McapOut<W> {
         b
     }
 
+    /// Bytes written, plus the chunks not yet written at their uncompressed size.
+    pub(super) fn approx_len(&self) -> u64 {
+        self.pos + self.chunk.len() as u64 + self.in_flight
+    }
+
     /// The output (after [`finish`](Self::finish), or to drop what it buffers).
     pub(super) fn into_inner(self) -> W {
         self.out
@@ -524,7 +550,9 @@ fn lz4_frame(data: &[u8], out: &mut Vec<u8>) -> McapResult<()> {
 pub(crate) fn lz4_unframe(data: &[u8], size: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     if size > 1 << 30 {
-        return Err(format!("chunk: its header says {size} bytes of records: too large"));
+        return Err(format!(
+            "chunk: its header says {size} bytes of records: too large"
+        ));
     }
     // Grown as the frame decodes (never more than `size` + 1): a damaged size allocates
     // nothing up front.

@@ -78,8 +78,7 @@ mod writer;
 
 pub use mcap_out::Compression;
 pub use reader::{
-    ChannelInfo, ChunkBytes, Damage, Held, Item, Message, ReadError, ReadErrorKind,
-    RecordingReader,
+    ChannelInfo, ChunkBytes, Damage, Held, Item, Message, ReadError, ReadErrorKind, RecordingReader,
 };
 pub use writer::{
     CUT_METADATA, HISTORY_METADATA, History, HistoryStart, RecordingWriter, WriteError,

@@ -554,9 +554,7 @@ impl RecordingWriter {
     /// the messages written. After a failed write, ends the file as the type's documentation
     /// says and returns the first failure.
     pub fn finish(mut self) -> Result<u64, WriteError> {
-        let finished = self
-            .flush()
-            .and_then(|()| self.with_mcap(|m| m.finish()));
+        let finished = self.flush().and_then(|()| self.with_mcap(|m| m.finish()));
         match finished {
             Ok(()) => {
                 let Some(mcap) = self.mcap.take() else {
@@ -625,9 +623,14 @@ impl RecordingWriter {
         self.messages
     }
 
-    /// About how many bytes the file holds (for rotation).
+    /// About how many bytes the file holds (for rotation and `ls`).
     pub fn approx_bytes(&self) -> u64 {
-        self.approx_bytes
+        // Bytes written (compressed chunks at their size), plus the chunks not yet written at
+        // their uncompressed size.
+        match &self.mcap {
+            Some(m) => m.approx_len(),
+            None => self.approx_bytes,
+        }
     }
 
     /// The file.

@@ -80,8 +80,9 @@ impl<R: Read> RecordingReader<R> {
             // LZ4 (what snapbus writes by default): decompressed (bounded by the size its
             // header states), then the same checks.
             Record::Chunk { header, data } if header.compression == "lz4" => {
-                let plain = crate::recording::mcap_out::lz4_unframe(&data, header.uncompressed_size)
-                    .map_err(corrupt)?;
+                let plain =
+                    crate::recording::mcap_out::lz4_unframe(&data, header.uncompressed_size)
+                        .map_err(corrupt)?;
                 self.take_plain_chunk(&header, &plain, at)?;
                 self.count_chunk("lz4", data.len(), plain.len());
                 Ok(())
