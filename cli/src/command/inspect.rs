@@ -333,7 +333,7 @@ fn chunk_line(c: &ChunkBytes) -> String {
         return "(none read)".into();
     }
     let codecs = c.codecs.iter().cloned().collect::<Vec<_>>().join("+");
-    let smaller = if c.stored == 0 {
+    let smaller = if c.stored == 0 || c.stored == c.uncompressed {
         String::new()
     } else {
         format!(", {:.1}x smaller", c.uncompressed as f64 / c.stored as f64)
