@@ -142,6 +142,11 @@ pub(super) struct McapOut<W: Write> {
     worker: Option<Worker>,
     /// Uncompressed bytes of the chunk being compressed.
     in_flight: u64,
+    /// Time range of the chunk being compressed.
+    in_flight_times: Option<(u64, u64)>,
+    /// Messages added, and messages whose chunk is written.
+    messages: u64,
+    written: u64,
     schemas: Vec<Kept>,
     channels: Vec<Kept>,
     chunk_indexes: Vec<Vec<u8>>,
@@ -196,6 +201,9 @@ impl<W: Write> McapOut<W> {
             spare: Vec::new(),
             worker: None,
             in_flight: 0,
+            in_flight_times: None,
+            messages: 0,
+            written: 0,
             schemas: Vec::new(),
             channels: Vec::new(),
             chunk_indexes: Vec::new(),
@@ -268,7 +276,7 @@ impl<W: Write> McapOut<W> {
         Ok(id)
     }
 
-    /// Adds a message to the current chunk, and finishes the chunk once it is full.
+    /// Adds a message to the current chunk (the caller ends chunks: [`hand_over`](Self::hand_over)).
     pub(super) fn write_to_known_channel(
         &mut self,
         header: &MessageHeader,
@@ -293,9 +301,7 @@ impl<W: Write> McapOut<W> {
             .or_default()
             .push((t, offset));
         *self.channel_counts.entry(header.channel_id).or_default() += 1;
-        if self.chunk.len() as u64 >= self.chunk_size {
-            self.finish_chunk()?;
-        }
+        self.messages += 1;
         Ok(())
     }
 
@@ -341,6 +347,7 @@ impl<W: Write> McapOut<W> {
             Compression::Lz4 => {
                 self.drain()?;
                 self.in_flight = built.plain.len() as u64;
+                self.in_flight_times = Some(built.times);
                 let worker = match &mut self.worker {
                     Some(w) => w,
                     None => self.worker.insert(Worker::start()?),
@@ -363,6 +370,7 @@ impl<W: Write> McapOut<W> {
         };
         worker.pending = false;
         self.in_flight = 0;
+        self.in_flight_times = None;
         let done = worker.done.recv().map_err(|_| worker_gone())?;
         self.write_chunk(done?)
     }
@@ -420,6 +428,7 @@ impl<W: Write> McapOut<W> {
             None => (start, end),
         });
         self.chunk_count += 1;
+        self.written += built.index.values().map(|e| e.len() as u64).sum::<u64>();
         // The buffers go back for the next chunks.
         let mut plain = built.plain;
         plain.clear();
@@ -431,6 +440,15 @@ impl<W: Write> McapOut<W> {
             self.packed = p;
         }
         Ok(())
+    }
+
+    /// Ends the current chunk without waiting for it to be compressed (the chunk before it is
+    /// written first), and flushes what is written. Returns the messages not yet in the file
+    /// and their time range.
+    pub(super) fn hand_over(&mut self) -> McapResult<(u64, Option<(u64, u64)>)> {
+        self.finish_chunk()?;
+        self.out.flush()?;
+        Ok((self.messages - self.written, self.in_flight_times))
     }
 
     /// Finishes the current chunk and flushes the output.

@@ -494,8 +494,15 @@ impl RecordingWriter {
             // A full chunk (where the MCAP writer would end it before the next message): hand
             // it to the file now, so that a write that fails later (a full disk) cuts the file
             // back to here, not to where the caller last flushed (a snapshot flushes only at
-            // its end).
-            self.flush()?;
+            // its end). Not waiting for its compression (a second thread's): the file is cut
+            // back to the chunk before it at most.
+            let (unwritten, range) = self.with_mcap(|m| m.hand_over())?;
+            self.chunk_fill = 0;
+            if let Ok(m) = self.file.metadata() {
+                self.good_len = m.len();
+                self.good_messages = self.messages - unwritten;
+                self.unflushed_nanos = range;
+            }
         }
         Ok(())
     }
