@@ -350,7 +350,8 @@ mod tests {
     fn sample(kind: &str, dir: &str) -> Vec<String> {
         let args = match kind {
             "recorder" => {
-                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force"
+                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force \
+                 --compression none"
             }
             "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
             "aggregator" => {
