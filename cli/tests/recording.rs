@@ -369,7 +369,8 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
 
 #[test]
 fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
-    if !crate::export::python_with("mcap") {
+    // Recordings are LZ4-compressed: the `mcap` package decodes them with `lz4`.
+    if !crate::export::python_with("mcap, lz4") {
         return;
     }
     let (bus, file, id) = recorded_demo("py-rec.mcap", &[], 3, 5, 0);

@@ -39,15 +39,7 @@ fn write(compression: Compression, name: &str) -> Vec<u8> {
     opts.compression = compression;
     opts.overwrite = true;
     let mut w = RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::ProducerInfo {
-        pid: 7,
-        name: "env".into(),
-        cmdline: Vec::new(),
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 0x45,
-        started_nanos: 1,
-    };
+    let info = crate::common::producer(7, "env", 0x45);
     let desc = Arc::new(Obs::descriptor().clone());
     for i in 0..STEPS {
         let payload = obs(i).encode_to_vec().expect("encode");

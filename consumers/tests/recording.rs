@@ -1013,15 +1013,7 @@ fn a_message_outside_the_chunks_is_damage_not_a_record() {
 
 /// A producer as a consumer's hooks see it.
 fn producer(name: &str, lane_id: u64) -> snapbus_bus::ProducerInfo {
-    snapbus_bus::ProducerInfo {
-        pid: 4242,
-        name: name.into(),
-        cmdline: Vec::new(),
-        session_tag: None,
-        perf_tag: None,
-        lane_id,
-        started_nanos: 1,
-    }
+    crate::common::producer(4242, name, lane_id)
 }
 
 /// Hands `rec` one record, as the run loop would.

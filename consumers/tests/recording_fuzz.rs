@@ -43,15 +43,7 @@ fn recording(compression: Compression) -> Vec<u8> {
     opts.chunk_bytes = 2000;
     opts.compression = compression;
     let mut w = RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::ProducerInfo {
-        pid: 4242,
-        name: "fuzzer".into(),
-        cmdline: Vec::new(),
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 0x44,
-        started_nanos: 1,
-    };
+    let info = crate::common::producer(4242, "fuzzer", 0x44);
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..RECORDS {
         let payload = step(i).encode_to_vec().expect("encode");
