@@ -47,7 +47,9 @@ use snapbus_bus::broker;
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::EmitMeta;
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
+use snapbus_consumers::recording::{
+    Compression, Item, RecordingReader, RecordingWriter, WriterOptions,
+};
 use snapbus_consumers::replay::{Pace, ReplaySummary, replay};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 
@@ -142,9 +144,10 @@ fn write_plain(path: &Path, p: &Payloads) -> u64 {
 }
 
 /// The recorder's writer over the same payloads; returns the messages written.
-fn write_recording(path: &Path, p: &Payloads, info: &ProducerInfo) -> u64 {
+fn write_recording(path: &Path, p: &Payloads, info: &ProducerInfo, codec: Compression) -> u64 {
     let mut opts = WriterOptions::new("recorder", "bench");
     opts.overwrite = true;
+    opts.compression = codec;
     let mut w = RecordingWriter::create(path, &opts).unwrap();
     let producer = snapbus_consumers::Producer::from(info);
     for (i, payload) in p.iter().enumerate() {
@@ -187,64 +190,78 @@ fn recorder_write(c: &mut Criterion, tmp: &Path, sets: &[(&str, Payloads)]) {
                     .sum()
             })
         });
-        g.bench_function(BenchmarkId::new("recorder", name), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| timed(&path, |f| write_recording(f, p, &info)))
-                    .sum()
-            })
-        });
+        for (row, codec) in [
+            ("recorder", Compression::Lz4),
+            ("recorder_none", Compression::None),
+        ] {
+            g.bench_function(BenchmarkId::new(row, name), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| timed(&path, |f| write_recording(f, p, &info, codec)))
+                        .sum()
+                })
+            });
+        }
     }
     g.finish();
 }
 
-/// Alternates plain and recorder writes (ABBA) and prints the median ratio of their rates.
+/// Alternates plain, recorder (LZ4) and recorder (no compression) writes, rotating the order
+/// each round, and prints the median rates (MB/s of payload, records/s), the median ratio of
+/// each recorder to plain, and the file sizes.
 fn interleaved(tmp: &Path, sets: &[(&str, Payloads)], rounds: usize) {
     let info = producer_info();
     let path = tmp.join("ab.bin");
+    let codecs = [Compression::Lz4, Compression::None];
     for (name, p) in sets {
-        let file_bytes = {
-            write_recording(&path, p, &info);
+        let file_bytes = codecs.map(|codec| {
+            write_recording(&path, p, &info, codec);
             let n = std::fs::metadata(&path).unwrap().len();
             std::fs::remove_file(&path).unwrap();
             n
-        };
-        let (mut plain, mut rec) = (Vec::new(), Vec::new());
+        });
+        // times[0]: plain; times[1 + k]: recorder with codecs[k].
+        let mut times: [Vec<Duration>; 3] = Default::default();
         for r in 0..rounds {
-            let order: [bool; 2] = if r % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for is_rec in order {
-                if is_rec {
-                    rec.push(timed(&path, |f| write_recording(f, p, &info)));
-                } else {
-                    plain.push(timed(&path, |f| write_plain(f, p)));
-                }
+            for k in 0..3 {
+                let which = (k + r) % 3;
+                let t = match which {
+                    0 => timed(&path, |f| write_plain(f, p)),
+                    w => timed(&path, |f| write_recording(f, p, &info, codecs[w - 1])),
+                };
+                times[which].push(t);
             }
         }
-        let mut ratios: Vec<f64> = plain
-            .iter()
-            .zip(&rec)
-            .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        plain.sort();
-        rec.sort();
-        let mbs = |t: Duration| p.bytes.len() as f64 / t.as_secs_f64() / 1e6;
-        println!(
-            "interleaved {name}: plain {:.0} MB/s, recorder {:.0} MB/s (medians of {rounds}), \
-             recorder/plain {:.1} % (median of per-round ratios; min {:.1} %, max {:.1} %); \
-             file {file_bytes} bytes for {} payload bytes ({:.2}x)",
-            mbs(plain[rounds / 2]),
-            mbs(rec[rounds / 2]),
-            100.0 * ratios[rounds / 2],
-            100.0 * ratios[0],
-            100.0 * ratios[rounds - 1],
-            p.bytes.len(),
-            file_bytes as f64 / p.bytes.len() as f64,
-        );
+        let records = p.bytes.len() / p.size;
+        for (k, codec) in codecs.iter().enumerate() {
+            let mut ratios: Vec<f64> = times[0]
+                .iter()
+                .zip(&times[1 + k])
+                .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            let mut plain = times[0].clone();
+            let mut rec = times[1 + k].clone();
+            plain.sort();
+            rec.sort();
+            let mbs = |t: Duration| p.bytes.len() as f64 / t.as_secs_f64() / 1e6;
+            let rps = |t: Duration| records as f64 / t.as_secs_f64() / 1e6;
+            println!(
+                "interleaved {name} compression {codec}: plain {:.0} MB/s, recorder {:.0} MB/s = \
+                 {:.2} M records/s (medians of {rounds}), recorder/plain {:.1} % (median of \
+                 per-round ratios; min {:.1} %, max {:.1} %); file {} bytes for {} payload \
+                 bytes ({:.2}x)",
+                mbs(plain[rounds / 2]),
+                mbs(rec[rounds / 2]),
+                rps(rec[rounds / 2]),
+                100.0 * ratios[rounds / 2],
+                100.0 * ratios[0],
+                100.0 * ratios[rounds - 1],
+                file_bytes[k],
+                p.bytes.len(),
+                file_bytes[k] as f64 / p.bytes.len() as f64,
+            );
+        }
     }
 }
 
@@ -256,7 +273,7 @@ fn replay_max(c: &mut Criterion, tmp: &Path) {
 
     let events = Payloads::events(REPLAY_EVENTS);
     let path = tmp.join("replay.mcap");
-    write_recording(&path, &events, &producer_info());
+    write_recording(&path, &events, &producer_info(), Compression::default());
     let n = REPLAY_EVENTS as u64;
 
     let mut g = c.benchmark_group("replay_max/64B");

@@ -119,6 +119,25 @@ impl From {
     }
 }
 
+/// How a recording's chunks are compressed (`--compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Codec {
+    /// LZ4 frames (MCAP's `lz4`): files several times smaller, about 1 GB/s to compress.
+    Lz4,
+    /// Chunks stored as they are (the fastest writes; the largest files).
+    None,
+}
+
+impl Codec {
+    /// The writer's compression.
+    pub(crate) fn compression(self) -> snapbus_consumers::recording::Compression {
+        match self {
+            Codec::Lz4 => snapbus_consumers::recording::Compression::Lz4,
+            Codec::None => snapbus_consumers::recording::Compression::None,
+        }
+    }
+}
+
 /// Options of `snapbus echo`.
 #[derive(Debug, Args)]
 pub(crate) struct EchoArgs {
@@ -243,6 +262,9 @@ pub(crate) struct SnapshotArgs {
     /// Overwrite an existing file.
     #[arg(long)]
     pub(crate) force: bool,
+    /// How chunks are compressed: lz4 (files several times smaller) or none.
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = Codec::Lz4)]
+    pub(crate) compression: Codec,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
 }

@@ -848,7 +848,7 @@ pub(crate) fn python_with(modules: &str) -> bool {
     if std::env::var("SNAPBUS_REQUIRE_PYTHON").as_deref() == Ok("1") {
         panic!(
             "SNAPBUS_REQUIRE_PYTHON=1 but `python3 -c 'import {modules}'` fails: \
-             pip install pyarrow pandas mcap"
+             pip install pyarrow pandas mcap lz4"
         );
     }
     // Straight to the stderr file descriptor: the test harness captures `eprintln!` of
@@ -856,7 +856,7 @@ pub(crate) fn python_with(modules: &str) -> bool {
     let _ = writeln!(
         std::io::stderr(),
         "\n!!!!! skipped: `python3 -c 'import {modules}'` fails, so the Python cross-check does \
-         not run (pip install pyarrow pandas mcap; SNAPBUS_REQUIRE_PYTHON=1 makes this fail) \
+         not run (pip install pyarrow pandas mcap lz4; SNAPBUS_REQUIRE_PYTHON=1 makes this fail) \
          !!!!!\n"
     );
     false
@@ -882,7 +882,8 @@ pub(crate) fn python_json(script: &str, args: &[&str]) -> Json {
 
 #[test]
 fn python_mcap_reads_the_recording_and_the_mcap_json_export() {
-    if !python_with("mcap") {
+    // The recording is LZ4-compressed: the `mcap` package decodes it with `lz4`.
+    if !python_with("mcap, lz4") {
         return;
     }
     let (rec, out, _) = export_mixed("mixed-py.mcap", "mcap-json", "mixed-py-json.mcap");

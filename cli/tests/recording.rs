@@ -369,7 +369,8 @@ fn a_crashed_recorder_is_restarted_and_records_the_gap_once() {
 
 #[test]
 fn python_mcap_reads_a_recording_and_a_snapshot_with_the_right_counts() {
-    if !crate::export::python_with("mcap") {
+    // Recordings are LZ4-compressed: the `mcap` package decodes them with `lz4`.
+    if !crate::export::python_with("mcap, lz4") {
         return;
     }
     let (bus, file, id) = recorded_demo("py-rec.mcap", &[], 3, 5, 0);
@@ -429,11 +430,13 @@ struct Tick {
 /// Issue #15 item 4: 4 bytes overwritten in the middle of a recording of many chunks:
 /// `inspect`, `replay --print` and `export` skip the damaged chunk, say where it is and what it
 /// held, read every other record, and exit non-zero.
-/// Writes `n` `cli.tick` records (note: `i % 9` bytes) into `path`, in 4,000-byte chunks.
+/// Writes `n` `cli.tick` records (note: `i % 9` bytes) into `path`, in 4,000-byte chunks,
+/// uncompressed (tests find a record by its bytes).
 pub(crate) fn write_ticks(path: &std::path::Path, n: u64) {
     use snapbus_schemas::{Snapshot as _, Wire as _};
     let mut opts = snapbus_consumers::recording::WriterOptions::new("recorder", "test");
     opts.chunk_bytes = 4000;
+    opts.compression = snapbus_consumers::recording::Compression::None;
     let mut w = snapbus_consumers::recording::RecordingWriter::create(path, &opts).expect("create");
     let info = crate::util::producer_info(42, "ticker", 0xabc);
     let desc = std::sync::Arc::new(Tick::descriptor().clone());

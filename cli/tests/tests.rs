@@ -4,6 +4,7 @@ mod aggregator;
 mod attach;
 mod big_bus;
 mod bus;
+mod compression;
 mod demo;
 mod embedded;
 mod errors;

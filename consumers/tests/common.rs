@@ -50,6 +50,20 @@ pub(crate) fn header(seq: u64, t_nanos: u64, payload_len: usize) -> RecordHeader
     }
 }
 
+/// A producer of pid `pid` named `name` on lane `lane_id` (no tags, no command line).
+#[cfg(feature = "recording")]
+pub(crate) fn producer(pid: u32, name: &str, lane_id: u64) -> snapbus_bus::ProducerInfo {
+    snapbus_bus::ProducerInfo {
+        pid,
+        name: name.into(),
+        cmdline: Vec::new(),
+        session_tag: None,
+        perf_tag: None,
+        lane_id,
+        started_nanos: 1,
+    }
+}
+
 /// A loss of `lost` records of producer `producer_id`, for calling `Consumer::on_lag`.
 #[cfg(any(feature = "aggregator", feature = "recording"))]
 pub(crate) fn lag(

@@ -791,6 +791,19 @@ fn small_chunks(bus: &Bus, name: &str) -> Vec<u8> {
     std::fs::read(&path).expect("read")
 }
 
+/// The middle of the first chunk (compressed or not) that ends past the middle of the file.
+fn mid_chunk(file: &[u8]) -> usize {
+    let mut at = 8;
+    loop {
+        let len = u64::from_le_bytes(file[at + 1..at + 9].try_into().expect("8 bytes")) as usize;
+        let end = at + 9 + len;
+        if file[at] == mcap::records::op::CHUNK && end > file.len() / 2 {
+            return (at + end) / 2;
+        }
+        at = end;
+    }
+}
+
 /// Issue #15 item 4: 4 bytes overwritten inside a chunk: that chunk is skipped and reported
 /// (byte range, records, time range), everything after it is read, through the footer.
 #[test]
@@ -798,7 +811,7 @@ fn a_damaged_chunk_is_skipped_and_described_and_the_rest_is_read() {
     let bus = Bus::start("rec10");
     let good = small_chunks(&bus, "damaged.mcap");
     let mut bad = good.clone();
-    let at = good.len() / 2;
+    let at = mid_chunk(&good);
     bad[at..at + 4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
     assert_ne!(bad, good);
     let mut reader = RecordingReader::new(&bad[..]);
@@ -1000,15 +1013,7 @@ fn a_message_outside_the_chunks_is_damage_not_a_record() {
 
 /// A producer as a consumer's hooks see it.
 fn producer(name: &str, lane_id: u64) -> snapbus_bus::ProducerInfo {
-    snapbus_bus::ProducerInfo {
-        pid: 4242,
-        name: name.into(),
-        cmdline: Vec::new(),
-        session_tag: None,
-        perf_tag: None,
-        lane_id,
-        started_nanos: 1,
-    }
+    crate::common::producer(4242, name, lane_id)
 }
 
 /// Hands `rec` one record, as the run loop would.

@@ -2,14 +2,18 @@
 //! the channels), the header, a chunk's length, the summary — never costs the records of an
 //! intact chunk. The chunks and what they hold are counted here by parsing the undamaged file's
 //! top-level records (independently of the reader), and each damaged copy is read with
-//! resynchronisation, as the CLI and Python read files, under a watchdog.
+//! resynchronisation, as the CLI and Python read files, under a watchdog. Both with chunks
+//! compressed (LZ4, the default: a flipped bit in a compressed chunk is damage counted, never a
+//! panic) and stored as they are.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use snapbus_bus::schemas::{Snapshot, Wire};
-use snapbus_consumers::recording::{Item, RecordingReader, RecordingWriter, WriterOptions};
+use snapbus_consumers::recording::{
+    Compression, Item, RecordingReader, RecordingWriter, WriterOptions,
+};
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "fuzz.step", version = 1, crate = "snapbus_bus::schemas")]
@@ -29,24 +33,17 @@ fn step(i: u64) -> Step {
 
 /// Writes `RECORDS` records in ~2 KB chunks over three channels (emitters), the third first
 /// used half way: its channel is declared in a later chunk than the others.
-fn recording() -> Vec<u8> {
+fn recording(compression: Compression) -> Vec<u8> {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fuzz-{}", std::process::id()));
+        .join(format!("fuzz-{}-{compression}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let path = dir.join("fuzz.mcap");
     let _ = std::fs::remove_file(&path);
     let mut opts = WriterOptions::new("recorder", "test");
     opts.chunk_bytes = 2000;
+    opts.compression = compression;
     let mut w = RecordingWriter::create(&path, &opts).expect("create");
-    let info = snapbus_bus::ProducerInfo {
-        pid: 4242,
-        name: "fuzzer".into(),
-        cmdline: Vec::new(),
-        session_tag: None,
-        perf_tag: None,
-        lane_id: 0x44,
-        started_nanos: 1,
-    };
+    let info = crate::common::producer(4242, "fuzzer", 0x44);
     let desc = Arc::new(Step::descriptor().clone());
     for i in 0..RECORDS {
         let payload = step(i).encode_to_vec().expect("encode");
@@ -88,17 +85,32 @@ fn chunks(file: &[u8]) -> Vec<Chunk> {
         let (opcode, len) = (file[at], u64_at(file, at + 1) as usize);
         let end = at + 9 + len;
         if opcode == mcap::records::op::CHUNK {
-            // start, end, uncompressed size (u64 each), CRC (u32), compression (empty string:
-            // u32 length), records length (u64), then the records.
-            let mut r = at + 9 + 8 * 3 + 4 + 4 + 8;
+            // start, end, uncompressed size (u64 each), CRC (u32), compression (u32 length +
+            // name), records length (u64), then the records (an LZ4 frame for `lz4`).
+            let name_len = u32::from_le_bytes(file[at + 37..at + 41].try_into().expect("4"));
+            let stored = &file[at + 9 + 8 * 3 + 4 + 4 + name_len as usize + 8..end];
+            let plain = match &file[at + 41..at + 41 + name_len as usize] {
+                b"" => stored.to_vec(),
+                b"lz4" => {
+                    let mut out = Vec::new();
+                    std::io::Read::read_to_end(
+                        &mut lz4_flex::frame::FrameDecoder::new(stored),
+                        &mut out,
+                    )
+                    .expect("an intact LZ4 frame");
+                    out
+                }
+                other => panic!("compression {other:?}"),
+            };
+            let mut r = 0;
             let mut records = 0;
-            while r < end {
-                if file[r] == mcap::records::op::MESSAGE {
+            while r < plain.len() {
+                if plain[r] == mcap::records::op::MESSAGE {
                     records += 1;
                 }
-                r += 9 + u64_at(file, r + 1) as usize;
+                r += 9 + u64_at(&plain, r + 1) as usize;
             }
-            assert_eq!(r, end, "the chunk's records fill it");
+            assert_eq!(r, plain.len(), "the chunk's records fill it");
             out.push(Chunk {
                 start: at,
                 end,
@@ -169,7 +181,16 @@ fn read(bytes: Vec<u8>) -> Read {
 
 #[test]
 fn one_flipped_bit_anywhere_never_costs_an_intact_chunks_records() {
-    let good = recording();
+    flips_never_cost_intact_chunks(Compression::None);
+}
+
+#[test]
+fn one_flipped_bit_in_a_compressed_recording_never_costs_an_intact_chunks_records() {
+    flips_never_cost_intact_chunks(Compression::Lz4);
+}
+
+fn flips_never_cost_intact_chunks(compression: Compression) {
+    let good = recording(compression);
     let table = chunks(&good);
     assert!(table.len() >= 10, "many chunks: {table:?}");
     assert_eq!(table.iter().map(|c| c.records).sum::<u64>(), RECORDS);

@@ -3,6 +3,8 @@
 #[cfg(feature = "aggregator")]
 mod aggregator;
 mod common;
+#[cfg(feature = "recording")]
+mod compression;
 mod fields;
 #[cfg(feature = "otlp")]
 mod otlp;

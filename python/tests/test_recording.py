@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import lz4.frame
 import numpy as np
 import pytest
 from conftest import (
@@ -135,11 +136,17 @@ def _chunks(data: bytes) -> list[tuple[int, int, int]]:
         opcode, length = data[at], int.from_bytes(data[at + 1 : at + 9], "little")
         end = at + 9 + length
         if opcode == 0x06:
-            # start, end, uncompressed size (u64), CRC (u32), compression (u32 + ""), length.
-            r, n = at + 9 + 8 * 3 + 4 + 4 + 8, 0
-            while r < end:
-                n += data[r] == 0x05
-                r += 9 + int.from_bytes(data[r + 1 : r + 9], "little")
+            # start, end, uncompressed size (u64), CRC (u32), compression (u32 + name), length,
+            # records (an LZ4 frame for "lz4", snapbus's default).
+            name_len = int.from_bytes(data[at + 37 : at + 41], "little")
+            name = data[at + 41 : at + 41 + name_len]
+            records = data[at + 41 + name_len + 8 : end]
+            if name == b"lz4":
+                records = lz4.frame.decompress(records)
+            r, n = 0, 0
+            while r < len(records):
+                n += records[r] == 0x05
+                r += 9 + int.from_bytes(records[r + 1 : r + 9], "little")
             out.append((at, end, n))
         at = end
     return out

@@ -21,8 +21,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 use snapbus_consumers::recording::{
-    CUT_METADATA, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA, RECORDING_METADATA, ReadError,
-    ReadErrorKind, RecordingReader,
+    CUT_METADATA, ChunkBytes, Damage, HISTORY_METADATA, Item, PRODUCER_METADATA,
+    RECORDING_METADATA, ReadError, ReadErrorKind, RecordingReader,
 };
 
 use crate::bus::utc;
@@ -90,6 +90,8 @@ struct Contents {
     skipped: Vec<Damage>,
     /// Where reading stopped, if it did before the end.
     damage: Option<ReadError>,
+    /// The intact chunks: bytes stored and uncompressed, codecs.
+    chunks: ChunkBytes,
 }
 
 impl Contents {
@@ -109,6 +111,7 @@ impl Contents {
             }
         }
         contents.complete = reader.complete();
+        contents.chunks = reader.chunk_bytes().clone();
         Ok(contents)
     }
 
@@ -255,6 +258,11 @@ fn write_json(
         "complete": c.complete,
         "recording": c.recording,
         "records": c.records(),
+        "compression": json!({
+            "codecs": c.chunks.codecs, "chunks": c.chunks.chunks,
+            "stored_bytes": c.chunks.stored, "uncompressed_bytes": c.chunks.uncompressed,
+            "ratio": c.chunks.ratio(),
+        }),
         "first_nanos": first,
         "last_nanos": last,
         "producers": c.producers.values().collect::<Vec<_>>(),
@@ -315,7 +323,28 @@ fn write_summary(out: &mut impl Write, path: &Path, c: &Contents) -> anyhow::Res
         _ => writeln!(out, "time       (no records)")?,
     }
     writeln!(out, "records    {}", c.records())?;
+    writeln!(out, "chunks     {}", chunk_line(&c.chunks))?;
     Ok(())
+}
+
+/// The chunks' codecs and compression ratio (stored / uncompressed bytes).
+fn chunk_line(c: &ChunkBytes) -> String {
+    if c.chunks == 0 {
+        return "(none read)".into();
+    }
+    let codecs = c.codecs.iter().cloned().collect::<Vec<_>>().join("+");
+    let smaller = if c.stored == 0 || c.stored == c.uncompressed {
+        String::new()
+    } else {
+        format!(", {:.1}x smaller", c.uncompressed as f64 / c.stored as f64)
+    };
+    format!(
+        "{}, compression {codecs}: {} bytes stored for {} uncompressed (ratio {:.3}{smaller})",
+        c.chunks,
+        c.stored,
+        c.uncompressed,
+        c.ratio()
+    )
 }
 
 /// PRODUCERS: a line per producer metadata record.

@@ -24,7 +24,7 @@ use snapbus_consumers::{RunError, RunOptions, RunSummary, run as run_consumer};
 use crate::bus::{bus_dir, connect, globs};
 
 pub(crate) mod runs;
-use crate::cli::{BusArgs, From};
+use crate::cli::{BusArgs, Codec, From};
 use crate::consumer_kinds::kind::{BuiltinConsumer, bus_and_run, restart_count};
 
 /// Options of `snapbus record` (and `snapbus attach recorder`).
@@ -55,6 +55,9 @@ pub(crate) struct RecordArgs {
     /// Overwrite existing files.
     #[arg(long)]
     pub(crate) force: bool,
+    /// How chunks are compressed: lz4 (files several times smaller) or none (the fastest).
+    #[arg(long, value_enum, value_name = "CODEC", default_value_t = Codec::Lz4)]
+    pub(crate) compression: Codec,
     #[command(flatten)]
     pub(crate) bus: BusArgs,
 }
@@ -122,6 +125,7 @@ pub(crate) fn run(args: &RecordArgs) -> anyhow::Result<()> {
     }
     let mut writer = WriterOptions::new("recorder", dir.name().as_str());
     writer.overwrite = args.force;
+    writer.compression = args.compression.compression();
     let mut recorder = Recorder::create(RecorderOptions {
         path: output.clone(),
         rotate_bytes: args.rotate_mb.map(|mb| mb << 20),

@@ -39,6 +39,7 @@ pub(crate) fn run(args: &SnapshotArgs) -> anyhow::Result<()> {
     }
     let mut writer = WriterOptions::new("snapshot", dir.name().as_str());
     writer.overwrite = args.force;
+    writer.compression = args.compression.compression();
     let start = match args.last {
         Some(d) => {
             let from = now_realtime_nanos()

@@ -355,7 +355,8 @@ mod tests {
     fn samples(kind: &str, dir: &str) -> Vec<Vec<String>> {
         let args = match kind {
             "recorder" => {
-                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force\n\
+                "-o OUT/r.mcap --schema a.* --schema=-b --rotate-mb 3 --from oldest --force \
+                 --compression none\n\
                  --dir OUT/runs --keep-bytes 5M --rotate-mb 2"
             }
             "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",

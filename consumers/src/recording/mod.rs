@@ -72,11 +72,13 @@
 //! chunk without a footer. [`WriteError::is_permanent`] tells a recorder not to be restarted
 //! into the same failure.
 
+pub(crate) mod mcap_out;
 mod reader;
 mod writer;
 
+pub use mcap_out::Compression;
 pub use reader::{
-    ChannelInfo, Damage, Held, Item, Message, ReadError, ReadErrorKind, RecordingReader,
+    ChannelInfo, ChunkBytes, Damage, Held, Item, Message, ReadError, ReadErrorKind, RecordingReader,
 };
 pub use writer::{
     CUT_METADATA, HISTORY_METADATA, History, HistoryStart, RecordingWriter, WriteError,

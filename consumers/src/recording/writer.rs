@@ -10,11 +10,12 @@ use mcap::records::{MessageHeader, Metadata};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Wire};
 use thiserror::Error;
 
+use super::mcap_out::{Compression, McapOut};
 use crate::output::OutputError;
 use crate::runtime::{Producer, RecordHeader};
 
 use super::{
-    FORMAT_VERSION, LossRecord, MESSAGE_ENCODING, PRODUCER_METADATA, PROFILE, RECORDING_METADATA,
+    FORMAT_VERSION, LossRecord, MESSAGE_ENCODING, PRODUCER_METADATA, RECORDING_METADATA,
     SCHEMA_ENCODING,
 };
 
@@ -108,16 +109,19 @@ pub struct WriterOptions {
     pub chunk_bytes: u64,
     /// Overwrite an existing file.
     pub overwrite: bool,
+    /// How chunks are compressed (default LZ4).
+    pub compression: Compression,
 }
 
 impl WriterOptions {
-    /// 1 MiB chunks, no overwriting.
+    /// 1 MiB chunks, LZ4, no overwriting.
     pub fn new(source: impl Into<String>, bus: impl Into<String>) -> WriterOptions {
         WriterOptions {
             source: source.into(),
             bus: bus.into(),
             chunk_bytes: 1 << 20,
             overwrite: false,
+            compression: Compression::default(),
         }
     }
 }
@@ -167,7 +171,7 @@ pub enum HistoryStart {
 /// without a footer. Either way it stays readable and says it is incomplete.
 pub struct RecordingWriter {
     path: PathBuf,
-    mcap: Option<mcap::Writer<BufWriter<File>>>,
+    mcap: Option<McapOut<BufWriter<File>>>,
     /// The same file, for its length and for cutting it after a failed write.
     file: File,
     /// (schema id, version, fingerprint) → MCAP schema id.
@@ -215,15 +219,13 @@ impl RecordingWriter {
         // Chunks are built in memory and written whole: a killed writer leaves complete chunks
         // (and at most one partly written one at the end), never a chunk header that promises
         // data that is not there.
-        let mcap = mcap::WriteOptions::new()
-            .profile(PROFILE)
-            .library(format!("snapbus {}", env!("CARGO_PKG_VERSION")))
-            .compression(None)
-            .use_chunks(true)
-            .disable_seeking(true)
-            .chunk_size(Some(opts.chunk_bytes))
-            .create(BufWriter::with_capacity(256 << 10, file))
-            .map_err(|e| mcap_error(path, e))?;
+        let mcap = McapOut::new(
+            BufWriter::with_capacity(256 << 10, file),
+            opts.compression,
+            opts.chunk_bytes,
+            &format!("snapbus {}", env!("CARGO_PKG_VERSION")),
+        )
+        .map_err(|e| mcap_error(path, e))?;
         let mut w = RecordingWriter {
             path: path.to_owned(),
             mcap: Some(mcap),
@@ -270,7 +272,7 @@ impl RecordingWriter {
     /// Runs `f` on the MCAP writer; the first failure is remembered, later calls fail at once.
     fn with_mcap<T>(
         &mut self,
-        f: impl FnOnce(&mut mcap::Writer<BufWriter<File>>) -> mcap::McapResult<T>,
+        f: impl FnOnce(&mut McapOut<BufWriter<File>>) -> mcap::McapResult<T>,
     ) -> Result<T, WriteError> {
         if let Some((first, permanent)) = &self.failed {
             return Err(WriteError::Failed {
@@ -492,8 +494,15 @@ impl RecordingWriter {
             // A full chunk (where the MCAP writer would end it before the next message): hand
             // it to the file now, so that a write that fails later (a full disk) cuts the file
             // back to here, not to where the caller last flushed (a snapshot flushes only at
-            // its end).
-            self.flush()?;
+            // its end). Not waiting for its compression (a second thread's): the file is cut
+            // back to the chunk before it at most.
+            let (unwritten, range) = self.with_mcap(|m| m.hand_over())?;
+            self.chunk_fill = 0;
+            if let Ok(m) = self.file.metadata() {
+                self.good_len = m.len();
+                self.good_messages = self.messages - unwritten;
+                self.unflushed_nanos = range;
+            }
         }
         Ok(())
     }
@@ -552,9 +561,7 @@ impl RecordingWriter {
     /// the messages written. After a failed write, ends the file as the type's documentation
     /// says and returns the first failure.
     pub fn finish(mut self) -> Result<u64, WriteError> {
-        let finished = self
-            .flush()
-            .and_then(|()| self.with_mcap(|m| m.finish().map(drop)));
+        let finished = self.flush().and_then(|()| self.with_mcap(|m| m.finish()));
         match finished {
             Ok(()) => {
                 let Some(mcap) = self.mcap.take() else {
@@ -623,9 +630,14 @@ impl RecordingWriter {
         self.messages
     }
 
-    /// About how many bytes the file holds (for rotation).
+    /// About how many bytes the file holds (for rotation and `ls`).
     pub fn approx_bytes(&self) -> u64 {
-        self.approx_bytes
+        // Bytes written (compressed chunks at their size), plus the chunks not yet written at
+        // their uncompressed size.
+        match &self.mcap {
+            Some(m) => m.approx_len(),
+            None => self.approx_bytes,
+        }
     }
 
     /// The file.

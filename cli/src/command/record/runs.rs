@@ -54,11 +54,13 @@ pub(crate) fn run(
         n => restart_start(n, &dir.join("run.mcap")),
     };
     let keep_bytes = args.keep_bytes.unwrap_or(DEFAULT_KEEP_BYTES);
+    let mut writer = WriterOptions::new("recorder", bus.name().as_str());
+    writer.compression = args.compression.compression();
     let mut recorder = RunRecorder::new(RunsOptions {
         dir: dir.clone(),
         rotate_bytes: args.rotate_mb.map_or(DEFAULT_ROTATE_BYTES, |mb| mb << 20),
         keep_bytes,
-        writer: WriterOptions::new("recorder", bus.name().as_str()),
+        writer,
         start,
     });
     let mut opts = recorder.run_options();

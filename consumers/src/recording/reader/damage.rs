@@ -23,6 +23,48 @@ const SUMMARY_LIMIT: u64 = 256 << 20;
 /// uncompressed size, CRC, compression (empty), records length.
 const CHUNK_HEAD: usize = 1 + 8 + 8 + 8 + 8 + 4 + 4 + 8;
 
+/// The same for an LZ4 chunk (compression `lz4`).
+const LZ4_HEAD: usize = CHUNK_HEAD + 3;
+
+/// A chunk header found while resynchronising.
+struct Candidate {
+    /// The record's length field.
+    len: u64,
+    start: u64,
+    end: u64,
+    /// Uncompressed size of its records.
+    size: u64,
+    crc: u32,
+    /// Compressed with LZ4 (else stored).
+    lz4: bool,
+    /// Bytes of the record before its records.
+    head: usize,
+    /// Its records' length as stored.
+    records: u64,
+}
+
+impl Candidate {
+    /// The header at the start of `b` (a chunk opcode), if its compression is one snapbus
+    /// writes and `b` holds all of it.
+    fn parse(b: &[u8]) -> Option<Candidate> {
+        let (lz4, head) = match u32_at(b, 37) {
+            0 => (false, CHUNK_HEAD),
+            3 if b.get(41..44) == Some(b"lz4") && b.len() >= LZ4_HEAD => (true, LZ4_HEAD),
+            _ => return None,
+        };
+        Some(Candidate {
+            len: u64_at(b, 1),
+            start: u64_at(b, 9),
+            end: u64_at(b, 17),
+            size: u64_at(b, 25),
+            crc: u32_at(b, 33),
+            lz4,
+            head,
+            records: u64_at(b, head - 8),
+        })
+    }
+}
+
 fn u64_at(b: &[u8], i: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[i..i + 8]);
@@ -149,7 +191,7 @@ impl<R: Read> RecordingReader<R> {
     /// The offset of the first intact chunk at or after `from`.
     fn find_chunk(&mut self, seek: SeekFn<R>, from: u64) -> Option<u64> {
         let end = seek(&mut self.src, std::io::SeekFrom::End(0)).ok()?;
-        let mut buf = vec![0u8; READ_PIECE + CHUNK_HEAD];
+        let mut buf = vec![0u8; READ_PIECE + LZ4_HEAD];
         let mut pos = from;
         while pos + CHUNK_HEAD as u64 <= end {
             seek(&mut self.src, std::io::SeekFrom::Start(pos)).ok()?;
@@ -161,35 +203,44 @@ impl<R: Read> RecordingReader<R> {
                 if buf[i] != mcap::records::op::CHUNK {
                     continue;
                 }
-                let h = &buf[i..i + CHUNK_HEAD];
-                let (len, size, crc, clen, rlen) = (
-                    u64_at(h, 1),
-                    u64_at(h, 25),
-                    u32_at(h, 33),
-                    u32_at(h, 37),
-                    u64_at(h, 41),
-                );
                 let at = pos + i as u64;
-                let plausible = clen == 0
-                    && crc != 0
-                    && rlen == size
-                    && rlen <= RECORD_LIMIT as u64
-                    && len == (CHUNK_HEAD as u64 - 9) + rlen
-                    && u64_at(h, 9) <= u64_at(h, 17)
-                    && at + 9 + len <= end;
-                if plausible && self.chunk_crc_matches(seek, at + CHUNK_HEAD as u64, rlen, crc) {
+                let Some(c) = Candidate::parse(&buf[i..n]) else {
+                    continue;
+                };
+                let plausible = c.crc != 0
+                    && c.records <= RECORD_LIMIT as u64
+                    && c.size <= RECORD_LIMIT as u64
+                    && (c.lz4 || c.records == c.size)
+                    && c.len == (c.head as u64 - 9) + c.records
+                    && c.start <= c.end
+                    && at + 9 + c.len <= end;
+                if plausible && self.chunk_crc_matches(seek, at + c.head as u64, &c) {
                     return Some(at);
                 }
             }
-            pos += (n - CHUNK_HEAD + 1) as u64;
+            // The next piece overlaps this one by a chunk header.
+            pos += (n.saturating_sub(LZ4_HEAD) + 1) as u64;
         }
         None
     }
 
-    fn chunk_crc_matches(&mut self, seek: SeekFn<R>, from: u64, len: u64, crc: u32) -> bool {
+    fn chunk_crc_matches(&mut self, seek: SeekFn<R>, from: u64, c: &Candidate) -> bool {
         if seek(&mut self.src, std::io::SeekFrom::Start(from)).is_err() {
             return false;
         }
+        if c.lz4 {
+            // The CRC is over the records uncompressed.
+            let Ok(len) = usize::try_from(c.records) else {
+                return false;
+            };
+            let mut packed = vec![0u8; len];
+            return match read_full(&mut self.src, &mut packed) {
+                Ok(n) if n == len => crate::recording::mcap_out::lz4_unframe(&packed, c.size)
+                    .is_ok_and(|plain| crc32fast::hash(&plain) == c.crc),
+                _ => false,
+            };
+        }
+        let len = c.records;
         let mut h = crc32fast::Hasher::new();
         let mut piece = vec![0u8; READ_PIECE.min(usize::try_from(len).unwrap_or(READ_PIECE))];
         let mut left = len;
@@ -201,7 +252,7 @@ impl<R: Read> RecordingReader<R> {
             }
             left -= k as u64;
         }
-        h.finalize() == crc
+        h.finalize() == c.crc
     }
 
     /// A message index record after a damaged chunk: what the chunk held.

@@ -18,7 +18,7 @@ use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
 use snapbus_schemas::SchemaDescriptor;
 
 use super::RECORDING_METADATA;
-pub use types::{ChannelInfo, Damage, Held, Item, Message, ReadError, ReadErrorKind};
+pub use types::{ChannelInfo, ChunkBytes, Damage, Held, Item, Message, ReadError, ReadErrorKind};
 
 /// The MCAP magic (`\x89MCAP0\r\n`); byte 5 is the major version.
 const MAGIC: &[u8; 8] = b"\x89MCAP0\r\n";
@@ -71,6 +71,8 @@ pub struct RecordingReader<R: Read> {
     last_at: Option<u64>,
     /// The data end record was read: what follows is the summary.
     data_ended: bool,
+    /// The intact chunks read.
+    chunk_bytes: ChunkBytes,
 }
 
 /// Schemas by MCAP id: the descriptor, or why it cannot be used.
@@ -160,7 +162,13 @@ impl<R: Read> RecordingReader<R> {
             deferred: None,
             seek: None,
             data_ended: false,
+            chunk_bytes: ChunkBytes::default(),
         }
+    }
+
+    /// The intact chunks read so far: their bytes stored and uncompressed, their codecs.
+    pub fn chunk_bytes(&self) -> &ChunkBytes {
+        &self.chunk_bytes
     }
 
     /// Whether the whole file was read, through its footer and end magic.
@@ -332,7 +340,7 @@ impl<R: Read> RecordingReader<R> {
         let chunk = match &record {
             Record::Chunk { header, data } => Some((
                 (header.message_start_time, header.message_end_time),
-                header.uncompressed_size == data.len() as u64,
+                !header.compression.is_empty() || header.uncompressed_size == data.len() as u64,
             )),
             _ => None,
         };

@@ -68,12 +68,24 @@ impl<R: Read> RecordingReader<R> {
             kind: ReadErrorKind::Corrupt(m),
         };
         match record {
-            // Uncompressed chunks (all that snapbus writes) are parsed here: CRC first, then
+            // Uncompressed and LZ4 chunks (what snapbus writes) are parsed here: CRC first, then
             // the records with checked lengths. mcap's ChunkReader parses records before it
             // checks the CRC, overflows on a record length near u64::MAX (a panic), and
             // allocates per record.
             Record::Chunk { header, data } if header.compression.is_empty() => {
-                self.take_plain_chunk(&header, &data, at)
+                self.take_plain_chunk(&header, &data, at)?;
+                self.count_chunk("none", data.len(), data.len());
+                Ok(())
+            }
+            // LZ4 (what snapbus writes by default): decompressed (bounded by the size its
+            // header states), then the same checks.
+            Record::Chunk { header, data } if header.compression == "lz4" => {
+                let plain =
+                    crate::recording::mcap_out::lz4_unframe(&data, header.uncompressed_size)
+                        .map_err(corrupt)?;
+                self.take_plain_chunk(&header, &plain, at)?;
+                self.count_chunk("lz4", data.len(), plain.len());
+                Ok(())
             }
             Record::Chunk { header, data } => {
                 let chunk = mcap::read::ChunkReader::new(header, &data)
@@ -89,6 +101,17 @@ impl<R: Read> RecordingReader<R> {
                 Ok(())
             }
             other => self.take_inner(other, at),
+        }
+    }
+
+    /// Counts an intact chunk into [`RecordingReader::chunk_bytes`].
+    fn count_chunk(&mut self, codec: &str, stored: usize, uncompressed: usize) {
+        let c = &mut self.chunk_bytes;
+        c.chunks += 1;
+        c.stored += stored as u64;
+        c.uncompressed += uncompressed as u64;
+        if !c.codecs.contains(codec) {
+            c.codecs.insert(codec.to_owned());
         }
     }
 

@@ -10,6 +10,31 @@ use thiserror::Error;
 
 use crate::recording::{FORMAT_VERSION, LossRecord};
 
+/// The chunks read so far: how many, their records' bytes as stored and uncompressed, and
+/// their codecs (`none` for chunks stored as they are). Damaged chunks are not counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkBytes {
+    /// Chunks read.
+    pub chunks: u64,
+    /// Their records' bytes in the file (compressed).
+    pub stored: u64,
+    /// Their records' bytes uncompressed.
+    pub uncompressed: u64,
+    /// Their codecs (MCAP names; `none` for uncompressed).
+    pub codecs: std::collections::BTreeSet<String>,
+}
+
+impl ChunkBytes {
+    /// Stored / uncompressed bytes (1 when nothing was read).
+    pub fn ratio(&self) -> f64 {
+        if self.uncompressed == 0 {
+            1.0
+        } else {
+            self.stored as f64 / self.uncompressed as f64
+        }
+    }
+}
+
 /// What is wrong with a file, and where.
 #[derive(Debug, Error)]
 #[error("{kind} (at byte offset {offset})")]
