@@ -3,10 +3,11 @@
 
 One wheel for every CPython from 3.8 on, tagged `cp38-abi3`, that carries:
 
-- two builds of the native module `snapbus._snapbus`, both on the stable ABI:
-  `snapbus/_py311/` (CPython >= 3.11: the buffer protocol and vectorcall) and
-  `snapbus/_py38/` (3.8 to 3.10, where the stable ABI has neither); `snapbus/_native.py`
-  imports the one for the running interpreter;
+- four builds of the native module `snapbus._snapbus`: `snapbus/_py311/` on the stable ABI
+  for CPython 3.11 and every later version, and `snapbus/_cp38/`, `_cp39/`, `_cp310/` on each
+  version's full API (the stable ABI has no buffer protocol before 3.11 and no vectorcall
+  before 3.10: a stable-ABI build for 3.8 took 1.5x as long per snapshot, 2.4x with an
+  array); `snapbus/_native.py` imports the one for the running interpreter;
 - the `snapbus` command-line binary, installed on the environment's PATH (`<venv>/bin`).
 
 So `pip wheel ./python` runs once where Rust is, and its wheel installs on every node and
@@ -41,9 +42,14 @@ else:
 PYTHON_DIR = Path(__file__).resolve().parent.parent
 ROOT = PYTHON_DIR.parent
 PACKAGE = PYTHON_DIR / "snapbus"
-# The two builds of the native module: (directory in the package, cargo feature, the oldest
-# CPython it loads into).
-VARIANTS = {"_py311": ("abi3-py311", "3.11"), "_py38": ("abi3-py38", "3.8")}
+# The builds of the native module: directory in the package -> (the cargo feature of a
+# stable-ABI build or None, the CPython version it is built for: the oldest it loads into).
+VARIANTS: Dict[str, Tuple[Optional[str], str]] = {
+    "_py311": ("abi3-py311", "3.11"),
+    "_cp38": (None, "3.8"),
+    "_cp39": (None, "3.9"),
+    "_cp310": (None, "3.10"),
+}
 WHEEL_TAG_PYTHON = "cp38-abi3"
 
 
@@ -73,7 +79,7 @@ def build_wheel(
     config_settings: Optional[Dict[str, Any]] = None,
     metadata_directory: Optional[str] = None,
 ) -> str:
-    """Both native builds and the CLI, packed with the Python sources."""
+    """Every native build and the CLI, packed with the Python sources."""
     started = time.monotonic()
     built = _cargo_build(list(VARIANTS), with_cli=True)
     files: List[Tuple[str, bytes, int]] = list(_sources())
@@ -94,12 +100,12 @@ def build_editable(
     """The native build for this interpreter, in place in `python/snapbus/`, and a wheel that
     points the environment at `python/` (the CLI stays with cargo: `target/*/snapbus`)."""
     started = time.monotonic()
-    from_version = "_py311" if sys.version_info >= (3, 11) else "_py38"
-    built = _cargo_build([from_version], with_cli=False)
-    target = PACKAGE / from_version / "_snapbus.abi3.so"
+    variant = variant_for(sys.version_info[:2])
+    built = _cargo_build([variant], with_cli=False)
+    target = PACKAGE / variant / "_snapbus.abi3.so"
     target.parent.mkdir(exist_ok=True)
     tmp = target.with_suffix(".tmp")
-    shutil.copyfile(built[from_version], tmp)
+    shutil.copyfile(built[variant], tmp)
     os.replace(tmp, target)
     pth = (f"__editable__.{_dist()}.pth", (str(PYTHON_DIR) + "\n").encode(), 0o644)
     name = _write_wheel(Path(wheel_directory), [pth])
@@ -137,16 +143,22 @@ def _target_dir() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").resolve()
 
 
+def variant_for(version: Tuple[int, ...]) -> str:
+    """The build a CPython version imports (as `snapbus/_native.py` chooses)."""
+    return "_py311" if version >= (3, 11) else f"_cp3{version[1]}"
+
+
 def _pyo3_config(variant: str) -> Path:
-    """A pyo3 configuration for the variant's oldest CPython: built without that interpreter,
-    and without linking libpython (an extension module finds it in the process)."""
-    _, version = VARIANTS[variant]
+    """A pyo3 configuration for the variant's CPython: built without that interpreter, and
+    without linking libpython (an extension module finds it in the process)."""
+    feature, version = VARIANTS[variant]
     path = _target_dir() / "pyo3" / f"{variant}.cfg"
+    abi = f"target_abi=CPython-abi3-{version}\n" if feature else ""
     text = (
         "implementation=CPython\n"
         f"version={version}\n"
         "shared=true\n"
-        f"target_abi=CPython-abi3-{version}\n"
+        f"{abi}"
         "suppress_build_script_link_lines=true\n"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +176,8 @@ def _cargo_build(variants: List[str], with_cli: bool) -> Dict[str, Path]:
     for i, variant in enumerate(variants):
         feature, version = VARIANTS[variant]
         args = [cargo, "build", "--release", "--locked", "-p", "snapbus-python"]
-        args += ["--features", f"snapbus-python/{feature}"]
+        if feature:
+            args += ["--features", f"snapbus-python/{feature}"]
         if with_cli:
             # With the CLI in every run, the crates both use keep one set of features (no
             # rebuild between the runs).
@@ -172,7 +185,7 @@ def _cargo_build(variants: List[str], with_cli: bool) -> Dict[str, Path]:
         env = dict(os.environ)
         env["PYO3_CONFIG_FILE"] = str(_pyo3_config(variant))
         env["PYO3_BUILD_EXTENSION_MODULE"] = "1"
-        what = f"the native module for CPython >= {version}"
+        what = f"the native module for CPython {version}" + (" and later" if feature else "")
         if with_cli and i == 0:
             what += " and the snapbus command"
         _run_cargo(args, env, what)
@@ -268,7 +281,7 @@ def _sources() -> Iterator[Tuple[str, bytes, int]]:
         parts = rel.parts
         if path.is_dir() or "__pycache__" in parts or path.suffix in (".so", ".pyc", ".tmp"):
             continue
-        if any(p.startswith("_py3") for p in parts[1:-1]):
+        if any(p.startswith(("_py3", "_cp3")) for p in parts[1:-1]):
             continue
         yield rel.as_posix(), path.read_bytes(), 0o644
 

@@ -1,9 +1,9 @@
 """Loads the native half of snapbus built for this interpreter, as `snapbus._snapbus`.
 
-The wheel carries two builds of it, both on the stable ABI: `_py311/` for CPython 3.11 and
-newer (the buffer protocol joined the stable ABI in 3.11: arrays are copied straight from
-their memory) and `_py38/` for CPython 3.8 to 3.10 (arrays through `memoryview.tobytes()`).
-One wheel therefore installs on every CPython from 3.8 on, without Rust.
+The wheel carries four builds of it: `_py311/` on the stable ABI for CPython 3.11 and every
+later version, and `_cp38/`, `_cp39/`, `_cp310/` on each older version's full API (the stable
+ABI has no buffer protocol before 3.11). One wheel therefore installs on every CPython from 3.8
+on, without Rust.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-VARIANT = "_py311" if sys.version_info >= (3, 11) else "_py38"
+VARIANT = "_py311" if sys.version_info >= (3, 11) else f"_cp3{sys.version_info[1]}"
 
 
 def load() -> ModuleType:

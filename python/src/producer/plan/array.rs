@@ -1,14 +1,7 @@
-//! An array's memory as pass 1 measures it and pass 2 copies it, in the two builds of the
-//! native module the wheel carries:
-//!
-//! - **CPython 3.11 and newer** (and any build without `abi3-py38`): the buffer protocol
-//!   ([`PyUntypedBuffer`]), the array copied once, straight from its memory into the frame.
-//! - **CPython 3.8 to 3.10** (`abi3-py38`): the buffer protocol joined the stable ABI only in
-//!   3.11, so the array is read through a `memoryview` (its format, item size and shape) and its
-//!   C-order bytes (`memoryview.tobytes()`) are copied into the frame: one copy more than on
-//!   3.11, paid only by the interpreters that cannot do better.
-//!
-//! Both builds give the same checks and the same bytes.
+//! An array's memory as pass 1 measures it and pass 2 copies it: its buffer (the buffer
+//! protocol), checked against a dtype, and copied once, straight from its memory into the frame.
+//! (The buffer protocol is in the stable ABI from CPython 3.11; the wheel's builds for 3.8 to
+//! 3.10 use each version's full API.)
 
 use pyo3::prelude::*;
 use snapbus::PayloadWriter;
@@ -55,7 +48,6 @@ fn typed_error(dtype: DType, e: &dyn std::fmt::Display) -> EncodeError {
     }
 }
 
-#[cfg(not(feature = "abi3-py38"))]
 mod imp {
     use pyo3::buffer::{Element, PyBuffer, PyUntypedBuffer, ReadOnlyCell};
 
@@ -155,97 +147,6 @@ mod imp {
                 w.put_cells(cells, ReadOnlyCell::get, plain)
             }
             _ => w.put_with(n, plain)?,
-        }
-    }
-}
-
-#[cfg(feature = "abi3-py38")]
-mod imp {
-    use pyo3::intern;
-    use pyo3::types::{PyBytes, PyMemoryView};
-
-    use super::*;
-
-    /// An array read through a `memoryview` (the stable ABI before 3.11 has no buffer
-    /// protocol).
-    pub(crate) struct Array {
-        view: Py<PyMemoryView>,
-        format: Vec<u8>,
-        item_size: usize,
-        shape: Vec<usize>,
-        c_contiguous: bool,
-    }
-
-    impl Array {
-        /// A `memoryview` of `obj` (an error for an object without a buffer).
-        pub(crate) fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-            let py = obj.py();
-            let view = PyMemoryView::from(obj)?;
-            let format: String = view.getattr(intern!(py, "format"))?.extract()?;
-            Ok(Self {
-                format: format.into_bytes(),
-                item_size: view.getattr(intern!(py, "itemsize"))?.extract()?,
-                shape: view.getattr(intern!(py, "shape"))?.extract()?,
-                c_contiguous: view.getattr(intern!(py, "c_contiguous"))?.extract()?,
-                view: view.unbind(),
-            })
-        }
-
-        pub(crate) fn format(&self) -> &[u8] {
-            &self.format
-        }
-
-        pub(crate) fn item_size(&self) -> usize {
-            self.item_size
-        }
-
-        pub(crate) fn dimensions(&self) -> usize {
-            self.shape.len()
-        }
-
-        pub(crate) fn shape(&self) -> &[usize] {
-            &self.shape
-        }
-
-        pub(crate) fn item_count(&self) -> usize {
-            self.shape.iter().product()
-        }
-
-        pub(crate) fn len_bytes(&self) -> usize {
-            self.item_count() * self.item_size
-        }
-
-        pub(crate) fn is_c_contiguous(&self) -> bool {
-            self.c_contiguous
-        }
-
-        /// Always: its bytes are copied out (`tobytes`) before they reach the frame.
-        pub(crate) fn is_aligned(&self, _align: usize) -> bool {
-            true
-        }
-
-        /// Copies its `n` bytes, C order, into the frame (through `memoryview.tobytes()`).
-        pub(crate) fn copy_into(
-            &self,
-            py: Python<'_>,
-            dtype: DType,
-            n: usize,
-            w: &mut PayloadWriter<'_>,
-        ) -> Result<(), EncodeError> {
-            let bytes = self
-                .view
-                .bind(py)
-                .call_method0(intern!(py, "tobytes"))
-                .and_then(|b| Ok(b.cast_into::<PyBytes>()?))
-                .map_err(|e| typed_error(dtype, &e))?;
-            let bytes = bytes.as_bytes();
-            if bytes.len() != n {
-                return Err(typed_error(
-                    dtype,
-                    &"an array that changed size while emitted",
-                ));
-            }
-            w.put(bytes)
         }
     }
 }
