@@ -1,0 +1,90 @@
+"""The report consumer's command line: `python -m snapbus.reports --output-dir DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any, Optional, Sequence
+
+from ..consumer import _exit_reported, run
+from ._report import MONTY_SCHEMA, EpisodeReport
+
+
+class _Terminated(Exception):
+    """SIGTERM (the broker stopping it): flush and exit 0."""
+
+
+def _episodes(text: str) -> frozenset:  # type: ignore[type-arg]
+    try:
+        return frozenset(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected episode numbers like 0,3,7, not {text!r}"
+        ) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m snapbus.reports",
+        description="Write tbp.monty's result files ({mode}_stats.csv, detailed_run_stats.json) "
+        "from per-episode records on the bus.",
+    )
+    p.add_argument("--output-dir", required=True, metavar="DIR")
+    p.add_argument("--schema", default=MONTY_SCHEMA, metavar="GLOB")
+    p.add_argument("--run", default=None, metavar="ID", help="only this run's records")
+    p.add_argument(
+        "--detailed-per-episode",
+        action="store_true",
+        help="one detailed_run_stats/episode_%%06d.json per episode instead of JSON Lines",
+    )
+    p.add_argument(
+        "--detailed-episodes",
+        type=_episodes,
+        default=None,
+        metavar="N,N,...",
+        help="only these episodes' detailed JSON (default: all)",
+    )
+    p.add_argument("--from", dest="start", default="oldest", choices=["latest", "oldest"])
+    p.add_argument("--bus", default=None)
+    p.add_argument("--flush-every", type=float, default=1.0, metavar="SECONDS")
+    p.add_argument("--until-end", action="store_true", help="stop once every producer has ended")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ns = parser().parse_args(argv)
+    report = EpisodeReport(
+        ns.output_dir,
+        run=ns.run,
+        detailed_per_episode=ns.detailed_per_episode,
+        detailed_episodes=ns.detailed_episodes,
+    )
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        summary = run(
+            report,
+            ns.schema,
+            start=ns.start,
+            bus=ns.bus,
+            flush_every=ns.flush_every,
+            until_end=ns.until_end,
+        )
+        lost = summary.lost
+    except _Terminated:
+        report.flush()
+        lost = 0
+    print(
+        f"snapbus reports: {report.episodes} episodes, {report.skipped} of other runs "
+        f"skipped, {lost} lost",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _entry() -> int:
+    return _exit_reported(main, "snapbus reports", (ValueError, OSError))

@@ -1,0 +1,128 @@
+"""tbp.monty's file layouts (tbp-monty 0.55, `frameworks/loggers/monty_handlers.py`), rebuilt
+from one episode's `stats` mapping: what `BasicCSVStatsHandler` and `DetailedJSONHandler`
+write, byte for byte, without importing tbp.monty (which needs torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+# `BasicCSVStatsHandler.report_episode`'s front columns, with and without `most_likely_object`.
+TOP_COLUMNS_EVIDENCE = [
+    "primary_performance",
+    "stepwise_performance",
+    "num_steps",
+    "rotation_error",
+    "result",
+    "most_likely_object",
+    "primary_target_object",
+    "stepwise_target_object",
+    "highest_evidence",
+    "time",
+    "symmetry_evidence",
+    "monty_steps",
+    "monty_matching_steps",
+    "individual_ts_performance",
+    "individual_ts_reached_at_step",
+    "primary_target_position",
+    "primary_target_rotation_euler",
+    "most_likely_rotation",
+]
+TOP_COLUMNS = [
+    "primary_performance",
+    "stepwise_performance",
+    "num_steps",
+    "rotation_error",
+    "result",
+    "primary_target_object",
+    "stepwise_target_object",
+    "time",
+    "symmetry_evidence",
+    "monty_steps",
+    "monty_matching_steps",
+    "primary_target_position",
+    "primary_target_rotation_euler",
+]
+
+
+def csv_frame(stats: Dict[str, Any]) -> Any:
+    """One episode's rows as `BasicCSVStatsHandler` builds them: `lm_stats_to_dataframe` (one
+    row per `LM_*` key, `DataFrame.from_dict(orient="index")`, an `lm_id` column) with the
+    front columns moved first. tbp.monty raises `KeyError` when a front column is missing;
+    here a missing one is left out. None when the episode has no `LM_*` entry (tbp.monty
+    raises there too: `pd.concat([])`)."""
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+    lms = {k: v for k, v in stats.items() if isinstance(k, str) and k.startswith("LM_")}
+    if not lms:
+        return None
+    df = pd.concat([pd.DataFrame.from_dict(lms, orient="index")])
+    df["lm_id"] = df.index
+    top = TOP_COLUMNS_EVIDENCE if "most_likely_object" in df else TOP_COLUMNS
+    for column in reversed(top):
+        if column in df:
+            df.insert(0, column, df.pop(column))
+    return df
+
+
+def csv_chunks(stats: Dict[str, Any]) -> Any:
+    """(header, rows): the text `to_csv` writes for one episode with and without its header."""
+    df = csv_frame(stats)
+    if df is None:
+        return None
+    full = df.to_csv(None, header=True)
+    body = df.to_csv(None, header=False)
+    return full[: len(full) - len(body)], body
+
+
+class BufferEncoder(json.JSONEncoder):
+    """tbp.monty's `BufferEncoder` for what a decoded record holds: numpy arrays as lists,
+    numpy scalars as Python ones."""
+
+    def default(self, o: Any) -> Any:
+        tolist = getattr(o, "tolist", None)
+        if tolist is not None:
+            return tolist()
+        return json.JSONEncoder.default(self, o)
+
+
+def json_record(episode: int, stats: Dict[str, Any]) -> str:
+    """One `{"<episode>": stats}` object, as `DetailedJSONHandler` dumps it (no newline)."""
+    return json.dumps({episode: stats}, cls=BufferEncoder)
+
+
+def rename_existing(path: Path) -> None:
+    """tbp.monty's `maybe_rename_existing_file`: an existing `x.csv` becomes `x_old.csv` (an
+    existing `x_old.csv` is removed first)."""
+    if not path.exists():
+        return
+    old = path.with_name(path.stem + "_old" + path.suffix)
+    if old.exists():
+        old.unlink()
+    path.rename(old)
+
+
+def episode_file(output_dir: Path, episode: int) -> Path:
+    """The per-episode layout's file: `detailed_run_stats/episode_%06d.json`."""
+    return output_dir / "detailed_run_stats" / f"episode_{episode:06d}.json"
+
+
+def write_episode_file(output_dir: Path, episode: int, stats: Dict[str, Any]) -> None:
+    """`DetailedJSONHandler._save_per_episode`: renames an existing file, writes one object
+    without a newline."""
+    path = episode_file(output_dir, episode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rename_existing(path)
+    path.write_text(json_record(episode, stats))
+
+
+__all__: List[str] = [
+    "BufferEncoder",
+    "csv_chunks",
+    "csv_frame",
+    "episode_file",
+    "json_record",
+    "rename_existing",
+    "write_episode_file",
+]

@@ -1,0 +1,192 @@
+"""The per-episode report consumer: one record per episode (a mode, an episode number, a stats
+mapping, a run) into files kept in episode order, one set per run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Container, Dict, List, Optional, Tuple, Union
+
+from .._snapbus import Event
+from ..consumer import Consumer
+from . import _monty
+
+#: The schema of the monty preset: tbp.monty's `TelemetryEvent(kind="EpisodeStats", ...)` logged
+#: through `SnapbusHandler(schema_prefix="monty.")`.
+MONTY_SCHEMA = "monty.EpisodeStats"
+
+
+class OrderedFile:
+    """One output file whose content is per-episode chunks in episode order (whatever order
+    they arrive in): appended to while episodes come in order, rewritten (a temporary file
+    renamed over it) when one arrives before an episode already written. The file is the
+    first episode's header followed by every episode's rows, which is what appending episode
+    by episode with "a header on the first write only" gives. An existing file is renamed
+    `*_old` at the first write (tbp.monty's rule)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.chunks: Dict[int, Tuple[str, str]] = {}
+        self.written: List[int] = []
+        self.rewrite = False
+        self.started = False
+
+    def add(self, episode: int, header: str, rows: str) -> None:
+        if episode in self.chunks or (self.written and episode < self.written[-1]):
+            self.rewrite = True
+        self.chunks[episode] = (header, rows)
+
+    def write(self) -> None:
+        """Brings the file up to date with the chunks received."""
+        order = sorted(self.chunks)
+        if not order or (order == self.written and not self.rewrite):
+            return
+        if not self.started:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _monty.rename_existing(self.path)
+            self.started = True
+        if self.written and not self.rewrite:
+            new = order[len(self.written) :]
+            with self.path.open("a") as f:
+                f.write("".join(self.chunks[e][1] for e in new))
+        else:
+            text = self.chunks[order[0]][0] + "".join(self.chunks[e][1] for e in order)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+        self.written = order
+        self.rewrite = False
+
+
+class _Run:
+    """The files of one run."""
+
+    def __init__(self, run: str, started: float) -> None:
+        self.run = run
+        self.started = started
+        self.files: Dict[str, OrderedFile] = {}
+        self.episodes = 0
+
+
+def _field(payload: Any, name: str) -> Any:
+    if isinstance(payload, dict):
+        return payload.get(name)
+    return getattr(payload, name, None)
+
+
+class EpisodeReport(Consumer):
+    """Writes one record per episode into report files, tbp.monty's layout by default:
+    `{mode}_stats.csv` (as `BasicCSVStatsHandler`), `detailed_run_stats.json` (JSON Lines,
+    as `DetailedJSONHandler`) or, with `detailed_per_episode`, one
+    `detailed_run_stats/episode_%06d.json` per episode; `detailed_episodes`: only those
+    episodes' JSON (default all).
+
+    Each record names its run (`run`: an id shared by the run's workers, `run_started`: its
+    start, Unix seconds). Without `run` the producer's session tag is the run, else the
+    producer itself (pid and start); without `run_started`, the earliest producer start seen
+    for it. The newest run decides: records of an earlier run still in the ring are skipped
+    (counted as `skipped`), and when a newer run starts its files replace the earlier run's,
+    which become `*_old` as tbp.monty's second run into a directory does. `run`: only that
+    run's records."""
+
+    kind = "episode-report"
+
+    def __init__(
+        self,
+        output_dir: Union[str, Path],
+        *,
+        run: Optional[str] = None,
+        detailed_per_episode: bool = False,
+        detailed_episodes: Optional[Container[int]] = None,
+        csv: Callable[[Dict[str, Any]], Any] = _monty.csv_chunks,
+        fields: Tuple[str, str, str] = ("episode", "mode", "stats"),
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.only_run = run
+        self.detailed_per_episode = detailed_per_episode
+        self.detailed_episodes = detailed_episodes
+        self.csv = csv
+        self.fields = fields
+        self.current: Optional[_Run] = None
+        self.skipped = 0
+        self.episodes = 0
+        self._producer_starts: Dict[str, float] = {}
+
+    def _run_of(self, ev: Event, payload: Any) -> Tuple[str, float]:
+        run = _field(payload, "run")
+        producer = ev.producer
+        started = producer.started_nanos / 1e9
+        if run is None:
+            tag = producer.session_tag
+            run = f"session:{tag}" if tag else f"pid:{producer.pid}@{producer.started_nanos}"
+        run = str(run)
+        given = _field(payload, "run_started")
+        if given is not None:
+            return run, float(given)
+        first = self._producer_starts.setdefault(run, started)
+        if started < first:
+            self._producer_starts[run] = first = started
+        return run, first
+
+    def on_event(self, event: Event) -> Any:
+        payload = event.payload
+        run, started = self._run_of(event, payload)
+        if self.only_run is not None and run != self.only_run:
+            self.skipped += 1
+            return None
+        cur = self.current
+        if cur is None or (run != cur.run and started > cur.started):
+            self.flush()
+            cur = self.current = _Run(run, started)
+        elif run != cur.run:
+            self.skipped += 1
+            self.set_status("skipped", self.skipped)
+            return None
+        ep_name, mode_name, stats_name = self.fields
+        episode = int(_field(payload, ep_name))
+        mode = str(_field(payload, mode_name))
+        stats = _field(payload, stats_name)
+        if not isinstance(stats, dict):
+            raise ValueError(
+                f"{event.schema.id}: field {stats_name!r} is {type(stats).__name__}, not a "
+                "mapping (the per-episode report's contract: docs/python.md)"
+            )
+        self._add(cur, episode, mode, stats, _field(payload, "detailed"))
+        return None
+
+    def _add(
+        self, cur: _Run, episode: int, mode: str, stats: Dict[str, Any], detailed: Any
+    ) -> None:
+        chunks = self.csv(stats)
+        if chunks is not None:
+            name = f"{mode}_stats.csv"
+            f = self._file(cur, name)
+            f.add(episode, *chunks)
+        wanted = self.detailed_episodes
+        if wanted is None or episode in wanted:
+            record = dict(stats)
+            if isinstance(detailed, dict):
+                record.update(detailed)
+            if self.detailed_per_episode:
+                _monty.write_episode_file(self.output_dir, episode, record)
+            else:
+                name = "detailed_run_stats.json"
+                f = self._file(cur, name)
+                f.add(episode, "", _monty.json_record(episode, record) + os.linesep)
+        cur.episodes += 1
+        self.episodes += 1
+
+    def _file(self, cur: _Run, name: str) -> OrderedFile:
+        f = cur.files.get(name)
+        if f is None:
+            f = cur.files[name] = OrderedFile(self.output_dir / name)
+        return f
+
+    def flush(self) -> None:
+        cur = self.current
+        if cur is None:
+            return
+        for f in cur.files.values():
+            f.write()
+        self.set_status("episodes", cur.episodes)
+        self.set_status("run", cur.run)

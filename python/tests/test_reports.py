@@ -1,0 +1,227 @@
+"""tbp.monty's result files from the bus (`snapbus.reports`): episodes emitted through
+tbp.monty's own `getTelemeter` and `SnapbusHandler` (real producer processes) and written by
+`python -m snapbus.reports` (a real consumer process) equal, byte for byte, what tbp-monty's
+`BasicCSVStatsHandler` writes from the same stats (`monty_stats.ReferenceCSV`); the JSON Lines
+parse to what `DetailedJSONHandler` writes; a second run renames the first files `*_old`; an
+earlier run's records in the ring are not mixed in; spawned workers land in one CSV in episode
+order."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from conftest import TESTS_ON_PATH, Bus, Proc, run_producer, wait_until
+
+try:
+    import tbp.monty.telemetry  # noqa: F401 (installed?)
+except ImportError:
+    if os.environ.get("CI", "").lower() == "true":
+        raise
+    pytest.skip("tbp-monty is not installed (.ci/test installs it)", allow_module_level=True)
+
+import monty_stats
+
+# What a monty experiment's telemetry config says (docs/python.md), and one episode's event.
+EMIT = (
+    TESTS_ON_PATH
+    + """
+import logging.config
+from tbp.monty import telemetry
+from tbp.monty.frameworks.experiments.mode import ExperimentMode
+from tbp.monty.telemetry.schemas import TelemetryEvent
+import monty_stats
+
+# Made at import by monty's modules, before the experiment configures logging.
+telemeter = telemetry.getTelemeter("tbp.monty.frameworks.experiments.monty_experiment")
+
+def configure():
+    logging.config.dictConfig({
+        "version": 1,
+        "disable_existing_loggers": False,
+        "handlers": {"snapbus": {"class": "snapbus.SnapbusHandler", "schema_prefix": "monty."}},
+        "loggers": {"telemetry.tbp.monty": {"handlers": ["snapbus"], "level": "INFO"}},
+    })
+
+def emit(run, started, episode):
+    telemeter.info(TelemetryEvent(
+        kind="EpisodeStats", run=run, run_started=started, mode=ExperimentMode.TRAIN,
+        episode=episode, stats=monty_stats.stats(episode),
+    ))
+"""
+)
+
+
+def produce(bus: Bus, run: str, started: float, episodes: List[int]) -> None:
+    code = EMIT + f"configure()\nfor e in {episodes!r}:\n    emit({run!r}, {started!r}, e)\n"
+    run_producer(bus, code)
+
+
+def report(bus: Bus, out: Path, *args: str) -> str:
+    """`python -m snapbus.reports` over what the rings hold, to its end."""
+    p = bus.spawn_py(
+        [
+            "-m",
+            "snapbus.reports",
+            "--output-dir",
+            str(out),
+            "--from",
+            "oldest",
+            "--until-end",
+            *args,
+        ]
+    )
+    done = p.wait()
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def reference(out: Path, episodes: List[int]) -> None:
+    """What tbp.monty writes for `episodes` into `out` (a fresh handler: one run)."""
+    out.mkdir(exist_ok=True)
+    csv = monty_stats.ReferenceCSV()
+    for e in episodes:
+        csv.report_episode({e: monty_stats.stats(e)}, out, "train")
+    json_path = out / "detailed_run_stats.json"
+    if json_path.exists():
+        json_path.rename(out / "detailed_run_stats_old.json")
+    for e in episodes:
+        monty_stats.reference_json(out, e, monty_stats.stats(e))
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def json_lines(path: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def csv_rows(out: Path) -> List[Any]:
+    """(target episode, lm_id) of the CSV's rows, read back with pandas (a 2-D array's cell
+    spans lines)."""
+    import pandas as pd
+
+    df = pd.read_csv(out / "train_stats.csv", index_col=0)
+    return [(int(r.split("_")[1]) // 10, lm) for r, lm in zip(df["result"], df["lm_id"])]
+
+
+def assert_same_files(got: Path, want: Path, suffix: str = "") -> None:
+    csv = f"train_stats{suffix}.csv"
+    assert (got / csv).read_bytes() == (want / csv).read_bytes(), (
+        f"{csv} differs:\n--- consumer\n{(got / csv).read_text()[:3000]}\n--- tbp.monty\n"
+        f"{(want / csv).read_text()[:3000]}"
+    )
+    js = f"detailed_run_stats{suffix}.json"
+    a, b = json_lines(got / js), json_lines(want / js)
+    assert same_json(a, b), f"{js}:\n{a}\n{b}"
+
+
+def test_csv_and_json_equal_tbp_montys_and_a_second_run_renames_them(
+    bus: Bus, tmp_path: Path
+) -> None:
+    out, want = tmp_path / "out", tmp_path / "want"
+    produce(bus, "run-a", 1000.0, [0, 1, 2])
+    report(bus, out)
+    reference(want, [0, 1, 2])
+    assert_same_files(out, want)
+    assert csv_rows(out) == [(e, f"LM_{lm}") for e in range(3) for lm in range(2)]
+
+    # The second run (its records after the first's in the ring): the first's files become
+    # `*_old`, as tbp.monty's second run into the directory does, and nothing is mixed.
+    produce(bus, "run-b", 2000.0, [0, 1, 2, 3])
+    stderr = report(bus, out, "--run", "run-b")
+    assert "3 of other runs skipped" in stderr, stderr
+    reference(want, [0, 1, 2, 3])
+    assert_same_files(out, want)
+    first = tmp_path / "first"
+    reference(first, [0, 1, 2])
+    assert (out / "train_stats_old.csv").read_bytes() == (first / "train_stats.csv").read_bytes()
+
+
+def test_an_earlier_runs_records_in_the_ring_are_not_mixed_in(bus: Bus, tmp_path: Path) -> None:
+    produce(bus, "old", 1000.0, [0, 1, 2, 3])  # a stale run, still in the ring
+    produce(bus, "new", 2000.0, [0, 1])
+    out, want = tmp_path / "out", tmp_path / "want"
+    report(bus, out)
+    reference(want, [0, 1])
+    assert_same_files(out, want)
+
+
+WORKER = (
+    EMIT
+    + """
+def worker(run, started, episodes):
+    configure()
+    for e in episodes:
+        emit(run, started, e)
+    snapbus.shutdown()
+
+if __name__ == "__main__":
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    # One worker per episode in turn, as tbp.monty's run_parallel hands them out: the bus sees
+    # them out of order.
+    procs = [ctx.Process(target=worker, args=("par", 3000.0, list(range(i, 20, 4))))
+             for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0, p.exitcode
+"""
+)
+
+
+def test_four_spawned_workers_land_in_one_csv_in_episode_order(bus: Bus, tmp_path: Path) -> None:
+    out, want = tmp_path / "out", tmp_path / "want"
+    consumer: Proc = bus.spawn_py(
+        ["-m", "snapbus.reports", "--output-dir", str(out), "--flush-every", "0.05"]
+    )
+    wait_until("the consumer", lambda: any(c for c in bus.ls().get("consumers", [])))  # type: ignore[union-attr]
+    script = tmp_path / "parallel.py"
+    script.write_text("import snapbus\n" + WORKER)
+    done = bus.spawn_py([str(script)]).wait()
+    assert done.returncode == 0, done.stderr
+    csv = out / "train_stats.csv"
+    wait_until(
+        "20 episodes in the CSV",
+        lambda: csv.exists() and len(csv_rows(out)) == 20 * 2,
+    )
+    consumer.signal(signal.SIGTERM)
+    assert consumer.wait().returncode == 0
+    reference(want, list(range(20)))
+    assert_same_files(out, want)
+    assert csv_rows(out) == [(e, f"LM_{lm}") for e in range(20) for lm in range(2)]
+
+
+def test_a_file_is_kept_in_episode_order_whatever_order_episodes_come_in(tmp_path: Path) -> None:
+    from snapbus.reports import OrderedFile
+
+    path = tmp_path / "x.csv"
+    path.write_text("an earlier run\n")
+    f = OrderedFile(path)
+    f.add(2, "h2\n", "r2\n")
+    f.write()  # the first write renames the earlier file
+    assert (tmp_path / "x_old.csv").read_text() == "an earlier run\n"
+    assert path.read_text() == "h2\nr2\n"
+    f.add(3, "h3\n", "r3\n")
+    f.write()  # in order: appended
+    assert path.read_text() == "h2\nr2\nr3\n"
+    f.add(0, "h0\n", "r0\n")
+    f.add(1, "h1\n", "r1\n")
+    f.write()  # before those written: rewritten, the first episode's header on top
+    assert path.read_text() == "h0\nr0\nr1\nr2\nr3\n"
+    assert not (tmp_path / "x.csv.tmp").exists()
