@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from conftest import TESTS_ON_PATH, Bus, Proc, run_producer, wait_until
+from conftest import TESTS_ON_PATH, Bus, run_producer, wait_until
 
 try:
     import tbp.monty.telemetry  # noqa: F401 (installed?)
@@ -186,25 +186,45 @@ if __name__ == "__main__":
 
 
 def test_four_spawned_workers_land_in_one_csv_in_episode_order(bus: Bus, tmp_path: Path) -> None:
+    """`snapbus attach monty`, a consumer supervised by the broker, started before the run."""
     out, want = tmp_path / "out", tmp_path / "want"
-    consumer: Proc = bus.spawn_py(
-        ["-m", "snapbus.reports", "--output-dir", str(out), "--flush-every", "0.05"]
+    attached = bus.cli(
+        "attach", "monty", "--output-dir", str(out), "--python", sys.executable, "--from", "latest"
     )
-    wait_until("the consumer", lambda: any(c for c in bus.ls().get("consumers", [])))  # type: ignore[union-attr]
+    cid = attached.stdout.strip()
+    assert f"snapbus detach {cid}" in attached.stderr, attached.stderr
     script = tmp_path / "parallel.py"
     script.write_text("import snapbus\n" + WORKER)
     done = bus.spawn_py([str(script)]).wait()
     assert done.returncode == 0, done.stderr
     csv = out / "train_stats.csv"
-    wait_until(
-        "20 episodes in the CSV",
-        lambda: csv.exists() and len(csv_rows(out)) == 20 * 2,
-    )
-    consumer.signal(signal.SIGTERM)
-    assert consumer.wait().returncode == 0
+    wait_until("20 episodes in the CSV", lambda: csv.exists() and len(csv_rows(out)) == 20 * 2)
+    bus.cli("detach", cid)
     reference(want, list(range(20)))
     assert_same_files(out, want)
     assert csv_rows(out) == [(e, f"LM_{lm}") for e in range(20) for lm in range(2)]
+
+
+def test_per_episode_json_files_of_the_selected_episodes(bus: Bus, tmp_path: Path) -> None:
+    """`DetailedJSONHandler(detailed_save_per_episode=True, detailed_episodes_to_save=...)`."""
+    out = tmp_path / "out"
+    produce(bus, "r", 1.0, [0, 1, 2, 3])
+    report(bus, out, "--detailed-per-episode", "--detailed-episodes", "1,3")
+    files = sorted(p.name for p in (out / "detailed_run_stats").iterdir())
+    assert files == ["episode_000001.json", "episode_000003.json"]
+    assert not (out / "detailed_run_stats.json").exists()
+    for e in (1, 3):
+        text = (out / "detailed_run_stats" / f"episode_{e:06d}.json").read_text()
+        want = json.dumps({e: monty_stats.stats(e)}, cls=monty_stats._Encoder)
+        assert same_json(json.loads(text), json.loads(want)) and not text.endswith("\n")
+
+
+def test_attach_monty_fails_in_the_caller_on_a_bad_interpreter(bus: Bus, tmp_path: Path) -> None:
+    out = bus.cli(
+        "attach", "monty", "--output-dir", str(tmp_path), "--python", "/no/python", check=False
+    )
+    assert out.returncode != 0 and "/no/python" in out.stderr, out.stderr
+    assert not bus.ls().get("consumers"), bus.ls()
 
 
 def test_a_file_is_kept_in_episode_order_whatever_order_episodes_come_in(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import Any, Optional, Sequence
@@ -49,11 +50,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bus", default=None)
     p.add_argument("--flush-every", type=float, default=1.0, metavar="SECONDS")
     p.add_argument("--until-end", action="store_true", help="stop once every producer has ended")
+    p.add_argument(
+        "--check", action="store_true", help="check pandas and the output directory, then exit"
+    )
     return p
+
+
+def _check(output_dir: str) -> None:
+    """What `snapbus attach monty` checks before it starts the consumer: pandas imports and
+    the output directory is (or can be made) a writable directory."""
+    try:
+        import pandas  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
+    except ImportError as e:
+        raise OSError(
+            f"cannot import pandas ({e}); install it into {sys.executable}: pip install pandas"
+        ) from None
+    os.makedirs(output_dir, exist_ok=True)
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise OSError(f"cannot write into {output_dir}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ns = parser().parse_args(argv)
+    if ns.check:
+        _check(ns.output_dir)
+        return 0
     report = EpisodeReport(
         ns.output_dir,
         run=ns.run,

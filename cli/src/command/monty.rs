@@ -1,0 +1,158 @@
+//! `snapbus monty --output-dir DIR [--schema GLOB] [--run ID] [--detailed-per-episode]
+//! [--detailed-episodes N,N,…] [--from WHERE] [--until-end] [--python PATH]`: writes tbp.monty's
+//! result files (`{mode}_stats.csv`, `detailed_run_stats.json`) from `monty.EpisodeStats`
+//! records; `snapbus attach monty …` runs it under the broker.
+//!
+//! - **What runs.** The Python consumer of the `snapbus` package, `PYTHON -m snapbus.reports`
+//!   (python/snapbus/reports/; the record's contract is in docs/python.md), exec'd like `snapbus
+//!   python` does ([`python::exec`]): the broker supervises that pid.
+//! - **Which interpreter.** One that imports `snapbus` and pandas: `--python PATH`, else
+//!   `$SNAPBUS_PYTHON`, else `python3` on `$PATH`, resolved by `attach` in the caller.
+//! - **Errors.** `attach` first runs the consumer's `--check` in that interpreter (it imports
+//!   snapbus and pandas and makes the output directory); a failure is a clear message and a
+//!   non-zero exit, with nothing started.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::{ArgMatches, Args};
+use snapbus_bus::runtime::BusDir;
+
+use crate::bus::bus_dir;
+use crate::cli::BusArgs;
+use crate::command::python::{self, PYTHON_ENV};
+use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
+
+/// The consumer's module.
+const MODULE: &str = "snapbus.reports";
+
+/// Checks, in the interpreter, that it imports `snapbus` and its report consumer, then runs
+/// the consumer's `--check`; prints why not on stderr (one line) and exits non-zero.
+const CHECK: &str = r#"
+import sys
+try:
+    import snapbus  # noqa: F401
+except Exception as e:
+    sys.exit("cannot import snapbus (%s: %s); install it into %s: pip install ./python" % (type(e).__name__, e, sys.executable))
+try:
+    from snapbus.reports import _cli
+except ImportError as e:
+    sys.exit("this snapbus (%s) has no report consumer (%s); reinstall it: pip install ./python" % (snapbus.__file__, e))
+try:
+    sys.exit(_cli.main(["--check", *sys.argv[1:]]))
+except (ValueError, OSError) as e:
+    sys.exit(" ".join(str(e).split()))
+"#;
+
+/// Options of `snapbus monty` (and `attach monty`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct MontyArgs {
+    /// The directory of the files (made if missing); existing files are renamed `*_old` at the
+    /// first write, as tbp.monty does.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) output_dir: PathBuf,
+    /// The per-episode records' schema (default: monty.EpisodeStats).
+    #[arg(long, value_name = "GLOB")]
+    pub(crate) schema: Option<String>,
+    /// Only this run's records (default: the newest run; earlier runs' records are skipped).
+    #[arg(long, value_name = "ID")]
+    pub(crate) run: Option<String>,
+    /// One `detailed_run_stats/episode_%06d.json` per episode instead of JSON Lines.
+    #[arg(long)]
+    pub(crate) detailed_per_episode: bool,
+    /// Only these episodes' detailed JSON (default: all).
+    #[arg(long, value_name = "N,N,...")]
+    pub(crate) detailed_episodes: Option<String>,
+    /// Where to start: `oldest` (the default: also what the rings hold) or `latest`.
+    #[arg(long = "from", value_name = "WHERE", value_parser = ["latest", "oldest"])]
+    pub(crate) start: Option<String>,
+    /// Stop once every producer has ended.
+    #[arg(long)]
+    pub(crate) until_end: bool,
+    /// The Python interpreter, one with `snapbus` and pandas (default: $SNAPBUS_PYTHON, else
+    /// `python3` on $PATH).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) python: Option<String>,
+    #[command(flatten)]
+    pub(crate) bus: BusArgs,
+}
+
+impl MontyArgs {
+    /// The consumer's arguments (after `-m snapbus.reports`), without the bus.
+    fn consumer_args(&self) -> Vec<String> {
+        let mut args = vec![format!("--output-dir={}", self.output_dir.display())];
+        let flags = [
+            ("schema", &self.schema),
+            ("run", &self.run),
+            ("detailed-episodes", &self.detailed_episodes),
+            ("from", &self.start),
+        ];
+        for (flag, value) in flags {
+            if let Some(v) = value {
+                args.push(format!("--{flag}={v}"));
+            }
+        }
+        if self.detailed_per_episode {
+            args.push("--detailed-per-episode".to_owned());
+        }
+        if self.until_end {
+            args.push("--until-end".to_owned());
+        }
+        args
+    }
+}
+
+fn interpreter(given: Option<&str>) -> Result<PathBuf, python::PythonError> {
+    python::interpreter(given, &[PYTHON_ENV])
+}
+
+fn check_consumer(python: &Path, args: &[String]) -> anyhow::Result<()> {
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", CHECK]).args(args);
+    python::run_check(cmd, python, "the report consumer")
+}
+
+impl BuiltinConsumer for MontyArgs {
+    const KIND: &'static str = "monty";
+    const VERB: &'static str = "monty";
+    const VERB_ABOUT: &'static str = "Write tbp.monty's result files ({mode}_stats.csv, \
+        detailed_run_stats.json) from monty.EpisodeStats records, in this terminal";
+    const ATTACH_ABOUT: &'static str = "Write tbp.monty's result files ({mode}_stats.csv, \
+        detailed_run_stats.json) from monty.EpisodeStats records; Python with pandas";
+    const PATH_FLAGS: &'static [&'static str] = &["output_dir"];
+
+    fn bus(&self) -> &BusArgs {
+        &self.bus
+    }
+
+    fn run(&self) -> anyhow::Result<()> {
+        let dir = bus_dir(&self.bus)?;
+        let python = interpreter(self.python.as_deref()).map_err(python::cannot_start)?;
+        let mut cmd = Command::new(&python);
+        cmd.args(["-m", MODULE, &format!("--bus={}", dir.name())])
+            .args(self.consumer_args());
+        Err(python::exec(cmd, python, &dir))
+    }
+
+    fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
+        if let Some(g) = &self.schema {
+            crate::bus::globs(std::slice::from_ref(g))?;
+        }
+        let python = interpreter(self.python.as_deref())?;
+        check_consumer(&python, &self.consumer_args())
+    }
+
+    fn what(&self) -> String {
+        format!("tbp.monty's result files in {}", self.output_dir.display())
+    }
+
+    /// What the user gave, with the interpreter resolved here.
+    fn argv(&self, m: &ArgMatches, dir: &BusDir, skip: &[&str]) -> anyhow::Result<Vec<String>> {
+        let python = interpreter(self.python.as_deref())?;
+        let mut skip = skip.to_vec();
+        skip.push("python");
+        let mut argv = forward::<Self>(m, dir, &skip)?;
+        argv.push(format!("--python={}", python.display()));
+        Ok(argv)
+    }
+}
