@@ -51,7 +51,7 @@ def configure():
 def emit(run, started, episode):
     telemeter.info(TelemetryEvent(
         kind="EpisodeStats", run=run, run_started=started, mode=ExperimentMode.TRAIN,
-        episode=episode, stats=monty_stats.stats(episode),
+        episode=episode, stats=monty_stats.stats(episode), overall=monty_stats.overall(episode),
     ))
 """
 )
@@ -225,6 +225,54 @@ def test_attach_monty_fails_in_the_caller_on_a_bad_interpreter(bus: Bus, tmp_pat
     )
     assert out.returncode != 0 and "/no/python" in out.stderr, out.stderr
     assert not bus.ls().get("consumers"), bus.ls()
+
+
+def wandb_history(out: Path) -> List[Dict[str, Any]]:
+    """The history rows of the offline run under `out/wandb`, read with wandb's own reader of
+    its `.wandb` log (`DataStore`, what `wandb sync` uses)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.sdk.internal.datastore import DataStore
+
+    (path,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    store = DataStore()
+    store.open_for_scan(str(path))
+    rows = []
+    while True:
+        data = store.scan_data()
+        if data is None:
+            return rows
+        rec = pb.Record()
+        rec.ParseFromString(data)
+        if rec.WhichOneof("record_type") == "history":
+            rows.append(
+                {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                    for i in rec.history.item
+                }
+            )
+
+
+def test_wandb_offline_run_holds_the_overall_series_and_the_stats_table(
+    bus: Bus, tmp_path: Path
+) -> None:
+    if os.environ.get("CI", "").lower() != "true":  # .ci/test installs it
+        pytest.importorskip("wandb")
+    out = tmp_path / "out"
+    produce(bus, "wb", 1.0, [0, 1, 2])
+    report(bus, out, "--wandb")
+    rows = wandb_history(out)
+    assert [r["_step"] for r in rows] == [0, 1, 2]
+    for e, r in enumerate(rows):
+        for key, value in monty_stats.overall(e).items():
+            assert r[key] == pytest.approx(value), (key, r)
+    # The last table holds every episode's LM rows, its cells as W&B serialised them.
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    table = json.loads((run_dir / "files" / rows[-1]["train_stats_table/path"]).read_text())
+    assert rows[-1]["train_stats_table/nrows"] == 3 * 2
+    cols = table["columns"]
+    assert cols[-1] == "lm_id" and "primary_performance" in cols
+    got = [(r[cols.index("result")], r[cols.index("lm_id")]) for r in table["data"]]
+    assert got == [(f"mug_{e * 10 + lm}", f"LM_{lm}") for e in range(3) for lm in range(2)]
 
 
 def test_a_file_is_kept_in_episode_order_whatever_order_episodes_come_in(tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
 //! `snapbus monty --output-dir DIR [--schema GLOB] [--run ID] [--detailed-per-episode]
-//! [--detailed-episodes N,N,…] [--from WHERE] [--until-end] [--python PATH]`: writes tbp.monty's
+//! [--detailed-episodes N,N,…] [--wandb [PROJECT]] [--from WHERE] [--until-end] [--python PATH]`: writes tbp.monty's
 //! result files (`{mode}_stats.csv`, `detailed_run_stats.json`) from `monty.EpisodeStats`
 //! records; `snapbus attach monty …` runs it under the broker.
 //!
 //! - **What runs.** The Python consumer of the `snapbus` package, `PYTHON -m snapbus.reports`
 //!   (python/snapbus/reports/; the record's contract is in docs/python.md), exec'd like `snapbus
 //!   python` does ([`python::exec`]): the broker supervises that pid.
-//! - **Which interpreter.** One that imports `snapbus` and pandas: `--python PATH`, else
+//! - **Which interpreter.** One that imports `snapbus` and pandas (and `wandb` for `--wandb`): `--python PATH`, else
 //!   `$SNAPBUS_PYTHON`, else `python3` on `$PATH`, resolved by `attach` in the caller.
 //! - **Errors.** `attach` first runs the consumer's `--check` in that interpreter (it imports
 //!   snapbus and pandas and makes the output directory); a failure is a clear message and a
@@ -63,6 +63,10 @@ pub(crate) struct MontyArgs {
     /// Only these episodes' detailed JSON (default: all).
     #[arg(long, value_name = "N,N,...")]
     pub(crate) detailed_episodes: Option<String>,
+    /// Also log each run to W&B in offline mode, into DIR/wandb (`wandb sync` uploads it):
+    /// the records' `overall` series and the stats table. PROJECT defaults to Monty.
+    #[arg(long, value_name = "PROJECT", num_args = 0..=1, default_missing_value = "Monty")]
+    pub(crate) wandb: Option<String>,
     /// Where to start: `oldest` (the default: also what the rings hold) or `latest`.
     #[arg(long = "from", value_name = "WHERE", value_parser = ["latest", "oldest"])]
     pub(crate) start: Option<String>,
@@ -86,6 +90,7 @@ impl MontyArgs {
             ("run", &self.run),
             ("detailed-episodes", &self.detailed_episodes),
             ("from", &self.start),
+            ("wandb", &self.wandb),
         ];
         for (flag, value) in flags {
             if let Some(v) = value {

@@ -385,7 +385,7 @@ mod tests {
             }
             "monty" => {
                 "--output-dir OUT/res --schema a.* --run r1 --detailed-per-episode \
-                 --detailed-episodes 0,2 --from latest --until-end --python /bin/sh"
+                 --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };

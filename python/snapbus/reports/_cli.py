@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 
 from ..consumer import _exit_reported, run
 from ._report import MONTY_SCHEMA, EpisodeReport
+from ._wandb import import_wandb
 
 
 class _Terminated(Exception):
@@ -46,6 +47,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="N,N,...",
         help="only these episodes' detailed JSON (default: all)",
     )
+    p.add_argument(
+        "--wandb",
+        nargs="?",
+        const="Monty",
+        default=None,
+        metavar="PROJECT",
+        help="also log to W&B, offline, into DIR/wandb (project: Monty)",
+    )
     p.add_argument("--from", dest="start", default="oldest", choices=["latest", "oldest"])
     p.add_argument("--bus", default=None)
     p.add_argument("--flush-every", type=float, default=1.0, metavar="SECONDS")
@@ -56,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(output_dir: str) -> None:
+def _check(output_dir: str, wandb: bool) -> None:
     """What `snapbus attach monty` checks before it starts the consumer: pandas imports and
     the output directory is (or can be made) a writable directory."""
     try:
@@ -65,6 +74,8 @@ def _check(output_dir: str) -> None:
         raise OSError(
             f"cannot import pandas ({e}); install it into {sys.executable}: pip install pandas"
         ) from None
+    if wandb:
+        import_wandb()
     os.makedirs(output_dir, exist_ok=True)
     if not os.access(output_dir, os.W_OK | os.X_OK):
         raise OSError(f"cannot write into {output_dir}")
@@ -73,13 +84,14 @@ def _check(output_dir: str) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ns = parser().parse_args(argv)
     if ns.check:
-        _check(ns.output_dir)
+        _check(ns.output_dir, ns.wandb is not None)
         return 0
     report = EpisodeReport(
         ns.output_dir,
         run=ns.run,
         detailed_per_episode=ns.detailed_per_episode,
         detailed_episodes=ns.detailed_episodes,
+        wandb_project=ns.wandb,
     )
 
     def terminated(signum: int, frame: Any) -> None:
@@ -97,8 +109,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         lost = summary.lost
     except _Terminated:
-        report.flush()
         lost = 0
+    finally:
+        report.close()
     print(
         f"snapbus reports: {report.episodes} episodes, {report.skipped} of other runs "
         f"skipped, {lost} lost",

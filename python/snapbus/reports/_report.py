@@ -10,6 +10,7 @@ from typing import Any, Callable, Container, Dict, List, Optional, Tuple, Union
 from .._snapbus import Event
 from ..consumer import Consumer
 from . import _monty
+from ._wandb import WandbSink
 
 #: The schema of the monty preset: tbp.monty's `TelemetryEvent(kind="EpisodeStats", ...)` logged
 #: through `SnapbusHandler(schema_prefix="monty.")`.
@@ -61,11 +62,12 @@ class OrderedFile:
 class _Run:
     """The files of one run."""
 
-    def __init__(self, run: str, started: float) -> None:
+    def __init__(self, run: str, started: float, wandb: Optional[WandbSink]) -> None:
         self.run = run
         self.started = started
         self.files: Dict[str, OrderedFile] = {}
         self.episodes = 0
+        self.wandb = wandb
 
 
 def _field(payload: Any, name: str) -> Any:
@@ -87,7 +89,11 @@ class EpisodeReport(Consumer):
     for it. The newest run decides: records of an earlier run still in the ring are skipped
     (counted as `skipped`), and when a newer run starts its files replace the earlier run's,
     which become `*_old` as tbp.monty's second run into a directory does. `run`: only that
-    run's records."""
+    run's records.
+
+    `wandb_project`: also log each run to W&B in offline mode (`DIR/wandb/`), the record's
+    `overall` mapping at `step=episode` and the `{mode}_stats_table`. Call `close` at the end
+    (it logs what W&B still waits for and finishes the W&B run)."""
 
     kind = "episode-report"
 
@@ -100,6 +106,7 @@ class EpisodeReport(Consumer):
         detailed_episodes: Optional[Container[int]] = None,
         csv: Callable[[Dict[str, Any]], Any] = _monty.csv_chunks,
         fields: Tuple[str, str, str] = ("episode", "mode", "stats"),
+        wandb_project: Optional[str] = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.only_run = run
@@ -107,6 +114,7 @@ class EpisodeReport(Consumer):
         self.detailed_episodes = detailed_episodes
         self.csv = csv
         self.fields = fields
+        self.wandb_project = wandb_project
         self.current: Optional[_Run] = None
         self.skipped = 0
         self.episodes = 0
@@ -136,8 +144,8 @@ class EpisodeReport(Consumer):
             return None
         cur = self.current
         if cur is None or (run != cur.run and started > cur.started):
-            self.flush()
-            cur = self.current = _Run(run, started)
+            self.close()
+            cur = self.current = self._start(run, started)
         elif run != cur.run:
             self.skipped += 1
             self.set_status("skipped", self.skipped)
@@ -152,7 +160,15 @@ class EpisodeReport(Consumer):
                 "mapping (the per-episode report's contract: docs/python.md)"
             )
         self._add(cur, episode, mode, stats, _field(payload, "detailed"))
+        if cur.wandb is not None:
+            cur.wandb.add(episode, mode, stats, _field(payload, "overall"))
         return None
+
+    def _start(self, run: str, started: float) -> _Run:
+        sink = None
+        if self.wandb_project is not None:
+            sink = WandbSink(self.output_dir, self.wandb_project, run)
+        return _Run(run, started, sink)
 
     def _add(
         self, cur: _Run, episode: int, mode: str, stats: Dict[str, Any], detailed: Any
@@ -188,5 +204,16 @@ class EpisodeReport(Consumer):
             return
         for f in cur.files.values():
             f.write()
+        if cur.wandb is not None:
+            cur.wandb.flush()
         self.set_status("episodes", cur.episodes)
         self.set_status("run", cur.run)
+
+    def close(self) -> None:
+        """Writes everything received; ends the run's W&B run (logging the episodes it still
+        held back, in order)."""
+        self.flush()
+        cur = self.current
+        if cur is not None and cur.wandb is not None:
+            cur.wandb.close()
+            cur.wandb = None
