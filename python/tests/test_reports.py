@@ -293,3 +293,54 @@ def test_a_file_is_kept_in_episode_order_whatever_order_episodes_come_in(tmp_pat
     f.write()  # before those written: rewritten, the first episode's header on top
     assert path.read_text() == "h0\nr0\nr1\nr2\nr3\n"
     assert not (tmp_path / "x.csv.tmp").exists()
+
+
+GENERIC = """
+from dataclasses import dataclass
+from typing import ClassVar
+import numpy as np
+from numpy.typing import NDArray
+
+@dataclass
+class EpisodeEnd:
+    schema_id: ClassVar[str] = "lab.episode_end"
+    schema_version: ClassVar[int] = 1
+    episode: int
+    mode: str
+    reward: float
+    position: NDArray[np.float64]
+    run: str
+
+tel = snapbus.get_telemetry("lab")
+for e in (2, 0, 1, 3):
+    mode = "eval" if e == 3 else "train"
+    tel.snapshot(20, EpisodeEnd(e, mode, 0.5 * e - 0.25, np.arange(3.0) * e, "g"))
+"""
+
+
+def test_the_generic_layout_writes_a_row_per_episode_of_any_schema(
+    bus: Bus, tmp_path: Path
+) -> None:
+    import numpy as np
+    import pandas as pd
+
+    out = tmp_path / "out"
+    run_producer(bus, GENERIC)
+    report(bus, out, "--layout", "generic", "--schema", "lab.episode_end")
+    rows = {
+        e: {
+            "episode": e,
+            "mode": "eval" if e == 3 else "train",
+            "reward": 0.5 * e - 0.25,
+            "position": np.arange(3.0) * e,
+        }
+        for e in range(4)
+    }
+    want = pd.DataFrame([rows[e] for e in (0, 1, 2)]).to_csv(None, index=False)
+    assert (out / "train_episodes.csv").read_text() == want
+    assert (out / "eval_episodes.csv").read_text() == pd.DataFrame([rows[3]]).to_csv(
+        None, index=False
+    )
+    got = json_lines(out / "episodes.json")
+    assert [list(g) for g in got] == [["0"], ["1"], ["2"], ["3"]]
+    assert got[2]["2"] == {**rows[2], "position": [0.0, 2.0, 4.0]}

@@ -1,4 +1,4 @@
-//! `snapbus monty --output-dir DIR [--schema GLOB] [--run ID] [--detailed-per-episode]
+//! `snapbus monty --output-dir DIR [--layout monty|generic] [--schema GLOB] [--run ID] [--detailed-per-episode]
 //! [--detailed-episodes N,N,…] [--wandb [PROJECT]] [--from WHERE] [--until-end] [--python PATH]`: writes tbp.monty's
 //! result files (`{mode}_stats.csv`, `detailed_run_stats.json`) from `monty.EpisodeStats`
 //! records; `snapbus attach monty …` runs it under the broker.
@@ -51,9 +51,21 @@ pub(crate) struct MontyArgs {
     /// first write, as tbp.monty does.
     #[arg(long, value_name = "DIR")]
     pub(crate) output_dir: PathBuf,
-    /// The per-episode records' schema (default: monty.EpisodeStats).
+    /// `monty` (the default): tbp.monty's files from monty.EpisodeStats records; `generic`: a
+    /// row per record of any schema with an integer episode field (--schema), into
+    /// `{mode}_episodes.csv` and `episodes.json`.
+    #[arg(long, value_name = "LAYOUT", value_parser = ["monty", "generic"])]
+    pub(crate) layout: Option<String>,
+    /// The per-episode records' schema (default: monty.EpisodeStats; required by `--layout
+    /// generic`).
     #[arg(long, value_name = "GLOB")]
     pub(crate) schema: Option<String>,
+    /// The generic layout's episode field (default: episode).
+    #[arg(long, value_name = "FIELD")]
+    pub(crate) episode_field: Option<String>,
+    /// The generic layout's mode field, naming the CSV (default: mode; none: `episodes.csv`).
+    #[arg(long, value_name = "FIELD")]
+    pub(crate) mode_field: Option<String>,
     /// Only this run's records (default: the newest run; earlier runs' records are skipped).
     #[arg(long, value_name = "ID")]
     pub(crate) run: Option<String>,
@@ -86,7 +98,10 @@ impl MontyArgs {
     fn consumer_args(&self) -> Vec<String> {
         let mut args = vec![format!("--output-dir={}", self.output_dir.display())];
         let flags = [
+            ("layout", &self.layout),
             ("schema", &self.schema),
+            ("episode-field", &self.episode_field),
+            ("mode-field", &self.mode_field),
             ("run", &self.run),
             ("detailed-episodes", &self.detailed_episodes),
             ("from", &self.start),
@@ -142,6 +157,8 @@ impl BuiltinConsumer for MontyArgs {
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
         if let Some(g) = &self.schema {
             crate::bus::globs(std::slice::from_ref(g))?;
+        } else if self.layout.as_deref() == Some("generic") {
+            anyhow::bail!("--layout generic needs --schema GLOB (the per-episode records)");
         }
         let python = interpreter(self.python.as_deref())?;
         check_consumer(&python, &self.consumer_args())

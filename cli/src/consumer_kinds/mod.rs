@@ -384,8 +384,8 @@ mod tests {
                  --timeline ep --from oldest --python /bin/sh"
             }
             "monty" => {
-                "--output-dir OUT/res --schema a.* --run r1 --detailed-per-episode \
-                 --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
+                "--output-dir OUT/res --layout generic --schema a.* --episode-field ep \
+                 --mode-field m --run r1 --detailed-per-episode --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };

@@ -13,6 +13,7 @@ and `run_started` (Unix seconds); `detailed` (a mapping merged into the JSON rec
 optional.
 """
 
-from ._report import MONTY_SCHEMA, EpisodeReport, OrderedFile
+from ._layouts import MONTY_SCHEMA, GenericLayout, MontyLayout
+from ._report import EpisodeReport, OrderedFile
 
-__all__ = ["MONTY_SCHEMA", "EpisodeReport", "OrderedFile"]
+__all__ = ["MONTY_SCHEMA", "EpisodeReport", "GenericLayout", "MontyLayout", "OrderedFile"]

@@ -9,7 +9,8 @@ import sys
 from typing import Any, Optional, Sequence
 
 from ..consumer import _exit_reported, run
-from ._report import MONTY_SCHEMA, EpisodeReport
+from ._layouts import MONTY_SCHEMA, GenericLayout, MontyLayout
+from ._report import EpisodeReport
 from ._wandb import import_wandb
 
 
@@ -33,7 +34,16 @@ def parser() -> argparse.ArgumentParser:
         "from per-episode records on the bus.",
     )
     p.add_argument("--output-dir", required=True, metavar="DIR")
-    p.add_argument("--schema", default=MONTY_SCHEMA, metavar="GLOB")
+    p.add_argument(
+        "--layout",
+        default="monty",
+        choices=["monty", "generic"],
+        help="monty: tbp.monty's files from monty.EpisodeStats; generic: a row per record of "
+        "any schema with an episode field (--schema)",
+    )
+    p.add_argument("--schema", default=None, metavar="GLOB", help=f"default: {MONTY_SCHEMA}")
+    p.add_argument("--episode-field", default="episode", metavar="FIELD", help="generic layout")
+    p.add_argument("--mode-field", default="mode", metavar="FIELD", help="generic layout")
     p.add_argument("--run", default=None, metavar="ID", help="only this run's records")
     p.add_argument(
         "--detailed-per-episode",
@@ -82,7 +92,15 @@ def _check(output_dir: str, wandb: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ns = parser().parse_args(argv)
+    p = parser()
+    ns = p.parse_args(argv)
+    if ns.layout == "generic" and not ns.schema:
+        p.error("--layout generic needs --schema GLOB")
+    layout = (
+        GenericLayout(ns.schema, ns.episode_field, ns.mode_field)
+        if ns.layout == "generic"
+        else MontyLayout()
+    )
     if ns.check:
         _check(ns.output_dir, ns.wandb is not None)
         return 0
@@ -92,6 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         detailed_per_episode=ns.detailed_per_episode,
         detailed_episodes=ns.detailed_episodes,
         wandb_project=ns.wandb,
+        layout=layout,
     )
 
     def terminated(signum: int, frame: Any) -> None:
@@ -101,7 +120,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         summary = run(
             report,
-            ns.schema,
+            ns.schema or layout.schema,
             start=ns.start,
             bus=ns.bus,
             flush_every=ns.flush_every,

@@ -103,15 +103,10 @@ def rename_existing(path: Path) -> None:
     path.rename(old)
 
 
-def episode_file(output_dir: Path, episode: int) -> Path:
-    """The per-episode layout's file: `detailed_run_stats/episode_%06d.json`."""
-    return output_dir / "detailed_run_stats" / f"episode_{episode:06d}.json"
-
-
-def write_episode_file(output_dir: Path, episode: int, stats: Dict[str, Any]) -> None:
-    """`DetailedJSONHandler._save_per_episode`: renames an existing file, writes one object
-    without a newline."""
-    path = episode_file(output_dir, episode)
+def write_episode_file(output_dir: Path, name: str, episode: int, stats: Dict[str, Any]) -> None:
+    """`DetailedJSONHandler._save_per_episode`: `NAME/episode_%06d.json` (NAME:
+    `detailed_run_stats`); renames an existing file, writes one object without a newline."""
+    path = output_dir / name / f"episode_{episode:06d}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     rename_existing(path)
     path.write_text(json_record(episode, stats))
@@ -121,7 +116,6 @@ __all__: List[str] = [
     "BufferEncoder",
     "csv_chunks",
     "csv_frame",
-    "episode_file",
     "json_record",
     "rename_existing",
     "write_episode_file",

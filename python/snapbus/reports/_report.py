@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Container, Dict, List, Optional, Tuple, Union
+from typing import Any, Container, Dict, List, Optional, Tuple, Union
 
 from .._snapbus import Event
 from ..consumer import Consumer
 from . import _monty
+from ._layouts import Episode, GenericLayout, MontyLayout, field
 from ._wandb import WandbSink
-
-#: The schema of the monty preset: tbp.monty's `TelemetryEvent(kind="EpisodeStats", ...)` logged
-#: through `SnapbusHandler(schema_prefix="monty.")`.
-MONTY_SCHEMA = "monty.EpisodeStats"
 
 
 class OrderedFile:
@@ -70,12 +67,6 @@ class _Run:
         self.wandb = wandb
 
 
-def _field(payload: Any, name: str) -> Any:
-    if isinstance(payload, dict):
-        return payload.get(name)
-    return getattr(payload, name, None)
-
-
 class EpisodeReport(Consumer):
     """Writes one record per episode into report files, tbp.monty's layout by default:
     `{mode}_stats.csv` (as `BasicCSVStatsHandler`), `detailed_run_stats.json` (JSON Lines,
@@ -104,16 +95,14 @@ class EpisodeReport(Consumer):
         run: Optional[str] = None,
         detailed_per_episode: bool = False,
         detailed_episodes: Optional[Container[int]] = None,
-        csv: Callable[[Dict[str, Any]], Any] = _monty.csv_chunks,
-        fields: Tuple[str, str, str] = ("episode", "mode", "stats"),
+        layout: Union[MontyLayout, GenericLayout, None] = None,
         wandb_project: Optional[str] = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.only_run = run
         self.detailed_per_episode = detailed_per_episode
         self.detailed_episodes = detailed_episodes
-        self.csv = csv
-        self.fields = fields
+        self.layout = layout or MontyLayout()
         self.wandb_project = wandb_project
         self.current: Optional[_Run] = None
         self.skipped = 0
@@ -121,14 +110,14 @@ class EpisodeReport(Consumer):
         self._producer_starts: Dict[str, float] = {}
 
     def _run_of(self, ev: Event, payload: Any) -> Tuple[str, float]:
-        run = _field(payload, "run")
+        run = field(payload, "run")
         producer = ev.producer
         started = producer.started_nanos / 1e9
         if run is None:
             tag = producer.session_tag
             run = f"session:{tag}" if tag else f"pid:{producer.pid}@{producer.started_nanos}"
         run = str(run)
-        given = _field(payload, "run_started")
+        given = field(payload, "run_started")
         if given is not None:
             return run, float(given)
         first = self._producer_starts.setdefault(run, started)
@@ -150,18 +139,10 @@ class EpisodeReport(Consumer):
             self.skipped += 1
             self.set_status("skipped", self.skipped)
             return None
-        ep_name, mode_name, stats_name = self.fields
-        episode = int(_field(payload, ep_name))
-        mode = str(_field(payload, mode_name))
-        stats = _field(payload, stats_name)
-        if not isinstance(stats, dict):
-            raise ValueError(
-                f"{event.schema.id}: field {stats_name!r} is {type(stats).__name__}, not a "
-                "mapping (the per-episode report's contract: docs/python.md)"
-            )
-        self._add(cur, episode, mode, stats, _field(payload, "detailed"))
+        ep = self.layout.read(event, payload)
+        self._add(cur, ep)
         if cur.wandb is not None:
-            cur.wandb.add(episode, mode, stats, _field(payload, "overall"))
+            cur.wandb.add(ep.episode, *self.layout.wandb_row(ep))
         return None
 
     def _start(self, run: str, started: float) -> _Run:
@@ -170,25 +151,19 @@ class EpisodeReport(Consumer):
             sink = WandbSink(self.output_dir, self.wandb_project, run)
         return _Run(run, started, sink)
 
-    def _add(
-        self, cur: _Run, episode: int, mode: str, stats: Dict[str, Any], detailed: Any
-    ) -> None:
-        chunks = self.csv(stats)
+    def _add(self, cur: _Run, ep: Episode) -> None:
+        layout = self.layout
+        chunks = layout.csv_chunks(ep)
         if chunks is not None:
-            name = f"{mode}_stats.csv"
-            f = self._file(cur, name)
-            f.add(episode, *chunks)
+            self._file(cur, layout.csv_name(ep)).add(ep.episode, *chunks)
         wanted = self.detailed_episodes
-        if wanted is None or episode in wanted:
-            record = dict(stats)
-            if isinstance(detailed, dict):
-                record.update(detailed)
+        if wanted is None or ep.episode in wanted:
+            record = layout.json_record(ep)
             if self.detailed_per_episode:
-                _monty.write_episode_file(self.output_dir, episode, record)
+                _monty.write_episode_file(self.output_dir, layout.json_name, ep.episode, record)
             else:
-                name = "detailed_run_stats.json"
-                f = self._file(cur, name)
-                f.add(episode, "", _monty.json_record(episode, record) + os.linesep)
+                line = _monty.json_record(ep.episode, record) + os.linesep
+                self._file(cur, layout.json_name + ".json").add(ep.episode, "", line)
         cur.episodes += 1
         self.episodes += 1
 

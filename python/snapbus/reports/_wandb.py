@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 # `WandbHandler.variable_length_columns`: left out of the table.
 VARIABLE_LENGTH = {
@@ -64,16 +64,18 @@ class WandbSink:
             config={},
             settings=self.wandb.Settings(silent=True, console="off"),
         )
-        self.pending: Dict[int, Tuple[str, Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+        self.pending: Dict[int, Tuple[Dict[str, Any], str, Any]] = {}
         self.next_step = 0
         self.tables: Dict[str, Any] = {}
         self.late = 0
 
-    def add(self, episode: int, mode: str, stats: Dict[str, Any], overall: Any) -> None:
+    def add(self, episode: int, overall: Dict[str, Any], table_name: str, frame: Any) -> None:
+        """An episode's numbers (logged at `step=episode`) and its rows of table `table_name`
+        (a DataFrame, or None)."""
         if episode < self.next_step:
             self.late += 1  # W&B refuses a step before the last one logged
             return
-        self.pending[episode] = (mode, stats, overall if isinstance(overall, dict) else None)
+        self.pending[episode] = (overall, table_name, frame)
 
     def flush(self, final: bool = False) -> None:
         for episode in sorted(self.pending):
@@ -82,15 +84,11 @@ class WandbSink:
             self._log(episode, *self.pending.pop(episode))
             self.next_step = episode + 1
 
-    def _log(
-        self, episode: int, mode: str, stats: Dict[str, Any], overall: Optional[Dict[str, Any]]
-    ) -> None:
+    def _log(self, episode: int, overall: Dict[str, Any], key: str, df: Any) -> None:
         import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
-        row: Dict[str, Any] = dict(overall or {})
-        df = table_frame(stats)
+        row: Dict[str, Any] = dict(overall)
         if df is not None:
-            key = f"{mode}_stats_table"
             prev = self.tables.get(key)
             table = df if prev is None else pd.concat([prev, df])
             self.tables[key] = table
