@@ -171,7 +171,7 @@ def worker(run, started, episodes):
 
 if __name__ == "__main__":
     import multiprocessing as mp
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(sys.argv[1])
     # One worker per episode in turn, as tbp.monty's run_parallel hands them out: the bus sees
     # them out of order.
     procs = [ctx.Process(target=worker, args=("par", 3000.0, list(range(i, 20, 4))))
@@ -185,7 +185,10 @@ if __name__ == "__main__":
 )
 
 
-def test_four_spawned_workers_land_in_one_csv_in_episode_order(bus: Bus, tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["spawn", "fork"])
+def test_four_workers_land_in_one_csv_in_episode_order(
+    bus: Bus, tmp_path: Path, start: str
+) -> None:
     """`snapbus attach monty`, a consumer supervised by the broker, started before the run."""
     out, want = tmp_path / "out", tmp_path / "want"
     attached = bus.cli(
@@ -194,8 +197,8 @@ def test_four_spawned_workers_land_in_one_csv_in_episode_order(bus: Bus, tmp_pat
     cid = attached.stdout.strip()
     assert f"snapbus detach {cid}" in attached.stderr, attached.stderr
     script = tmp_path / "parallel.py"
-    script.write_text("import snapbus\n" + WORKER)
-    done = bus.spawn_py([str(script)]).wait()
+    script.write_text("import sys, snapbus\n" + WORKER)
+    done = bus.spawn_py([str(script), start]).wait()
     assert done.returncode == 0, done.stderr
     csv = out / "train_stats.csv"
     wait_until("20 episodes in the CSV", lambda: csv.exists() and len(csv_rows(out)) == 20 * 2)
@@ -203,6 +206,15 @@ def test_four_spawned_workers_land_in_one_csv_in_episode_order(bus: Bus, tmp_pat
     reference(want, list(range(20)))
     assert_same_files(out, want)
     assert csv_rows(out) == [(e, f"LM_{lm}") for e in range(20) for lm in range(2)]
+    # One experiment summary over every worker's episodes (run_parallel's get_overall_stats).
+    summary = json.loads((out / "train_overall_stats.json").read_text())
+    assert summary == {
+        "overall/percent_correct": 50.0,  # episode/correct: e % 2
+        "overall/run_time": sum(0.5 + e for e in range(20)),
+        "overall/avg_episode_run_time": sum(0.5 + e for e in range(20)) / 20,
+        "overall/num_episodes": 20,
+        "overall/num_processes": 4,
+    }
 
 
 def test_per_episode_json_files_of_the_selected_episodes(bus: Bus, tmp_path: Path) -> None:
@@ -260,8 +272,12 @@ def test_wandb_offline_run_holds_the_overall_series_and_the_stats_table(
     out = tmp_path / "out"
     produce(bus, "wb", 1.0, [0, 1, 2])
     report(bus, out, "--wandb")
-    rows = wandb_history(out)
+    *rows, summary = wandb_history(out)
     assert [r["_step"] for r in rows] == [0, 1, 2]
+    # The experiment summary after them (run_parallel's get_overall_stats).
+    assert summary["_step"] == 3, summary
+    assert summary["overall/percent_correct"] == pytest.approx(100 / 3)
+    assert summary["overall/num_processes"] == 1
     for e, r in enumerate(rows):
         for key, value in monty_stats.overall(e).items():
             assert r[key] == pytest.approx(value), (key, r)

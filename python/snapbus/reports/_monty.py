@@ -120,3 +120,58 @@ __all__: List[str] = [
     "rename_existing",
     "write_episode_file",
 ]
+
+
+# `run_parallel.get_overall_stats`: (overall key, how, episode key), in its order.
+_OVERALL = [
+    ("overall/percent_correct", "percent", "episode/correct"),
+    ("overall/percent_confused", "percent", "episode/confused"),
+    ("overall/percent_correct_mlh", "percent", "episode/correct_mlh"),
+    ("overall/percent_confused_mlh", "percent", "episode/confused_mlh"),
+    ("overall/percent_no_match", "percent", "episode/no_match"),
+    ("overall/percent_pose_time_out", "percent", "episode/pose_time_out"),
+    ("overall/percent_time_out", "percent", "episode/time_out"),
+    ("overall/percent_used_mlh_after_timeout", "percent", "episode/used_mlh_after_time_out"),
+    ("overall/avg_prediction_error", "mean", "episode/avg_prediction_error"),
+    ("overall/avg_rotation_error", "correct_mean", "episode/rotation_error"),
+    ("overall/avg_num_lm_steps", "mean", "episode/lm_steps"),
+    ("overall/avg_num_monty_steps", "mean", "episode/monty_steps"),
+    ("overall/avg_num_monty_matching_steps", "mean", "episode/monty_matching_steps"),
+    ("overall/run_time", "sum", "episode/run_time"),
+    ("overall/avg_episode_run_time", "mean", "episode/run_time"),
+    ("overall/num_episodes", "len", "episode/correct"),
+    ("overall/avg_goal_attempts", "mean", "episode/goal_states_attempted"),
+    ("overall/avg_goal_success", "mean", "episode/goal_state_success_rate"),
+]
+
+
+def experiment_summary(episodes: List[Dict[str, Any]]) -> Dict[str, float]:
+    """tbp.monty's `run_parallel.get_overall_stats` over every episode's `episode/*` values
+    (the records' `overall` mappings, in episode order): the keys whose inputs the episodes
+    carry (tbp.monty raises on a missing one)."""
+    import numpy as np
+
+    def values(key: str) -> List[Any]:
+        return [e[key] for e in episodes if key in e]
+
+    out: Dict[str, float] = {}
+    for name, how, key in _OVERALL:
+        v = values(key)
+        if not v:
+            continue
+        if how == "percent":
+            out[name] = float(np.mean(v) * 100)
+        elif how == "mean":
+            out[name] = float(np.mean(v))
+        elif how == "sum":
+            out[name] = float(np.sum(v))
+        elif how == "len":
+            out[name] = len(v)
+        else:  # the rotation error of the correct episodes
+            pairs = [
+                (e[key], e["episode/correct"])
+                for e in episodes
+                if key in e and "episode/correct" in e
+            ]
+            out[name] = float(np.mean([r for r, c in pairs if c == 1]))
+    return out

@@ -3,9 +3,10 @@ mapping, a run) into files kept in episode order, one set per run."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Container, Dict, List, Optional, Tuple, Union
+from typing import Any, Container, Dict, List, Optional, Set, Tuple, Union
 
 from .._snapbus import Event
 from ..consumer import Consumer
@@ -65,6 +66,9 @@ class _Run:
         self.files: Dict[str, OrderedFile] = {}
         self.episodes = 0
         self.wandb = wandb
+        # Per mode, per episode: the record's `overall` mapping (for the experiment summary).
+        self.overall: Dict[str, Dict[int, Dict[str, Any]]] = {}
+        self.producers: Set[Tuple[int, int]] = set()
 
 
 class EpisodeReport(Consumer):
@@ -141,6 +145,11 @@ class EpisodeReport(Consumer):
             return None
         ep = self.layout.read(event, payload)
         self._add(cur, ep)
+        producer = event.producer
+        cur.producers.add((producer.pid, producer.started_nanos))
+        overall = field(payload, "overall")
+        if isinstance(overall, dict):
+            cur.overall.setdefault(ep.mode, {})[ep.episode] = overall
         if cur.wandb is not None:
             cur.wandb.add(ep.episode, *self.layout.wandb_row(ep))
         return None
@@ -189,6 +198,19 @@ class EpisodeReport(Consumer):
         held back, in order)."""
         self.flush()
         cur = self.current
-        if cur is not None and cur.wandb is not None:
+        if cur is None:
+            return
+        for mode, by_episode in sorted(cur.overall.items()):
+            summary: Dict[str, Any] = _monty.experiment_summary(
+                [by_episode[e] for e in sorted(by_episode)]
+            )
+            summary["overall/num_processes"] = len(cur.producers)
+            path = self.output_dir / f"{mode}_overall_stats.json"
+            _monty.rename_existing(path)
+            path.write_text(json.dumps(summary, indent=2) + os.linesep)
+            if cur.wandb is not None:
+                cur.wandb.summary(summary)
+        cur.overall = {}
+        if cur.wandb is not None:
             cur.wandb.close()
             cur.wandb = None

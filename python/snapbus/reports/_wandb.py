@@ -95,6 +95,14 @@ class WandbSink:
             row[key] = self.wandb.Table(dataframe=table)
         self.run.log(row, step=episode)
 
+    def summary(self, overall: Dict[str, Any]) -> None:
+        """The experiment's summary, logged once after the episodes (as `run_parallel` logs
+        its `get_overall_stats`), at the step after the last episode."""
+        self.flush(final=True)
+        # At a step of its own: W&B merges a log without a step into the last one.
+        self.run.log(dict(overall), step=self.next_step)
+        self.next_step += 1
+
     def close(self) -> None:
         self.flush(final=True)
         self.run.finish()
