@@ -239,6 +239,22 @@ def test_attach_monty_fails_in_the_caller_on_a_bad_interpreter(bus: Bus, tmp_pat
     assert not bus.ls().get("consumers"), bus.ls()
 
 
+def test_a_record_off_the_contract_is_skipped_and_told(bus: Bus, tmp_path: Path) -> None:
+    code = EMIT + (
+        "configure()\n"
+        "tel = snapbus.get_telemetry('x')\n"
+        "tel.snapshot(20, {'kind': 'monty.EpisodeStats', 'episode': 7, 'mode': 'train',"
+        " 'run': 'r', 'run_started': 1.0, 'stats': 'not a mapping'})\n"
+        "emit('r', 1.0, 0)\n"
+    )
+    run_producer(bus, code)
+    out = tmp_path / "out"
+    stderr = report(bus, out)
+    assert "field 'stats' is str, not a mapping" in stderr, stderr
+    assert "1 episodes" in stderr and "1 off the contract skipped" in stderr, stderr
+    assert csv_rows(out) == [(0, "LM_0"), (0, "LM_1")]
+
+
 def wandb_history(out: Path) -> List[Dict[str, Any]]:
     """The history rows of the offline run under `out/wandb`, read with wandb's own reader of
     its `.wandb` log (`DataStore`, what `wandb sync` uses)."""

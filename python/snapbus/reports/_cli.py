@@ -133,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report.close()
     print(
         f"snapbus reports: {report.episodes} episodes, {report.skipped} of other runs "
-        f"skipped, {lost} lost",
+        f"skipped, {report.bad} off the contract skipped, {lost} lost",
         file=sys.stderr,
     )
     return 0

@@ -49,9 +49,10 @@ class MontyLayout:
                 f"{event.schema.id}: field 'stats' is {type(stats).__name__}, not a mapping "
                 "(the contract of monty.EpisodeStats: docs/python.md)"
             )
-        return Episode(
-            _episode(event, payload, "episode"), str(field(payload, "mode")), stats, payload
-        )
+        mode = field(payload, "mode")
+        if mode is None:
+            raise ValueError(f"{event.schema.id}: no field 'mode' (train or eval)")
+        return Episode(_episode(event, payload, "episode"), str(mode), stats, payload)
 
     def csv_name(self, ep: Episode) -> str:
         return f"{ep.mode}_stats.csv"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Container, Dict, List, Optional, Set, Tuple, Union
 
@@ -111,6 +112,9 @@ class EpisodeReport(Consumer):
         self.current: Optional[_Run] = None
         self.skipped = 0
         self.episodes = 0
+        #: Records that do not follow the layout's contract, skipped.
+        self.bad = 0
+        self._told: Set[str] = set()
         self._producer_starts: Dict[str, float] = {}
 
     def _run_of(self, ev: Event, payload: Any) -> Tuple[str, float]:
@@ -143,7 +147,17 @@ class EpisodeReport(Consumer):
             self.skipped += 1
             self.set_status("skipped", self.skipped)
             return None
-        ep = self.layout.read(event, payload)
+        try:
+            ep = self.layout.read(event, payload)
+        except ValueError as e:
+            # A record off the contract: counted and told once per schema, never fatal (a
+            # supervised consumer restarted on it would meet it again in the ring).
+            self.bad += 1
+            self.set_status("bad", self.bad)
+            if event.schema.id not in self._told:
+                self._told.add(event.schema.id)
+                print(f"snapbus reports: skipped: {e}", file=sys.stderr)
+            return None
         self._add(cur, ep)
         producer = event.producer
         cur.producers.add((producer.pid, producer.started_nanos))
