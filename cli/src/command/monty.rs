@@ -21,28 +21,10 @@ use snapbus_bus::runtime::BusDir;
 use crate::bus::bus_dir;
 use crate::cli::BusArgs;
 use crate::command::python::{self, PYTHON_ENV};
-use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// The consumer's module.
 const MODULE: &str = "snapbus.reports";
-
-/// Checks, in the interpreter, that it imports `snapbus` and its report consumer, then runs
-/// the consumer's `--check`; prints why not on stderr (one line) and exits non-zero.
-const CHECK: &str = r#"
-import sys
-try:
-    import snapbus  # noqa: F401
-except Exception as e:
-    sys.exit("cannot import snapbus (%s: %s); install it into %s: pip install ./python" % (type(e).__name__, e, sys.executable))
-try:
-    from snapbus.reports import _cli
-except ImportError as e:
-    sys.exit("this snapbus (%s) has no report consumer (%s); reinstall it: pip install ./python" % (snapbus.__file__, e))
-try:
-    sys.exit(_cli.main(["--check", *sys.argv[1:]]))
-except (ValueError, OSError) as e:
-    sys.exit(" ".join(str(e).split()))
-"#;
 
 /// Options of `snapbus monty` (and `attach monty`).
 #[derive(Debug, Clone, Args)]
@@ -127,9 +109,7 @@ fn interpreter(given: Option<&str>) -> Result<PathBuf, python::PythonError> {
 }
 
 fn check_consumer(python: &Path, args: &[String]) -> anyhow::Result<()> {
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", CHECK]).args(args);
-    python::run_check(cmd, python, "the report consumer")
+    python::check_module(python, MODULE, "report consumer", "", args)
 }
 
 impl BuiltinConsumer for MontyArgs {
@@ -171,10 +151,6 @@ impl BuiltinConsumer for MontyArgs {
     /// What the user gave, with the interpreter resolved here.
     fn argv(&self, m: &ArgMatches, dir: &BusDir, skip: &[&str]) -> anyhow::Result<Vec<String>> {
         let python = interpreter(self.python.as_deref())?;
-        let mut skip = skip.to_vec();
-        skip.push("python");
-        let mut argv = forward::<Self>(m, dir, &skip)?;
-        argv.push(format!("--python={}", python.display()));
-        Ok(argv)
+        python::forward_with_python::<Self>(m, dir, skip, &python)
     }
 }

@@ -13,7 +13,8 @@ and `run_started` (Unix seconds); `detailed` (a mapping merged into the JSON rec
 optional.
 """
 
+from ._cli import main
 from ._layouts import MONTY_SCHEMA, GenericLayout, MontyLayout
 from ._report import EpisodeReport, OrderedFile
 
-__all__ = ["MONTY_SCHEMA", "EpisodeReport", "GenericLayout", "MontyLayout", "OrderedFile"]
+__all__ = ["MONTY_SCHEMA", "EpisodeReport", "GenericLayout", "MontyLayout", "OrderedFile", "main"]
