@@ -13,12 +13,10 @@
 //!   non-zero exit, with nothing started.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use clap::{ArgMatches, Args};
 use snapbus_bus::runtime::BusDir;
 
-use crate::bus::bus_dir;
 use crate::cli::BusArgs;
 use crate::command::python::{self, PYTHON_ENV};
 use crate::consumer_kinds::kind::BuiltinConsumer;
@@ -126,12 +124,8 @@ impl BuiltinConsumer for MontyArgs {
     }
 
     fn run(&self) -> anyhow::Result<()> {
-        let dir = bus_dir(&self.bus)?;
-        let python = interpreter(self.python.as_deref()).map_err(python::cannot_start)?;
-        let mut cmd = Command::new(&python);
-        cmd.args(["-m", MODULE, &format!("--bus={}", dir.name())])
-            .args(self.consumer_args());
-        Err(python::exec(cmd, python, &dir))
+        let python = interpreter(self.python.as_deref());
+        python::exec_module(&self.bus, python, MODULE, &self.consumer_args())
     }
 
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {

@@ -228,6 +228,22 @@ pub(crate) fn check_module(
     run_check(cmd, python, &format!("the {what}"))
 }
 
+/// Runs module consumer `module` in this terminal: execs `PYTHON -m MODULE --bus=NAME ARGS…`
+/// (the broker supervises that pid); returns only if that failed.
+pub(crate) fn exec_module(
+    bus: &BusArgs,
+    python: Result<PathBuf, PythonError>,
+    module: &str,
+    args: &[String],
+) -> anyhow::Result<()> {
+    let dir = bus_dir(bus)?;
+    let python = python.map_err(cannot_start)?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", module, &format!("--bus={}", dir.name())])
+        .args(args);
+    Err(exec(cmd, python, &dir))
+}
+
 /// What a module consumer forwards: what the user gave (without `--python`), then the
 /// interpreter `python` resolved in the caller.
 pub(crate) fn forward_with_python<T: BuiltinConsumer>(

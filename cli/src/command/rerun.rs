@@ -23,7 +23,6 @@ use anyhow::{Context, bail};
 use clap::{ArgMatches, Args};
 use snapbus_bus::runtime::BusDir;
 
-use crate::bus::bus_dir;
 use crate::cli::{BusArgs, ExportArgs};
 use crate::command::python::{self, PYTHON_ENV, PythonError};
 use crate::consumer_kinds::kind::BuiltinConsumer;
@@ -120,12 +119,8 @@ impl BuiltinConsumer for RerunArgs {
     }
 
     fn run(&self) -> anyhow::Result<()> {
-        let dir = bus_dir(&self.bus)?;
-        let python = interpreter(self.python.as_deref()).map_err(python::cannot_start)?;
-        let mut cmd = Command::new(&python);
-        cmd.args(["-m", MODULE, &format!("--bus={}", dir.name())])
-            .args(self.bridge_args());
-        Err(python::exec(cmd, python, &dir))
+        let python = interpreter(self.python.as_deref());
+        python::exec_module(&self.bus, python, MODULE, &self.bridge_args())
     }
 
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
