@@ -12,12 +12,13 @@ use crate::bus::{TestBus, wait_until};
 use crate::util::{WATCHDOG, run, run_cmd};
 
 /// The built-in consumers: (`attach` kind, foreground verb).
-const KINDS: [(&str, &str); 5] = [
+const KINDS: [(&str, &str); 6] = [
     ("recorder", "record"),
     ("plotter", "plot"),
     ("aggregator", "aggregate"),
     ("python", "python"),
     ("rerun", "rerun"),
+    ("monty", "monty"),
 ];
 
 /// The `--long` flags a `--help` text lists.

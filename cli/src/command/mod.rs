@@ -14,6 +14,7 @@ mod filter;
 mod hz;
 mod inspect;
 mod ls;
+pub(crate) mod monty;
 #[cfg(feature = "otlp")]
 pub(crate) mod otlp;
 #[cfg(feature = "plotter")]
@@ -76,7 +77,7 @@ pub(crate) enum Command {
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
     /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
-    /// `otlp`, `rerun`.
+    /// `otlp`, `rerun`, `monty`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.

@@ -34,7 +34,7 @@ use snapbus_bus::runtime::{BUS_ENV, BusDir};
 
 use crate::bus::bus_dir;
 use crate::cli::BusArgs;
-use crate::consumer_kinds::kind::BuiltinConsumer;
+use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
 
 /// The environment variable naming the default interpreter.
 pub(crate) const PYTHON_ENV: &str = "SNAPBUS_PYTHON";
@@ -189,6 +189,74 @@ pub(crate) fn exec(mut cmd: Command, python: PathBuf, dir: &BusDir) -> anyhow::E
 /// is not restarted.
 pub(crate) fn cannot_start(err: PythonError) -> anyhow::Error {
     CannotStart(err).into()
+}
+
+/// The check a module consumer of the package (`snapbus.rerun`, `snapbus.reports`) runs in
+/// its interpreter: it imports `snapbus` and the module (else says which to install or
+/// reinstall), then runs the module's `main(["--check", ARGS…])`; one of `ValueError`,
+/// `OSError` and the module's own error classes is printed as its message (one line).
+const MODULE_CHECK: &str = r#"
+import importlib, sys
+module, what, extra = sys.argv[1:4]
+try:
+    import snapbus  # noqa: F401
+except Exception as e:
+    sys.exit("cannot import snapbus (%s: %s); install it into %s: pip install ./python" % (type(e).__name__, e, sys.executable))
+try:
+    m = importlib.import_module(module)
+except ImportError as e:
+    sys.exit("this snapbus (%s) has no %s (%s); reinstall it: pip install ./python" % (snapbus.__file__, what, e))
+errors = tuple(getattr(m, n) for n in extra.split(",") if n) + (ValueError, OSError)
+try:
+    sys.exit(m.main(["--check", *sys.argv[4:]]))
+except errors as e:
+    sys.exit(" ".join(str(e).split()))
+"#;
+
+/// Runs [`MODULE_CHECK`] of `module` (`what` names it in messages; `errors`: the module's own
+/// exception classes, comma-separated) with `args` in `python`.
+pub(crate) fn check_module(
+    python: &Path,
+    module: &str,
+    what: &str,
+    errors: &str,
+    args: &[String],
+) -> anyhow::Result<()> {
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", MODULE_CHECK, module, what, errors])
+        .args(args);
+    run_check(cmd, python, &format!("the {what}"))
+}
+
+/// Runs module consumer `module` in this terminal: execs `PYTHON -m MODULE --bus=NAME ARGS…`
+/// (the broker supervises that pid); returns only if that failed.
+pub(crate) fn exec_module(
+    bus: &BusArgs,
+    python: Result<PathBuf, PythonError>,
+    module: &str,
+    args: &[String],
+) -> anyhow::Result<()> {
+    let dir = bus_dir(bus)?;
+    let python = python.map_err(cannot_start)?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", module, &format!("--bus={}", dir.name())])
+        .args(args);
+    Err(exec(cmd, python, &dir))
+}
+
+/// What a module consumer forwards: what the user gave (without `--python`), then the
+/// interpreter `python` resolved in the caller.
+pub(crate) fn forward_with_python<T: BuiltinConsumer>(
+    m: &ArgMatches,
+    dir: &BusDir,
+    skip: &[&str],
+    python: &Path,
+) -> anyhow::Result<Vec<String>> {
+    let mut skip = skip.to_vec();
+    skip.push("python");
+    let mut argv = forward::<T>(m, dir, &skip)?;
+    argv.push(format!("--python={}", python.display()));
+    Ok(argv)
 }
 
 /// Runs `cmd` (a check in interpreter `python`, for `target`) to its end, within

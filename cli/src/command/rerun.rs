@@ -23,10 +23,9 @@ use anyhow::{Context, bail};
 use clap::{ArgMatches, Args};
 use snapbus_bus::runtime::BusDir;
 
-use crate::bus::bus_dir;
 use crate::cli::{BusArgs, ExportArgs};
 use crate::command::python::{self, PYTHON_ENV, PythonError};
-use crate::consumer_kinds::kind::{BuiltinConsumer, forward};
+use crate::consumer_kinds::kind::BuiltinConsumer;
 
 /// The environment variable naming the bridge's interpreter (before `$SNAPBUS_PYTHON`).
 pub(crate) const RERUN_PYTHON_ENV: &str = "SNAPBUS_RERUN_PYTHON";
@@ -36,24 +35,6 @@ const DEFAULT_URL: &str = "rerun+http://127.0.0.1:9876/proxy";
 
 /// The bridge's module.
 const MODULE: &str = "snapbus.rerun";
-
-/// Checks, in the interpreter, that it imports `snapbus` and its bridge, then runs the bridge's
-/// `--check` with the arguments; prints why not on stderr (one line) and exits non-zero.
-const CHECK: &str = r#"
-import sys
-try:
-    import snapbus  # noqa: F401
-except Exception as e:
-    sys.exit("cannot import snapbus (%s: %s); install it into %s: pip install ./python" % (type(e).__name__, e, sys.executable))
-try:
-    from snapbus import rerun as bridge
-except ImportError as e:
-    sys.exit("this snapbus (%s) has no rerun bridge (%s); reinstall it: pip install ./python" % (snapbus.__file__, e))
-try:
-    sys.exit(bridge.main(["--check", *sys.argv[1:]]))
-except (bridge.RerunMissing, ValueError, OSError) as e:
-    sys.exit(" ".join(str(e).split()))
-"#;
 
 /// Options of `snapbus rerun` (and `attach rerun`).
 #[derive(Debug, Clone, Args)]
@@ -121,9 +102,7 @@ impl RerunArgs {
 
 /// Runs the bridge's `--check` with `args` in `python`.
 fn check_bridge(python: &Path, args: &[String]) -> anyhow::Result<()> {
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", CHECK]).args(args);
-    python::run_check(cmd, python, "the rerun bridge")
+    python::check_module(python, MODULE, "rerun bridge", "RerunMissing", args)
 }
 
 impl BuiltinConsumer for RerunArgs {
@@ -140,12 +119,8 @@ impl BuiltinConsumer for RerunArgs {
     }
 
     fn run(&self) -> anyhow::Result<()> {
-        let dir = bus_dir(&self.bus)?;
-        let python = interpreter(self.python.as_deref()).map_err(python::cannot_start)?;
-        let mut cmd = Command::new(&python);
-        cmd.args(["-m", MODULE, &format!("--bus={}", dir.name())])
-            .args(self.bridge_args());
-        Err(python::exec(cmd, python, &dir))
+        let python = interpreter(self.python.as_deref());
+        python::exec_module(&self.bus, python, MODULE, &self.bridge_args())
     }
 
     fn check(&self, _dir: &BusDir, _who: &'static str) -> anyhow::Result<()> {
@@ -171,11 +146,7 @@ impl BuiltinConsumer for RerunArgs {
     /// What the user gave, with the interpreter resolved here.
     fn argv(&self, m: &ArgMatches, dir: &BusDir, skip: &[&str]) -> anyhow::Result<Vec<String>> {
         let python = interpreter(self.python.as_deref())?;
-        let mut skip = skip.to_vec();
-        skip.push("python");
-        let mut argv = forward::<Self>(m, dir, &skip)?;
-        argv.push(format!("--python={}", python.display()));
-        Ok(argv)
+        python::forward_with_python::<Self>(m, dir, skip, &python)
     }
 }
 

@@ -29,6 +29,7 @@ use snapbus_bus::runtime::BusDir;
 
 #[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
+use crate::command::monty::MontyArgs;
 #[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
 #[cfg(feature = "plotter")]
@@ -57,6 +58,7 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     #[cfg(feature = "otlp")]
     ConsumerKind::of::<OtlpArgs>(),
     ConsumerKind::of::<RerunArgs>(),
+    ConsumerKind::of::<MontyArgs>(),
 ];
 
 /// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.
@@ -380,6 +382,10 @@ mod tests {
             "rerun" => {
                 "--schema a.* --connect rerun+http://127.0.0.1:1/proxy --spawn --save OUT/r.rrd \
                  --timeline ep --from oldest --python /bin/sh"
+            }
+            "monty" => {
+                "--output-dir OUT/res --layout generic --schema a.* --episode-field ep \
+                 --mode-field m --run r1 --detailed-per-episode --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
