@@ -272,25 +272,10 @@ fn run_losses(r: &Recorder) -> u64 {
 
 /// `2026-11-29T00:15:00.123Z` as `20261129T001500.123Z`: sortable, and no `:` in a file name.
 fn compact_utc(nanos: u64) -> String {
-    let secs = nanos / 1_000_000_000;
-    let millis = (nanos / 1_000_000) % 1000;
-    let (days, sod) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}.{millis:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos);
+    humantime::format_rfc3339_millis(t)
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 impl Consumer for RunRecorder {

@@ -278,10 +278,7 @@ def _sources() -> Iterator[Tuple[str, bytes, int]]:
     """The package's Python files (not the native builds an editable install left in place)."""
     for path in sorted(PACKAGE.rglob("*")):
         rel = path.relative_to(PYTHON_DIR)
-        parts = rel.parts
-        if path.is_dir() or "__pycache__" in parts or path.suffix in (".so", ".pyc", ".tmp"):
-            continue
-        if any(p.startswith(("_py3", "_cp3")) for p in parts[1:-1]):
+        if path.is_dir() or "__pycache__" in rel.parts or path.suffix in (".so", ".pyc", ".tmp"):
             continue
         yield rel.as_posix(), path.read_bytes(), 0o644
 
