@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::bus::{TestBus, wait_until};
+use crate::bus::{Bg, TestBus, wait_until};
 use crate::demo::{demo_leaves, expected_mode as mode};
 use crate::util::{WATCHDOG, kill9, runtime_root};
 
@@ -369,4 +369,68 @@ fn a_restarted_aggregator_emits_every_window_once_and_its_experiment_counts_them
         .collect();
     assert_eq!(producers.len(), 2, "both runs emitted: {producers:?}");
     let _ = bus.run(&["detach", &id]);
+}
+
+#[test]
+fn four_demo_workers_combined_give_one_experiment_summary_over_all_their_steps() {
+    let bus = TestBus::up();
+    // Four workers of one run, started together as real processes (same name, same tag).
+    let mut workers: Vec<Bg> = (0..4)
+        .map(|i| {
+            let mut cmd = bus.demo_cmd("5", "4", "0");
+            cmd.env("SNAPBUS_SESSION_TAG", "run-7");
+            Bg::spawn(&format!("worker{i}"), cmd)
+        })
+        .collect();
+    for w in &mut workers {
+        let (status, _) = w.wait();
+        assert!(status.success(), "{}", w.log());
+    }
+    let csv_dir = runtime_root().join("files").join("agg-combined");
+    let _ = std::fs::remove_dir_all(&csv_dir);
+    let out = bus.run(&[
+        "aggregate",
+        "--schema",
+        "demo.step",
+        "--from",
+        "oldest",
+        "--until-end",
+        "--combine-producers",
+        "--csv",
+        csv_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "aggregate: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the 4 producer(s) named \"demo\" (session tag \"run-7\") have ended"),
+        "{}",
+        out.stderr
+    );
+    // 4 workers × 5 episode windows, then one experiment summary for all of them.
+    let got = summaries(&bus, "demo.step.summary", 21);
+    let (windows, experiments): (Vec<&Value>, Vec<&Value>) = got
+        .iter()
+        .partition(|g| g["payload"]["window"] == "episode");
+    assert_eq!((windows.len(), experiments.len()), (20, 1));
+    let pids: BTreeSet<u64> = windows
+        .iter()
+        .map(|w| w["payload"]["producer_pid"].as_u64().expect("pid"))
+        .collect();
+    assert_eq!(pids.len(), 4, "windows stay per worker");
+    let exp = &experiments[0]["payload"];
+    assert_eq!(exp["producer"], "demo");
+    assert_eq!(exp["producer_pid"], 0);
+    assert_eq!(exp["index"], 20, "the windows of all four");
+    let every: Vec<(u64, u64)> = (0..4)
+        .flat_map(|_| (0..5u64).flat_map(|e| (0..4).map(move |s| (e, s))))
+        .collect();
+    check_stats(experiments[0], &every);
+    let text = std::fs::read_to_string(csv_dir.join("demo.step.summary.csv")).expect("csv");
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 21, "{text}");
+    assert_eq!(
+        rows.iter().filter(|r| r.contains(",experiment,")).count(),
+        1,
+        "{text}"
+    );
 }

@@ -23,7 +23,7 @@ use crate::runtime::Bus;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "agg.step", version = 1)]
-struct Step {
+pub(crate) struct Step {
     episode: u32,
     step: u32,
     env: String,
@@ -37,7 +37,7 @@ struct Step {
 }
 
 /// A step with values that differ per producer, env, episode and step.
-fn step(lane: u64, env: u32, episode: u32, s: u32) -> Step {
+pub(crate) fn step(lane: u64, env: u32, episode: u32, s: u32) -> Step {
     let x = f64::from(s * 7 + episode * 3 + env) + lane as f64 * 0.25;
     Step {
         episode,
@@ -134,16 +134,16 @@ fn producer(lane: u64) -> ProducerInfo {
 }
 
 /// Records of several producers, as the subscriber delivers them.
-struct Feed {
-    producers: BTreeMap<u64, ProducerInfo>,
+pub(crate) struct Feed {
+    pub(crate) producers: BTreeMap<u64, ProducerInfo>,
     seq: BTreeMap<u64, u64>,
     schema: Arc<SchemaDescriptor>,
 }
 
-type Sink = Vec<(Arc<SchemaDescriptor>, Vec<u8>)>;
+pub(crate) type Sink = Vec<(Arc<SchemaDescriptor>, Vec<u8>)>;
 
 impl Feed {
-    fn new(lanes: &[u64]) -> Feed {
+    pub(crate) fn new(lanes: &[u64]) -> Feed {
         Feed {
             producers: lanes.iter().map(|l| (*l, producer(*l))).collect(),
             seq: lanes.iter().map(|l| (*l, 0)).collect(),
@@ -152,13 +152,20 @@ impl Feed {
     }
 
     /// Feeds one step of `lane` at time `t_nanos` (the lane's next sequence number).
-    fn send<C: Consumer>(&mut self, c: &mut C, lane: u64, st: &Step, t_nanos: u64) {
+    pub(crate) fn send<C: Consumer>(&mut self, c: &mut C, lane: u64, st: &Step, t_nanos: u64) {
         let seq = self.seq[&lane];
         self.send_at(c, lane, st, t_nanos, seq);
         self.seq.insert(lane, seq + 1);
     }
 
-    fn send_at<C: Consumer>(&self, c: &mut C, lane: u64, st: &Step, t_nanos: u64, seq: u64) {
+    pub(crate) fn send_at<C: Consumer>(
+        &self,
+        c: &mut C,
+        lane: u64,
+        st: &Step,
+        t_nanos: u64,
+        seq: u64,
+    ) {
         let payload = st.encode_to_vec().expect("encode");
         self.send_raw(c, lane, &payload, t_nanos, seq, &Arc::clone(&self.schema));
     }
@@ -184,7 +191,7 @@ impl Feed {
         c.on_event(&r).expect("on_event");
     }
 
-    fn end<C: Consumer>(&self, c: &mut C, lane: u64) {
+    pub(crate) fn end<C: Consumer>(&self, c: &mut C, lane: u64) {
         c.on_producer(ProducerChange::Ended(snapbus_consumers::Producer::from(
             &self.producers[&lane],
         )))
@@ -194,17 +201,17 @@ impl Feed {
 
 /// A decoded summary, flattened: `stats.reward.mean` → value.
 #[derive(Debug, Clone, PartialEq)]
-struct Summary {
-    schema: String,
-    producer: String,
-    group: Vec<String>,
-    window: String,
-    index: u64,
-    count: u64,
-    lost: u64,
-    first_seq: u64,
-    last_seq: u64,
-    stats: BTreeMap<String, f64>,
+pub(crate) struct Summary {
+    pub(crate) schema: String,
+    pub(crate) producer: String,
+    pub(crate) group: Vec<String>,
+    pub(crate) window: String,
+    pub(crate) index: u64,
+    pub(crate) count: u64,
+    pub(crate) lost: u64,
+    pub(crate) first_seq: u64,
+    pub(crate) last_seq: u64,
+    pub(crate) stats: BTreeMap<String, f64>,
 }
 
 impl Summary {
@@ -237,7 +244,7 @@ fn flatten(prefix: &str, v: &Value<'_>, out: &mut BTreeMap<String, f64>) {
     }
 }
 
-fn summaries(sink: &Sink) -> Vec<Summary> {
+pub(crate) fn summaries(sink: &Sink) -> Vec<Summary> {
     sink.iter()
         .map(|(desc, payload)| {
             let v = decode(desc.root(), payload).expect("summary decodes");
@@ -287,7 +294,7 @@ fn of_episode(steps: &[(u32, Step)], episode: u32) -> Vec<Step> {
 }
 
 /// Checks one summary's statistics against the reference over `steps`.
-fn check(s: &Summary, steps: &[Step]) {
+pub(crate) fn check(s: &Summary, steps: &[Step]) {
     assert_eq!(s.count, steps.len() as u64, "{:?}", s.key());
     let mut names = BTreeSet::new();
     for (leaf, _) in leaves(&steps[0]) {

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "aggregator")]
 mod aggregator;
+#[cfg(feature = "aggregator")]
+mod combine;
 mod common;
 #[cfg(feature = "recording")]
 mod compression;

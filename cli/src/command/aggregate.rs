@@ -64,6 +64,16 @@ pub(crate) struct AggregateArgs {
     /// their experiment summaries (other aggregators are producers too).
     #[arg(long)]
     pub(crate) until_end: bool,
+    /// One experiment summary per run rather than per producer: the producers with the same
+    /// name and session tag (the workers of a parallel experiment) are combined, and their
+    /// experiment summary is emitted once all of them have ended (and none has joined for
+    /// --combine-grace-secs), or when the aggregator stops. Windows stay per producer.
+    #[arg(long)]
+    pub(crate) combine_producers: bool,
+    /// With --combine-producers: how long a run's experiment summary waits, after its last
+    /// producer ended, for another producer of the run to join (a worker started later).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = parse_grace)]
+    pub(crate) combine_grace_secs: f64,
     /// This worker's share of the work, I/N (`spawn aggregator -n N` sets it).
     #[arg(long, value_name = "I/N", default_value = "1/1", value_parser = parse_worker)]
     pub(crate) worker: (u32, u32),
@@ -75,7 +85,8 @@ pub(crate) struct AggregateArgs {
 const AGGREGATE_HELP: &str = "\
 Summaries are emitted onto the bus as `<schema>.summary` snapshots (same version as the
 source), one per closed window of each group and, when a producer ends, one per group with
-window = \"experiment\":
+window = \"experiment\" (with --combine-producers, one per group for all the producers of a
+run: producer_pid 0, producer_lane the run's id, first_seq and last_seq 0):
   producer, producer_pid, producer_lane, group {<group-by fields>}, window, index,
   count, lost, first_t_nanos, last_t_nanos, first_seq, last_seq,
   stats {<field> {count, mean, std, min, max, last, p50, p95, p99}}
@@ -87,6 +98,13 @@ emitted before, and reports what the rings no longer hold as lost.";
 
 fn parse_window(s: &str) -> Result<snapbus_consumers::aggregator::Window, String> {
     s.parse()
+}
+
+fn parse_grace(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if (0.0..=86_400.0).contains(&t) => Ok(t),
+        _ => Err(format!("expected seconds from 0 to 86400, got {s:?}")),
+    }
 }
 
 fn parse_worker(s: &str) -> Result<(u32, u32), String> {
@@ -108,8 +126,9 @@ impl BuiltinConsumer for AggregateArgs {
     const ATTACH_ABOUT: &'static str = "Summarize step events per episode and per experiment, \
         emitting `<schema>.summary` snapshots (see `snapbus aggregate --help`)";
     const SPAWN_ABOUT: Option<&'static str> = Some(
-        "N aggregator workers; each summarizes the groups whose hash of (schema, producer, \
-         group values) falls to it, so together they see every group once",
+        "N aggregator workers; each summarizes the groups whose hash of (schema, producer \
+         (its run with --combine-producers), group values) falls to it, so together they see \
+         every group once",
     );
     const PATH_FLAGS: &'static [&'static str] = &["csv"];
 
@@ -178,6 +197,8 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
         }
     );
     let result = run_consumer(&dir, &run_opts, &mut aggregator, None);
+    // Runs whose producers have all ended get their combined summary now, grace or not.
+    let finished = aggregator.finish();
     let s = aggregator.stats();
     snapbus_bus::say!(
         "snapbus aggregate: {} records summarized ({} of other workers' groups, {} skipped), {} \
@@ -198,6 +219,7 @@ pub(crate) fn run(args: &AggregateArgs) -> anyhow::Result<()> {
         aggregator.open_windows()
     );
     result?;
+    finished.map_err(|e| anyhow::anyhow!("emitting the combined experiment summaries: {e}"))?;
     let unmatched = aggregator.unmatched_options();
     if args.until_end && !unmatched.is_empty() {
         anyhow::bail!("{}", unmatched.join("; "));
@@ -307,6 +329,8 @@ pub(crate) fn options(args: &AggregateArgs) -> anyhow::Result<AggregatorOptions>
     }
     opts.group_by = args.group_by.clone();
     opts.episode_field = args.episode_field.clone();
+    opts.combine_producers = args.combine_producers;
+    opts.combine_grace = Duration::from_secs_f64(args.combine_grace_secs);
     (opts.worker, opts.workers) = (args.worker.0 - 1, args.worker.1);
     opts.csv_dir = match &args.csv {
         Some(p) => {

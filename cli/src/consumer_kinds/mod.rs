@@ -365,7 +365,7 @@ mod tests {
             "aggregator" => {
                 "--schema a.* --group-by mode --group-by env.id --window steps:7 \
                  --episode-field ep --field r* --field=-x --csv OUT/csv --from latest \
-                 --until-end --worker 2/3"
+                 --until-end --worker 2/3 --combine-producers --combine-grace-secs 1.5"
             }
             // An interpreter that resolves to itself; the target and its arguments.
             "python" => "--python /bin/sh --pythonpath OUT -- mod:Cls --glob a.* --start oldest",

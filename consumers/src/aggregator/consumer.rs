@@ -9,7 +9,7 @@ use super::group::{Group, same_key};
 use super::options::AggregatorOptions;
 use super::resume::Resume;
 use super::sink::SummarySink;
-use super::state::{Aggregator, ProducerState, SchemaState};
+use super::state::{Aggregator, ProducerState, SchemaState, fill_index_key};
 use super::summary::{Acc, Values};
 use crate::fields::{Plan, decode_group};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
@@ -37,14 +37,19 @@ impl<S: SummarySink> Consumer for Aggregator<S> {
     }
 
     fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
-        if let ProducerChange::Ended(p) = change {
-            self.end_producer(p.lane_id)?;
+        match change {
+            ProducerChange::Joined(p) => {
+                self.producer(p);
+            }
+            ProducerChange::Ended(p) => self.end_producer(p.lane_id)?,
+            ProducerChange::Died(_) => {}
         }
         Ok(Flow::Continue)
     }
 
     fn flush(&mut self) -> Result<(), HookError> {
         self.close_stale()?;
+        self.emit_combined(false)?;
         for s in &mut self.schemas {
             if let Some(w) = s.csv.as_mut() {
                 w.flush()?;
@@ -172,32 +177,26 @@ impl NewGroup<'_> {
         index: &mut HashMap<Vec<u8>, usize>,
     ) -> Result<usize, HookError> {
         let (opts, desc, lane_id) = (self.opts, self.desc, self.lane_id);
-        key.clear();
-        key.extend_from_slice(&lane_id.to_le_bytes());
-        key.extend_from_slice(group);
+        fill_index_key(key, lane_id, group);
         if let Some(i) = index.get(key.as_slice()) {
             return Ok(*i);
         }
         let values =
             decode_group(group, opts.group_by.len()).ok_or("a group key that does not decode")?;
-        let mine = opts.workers <= 1 || {
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            h.update(desc.id().as_bytes());
-            h.update(key);
-            h.digest() % u64::from(opts.workers) == u64::from(opts.worker)
-        };
-        let mut resume_key = lane_id.to_le_bytes().to_vec();
-        values.iter().for_each(|v| v.encode_into(&mut resume_key));
-        let resume = self
-            .resume
-            .groups
-            .get(&(desc.id().to_owned(), desc.version(), resume_key))
-            .copied();
-        let source = self
+        let producer = self
             .producers
             .get(&lane_id)
-            .map(|p| Arc::clone(&p.source))
             .ok_or("producer state missing")?;
+        let mine = opts.workers <= 1 || {
+            // Combined producers' groups go to one worker: the run's, not the lane's.
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            h.update(desc.id().as_bytes());
+            h.update(&producer.run.unwrap_or(lane_id).to_le_bytes());
+            h.update(group);
+            h.digest() % u64::from(opts.workers) == u64::from(opts.worker)
+        };
+        let resume = self.resume.of(desc, lane_id, &values);
+        let source = Arc::clone(&producer.source);
         groups.push(Group {
             lane_id,
             key: group.to_vec(),

@@ -7,8 +7,9 @@ use super::group::Finished;
 use super::group::Group;
 use super::options::AggregatorOptions;
 use super::sink::SummarySink;
-use super::summary::{Acc, Closed, EXPERIMENT, Layout};
+use super::summary::{Acc, Closed, EXPERIMENT, Layout, Source};
 use crate::HookError;
+use crate::fields::KeyValue;
 
 /// Counters of an aggregator.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,6 +32,22 @@ pub struct AggregatorStats {
     pub lost: u64,
 }
 
+/// Who a summary is about: a producer (or producers combined) and the group-by values.
+#[derive(Clone, Copy)]
+pub(super) struct Who<'a> {
+    pub(super) source: &'a Source,
+    pub(super) group: &'a [KeyValue],
+}
+
+impl Group {
+    pub(super) fn who(&self) -> Who<'_> {
+        Who {
+            source: &self.source,
+            group: &self.values,
+        }
+    }
+}
+
 /// What is emitted.
 pub(super) enum Kind {
     Window,
@@ -47,21 +64,21 @@ pub(super) struct Emitter<S> {
 }
 
 impl<S: SummarySink> Emitter<S> {
-    /// Emits a summary of group `g` (and writes its CSV row).
+    /// Emits a summary (and writes its CSV row).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn emit(
         &mut self,
         csv: &mut Option<csv::Writer<File>>,
         layout: &Layout,
-        g: &Group,
+        who: Who<'_>,
         kind: Kind,
         index: u64,
         lost: u64,
         acc: &Acc,
     ) -> Result<(), HookError> {
         let closed = Closed {
-            source: &g.source,
-            group: &g.values,
+            source: who.source,
+            group: who.group,
             window: match kind {
                 Kind::Window => &self.window_name,
                 Kind::Experiment => EXPERIMENT,
@@ -99,7 +116,7 @@ impl<S: SummarySink> Emitter<S> {
             self.stats.already_emitted += 1;
             return Ok(());
         }
-        self.emit(csv, layout, g, Kind::Window, f.index, f.lost, &f.acc)
+        self.emit(csv, layout, g.who(), Kind::Window, f.index, f.lost, &f.acc)
     }
 }
 

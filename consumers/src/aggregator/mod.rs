@@ -26,6 +26,15 @@
 //! - **Experiment**: when a producer ends (or dies and its lane has been read to the end), its
 //!   open windows close and one `window = "experiment"` summary per group is emitted: the merge
 //!   of all the windows this worker closed (`index` = their number).
+//! - **Producers combined** (`combine_producers`): the producers with the same name and session
+//!   tag are one run (the workers of a parallel experiment). Their windows stay per producer;
+//!   their experiment summaries become one per group over all of them, emitted once every
+//!   producer of the run has ended and none has joined for `combine_grace` (or by
+//!   [`Aggregator::finish`] at the end, grace or not). Its `producer` is their name,
+//!   `producer_pid` 0, `producer_lane` the run's id (a hash of name and session tag), `index` the
+//!   windows of all of them, `lost` the sum of their losses, `first_seq`/`last_seq` 0 (record
+//!   numbers are per lane). A producer of the run that joins after it was emitted gives a
+//!   later summary covering it too (the latest supersedes the earlier).
 //!
 //! # The summary schema
 //!
@@ -44,7 +53,8 @@
 //! # Workers
 //!
 //! With `workers = N`, worker `i` summarizes the groups whose hash of (schema id, producer
-//! lane, group values) is `i` modulo N (XXH3-64), so N workers see every group exactly once.
+//! lane, group values) is `i` modulo N (XXH3-64), so N workers see every group exactly once
+//! (with `combine_producers`, the run's id instead of the lane: a run's group is one worker's).
 //!
 //! # Restarts
 //!
@@ -52,7 +62,8 @@
 //! in the ring), re-reads the rings from the oldest record, and does not emit again a window
 //! that was emitted (known from each group's last emitted `last_seq`); the records of those
 //! windows still count towards the experiment summary. What the rings no longer hold is
-//! reported as `lost`.
+//! reported as `lost`. A combined experiment summary is emitted again only if it covers more
+//! records than the one an earlier run emitted.
 //!
 //! # Example: summaries of every schema on a bus, per 100 records, into CSV files
 //!
@@ -71,6 +82,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod combine;
 mod consumer;
 mod emit;
 mod group;

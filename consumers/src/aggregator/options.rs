@@ -68,6 +68,13 @@ pub struct AggregatorOptions {
     pub workers: u32,
     /// A directory to write one CSV file per summary schema into (one row per closed window).
     pub csv_dir: Option<PathBuf>,
+    /// Combine the producers of one run (same name and session tag: the workers of a
+    /// parallel experiment) into one experiment summary per group, instead of one per
+    /// producer (see the module docs).
+    pub combine_producers: bool,
+    /// With `combine_producers`: how long after the last of a run's producers ended its
+    /// experiment summary waits for another one to join.
+    pub combine_grace: Duration,
 }
 
 impl AggregatorOptions {
@@ -82,6 +89,8 @@ impl AggregatorOptions {
             worker: 0,
             workers: 1,
             csv_dir: None,
+            combine_producers: false,
+            combine_grace: Duration::from_secs(5),
         }
     }
 

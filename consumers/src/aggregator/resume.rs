@@ -9,6 +9,7 @@ use snapbus_schemas::SchemaDescriptor;
 
 use super::options::{AggregatorOptions, Window};
 use super::summary::{self, EXPERIMENT, Emitted, SUMMARY_SUFFIX};
+use crate::fields::KeyValue;
 use crate::{Consumer, Flow, HookError, Record, RunError, RunOptions};
 
 /// What an earlier run of a worker emitted, per group (see [`previous_summaries`]).
@@ -20,12 +21,14 @@ pub struct Resume {
 }
 
 /// What an earlier run emitted for one group: its last window's `last_seq` and `index`, and
-/// whether the experiment summary was out.
+/// whether the experiment summary was out (and the most records one covered: a combined
+/// experiment summary is emitted again only if it covers more).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct EmittedBefore {
     pub(super) last_seq: Option<u64>,
     pub(super) last_index: u64,
     pub(super) experiment: bool,
+    pub(super) experiment_count: u64,
 }
 
 impl Resume {
@@ -39,11 +42,11 @@ impl Resume {
     }
 
     fn add(&mut self, version: u32, e: Emitted, window: &str) {
-        let mut key = e.lane_id.to_le_bytes().to_vec();
-        e.group.iter().for_each(|v| v.encode_into(&mut key));
+        let key = key(e.lane_id, &e.group);
         let entry = self.groups.entry((e.schema, version, key)).or_default();
         if e.window == EXPERIMENT {
             entry.experiment = true;
+            entry.experiment_count = entry.experiment_count.max(e.count);
         } else if e.window == window && entry.last_seq.is_none_or(|s| s < e.last_seq) {
             entry.last_seq = Some(e.last_seq);
             entry.last_index = e.index;
@@ -55,6 +58,25 @@ impl Resume {
     pub fn groups(&self) -> usize {
         self.groups.len()
     }
+
+    /// What an earlier run emitted for the group with `values` of producer `lane` (a run id
+    /// for combined producers) of schema `desc`.
+    pub(super) fn of(
+        &self,
+        desc: &SchemaDescriptor,
+        lane: u64,
+        values: &[KeyValue],
+    ) -> Option<EmittedBefore> {
+        let key = (desc.id().to_owned(), desc.version(), key(lane, values));
+        self.groups.get(&key).copied()
+    }
+}
+
+/// A group's key in [`Resume`]: the lane, then the group-by values.
+fn key(lane: u64, values: &[KeyValue]) -> Vec<u8> {
+    let mut key = lane.to_le_bytes().to_vec();
+    values.iter().for_each(|v| v.encode_into(&mut key));
+    key
 }
 
 /// Reads the summaries still in the rings that producers named `name` emitted (an earlier run

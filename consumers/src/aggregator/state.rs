@@ -9,7 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use snapbus_bus::catalog::MAX_DESCRIPTOR_BYTES;
 use snapbus_schemas::SchemaDescriptor;
 
-use super::emit::{AggregatorStats, Emitter, Kind};
+use super::combine::Runs;
+use super::emit::{AggregatorStats, Emitter, Kind, Who};
 use super::group::Group;
 use super::matches::{OptionMatches, glob_matches};
 use super::options::{AggregatorOptions, Window};
@@ -38,11 +39,15 @@ pub struct Aggregator<S: SummarySink> {
     /// What the options named that the schemas summarized so far lack (see
     /// [`Aggregator::unmatched_options`]).
     pub(super) matches: OptionMatches,
+    /// With `combine_producers`: the runs, whose producers' experiments are combined.
+    pub(super) runs: Runs,
 }
 
 pub(super) struct ProducerState {
     pub(super) source: Arc<Source>,
     pub(super) lost: u64,
+    /// With `combine_producers`: the id of its run.
+    pub(super) run: Option<u64>,
 }
 
 pub(super) struct SchemaState {
@@ -76,6 +81,7 @@ impl<S: SummarySink> Aggregator<S> {
             scratch: Extracted::default(),
             key: Vec::new(),
             matches: OptionMatches::default(),
+            runs: Runs::default(),
         }
     }
 
@@ -90,6 +96,19 @@ impl<S: SummarySink> Aggregator<S> {
     /// Don't emit again what an earlier run emitted (see [`previous_summaries`]).
     pub fn resume_from(&mut self, resume: Resume) {
         self.resume = resume;
+    }
+
+    /// At the end of a run (after [`crate::run`] returned): emits the combined experiment
+    /// summaries (`combine_producers`) of the runs whose producers have all ended, without
+    /// waiting for the grace period. Windows still open are not emitted (incomplete).
+    pub fn finish(&mut self) -> Result<(), HookError> {
+        self.emit_combined(true)?;
+        for s in &mut self.schemas {
+            if let Some(w) = s.csv.as_mut() {
+                w.flush()?;
+            }
+        }
+        Ok(())
     }
 
     /// Counters so far.
@@ -248,6 +267,7 @@ impl<S: SummarySink> Aggregator<S> {
     }
 
     pub(super) fn producer(&mut self, info: Producer<'_>) -> &mut ProducerState {
+        let runs = self.out.opts.combine_producers.then_some(&mut self.runs);
         self.producers
             .entry(info.lane_id)
             .or_insert_with(|| ProducerState {
@@ -257,15 +277,20 @@ impl<S: SummarySink> Aggregator<S> {
                     lane_id: info.lane_id,
                 }),
                 lost: 0,
+                run: runs.map(|r| r.joined(info)),
             })
     }
 
     /// Closes every window of the producer with lane `lane_id` and emits its experiment
-    /// summaries.
+    /// summaries (with `combine_producers`, folds them into its run's).
     pub(super) fn end_producer(&mut self, lane_id: u64) -> Result<(), HookError> {
-        let lost = self.producers.get(&lane_id).map_or(0, |p| p.lost);
-        for s in &mut self.schemas {
+        let (lost, run) = self
+            .producers
+            .get(&lane_id)
+            .map_or((0, None), |p| (p.lost, p.run));
+        for (si, s) in self.schemas.iter_mut().enumerate() {
             let SchemaState {
+                desc,
                 plan,
                 groups,
                 csv,
@@ -281,13 +306,23 @@ impl<S: SummarySink> Aggregator<S> {
                 if let Some(f) = g.close(lost) {
                     self.out.finished(csv, layout, g, &f)?;
                 }
+                if let Some(r) = run.and_then(|id| self.runs.by_id.get_mut(&id)) {
+                    let resume = &self.resume;
+                    let lane = r.source.lane_id;
+                    r.add(si, g, lost, || {
+                        resume
+                            .of(desc, lane, &g.values)
+                            .map_or(0, |e| e.experiment_count)
+                    });
+                    continue;
+                }
                 let before = g.experiment_emitted || g.resume.is_some_and(|r| r.experiment);
                 if !before && g.experiment.count > 0 {
                     g.experiment_emitted = true;
                     self.out.emit(
                         csv,
                         layout,
-                        g,
+                        g.who(),
                         Kind::Experiment,
                         g.windows,
                         lost,
@@ -295,20 +330,65 @@ impl<S: SummarySink> Aggregator<S> {
                     )?;
                 }
             }
-            // Forget the ended producer's groups.
+            // Forget the ended producer's groups (the index is keyed as `NewGroup` keys it).
             groups.retain(|g| g.lane_id != lane_id);
             *index = groups
                 .iter()
                 .enumerate()
-                .map(|(i, g)| (g.key.clone(), i))
+                .map(|(i, g)| (index_key(g.lane_id, &g.key), i))
                 .collect();
             *last = None;
+        }
+        if let Some(run) = run {
+            self.runs.ended(run, lane_id);
         }
         self.producers.remove(&lane_id);
         self.last_producer = None;
         // Forget its schemas' addresses (the subscriber drops them with the lane).
         self.by_ptr.retain(|_, (_, lane, _)| *lane != lane_id);
         self.last_schema = None;
+        Ok(())
+    }
+
+    /// Emits the experiment summaries of the runs whose producers have all ended, the grace
+    /// period ago (`now`: whenever), that cover records no earlier summary covered.
+    pub(super) fn emit_combined(&mut self, now: bool) -> Result<(), HookError> {
+        let grace = self.out.opts.combine_grace;
+        for run in self.runs.by_id.values_mut() {
+            if !run.due(grace, now) {
+                continue;
+            }
+            let mut records = 0;
+            for c in &mut run.groups {
+                let s = &mut self.schemas[c.schema];
+                let Some((_, layout)) = &s.plan else { continue };
+                if c.acc.count <= c.emitted {
+                    continue;
+                }
+                let who = Who {
+                    source: &run.source,
+                    group: &c.values,
+                };
+                let acc = &c.acc;
+                self.out.emit(
+                    &mut s.csv,
+                    layout,
+                    who,
+                    Kind::Experiment,
+                    c.windows,
+                    c.lost,
+                    acc,
+                )?;
+                c.emitted = acc.count;
+                records += acc.count;
+            }
+            snapbus_bus::say!(
+                "snapbus aggregator: the {} producer(s) named {} have ended: their experiment \
+                 summaries, combined, cover {records} record(s)",
+                run.producers.len(),
+                run.describe()
+            );
+        }
         Ok(())
     }
 
@@ -343,6 +423,20 @@ impl<S: SummarySink> Aggregator<S> {
         }
         Ok(())
     }
+}
+
+/// A group's key in its schema's index: the lane, then the group-by values as extracted.
+pub(super) fn index_key(lane_id: u64, group: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(8 + group.len());
+    fill_index_key(&mut key, lane_id, group);
+    key
+}
+
+/// [`index_key`] into `key` (reused: no allocation per new record).
+pub(super) fn fill_index_key(key: &mut Vec<u8>, lane_id: u64, group: &[u8]) {
+    key.clear();
+    key.extend_from_slice(&lane_id.to_le_bytes());
+    key.extend_from_slice(group);
 }
 
 /// Leaves named in one log line at most (a wide schema has tens of thousands).

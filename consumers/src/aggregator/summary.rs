@@ -113,6 +113,25 @@ impl Acc {
     }
 }
 
+impl Acc {
+    /// Folds in the statistics of another producer (whose records may interleave with these
+    /// in time). The times span both; record numbers (`first_seq`, `last_seq`) are per lane,
+    /// so the result has none (0).
+    pub(crate) fn merge_producer(&mut self, other: &Acc) {
+        if other.count == 0 {
+            return;
+        }
+        let span = (self.count > 0).then_some((self.first_t_nanos, self.last_t_nanos));
+        self.merge(other);
+        if let Some((first, last)) = span {
+            self.first_t_nanos = first.min(other.first_t_nanos);
+            self.last_t_nanos = last.max(other.last_t_nanos);
+        }
+        self.first_seq = 0;
+        self.last_seq = 0;
+    }
+}
+
 /// Who a summary is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Source {
@@ -379,6 +398,8 @@ pub(crate) struct Emitted {
     pub(crate) group: Vec<KeyValue>,
     pub(crate) window: String,
     pub(crate) index: u64,
+    /// Records summarized.
+    pub(crate) count: u64,
     pub(crate) last_seq: u64,
 }
 
@@ -416,6 +437,7 @@ pub(crate) fn read_emitted(desc: &SchemaDescriptor, payload: &[u8]) -> Option<Em
         group,
         window,
         index: u64_of("index")?,
+        count: u64_of("count")?,
         last_seq: u64_of("last_seq")?,
     })
 }
