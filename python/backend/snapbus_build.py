@@ -127,7 +127,7 @@ def _cargo() -> str:
     cargo = os.environ.get("CARGO") or shutil.which("cargo")
     if not cargo:
         raise BuildError(
-            "snapbus: building from source needs Rust 1.85 or newer (`cargo` on PATH; "
+            "snapbus: building from source needs Rust 1.88 or newer (`cargo` on PATH; "
             "https://rustup.rs). A wheel built elsewhere (`pip wheel ./python`) installs "
             "without Rust: `pip install snapbus-*.whl`."
         )

@@ -288,6 +288,12 @@ impl<'a> SchemaJson<'a> {
     }
 }
 
+/// The state as `ls --json` prints it (for `snapbus mcp`).
+#[cfg(feature = "mcp")]
+pub(crate) fn ls_json(s: &BusState) -> anyhow::Result<serde_json::Value> {
+    serde_json::to_value(LsJson::of(s)).context("rendering the state as JSON")
+}
+
 pub(crate) fn run(args: &LsArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
     let census = if args.history {

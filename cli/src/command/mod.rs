@@ -13,7 +13,9 @@ mod export;
 mod filter;
 mod hz;
 mod inspect;
-mod ls;
+pub(crate) mod ls;
+#[cfg(feature = "mcp")]
+mod mcp;
 pub(crate) mod monty;
 #[cfg(feature = "otlp")]
 pub(crate) mod otlp;
@@ -97,6 +99,10 @@ pub(crate) enum Command {
     Detach(DetachArgs),
     /// Start N supervised workers of a built-in consumer that split the work between them.
     Spawn(SpawnArgs),
+    /// Serve MCP (Model Context Protocol) on stdin/stdout: an assistant asks the live bus and
+    /// the recordings (read-only unless --allow-write).
+    #[cfg(feature = "mcp")]
+    Mcp(mcp::McpArgs),
 }
 
 /// Runs the verb the user asked for.
@@ -118,5 +124,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Attach(args) => args.run(),
         Command::Detach(args) => detach::run(&args),
         Command::Spawn(args) => args.run(),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => mcp::run(&args),
     }
 }
