@@ -563,6 +563,10 @@ fn images_in_lists_and_dicts_of_structs_points_and_profiles_are_shown() {
     assert_eq!(profile["kind"], "series", "{profile}");
     let f = api.json(&format!("/api/frame?id={}", profile["id"]));
     assert_eq!(f["kind"], "series");
-    assert_eq!(f["values"], serde_json::json!([0.0, 2.0, 4.0, 6.0, 8.0]), "{f}");
+    assert_eq!(
+        f["values"],
+        serde_json::json!([0.0, 2.0, 4.0, 6.0, 8.0]),
+        "{f}"
+    );
     assert_eq!(images.len(), 5, "{series}");
 }

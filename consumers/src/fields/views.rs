@@ -2,7 +2,7 @@
 //! the tensors of a record are, at any depth. One decision, shared by the plotter's page and
 //! the Foxglove bridge and export, so that a field looks the same in both.
 
-use snapbus_schemas::{TensorView, TypeDesc, Value};
+use snapbus_schemas::{DType, TensorView, TypeDesc, Value};
 
 /// How a tensor of some shape is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +68,9 @@ impl View {
 pub fn has_tensors(desc: &TypeDesc) -> bool {
     match desc {
         TypeDesc::Tensor { .. } => true,
-        TypeDesc::Option { some: t } | TypeDesc::Seq { elem: t } | TypeDesc::Array { elem: t, .. } => {
-            has_tensors(t)
-        }
+        TypeDesc::Option { some: t }
+        | TypeDesc::Seq { elem: t }
+        | TypeDesc::Array { elem: t, .. } => has_tensors(t),
         TypeDesc::Map { value, .. } => has_tensors(value),
         TypeDesc::Tuple { elems } => elems.iter().any(has_tensors),
         TypeDesc::Struct { fields } => fields.iter().any(|f| has_tensors(&f.ty)),
@@ -107,7 +107,9 @@ pub fn tensors<'v, 'a>(v: &'v Value<'a>) -> Vec<(String, &'v TensorView<'a>)> {
                 for (key, item) in entries {
                     let key = match key {
                         Value::Str(s) => s.to_string(),
-                        k => k.as_f64().map_or_else(|| k.to_json().to_string(), |n| n.to_string()),
+                        k => k
+                            .as_f64()
+                            .map_or_else(|| k.to_json().to_string(), |n| n.to_string()),
                     };
                     walk(item, &super::join(path, &key), out);
                 }
@@ -119,6 +121,72 @@ pub fn tensors<'v, 'a>(v: &'v Value<'a>) -> Vec<(String, &'v TensorView<'a>)> {
     let mut out = Vec::new();
     walk(v, "", &mut out);
     out
+}
+
+/// An image's pixels as bytes: the tensor of an image [`View`] every `stride`-th row and
+/// column, u8 as is, other types scaled from their min and max (non-finite values 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pixels {
+    /// Rows.
+    pub height: u64,
+    /// Columns.
+    pub width: u64,
+    /// 3 (RGB), 4 (RGBA) or 1 (grey: channel 0 of other channel counts).
+    pub channels: u64,
+    /// Row-major, `channels` bytes per pixel.
+    pub data: Vec<u8>,
+    /// The smallest and largest finite values (0 when there are none).
+    pub min: f64,
+    /// See `min`.
+    pub max: f64,
+}
+
+/// The [`Pixels`] of `t` if it is an image, every `stride`-th row and column (`None`: not an
+/// image, or a payload shorter than its shape).
+pub fn scaled_pixels(t: &TensorView<'_>, stride: u64) -> Option<Pixels> {
+    let View::Image {
+        height: h,
+        width: w,
+        channels: c,
+    } = View::of(&t.shape)?
+    else {
+        return None;
+    };
+    let channels = if matches!(c, 3 | 4) { c } else { 1 };
+    let stride = stride.max(1);
+    let at = |y: u64, x: u64, k: u64| t.get_f64(((y * w + x) * c + k) as usize);
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut values =
+        Vec::with_capacity((h.div_ceil(stride) * w.div_ceil(stride) * channels) as usize);
+    for y in (0..h).step_by(stride as usize) {
+        for x in (0..w).step_by(stride as usize) {
+            for k in 0..channels {
+                let v = at(y, x, k)?;
+                if v.is_finite() {
+                    min = min.min(v);
+                    max = max.max(v);
+                }
+                values.push(v);
+            }
+        }
+    }
+    let range = if max > min { max - min } else { 1.0 };
+    let data = values
+        .iter()
+        .map(|v| match t.dtype {
+            DType::U8 => *v as u8,
+            _ if v.is_finite() => ((v - min) / range * 255.0).round().clamp(0.0, 255.0) as u8,
+            _ => 0,
+        })
+        .collect();
+    Some(Pixels {
+        height: h.div_ceil(stride),
+        width: w.div_ceil(stride),
+        channels,
+        data,
+        min: if min.is_finite() { min } else { 0.0 },
+        max: if max.is_finite() { max } else { 0.0 },
+    })
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! Frames: the latest value of each tensor of a record, as its [`View`] says: an image scaled
 //! to 0–255, a cloud of points, or a series over its index.
 
-use snapbus_schemas::{DType, TensorView, Value};
+use snapbus_schemas::{TensorView, Value};
 
 use super::store::{Frame, Image, Store};
 use super::{Feeds, MAX_IMAGE_SIDE};
-use crate::fields::{View, tensors};
+use crate::fields::{View, scaled_pixels, tensors};
 
 /// Views per schema and producer at most (a list of cameras whose length never stops growing
 /// must not grow the store without end); the tensors past it are not shown.
@@ -72,7 +72,12 @@ pub(super) fn frame_of(t: &TensorView<'_>, seq: u64, time: f64) -> Option<Frame>
                 .flat_map(|i| (0..3).map(move |k| i * 3 + k))
                 .map(|i| t.get_f64(i))
                 .collect::<Option<Vec<f64>>>()?;
-            Some(frame(vec![(values.len() / 3) as u64, 3], 3, Vec::new(), values))
+            Some(frame(
+                vec![(values.len() / 3) as u64, 3],
+                3,
+                Vec::new(),
+                values,
+            ))
         }
         View::Series { len } => {
             let stride = len.div_ceil(MAX_SERIES_VALUES).max(1) as usize;
@@ -85,55 +90,22 @@ pub(super) fn frame_of(t: &TensorView<'_>, seq: u64, time: f64) -> Option<Frame>
     }
 }
 
-/// An image (h, w, c), scaled to 0–255 (u8 as is, other types from their min and max),
-/// subsampled beyond [`MAX_IMAGE_SIDE`]; c = 3 or 4 kept, otherwise channel 0.
+/// An image, scaled to 0–255 ([`scaled_pixels`]), subsampled beyond [`MAX_IMAGE_SIDE`].
 fn image(t: &TensorView<'_>, h: u64, w: u64, c: u64) -> Option<Frame> {
-    let channels = if matches!(c, 3 | 4) { c } else { 1 };
-    let stride = h.max(w).div_ceil(MAX_IMAGE_SIDE).max(1);
-    let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-    let at = |y: u64, x: u64, k: u64| t.get_f64(((y * w + x) * c + k) as usize);
-    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut values = Vec::with_capacity((oh * ow * channels) as usize);
-    for y in (0..h).step_by(stride as usize) {
-        for x in (0..w).step_by(stride as usize) {
-            for k in 0..channels {
-                let v = at(y, x, k)?;
-                if v.is_finite() {
-                    min = min.min(v);
-                    max = max.max(v);
-                }
-                values.push(v);
-            }
-        }
-    }
-    let data = if t.dtype == DType::U8 {
-        values.iter().map(|v| *v as u8).collect()
-    } else {
-        let range = if max > min { max - min } else { 1.0 };
-        values
-            .iter()
-            .map(|v| {
-                if v.is_finite() {
-                    ((v - min) / range * 255.0).round().clamp(0.0, 255.0) as u8
-                } else {
-                    0
-                }
-            })
-            .collect()
-    };
+    let p = scaled_pixels(t, h.max(w).div_ceil(MAX_IMAGE_SIDE))?;
     Some(Frame {
         seq: 0,
         t: 0.0,
         shape: if c == 1 && t.shape.len() == 2 {
-            vec![oh, ow]
+            vec![p.height, p.width]
         } else {
-            vec![oh, ow, channels]
+            vec![p.height, p.width, p.channels]
         },
-        channels,
+        channels: p.channels,
         dtype: t.dtype.name(),
-        min: if min.is_finite() { min } else { 0.0 },
-        max: if max.is_finite() { max } else { 0.0 },
-        data,
+        min: p.min,
+        max: p.max,
+        data: p.data,
         values: Vec::new(),
     })
 }

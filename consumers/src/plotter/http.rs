@@ -105,15 +105,6 @@ impl Server {
     }
 }
 
-/// 128 random bits, hex: other local users can reach 127.0.0.1 but cannot read the URL the
-/// plotter printed, so they get 403 (the bus itself is private to its user; so is its data).
-fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// The cookie that carries the token after the first page load.
 const COOKIE: &str = "snapbus_plotter";
 
@@ -126,7 +117,7 @@ pub fn serve(store: Arc<Mutex<Store>>, port: u16) -> std::io::Result<Server> {
         .server_addr()
         .to_ip()
         .ok_or_else(|| std::io::Error::other("the server has no IP address"))?;
-    let token = new_token()?;
+    let token = crate::token::new_token()?;
     let streams = Arc::new(AtomicUsize::new(0));
     let secret: Arc<str> = token.clone().into();
     std::thread::Builder::new()

@@ -41,12 +41,12 @@ use snapbus_schemas::SchemaDescriptor;
 
 use crate::fields::{Extracted, Plan, has_tensors};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
+use frames::set_frames;
+pub use frames::{MAX_FEED_VIEWS, MAX_POINTS, MAX_SERIES_VALUES};
 pub use http::{STREAM_EVERY, Server, serve};
 use snapbus_bus::status::StatusBoard;
-pub use store::{Cut, MAX_SERIES, POINT_BUDGET, Store, XAxis};
-pub use frames::{MAX_FEED_VIEWS, MAX_POINTS, MAX_SERIES_VALUES};
-use frames::set_frames;
 use store::Source;
+pub use store::{Cut, MAX_SERIES, POINT_BUDGET, Store, XAxis};
 
 /// Images larger than this per side are subsampled.
 pub const MAX_IMAGE_SIDE: u64 = 512;
