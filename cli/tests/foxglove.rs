@@ -253,3 +253,16 @@ fn a_recording_exported_for_foxglove_decodes_with_foxglove_s_mcap_reader() {
         }
     }
 }
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let bus = TestBus::up();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    let out = bus.run(&["foxglove", "--port", &port]);
+    assert!(!out.status.success());
+    out.assert_stderr_has("is the port in use");
+    let out = bus.run(&["attach", "foxglove", "--port", &port, "--restart", "never"]);
+    assert!(!out.status.success());
+    out.assert_stderr_has("is the port in use");
+}

@@ -15,6 +15,7 @@ use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
 use snapbus_consumers::{RunOptions, RunSummary, run};
 
+use crate::common::sensors;
 use crate::runtime::Bus;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -482,41 +483,6 @@ fn numbers_inside_dynamic_fields_become_series_as_records_show_them() {
             ("extra.stats.steps", 1)
         ]
     );
-}
-
-/// A camera's observation, held in a list and a dict of a record (tbp.monty's `SensorObs`).
-#[derive(snapbus_bus::schemas::Wire, Debug, Clone, PartialEq)]
-#[snapshot(crate = "snapbus_bus::schemas")]
-struct SensorObs {
-    depth: f32,
-    rgba: Tensor<u8>,
-}
-
-#[derive(Snapshot, Debug, Clone, PartialEq)]
-#[snapshot(id = "plot.sensors", version = 1, crate = "snapbus_bus::schemas")]
-struct Sensors {
-    sensors: Vec<SensorObs>,
-    by_name: std::collections::BTreeMap<String, SensorObs>,
-    cloud: Tensor<f32>,
-    profile: Tensor<f64>,
-}
-
-/// Record `i`: two cameras in a list, one in a dict (RGBA 2 × 3, pixel = 10 * camera + i), a
-/// cloud of 4 points (k, 2k, -k) + i, and a profile of 5 values k * i.
-fn sensors(i: u8) -> Sensors {
-    let obs = |cam: u8| SensorObs {
-        depth: f32::from(cam),
-        rgba: Tensor::new(vec![2, 3, 4], vec![10 * cam + i; 24]).expect("tensor"),
-    };
-    let cloud = (0..4)
-        .flat_map(|k| [k as f32, 2.0 * k as f32, -(k as f32)].map(|v| v + f32::from(i)))
-        .collect();
-    Sensors {
-        sensors: vec![obs(1), obs(2)],
-        by_name: [("wrist".to_owned(), obs(3))].into_iter().collect(),
-        cloud: Tensor::new(vec![4, 3], cloud).expect("tensor"),
-        profile: Tensor::new(vec![5], (0..5).map(|k| f64::from(k * i)).collect()).expect("tensor"),
-    }
 }
 
 #[test]
