@@ -5,7 +5,9 @@ use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::RecordHeader;
-use snapbus_schemas::{Snapshot, Tensor, Wire};
+use snapbus_schemas::Wire;
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+use snapbus_schemas::{Snapshot, Tensor};
 
 #[derive(Wire, Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Mode {
@@ -80,6 +82,7 @@ pub(crate) fn lag(
     }
 }
 
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
 /// A camera's observation, held in a list and a dict of a record (tbp.monty's `SensorObs`).
 #[derive(snapbus_schemas::Wire, Debug, Clone, PartialEq)]
 #[snapshot(crate = "snapbus_schemas")]
@@ -88,6 +91,7 @@ pub(crate) struct SensorObs {
     pub(crate) rgba: Tensor<u8>,
 }
 
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
 #[derive(Snapshot, Debug, Clone, PartialEq)]
 #[snapshot(id = "plot.sensors", version = 1, crate = "snapbus_schemas")]
 pub(crate) struct Sensors {
@@ -97,6 +101,7 @@ pub(crate) struct Sensors {
     pub(crate) profile: Tensor<f64>,
 }
 
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
 /// Record `i`: two cameras in a list, one in a dict (RGBA 2 × 3, pixel = 10 * camera + i), a
 /// cloud of 4 points (k, 2k, -k) + i, and a profile of 5 values k * i.
 pub(crate) fn sensors(i: u8) -> Sensors {

@@ -184,6 +184,10 @@ pub fn serve(hub: Arc<Mutex<Hub>>, port: u16) -> std::io::Result<Server> {
 }
 
 /// Accepts the handshake: the token, and the subprotocol.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error type is tungstenite's handshake callback's"
+)]
 fn handshake(stream: TcpStream, token: &str) -> Option<WebSocket<TcpStream>> {
     let check = |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
         let query = req.uri().query().unwrap_or("");

@@ -42,6 +42,10 @@ pub(super) struct McapJson {
     channels: HashMap<u16, u16>,
     buf: Vec<u8>,
     /// Shaped for Foxglove (`--format foxglove`).
+    #[cfg_attr(
+        not(feature = "foxglove"),
+        expect(dead_code, reason = "only the `foxglove` feature reads it")
+    )]
     foxglove: bool,
     /// (output channel, tensor path) → the output channel of its Foxglove message (`None`:
     /// a tensor with none).
