@@ -20,7 +20,7 @@ export function renderImages() {
         '<canvas width="1" height="1"></canvas><div class="icap">waiting for a frame…</div>';
       $('images').append(card);
       const [title, run, canvas, cap] = ['.ititle', '.irun', 'canvas', '.icap'].map((q) => card.querySelector(q));
-      S.imgViews.set(id, { card, title, run, canvas, cap, seq: undefined, busy: false });
+      S.imgViews.set(id, { card, title, run, canvas, cap, seq: undefined });
       fetchFrame(id);
     }
     // Labelled with its run (producer, pid, start); marked when that run has ended.
@@ -38,14 +38,24 @@ export function renderImages() {
   });
 }
 
-// Fetches the latest frame of image series id (one request at a time per image).
+// Fetches the latest frame of image series id. One request at a time for all cards, the
+// others queued (each card at most once): a page of many cards would otherwise hold every
+// connection the browser allows to the server, and the stream and the plots would wait.
+const frameQueue = new Set();
+let frameBusy = false;
 export async function fetchFrame(id) {
-  const v = S.imgViews.get(id);
-  if (!v || v.busy) return;
-  v.busy = true;
-  const j = await getJSON(`/api/frame?id=${id}`, 'frame', [404]); // 404: no frame yet
-  v.busy = false;
-  if (j && S.imgViews.get(id) === v) drawFrame(id, v, j);
+  frameQueue.add(id);
+  if (frameBusy) return;
+  frameBusy = true;
+  while (frameQueue.size) {
+    const [next] = frameQueue;
+    frameQueue.delete(next);
+    const v = S.imgViews.get(next);
+    if (!v) continue;
+    const j = await getJSON(`/api/frame?id=${next}`, 'frame', [404]); // 404: no frame yet
+    if (j && S.imgViews.get(next) === v) drawFrame(next, v, j);
+  }
+  frameBusy = false;
 }
 
 // Draws a frame as its kind says.
