@@ -223,15 +223,7 @@ fn a_recording_exported_for_foxglove_decodes_with_foxglove_s_mcap_reader() {
     let out = bus.run(&["snapshot", "-o", rec.to_str().expect("utf-8"), "--force"]);
     assert!(out.status.success(), "snapshot: {}", out.stderr);
     let fox = runtime_root().join("foxglove-export.mcap");
-    let out = bus.run(&[
-        "export",
-        rec.to_str().expect("utf-8"),
-        "--format",
-        "foxglove",
-        "-o",
-        fox.to_str().expect("utf-8"),
-        "--force",
-    ]);
+    let out = crate::export::export(&rec, "foxglove", &fox, &["--force"]);
     assert!(out.status.success(), "export: {}", out.stderr);
     if let Some(got) = foxglove_check(&["mcap", fox.to_str().expect("utf-8")]) {
         assert_eq!(check_demo(&got), (15, 15));

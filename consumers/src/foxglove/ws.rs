@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -144,24 +144,10 @@ fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The bridge's server: its address and token.
-pub struct Server {
-    addr: SocketAddr,
-    token: String,
-}
-
-impl Server {
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `ws://127.0.0.1:PORT/?token=T`: what Foxglove opens (Open connection → Foxglove
-    /// WebSocket).
-    pub fn url(&self) -> String {
-        format!("ws://{}/?token={}", self.addr, self.token)
-    }
-}
+/// The bridge's server (its threads live as long as the process): [`url`](Server::url) is
+/// `ws://127.0.0.1:PORT/?token=…`, what Foxglove opens (Open connection → Foxglove
+/// WebSocket).
+pub type Server = crate::token::LocalServer;
 
 /// Serves `hub` on 127.0.0.1:`port` (0: a free one) from a thread of its own. Only a client
 /// whose URL carries the token is accepted (another user of the machine cannot watch).
@@ -180,7 +166,7 @@ pub fn serve(hub: Arc<Mutex<Hub>>, port: u16) -> std::io::Result<Server> {
                     .spawn(move || client(stream, &hub, &want));
             }
         })?;
-    Ok(Server { addr, token })
+    Ok(Server::new("ws", addr, token))
 }
 
 /// Accepts the handshake: the token, and the subprotocol.
