@@ -144,10 +144,10 @@ fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The bridge's server (its threads live as long as the process): [`url`](Server::url) is
+/// The bridge's server (its threads live as long as the process): its `url()` is
 /// `ws://127.0.0.1:PORT/?token=…`, what Foxglove opens (Open connection → Foxglove
 /// WebSocket).
-pub type Server = crate::token::LocalServer;
+pub use crate::token::LocalServer as Server;
 
 /// Serves `hub` on 127.0.0.1:`port` (0: a free one) from a thread of its own. Only a client
 /// whose URL carries the token is accepted (another user of the machine cannot watch).

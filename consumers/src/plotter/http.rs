@@ -80,10 +80,10 @@ fn asset(path: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// A running server (its threads live as long as the process): [`url`](Server::url) is
+/// A running server (its threads live as long as the process): its `url()` is
 /// `http://127.0.0.1:PORT/?token=…`, the page, for whoever has this URL; the token may also
 /// come in the cookie the page gets.
-pub type Server = crate::token::LocalServer;
+pub use crate::token::LocalServer as Server;
 
 /// The cookie that carries the token after the first page load.
 const COOKIE: &str = "snapbus_plotter";
