@@ -27,7 +27,8 @@ pub(crate) struct FoxgloveArgs {
     /// The port on 127.0.0.1 (Foxglove's default 8765; 0: a free one).
     #[arg(long, default_value_t = 8765)]
     pub(crate) port: u16,
-    /// Messages kept per channel for a client that connects later (at most 64 MiB each).
+    /// Messages kept per channel for a client that connects later (at most 64 MiB each, 512 MiB
+    /// over all channels).
     #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
     pub(crate) history: u64,

@@ -12,8 +12,9 @@
 //!   topic `/demo/step/observation` ([`messages::of_tensor`]). A 1-D tensor stays a field of
 //!   the record (Foxglove plots an array field against its index).
 //! - **History for a late client**: the bridge reads the rings from their oldest record, and
-//!   keeps each channel's last `history` messages (and at most `history_bytes`): a client
-//!   that subscribes gets those first, then the live ones.
+//!   keeps each channel's last `history` messages (and at most `history_bytes`, and at most
+//!   its share of [`ws::HISTORY_BUDGET_BYTES`] over all channels): a client that subscribes
+//!   gets those first, then the live ones.
 //! - **Message time** is the record's time (`t_nanos`), also each image's `timestamp`, so a
 //!   record's image and fields line up.
 //!

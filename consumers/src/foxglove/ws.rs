@@ -24,6 +24,9 @@ use tungstenite::{Message, WebSocket};
 pub const SUBPROTOCOL: &str = "foxglove.websocket.v1";
 /// Messages queued per client at most (a client that falls further behind loses messages).
 const QUEUE: usize = 8192;
+/// Bytes of history kept over all channels at most: each channel keeps at most its share
+/// (and at most its own `history_bytes`), so that many image channels stay bounded.
+pub const HISTORY_BUDGET_BYTES: usize = 512 << 20;
 /// How often a client thread looks for messages to send while its client is silent.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -95,7 +98,9 @@ impl Hub {
 
     /// A message on channel `id`: kept, and sent to its subscribers.
     pub fn publish(&mut self, id: u32, t_nanos: u64, json: Vec<u8>) {
-        let Some(ch) = self.channels.get_mut(id as usize - 1) else {
+        let share = HISTORY_BUDGET_BYTES / self.channels.len().max(1);
+        let cap = self.history_bytes.min(share);
+        let Some(ch) = self.channels.get_mut((id as usize).wrapping_sub(1)) else {
             return;
         };
         let json: Arc<[u8]> = json.into();
@@ -108,9 +113,7 @@ impl Hub {
         }
         ch.history_bytes += json.len();
         ch.history.push_back((t_nanos, json));
-        while ch.history.len() > self.history
-            || (ch.history_bytes > self.history_bytes && ch.history.len() > 1)
-        {
+        while ch.history.len() > self.history || (ch.history_bytes > cap && ch.history.len() > 1) {
             if let Some((_, old)) = ch.history.pop_front() {
                 ch.history_bytes -= old.len();
             }
