@@ -4,6 +4,11 @@
 
 use snapbus_schemas::{DType, TensorView, TypeDesc, Value};
 
+/// Tensor views per schema and producer (the plotter) or per schema (the Foxglove bridge) at
+/// most: a list of cameras whose length never stops growing must not grow them without end;
+/// the tensors past it are not shown.
+pub const MAX_VIEWS: usize = 64;
+
 /// How a tensor of some shape is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum View {

@@ -9,8 +9,9 @@
 //! - **A channel per tensor that is an image or points** ([`View`](crate::fields::View), the
 //!   plotter's decision), made as records show them (in lists and dicts of structs too):
 //!   `foxglove.RawImage` for `[h, w]` and `[h, w, c]`, `foxglove.PointCloud` for `[n, 3]`, on
-//!   topic `/demo/step/observation` ([`messages::of_tensor`]). A 1-D tensor stays a field of
-//!   the record (Foxglove plots an array field against its index).
+//!   topic `/demo/step/observation` ([`messages::of_tensor`]); at most
+//!   [`MAX_VIEWS`](crate::fields::MAX_VIEWS) tensor paths per schema. A 1-D tensor stays a
+//!   field of the record (Foxglove plots an array field against its index).
 //! - **History for a late client**: the bridge reads the rings from their oldest record, and
 //!   keeps each channel's last `history` messages (and at most `history_bytes`, and at most
 //!   its share of [`ws::HISTORY_BUDGET_BYTES`] over all channels): a client that subscribes
@@ -145,6 +146,7 @@ impl Consumer for Bridge {
             let made = match known {
                 Some(None) => continue,
                 Some(Some(ch)) => messages::of_tensor(tv, &path, t).map(|(_, m)| (ch, m)),
+                None if self.feed(r.schema).views.len() >= crate::fields::MAX_VIEWS => continue,
                 None => {
                     let Some((name, m)) = messages::of_tensor(tv, &path, t) else {
                         self.feed(r.schema).views.insert(path, None);

@@ -7,9 +7,8 @@ use super::store::{Frame, Image, Store};
 use super::{Feeds, MAX_IMAGE_SIDE};
 use crate::fields::{View, scaled_pixels, tensors};
 
-/// Views per schema and producer at most (a list of cameras whose length never stops growing
-/// must not grow the store without end); the tensors past it are not shown.
-pub const MAX_FEED_VIEWS: usize = 64;
+/// Views per schema and producer at most ([`MAX_VIEWS`](crate::fields::MAX_VIEWS)).
+pub const MAX_FEED_VIEWS: usize = crate::fields::MAX_VIEWS;
 /// Points of a cloud kept per frame at most (every k-th point beyond).
 pub const MAX_POINTS: u64 = 20_000;
 /// Values of a series kept per frame at most (every k-th value beyond).
