@@ -161,7 +161,8 @@ fn foxglove_s_client_reads_the_live_demo_with_its_history() {
     let bus = TestBus::up();
     let mut demo = bus.spawn_demo("200");
     // Records already in the ring when the bridge starts, and more before a client connects.
-    let out = bus.run(&["attach", "foxglove", "--port", "0"]);
+    // History enough for the whole run so far however slow this machine is.
+    let out = bus.run(&["attach", "foxglove", "--port", "0", "--history", "1000000"]);
     assert!(out.status.success(), "attach: {}", out.stderr);
     let url = out.stdout.trim().to_owned();
     assert!(
