@@ -23,7 +23,7 @@ pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Attached, what: &str)
 /// `url_file` (for `attach`, which prints the URL of the process it started: [`announce_url`]),
 /// prints it on stdout and says so on stderr.
 #[cfg_attr(
-    not(any(feature = "plotter", feature = "prometheus")),
+    not(any(feature = "plotter", feature = "prometheus", feature = "foxglove")),
     allow(dead_code)
 )]
 pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::path::Path) {
@@ -42,7 +42,7 @@ pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::p
 /// wrote to `url_file` before it subscribed, and it has subscribed) on stdout, and how to stop
 /// it on stderr.
 #[cfg_attr(
-    not(any(feature = "plotter", feature = "prometheus")),
+    not(any(feature = "plotter", feature = "prometheus", feature = "foxglove")),
     allow(dead_code)
 )]
 pub(crate) fn announce_url(

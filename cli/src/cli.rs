@@ -315,8 +315,12 @@ pub(crate) enum ExportFormat {
     Csv,
     /// One Parquet file per schema in the output directory (pandas: `pd.read_parquet`).
     Parquet,
-    /// An MCAP file with JSON messages and JSON Schemas (opens in Foxglove).
+    /// An MCAP file with JSON messages and JSON Schemas (any MCAP tool decodes it).
     McapJson,
+    /// An MCAP file for Foxglove: mcap-json with topics as paths (`/demo/step`), and each
+    /// image or (N, 3) array also on a topic of its own as `foxglove.RawImage` /
+    /// `foxglove.PointCloud`.
+    Foxglove,
     /// Sent to an OTLP/HTTP receiver (--endpoint) with the original timestamps: numeric
     /// fields as gauges (the last value per 10 s of recorded time), events as log records,
     /// spans as spans; no file is written.
@@ -334,7 +338,7 @@ pub(crate) struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub(crate) format: ExportFormat,
-    /// Output file (jsonl, mcap-json) or directory (csv, parquet); not with otlp.
+    /// Output file (jsonl, mcap-json, foxglove) or directory (csv, parquet); not with otlp.
     #[arg(short, long)]
     pub(crate) output: Option<PathBuf>,
     /// With --format otlp: the receiver's base URL (URL/v1/metrics, URL/v1/logs,

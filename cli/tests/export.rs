@@ -117,7 +117,7 @@ fn path_str(p: &Path) -> &str {
 }
 
 /// Runs `snapbus export INPUT --format FORMAT -o OUTPUT EXTRA…`.
-fn export(input: &Path, format: &str, output: &Path, extra: &[&str]) -> Output {
+pub(crate) fn export(input: &Path, format: &str, output: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "export",
         path_str(input),

@@ -236,3 +236,90 @@ fn a_port_in_use_is_a_clear_error() {
     assert!(!out.status.success());
     out.assert_stderr_has("is the port in use");
 }
+
+/// A camera's observation, held in a list and a dict of a record (tbp.monty's `SensorObs`).
+#[derive(snapbus_schemas::Wire, Debug, Clone, PartialEq)]
+struct SensorObs {
+    depth: f32,
+    rgba: snapbus_schemas::Tensor<u8>,
+}
+
+#[derive(snapbus_schemas::Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "lab.obs", version = 1)]
+struct Obs {
+    sensors: Vec<SensorObs>,
+    by_name: std::collections::BTreeMap<String, SensorObs>,
+    cloud: snapbus_schemas::Tensor<f32>,
+    profile: snapbus_schemas::Tensor<f64>,
+}
+
+/// Record `i`: cameras 1 and 2 in a list, 3 in a dict (RGBA 2 × 3, opaque, every colour byte
+/// 10 * camera + i), a cloud of 4 points, a profile of 5 values.
+fn obs(i: u8) -> Obs {
+    use snapbus_schemas::Tensor;
+    let cam = |c: u8| SensorObs {
+        depth: f32::from(c),
+        rgba: Tensor::new(
+            vec![2, 3, 4],
+            [10 * c + i, 10 * c + i, 10 * c + i, 255].repeat(6),
+        )
+        .expect("tensor"),
+    };
+    let cloud = (0..12).map(|k| k as f32 + f32::from(i)).collect();
+    Obs {
+        sensors: vec![cam(1), cam(2)],
+        by_name: [("wrist".to_owned(), cam(3))].into_iter().collect(),
+        cloud: Tensor::new(vec![4, 3], cloud).expect("tensor"),
+        profile: Tensor::new(vec![5], (0..5).map(|k| f64::from(k * i)).collect()).expect("tensor"),
+    }
+}
+
+#[test]
+fn the_page_draws_images_in_lists_and_dicts_points_and_profiles() {
+    let bus = TestBus::up();
+    let p = crate::wide::publisher(&bus, "lab", 1 << 20);
+    for i in 0..3 {
+        p.emit(snapbus_bus::Level::INFO, 0, &obs(i)).expect("emit");
+    }
+    let out = bus.run(&["attach", "plotter", "--schema", "lab.*"]);
+    assert!(out.status.success(), "attach: {}", out.stderr);
+    let url = out.stdout.trim().to_owned();
+    wait_until("five tensor views with frames", WATCHDOG, || {
+        let (_, body) = get(&url, "/api/series");
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        v["images"]
+            .as_array()
+            .is_some_and(|i| i.len() == 5 && i.iter().all(|i| i["seq"].is_u64()))
+    });
+    let Some(state) = browser_check(&["--tensors".as_ref(), url.as_ref()]) else {
+        return;
+    };
+    let cards = state["cards"].as_array().expect("cards");
+    let card = |field: &str| {
+        cards
+            .iter()
+            .find(|c| c["title"] == format!("lab.obs · {field}"))
+            .unwrap_or_else(|| panic!("no card of {field}: {state}"))
+    };
+    let caption = |c: &Value| c["caption"].as_str().unwrap_or_default().to_owned();
+    for (field, camera) in [
+        ("sensors.0.rgba", 1),
+        ("sensors.1.rgba", 2),
+        ("by_name.wrist.rgba", 3),
+    ] {
+        let c = card(field);
+        assert!(caption(c).starts_with("2×3×4 ·"), "{c}");
+        let v = 10 * camera + 2;
+        assert_eq!(c["first"], serde_json::json!([v, v, v, 255]), "{c}");
+    }
+    let cloud = card("cloud");
+    assert!(caption(cloud).starts_with("4 points"), "{cloud}");
+    assert!(cloud["ink"].as_u64() > Some(4), "points drawn: {cloud}");
+    let profile = card("profile");
+    assert!(caption(profile).starts_with("5 values"), "{profile}");
+    assert!(
+        profile["ink"].as_u64() > Some(100),
+        "a line drawn: {profile}"
+    );
+    drop(p);
+}

@@ -15,6 +15,7 @@ mod errors;
 mod export;
 mod fd_limit;
 mod files;
+mod foxglove;
 mod modes;
 mod otlp;
 mod outage;

@@ -74,6 +74,8 @@
 #[cfg(feature = "aggregator")]
 pub mod aggregator;
 pub mod fields;
+#[cfg(feature = "foxglove")]
+pub mod foxglove;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod output;
@@ -92,6 +94,8 @@ pub mod runs;
 mod runtime;
 #[cfg(any(feature = "aggregator", feature = "otlp", feature = "prometheus"))]
 mod summary_name;
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+mod token;
 
 pub use runtime::{
     Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Lag, Producer,

@@ -6,6 +6,8 @@ use snapbus_bus::publisher::{Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
 use snapbus_consumers::RecordHeader;
 use snapbus_schemas::Wire;
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+use snapbus_schemas::{Snapshot, Tensor};
 
 #[derive(Wire, Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Mode {
@@ -77,5 +79,43 @@ pub(crate) fn lag(
         producer,
         lost,
         damaged: 0,
+    }
+}
+
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+/// A camera's observation, held in a list and a dict of a record (tbp.monty's `SensorObs`).
+#[derive(snapbus_schemas::Wire, Debug, Clone, PartialEq)]
+#[snapshot(crate = "snapbus_schemas")]
+pub(crate) struct SensorObs {
+    pub(crate) depth: f32,
+    pub(crate) rgba: Tensor<u8>,
+}
+
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "plot.sensors", version = 1, crate = "snapbus_schemas")]
+pub(crate) struct Sensors {
+    pub(crate) sensors: Vec<SensorObs>,
+    pub(crate) by_name: std::collections::BTreeMap<String, SensorObs>,
+    pub(crate) cloud: Tensor<f32>,
+    pub(crate) profile: Tensor<f64>,
+}
+
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+/// Record `i`: two cameras in a list, one in a dict (RGBA 2 × 3, pixel = 10 * camera + i), a
+/// cloud of 4 points (k, 2k, -k) + i, and a profile of 5 values k * i.
+pub(crate) fn sensors(i: u8) -> Sensors {
+    let obs = |cam: u8| SensorObs {
+        depth: f32::from(cam),
+        rgba: Tensor::new(vec![2, 3, 4], vec![10 * cam + i; 24]).expect("tensor"),
+    };
+    let cloud = (0..4)
+        .flat_map(|k| [k as f32, 2.0 * k as f32, -(k as f32)].map(|v| v + f32::from(i)))
+        .collect();
+    Sensors {
+        sensors: vec![obs(1), obs(2)],
+        by_name: [("wrist".to_owned(), obs(3))].into_iter().collect(),
+        cloud: Tensor::new(vec![4, 3], cloud).expect("tensor"),
+        profile: Tensor::new(vec![5], (0..5).map(|k| f64::from(k * i)).collect()).expect("tensor"),
     }
 }

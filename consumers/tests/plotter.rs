@@ -15,6 +15,7 @@ use snapbus_bus::schemas::{Snapshot, Tensor};
 use snapbus_consumers::plotter::{Plotter, PlotterOptions, Server, serve};
 use snapbus_consumers::{RunOptions, RunSummary, run};
 
+use crate::common::sensors;
 use crate::runtime::Bus;
 
 #[derive(Snapshot, Debug, Clone, PartialEq)]
@@ -482,4 +483,56 @@ fn numbers_inside_dynamic_fields_become_series_as_records_show_them() {
             ("extra.stats.steps", 1)
         ]
     );
+}
+
+#[test]
+fn images_in_lists_and_dicts_of_structs_points_and_profiles_are_shown() {
+    let bus = Bus::start("plot-views");
+    let p = bus.publisher();
+    for i in 0..3 {
+        p.emit(Level::INFO, 0, &sensors(i)).expect("emit");
+    }
+    p.close();
+    let (_server, api, summary) = plot_to_the_end(&bus);
+    assert_eq!(summary.delivered, 3);
+    let series = api.json("/api/series");
+    let images = series["images"].as_array().expect("images");
+    let view = |field: &str| {
+        images
+            .iter()
+            .find(|im| im["field"] == field)
+            .unwrap_or_else(|| panic!("no view of {field}: {series}"))
+    };
+    for (field, kind, camera) in [
+        ("sensors.0.rgba", "image", 1),
+        ("sensors.1.rgba", "image", 2),
+        ("by_name.wrist.rgba", "image", 3),
+    ] {
+        let im = view(field);
+        assert_eq!(im["kind"], kind, "{im}");
+        let f = api.json(&format!("/api/frame?id={}", im["id"]));
+        assert_eq!(f["shape"], serde_json::json!([2, 3, 4]), "{f}");
+        assert_eq!(f["channels"], 4);
+        assert_eq!(f["data"], serde_json::json!(vec![10 * camera + 2; 24]));
+    }
+    // (N, 3): points, their coordinates as they are; 1-D: a series over the index.
+    let cloud = view("cloud");
+    assert_eq!(cloud["kind"], "points", "{cloud}");
+    let f = api.json(&format!("/api/frame?id={}", cloud["id"]));
+    assert_eq!(f["kind"], "points");
+    assert_eq!(f["shape"], serde_json::json!([4, 3]));
+    let want: Vec<f64> = (0..4)
+        .flat_map(|k| [k as f64, 2.0 * k as f64, -(k as f64)].map(|v| v + 2.0))
+        .collect();
+    assert_eq!(f["values"], serde_json::json!(want), "{f}");
+    let profile = view("profile");
+    assert_eq!(profile["kind"], "series", "{profile}");
+    let f = api.json(&format!("/api/frame?id={}", profile["id"]));
+    assert_eq!(f["kind"], "series");
+    assert_eq!(
+        f["values"],
+        serde_json::json!([0.0, 2.0, 4.0, 6.0, 8.0]),
+        "{f}"
+    );
+    assert_eq!(images.len(), 5, "{series}");
 }

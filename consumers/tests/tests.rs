@@ -8,6 +8,8 @@ mod common;
 #[cfg(feature = "recording")]
 mod compression;
 mod fields;
+#[cfg(feature = "foxglove")]
+mod foxglove;
 #[cfg(feature = "otlp")]
 mod otlp;
 #[cfg(feature = "plotter")]

@@ -141,7 +141,13 @@ fn create_sink(args: &ExportArgs, out: &Path) -> anyhow::Result<Box<dyn Sink>> {
         ExportFormat::Jsonl => Box::new(jsonl::Jsonl::create(out)?),
         ExportFormat::Csv => Box::new(tables::Tables::new(out, tables::csv_format())),
         ExportFormat::Parquet => parquet_sink(out)?,
-        ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(out)?),
+        ExportFormat::McapJson => Box::new(mcap_json::McapJson::create(out, false)?),
+        ExportFormat::Foxglove if cfg!(feature = "foxglove") => {
+            Box::new(mcap_json::McapJson::create(out, true)?)
+        }
+        ExportFormat::Foxglove => {
+            bail!("this snapbus was built without Foxglove support (cargo feature `foxglove`)")
+        }
         ExportFormat::Otlp => bail!("--format otlp writes no file"),
         ExportFormat::Rrd => bail!("the rrd export is the rerun bridge's (command/rerun.rs)"),
     })

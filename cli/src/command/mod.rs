@@ -11,6 +11,8 @@ mod down;
 mod echo;
 mod export;
 mod filter;
+#[cfg(feature = "foxglove")]
+pub(crate) mod foxglove;
 mod hz;
 mod inspect;
 pub(crate) mod ls;
@@ -79,7 +81,7 @@ pub(crate) enum Command {
     /// List the schemas this build knows (built-in and demo) with descriptors and fingerprints.
     Schemas(SchemasArgs),
     /// The consumers' foreground verbs: `record`, `plot`, `aggregate`, `python`, `prometheus`,
-    /// `otlp`, `rerun`, `monty`.
+    /// `otlp`, `foxglove`, `rerun`, `monty`.
     #[command(flatten)]
     Consumer(ConsumerVerb),
     /// Write what the rings hold now (including recently dead producers) into an MCAP file.

@@ -29,6 +29,8 @@ use snapbus_bus::runtime::BusDir;
 
 #[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
+#[cfg(feature = "foxglove")]
+use crate::command::foxglove::FoxgloveArgs;
 use crate::command::monty::MontyArgs;
 #[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
@@ -57,6 +59,8 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<PrometheusArgs>(),
     #[cfg(feature = "otlp")]
     ConsumerKind::of::<OtlpArgs>(),
+    #[cfg(feature = "foxglove")]
+    ConsumerKind::of::<FoxgloveArgs>(),
     ConsumerKind::of::<RerunArgs>(),
     ConsumerKind::of::<MontyArgs>(),
 ];
@@ -362,6 +366,7 @@ mod tests {
                  --dir OUT/runs --keep-bytes 5M --rotate-mb 2"
             }
             "plotter" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
+            "foxglove" => "--schema a.* --schema=-b --port 1234 --history 50 --from latest",
             "aggregator" => {
                 "--schema a.* --group-by mode --group-by env.id --window steps:7 \
                  --episode-field ep --field r* --field=-x --csv OUT/csv --from latest \

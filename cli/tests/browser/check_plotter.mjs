@@ -9,18 +9,24 @@
 //
 // Usage: node check_plotter.mjs URL HISTORY.png LIVE.png
 //        node check_plotter.mjs --new-run PID URL
+//        node check_plotter.mjs --tensors URL
 // Prints {"history": state, "live": state} as one JSON line on stdout (the Rust test checks
 // the panels against the demo's formulas); exits 1 (with the state and the page's console)
 // when a check fails within the time limit. With --new-run (after the experiment was
 // restarted as process PID), checks instead that a page opened now shows only that run in its
-// panels and images, and lists the previous run as ended.
+// panels and images, and lists the previous run as ended. With --tensors, waits until every
+// tensor card is drawn and prints per card its title, caption, canvas size, first pixel and
+// how many of its pixels are inked (neither white nor transparent).
 import { chromium } from "playwright-core";
 
 const newRun = process.argv[2] === "--new-run";
-const [url, historyShot, liveShot] = newRun ? [process.argv[4]] : process.argv.slice(2);
+const tensors = process.argv[2] === "--tensors";
+const [url, historyShot, liveShot] = newRun
+  ? [process.argv[4]]
+  : tensors ? [process.argv[3], "-", "-"] : process.argv.slice(2);
 const runPid = newRun ? Number(process.argv[3]) : null;
 if (!url || (!newRun && (!historyShot || !liveShot)) || (newRun && !(runPid > 0))) {
-  console.error("usage: node check_plotter.mjs URL HISTORY.png LIVE.png | --new-run PID URL");
+  console.error("usage: node check_plotter.mjs URL HISTORY.png LIVE.png | --new-run PID URL | --tensors URL");
   process.exit(2);
 }
 const executablePath = process.env.SNAPBUS_CHROMIUM || "/usr/bin/chromium";
@@ -73,6 +79,30 @@ function checkPanels(state) {
 
 // After a restart: only the new run (process runPid) in the panels and the image view; the
 // old one listed, as ended.
+// Every tensor card drawn: what each shows.
+async function checkTensors(page, until) {
+  await until((s) => s.images.length >= 5, "five tensor cards");
+  const t0 = Date.now();
+  for (;;) {
+    const cards = await page.evaluate(() => [...document.querySelectorAll(".imgcard")].map((card) => {
+      const c = card.querySelector("canvas");
+      const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let ink = 0;
+      for (let i = 0; i < px.length; i += 4) {
+        if (px[i + 3] > 0 && !(px[i] === 255 && px[i + 1] === 255 && px[i + 2] === 255)) ink++;
+      }
+      return {
+        title: card.querySelector(".ititle").textContent,
+        caption: card.querySelector(".icap").textContent,
+        width: c.width, height: c.height, ink, first: [...px.slice(0, 4)],
+      };
+    }));
+    if (cards.length >= 5 && cards.every((c) => !c.caption.startsWith("waiting"))) return { cards };
+    if (Date.now() - t0 > LIMIT_MS) throw new Error(`timed out: every card drawn: ${JSON.stringify(cards)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function checkNewRun(page, until) {
   const s = await until(
     (s) => s.panels.length > 0 && s.panels.every((p) => p.columns > 0) && s.frames > 0,
@@ -159,7 +189,9 @@ try {
     }
   };
   await page.goto(url, { waitUntil: "load" });
-  const result = newRun ? await checkNewRun(page, until) : await checkViews(page, context, until, state);
+  const result = newRun
+    ? await checkNewRun(page, until)
+    : tensors ? await checkTensors(page, until) : await checkViews(page, context, until, state);
   console.log(JSON.stringify(result));
 } catch (e) {
   failed = e;

@@ -70,8 +70,10 @@ mod key;
 mod plan;
 mod read;
 mod tree;
+mod views;
 
 pub use key::{KeyType, KeyValue, decode_group};
 pub use plan::{Extracted, MAX_ELEMENTWISE, Plan, PlanError};
 pub use read::{Malformed, Source};
 pub use tree::{FieldNode, Parts, REDUCTIONS, TENSOR_SHAPE, join, tensor_paths};
+pub use views::{MAX_VIEWS, Pixels, View, has_tensors, scaled_pixels, tensors};

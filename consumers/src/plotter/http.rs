@@ -12,7 +12,6 @@
 //!   step axis, each series' own last `S` samples) and the latest frame numbers.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -81,38 +80,10 @@ fn asset(path: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// A running server (its threads live as long as the process).
-#[derive(Debug)]
-pub struct Server {
-    addr: SocketAddr,
-    token: String,
-}
-
-impl Server {
-    /// Where it listens.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The secret every request must carry (`?token=` or the cookie the page gets).
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
-    /// `http://127.0.0.1:PORT/?token=…`: the page, for whoever has this URL.
-    pub fn url(&self) -> String {
-        format!("http://{}/?token={}", self.addr, self.token)
-    }
-}
-
-/// 128 random bits, hex: other local users can reach 127.0.0.1 but cannot read the URL the
-/// plotter printed, so they get 403 (the bus itself is private to its user; so is its data).
-fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
+/// A running server (its threads live as long as the process): its `url()` is
+/// `http://127.0.0.1:PORT/?token=…`, the page, for whoever has this URL; the token may also
+/// come in the cookie the page gets.
+pub use crate::token::LocalServer as Server;
 
 /// The cookie that carries the token after the first page load.
 const COOKIE: &str = "snapbus_plotter";
@@ -126,7 +97,7 @@ pub fn serve(store: Arc<Mutex<Store>>, port: u16) -> std::io::Result<Server> {
         .server_addr()
         .to_ip()
         .ok_or_else(|| std::io::Error::other("the server has no IP address"))?;
-    let token = new_token()?;
+    let token = crate::token::new_token()?;
     let streams = Arc::new(AtomicUsize::new(0));
     let secret: Arc<str> = token.clone().into();
     std::thread::Builder::new()
@@ -141,7 +112,7 @@ pub fn serve(store: Arc<Mutex<Store>>, port: u16) -> std::io::Result<Server> {
                     .spawn(move || handle(request, &store, &streams, &secret));
             }
         })?;
-    Ok(Server { addr, token })
+    Ok(Server::new("http", addr, token))
 }
 
 fn header(name: &'static str, value: &'static str) -> Header {

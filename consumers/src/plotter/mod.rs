@@ -11,10 +11,14 @@
 //!   [`POINT_BUDGET`] points in all (each series keeps its share when `history_points` each
 //!   would pass it). What is not plotted is counted ([`Cut`]), shown on the page and in the
 //!   consumer's status in `snapbus ls` ([`Plotter::board`]).
-//! - **Images**: tensor fields of rank 2 (`[h, w]`, grey) or 3 (`[h, w, c]`: c = 3 RGB, 4 RGBA,
-//!   otherwise channel 0), scaled to 0–255 (u8 as is, other types from their min and max),
-//!   images larger than 512 × 512 subsampled; the latest frame is kept, at most
-//!   `max_frame_hz` times per second.
+//! - **Images, point clouds, profiles**: every tensor of a record, at any depth (in a list or
+//!   a dict of structs too: `sensors.0.rgba`, `by_name.wrist.rgba`), shown as its
+//!   [`View`](crate::fields::View) says: rank 2 or 3 an image (`[h, w]` grey, `[h, w, c]`:
+//!   c = 3 RGB, 4 RGBA, otherwise channel 0; scaled to 0–255, u8 as is, other types from
+//!   their min and max; larger than 512 × 512 subsampled), `[n, 3]` a cloud of points drawn
+//!   from above (x, y, coloured by z; at most [`MAX_POINTS`]), `[n]` a profile over its index
+//!   (at most [`MAX_SERIES_VALUES`]). At most [`MAX_FEED_VIEWS`] per schema and producer; the
+//!   latest frame of each is kept, at most `max_frame_hz` times per second.
 //! - **Serving** ([`serve`]): the page (`web/`: our own HTML, JavaScript and CSS, embedded in
 //!   the binary — no CDN, works offline), JSON endpoints, and a server-sent-events stream that
 //!   pushes, about four times a second, the min/max envelope (one column per pixel) of the
@@ -25,6 +29,7 @@
 //! The endpoints: `GET /api/series`, `/api/data?ids=&x=time|step&from=&to=&width=`,
 //! `/api/frame?id=`, `/api/stream?ids=&x=&span=&width=` (see `http.rs`).
 
+mod frames;
 mod http;
 mod store;
 
@@ -32,14 +37,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use snapbus_schemas::{DType, SchemaDescriptor, Value};
+use snapbus_schemas::SchemaDescriptor;
 
-use crate::fields::{Extracted, Plan, tensor_paths};
+use crate::fields::{Extracted, Plan, has_tensors};
 use crate::{Consumer, Extract, Flow, HookError, Lag, ProducerChange, Record};
+use frames::set_frames;
+pub use frames::{MAX_FEED_VIEWS, MAX_POINTS, MAX_SERIES_VALUES};
 pub use http::{STREAM_EVERY, Server, serve};
 use snapbus_bus::status::StatusBoard;
+use store::Source;
 pub use store::{Cut, MAX_SERIES, POINT_BUDGET, Store, XAxis};
-use store::{Frame, Image, Source};
 
 /// Images larger than this per side are subsampled.
 pub const MAX_IMAGE_SIDE: u64 = 512;
@@ -82,8 +89,11 @@ struct Feeds {
     plan: Plan,
     /// Series id per leaf of the plan (`None`: cut).
     series: Vec<Option<usize>>,
-    /// (dotted path, image id) per tensor field.
-    images: Vec<(String, usize)>,
+    /// Image id per dotted path of a tensor with a [`View`](crate::fields::View), made as records show them (a
+    /// tensor in a list or a dict of structs has a path per element).
+    images: HashMap<String, usize>,
+    /// Whether its records can hold a tensor (their frames need the record's bytes).
+    has_tensors: bool,
     /// Series id per numeric leaf of a dynamic field, made as records show them.
     dynamic: HashMap<String, usize>,
     /// The source of this feed's series, less the field (for dynamic leaves).
@@ -138,7 +148,6 @@ impl Plotter {
             return Ok(());
         }
         let plan = Plan::numeric(r.schema.root());
-        let tensors = tensor_paths(r.schema.root());
         let started = r.producer.started_nanos as f64 / 1e9;
         let ended = self.ended.get(&r.producer.lane_id).copied();
         let mut store = lock(&self.store)?;
@@ -161,17 +170,6 @@ impl Plotter {
             .map(|l| store.add_series(source(l.to_owned())))
             .collect();
         store.cut.leaves += leaves.len().saturating_sub(MAX_FEED_SERIES) as u64;
-        let images = tensors
-            .into_iter()
-            .map(|path| {
-                store.images.push(Image {
-                    src: source(path.clone()),
-                    frame: None,
-                    frames: 0,
-                });
-                (path, store.images.len() - 1)
-            })
-            .collect();
         store.version += 1;
         self.report(&store);
         drop(store);
@@ -180,7 +178,8 @@ impl Plotter {
             Feeds {
                 plan,
                 series,
-                images,
+                images: HashMap::new(),
+                has_tensors: has_tensors(r.schema.root()),
                 dynamic: HashMap::new(),
                 source: base,
                 last_frame: None,
@@ -227,76 +226,6 @@ fn lock(store: &Mutex<Store>) -> Result<MutexGuard<'_, Store>, HookError> {
         .map_err(|_| "the plotter's store was poisoned by a panic".into())
 }
 
-/// A tensor as an image, or `None` if it is not 2-D or 3-D.
-fn frame_of(t: &snapbus_schemas::TensorView<'_>, seq: u64, time: f64) -> Option<Frame> {
-    let (h, w, c) = match t.shape[..] {
-        [h, w] => (h, w, 1),
-        [h, w, c] => (h, w, c),
-        _ => return None,
-    };
-    if h == 0 || w == 0 || c == 0 {
-        return None;
-    }
-    let channels = if matches!(c, 3 | 4) { c } else { 1 };
-    let stride = h.max(w).div_ceil(MAX_IMAGE_SIDE).max(1);
-    let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-    let at = |y: u64, x: u64, k: u64| t.get_f64(((y * w + x) * c + k) as usize);
-    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut values = Vec::with_capacity((oh * ow * channels) as usize);
-    for y in (0..h).step_by(stride as usize) {
-        for x in (0..w).step_by(stride as usize) {
-            for k in 0..channels {
-                let v = at(y, x, k)?;
-                if v.is_finite() {
-                    min = min.min(v);
-                    max = max.max(v);
-                }
-                values.push(v);
-            }
-        }
-    }
-    let data = if t.dtype == DType::U8 {
-        values.iter().map(|v| *v as u8).collect()
-    } else {
-        let range = if max > min { max - min } else { 1.0 };
-        values
-            .iter()
-            .map(|v| {
-                if v.is_finite() {
-                    ((v - min) / range * 255.0).round().clamp(0.0, 255.0) as u8
-                } else {
-                    0
-                }
-            })
-            .collect()
-    };
-    Some(Frame {
-        seq,
-        t: time,
-        shape: if c == 1 && t.shape.len() == 2 {
-            vec![oh, ow]
-        } else {
-            vec![oh, ow, channels]
-        },
-        channels,
-        dtype: t.dtype.name(),
-        min: if min.is_finite() { min } else { 0.0 },
-        max: if max.is_finite() { max } else { 0.0 },
-        data,
-    })
-}
-
-/// Sets the frames of `images` (dotted path, image id) from a decoded record.
-fn set_frames(store: &mut Store, images: &[(String, usize)], v: &Value<'_>, seq: u64, t: f64) {
-    for (path, id) in images {
-        if let (Some(Value::Tensor(tv)), Some(img)) = (v.path(path), store.images.get_mut(*id)) {
-            if let Some(frame) = frame_of(tv, seq, t) {
-                img.frame = Some(frame);
-            }
-        }
-    }
-}
-
 /// Seconds since the epoch, now.
 pub(crate) fn now_secs() -> f64 {
     std::time::SystemTime::now()
@@ -336,7 +265,7 @@ impl Consumer for Plotter {
                 .then_some(&self.scratch),
         };
         // The monotonic clock is read only for records that carry images.
-        let now = (!feeds.images.is_empty()).then(Instant::now);
+        let now = (feeds.has_tensors).then(Instant::now);
         let frame_due = now.is_some_and(|now| {
             feeds
                 .last_frame
@@ -347,7 +276,7 @@ impl Consumer for Plotter {
             feeds.pending = None;
             r.schema.decode(r.payload).ok()
         } else {
-            if !feeds.images.is_empty() {
+            if feeds.has_tensors {
                 let (buf, seq, time) = feeds.pending.get_or_insert_with(|| (Vec::new(), 0, 0.0));
                 buf.clear();
                 buf.extend_from_slice(r.payload);
@@ -369,13 +298,13 @@ impl Consumer for Plotter {
                 }
             }
         }
-        for (_, id) in &feeds.images {
+        for id in feeds.images.values() {
             if let Some(img) = store.images.get_mut(*id) {
                 img.frames += 1;
             }
         }
         if let Some(v) = &value {
-            set_frames(&mut store, &feeds.images, v, r.header.seq, t);
+            set_frames(&mut store, feeds, v, r.header.seq, t);
         }
         Ok(Flow::Continue)
     }
@@ -386,8 +315,9 @@ impl Consumer for Plotter {
         self.report(&store);
         for feeds in self.schemas.values_mut() {
             if let Some((payload, seq, t)) = feeds.pending.take() {
-                if let Ok(v) = feeds.schema.decode(&payload) {
-                    set_frames(&mut store, &feeds.images, &v, seq, t);
+                let schema = Arc::clone(&feeds.schema);
+                if let Ok(v) = schema.decode(&payload) {
+                    set_frames(&mut store, feeds, &v, seq, t);
                 }
             }
         }
@@ -407,44 +337,5 @@ impl Consumer for Plotter {
     fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
         lock(&self.store)?.lost += lag.lost + lag.damaged;
         Ok(Flow::Continue)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use snapbus_schemas::{Tensor, Wire, decode};
-
-    #[test]
-    fn frames_are_scaled_subsampled_and_shaped() {
-        let t = Tensor::new(vec![2, 3], vec![0u16, 100, 200, 300, 400, 1000]).expect("tensor");
-        let bytes = snapbus_schemas::Wire::encode_to_vec(&t).expect("encode");
-        let desc = Tensor::<u16>::type_desc();
-        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
-            panic!("a tensor");
-        };
-        let f = frame_of(&view, 7, 1.5).expect("2-D is an image");
-        assert_eq!(
-            (f.shape.clone(), f.channels, f.min, f.max),
-            (vec![2, 3], 1, 0.0, 1000.0)
-        );
-        assert_eq!(f.data, [0, 26, 51, 77, 102, 255]);
-
-        let big = Tensor::new(vec![1030, 4, 3], vec![9u8; 1030 * 4 * 3]).expect("tensor");
-        let bytes = snapbus_schemas::Wire::encode_to_vec(&big).expect("encode");
-        let desc = Tensor::<u8>::type_desc();
-        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
-            panic!("a tensor");
-        };
-        let f = frame_of(&view, 1, 0.0).expect("3-D RGB");
-        assert_eq!((f.shape.clone(), f.channels), (vec![344, 2, 3], 3));
-        assert_eq!(f.data.len(), 344 * 2 * 3);
-
-        let v = Tensor::new(vec![5], vec![1u8; 5]).expect("tensor");
-        let bytes = snapbus_schemas::Wire::encode_to_vec(&v).expect("encode");
-        let Value::Tensor(view) = decode(&desc, &bytes).expect("decode") else {
-            panic!("a tensor");
-        };
-        assert!(frame_of(&view, 1, 0.0).is_none(), "1-D is not an image");
     }
 }

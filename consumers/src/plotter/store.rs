@@ -105,16 +105,19 @@ impl Series {
     }
 }
 
-/// A 2-D or 3-D tensor field of one schema from one producer: its latest frame.
+/// A tensor field of one schema from one producer (an image, points, a series): its latest
+/// frame.
 #[derive(Debug)]
 pub(crate) struct Image {
     pub(crate) src: Source,
+    /// `image`, `points` or `series` ([`View::kind`](crate::fields::View::kind)).
+    pub(crate) kind: &'static str,
     pub(crate) frame: Option<Frame>,
     /// Frames seen (also those not kept: frames are kept at a bounded rate).
     pub(crate) frames: u64,
 }
 
-/// One image, scaled to 0..=255.
+/// The latest value of a tensor: an image scaled to 0..=255, points or a series.
 #[derive(Debug, Clone)]
 pub(crate) struct Frame {
     pub(crate) seq: u64,
@@ -124,7 +127,10 @@ pub(crate) struct Frame {
     pub(crate) dtype: &'static str,
     pub(crate) min: f64,
     pub(crate) max: f64,
+    /// Pixels, row-major (an image).
     pub(crate) data: Vec<u8>,
+    /// x, y, z per point (points), or the values (a series), as they are.
+    pub(crate) values: Vec<f64>,
 }
 
 /// Points the store holds at most, over all its series (24 bytes each: about 240 MB): each
@@ -271,6 +277,7 @@ impl Store {
                 "samples": s.samples,
             }))).collect::<Vec<_>>(),
             "images": self.images.iter().enumerate().map(|(id, i)| i.src.json(id, json!({
+                "kind": i.kind,
                 "shape": i.frame.as_ref().map(|f| f.shape.clone()),
                 "dtype": i.frame.as_ref().map(|f| f.dtype),
                 "frames": i.frames,
@@ -377,6 +384,7 @@ impl Store {
         let f = self.images.get(id)?.frame.as_ref()?;
         Some(json!({
             "id": id,
+            "kind": self.images.get(id)?.kind,
             "seq": f.seq,
             "t": f.t,
             "shape": f.shape,
@@ -385,6 +393,7 @@ impl Store {
             "min": f.min,
             "max": f.max,
             "data": f.data,
+            "values": f.values,
         }))
     }
 

@@ -8,6 +8,12 @@
 //! `echo` prints), `log_time` = `publish_time` = the record's timestamp, the same `sequence`.
 //! Loss records are messages on topic `snapbus.loss`; the recording's metadata records are
 //! copied. The file is chunked and indexed, without compression.
+//!
+//! `--format foxglove` is the same file shaped for Foxglove as the live bridge serves it:
+//! topics as paths (`demo.step` → `/demo/step`, so that message paths like
+//! `/demo/step.reward` need no quoting), and each tensor that is an image or points (the
+//! plotter's [`View`](snapbus_consumers::fields::View)) also on a topic of its own
+//! (`/demo/step/observation`) as `foxglove.RawImage` / `foxglove.PointCloud` JSON.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -35,11 +41,21 @@ pub(super) struct McapJson {
     /// The recording's channel id → the output's.
     channels: HashMap<u16, u16>,
     buf: Vec<u8>,
+    /// Shaped for Foxglove (`--format foxglove`).
+    #[cfg_attr(
+        not(feature = "foxglove"),
+        expect(dead_code, reason = "only the `foxglove` feature reads it")
+    )]
+    foxglove: bool,
+    /// (output channel, tensor path) → the output channel of its Foxglove message (`None`:
+    /// a tensor with none).
+    #[cfg(feature = "foxglove")]
+    views: HashMap<(u16, String), Option<u16>>,
 }
 
 impl McapJson {
     /// Creates (or truncates) `path` and writes the MCAP header.
-    pub(super) fn create(path: &Path) -> anyhow::Result<McapJson> {
+    pub(super) fn create(path: &Path, foxglove: bool) -> anyhow::Result<McapJson> {
         let file = crate::bus::create_file(path)
             .with_context(|| format!("creating {}", path.display()))?;
         let out = mcap::WriteOptions::new()
@@ -53,6 +69,9 @@ impl McapJson {
             schemas: HashMap::new(),
             channels: HashMap::new(),
             buf: Vec::new(),
+            foxglove,
+            #[cfg(feature = "foxglove")]
+            views: HashMap::new(),
         })
     }
 
@@ -84,12 +103,23 @@ impl McapJson {
         };
         let mut metadata = channel.metadata.clone();
         metadata.insert("schema_version".into(), schema.version().to_string());
+        let topic = self.topic(schema.id(), None);
         let id = self
             .out
-            .add_channel(schema_id, schema.id(), MESSAGE_ENCODING, &metadata)
+            .add_channel(schema_id, &topic, MESSAGE_ENCODING, &metadata)
             .with_context(|| self.context())?;
         self.channels.insert(channel.id, id);
         Ok(id)
+    }
+
+    /// The topic of `schema`'s records (`field`: of one of its tensors).
+    fn topic(&self, schema: &str, field: Option<&str>) -> String {
+        #[cfg(feature = "foxglove")]
+        if self.foxglove {
+            return snapbus_consumers::foxglove::messages::topic(schema, field);
+        }
+        let _ = field;
+        schema.to_owned()
     }
 
     fn write(
@@ -111,7 +141,61 @@ impl McapJson {
         };
         self.out
             .write_to_known_channel(&header, &self.buf)
-            .with_context(|| format!("writing {}", self.path.display()))
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        #[cfg(feature = "foxglove")]
+        if self.foxglove {
+            self.write_views(channel_id, schema, &header, value)?;
+        }
+        Ok(())
+    }
+
+    /// The Foxglove messages of the images and points of `value`, on their own channels.
+    #[cfg(feature = "foxglove")]
+    fn write_views(
+        &mut self,
+        on: u16,
+        schema: &SchemaDescriptor,
+        header: &MessageHeader,
+        value: &Value<'_>,
+    ) -> anyhow::Result<()> {
+        use snapbus_consumers::foxglove::messages;
+        for (path, tv) in snapbus_consumers::fields::tensors(value) {
+            let key = (on, path);
+            if self.views.get(&key) == Some(&None) {
+                continue;
+            }
+            let Some((name, m)) = messages::of_tensor(tv, &key.1, header.log_time) else {
+                self.views.insert(key, None);
+                continue;
+            };
+            let channel_id = match self.views.get(&key) {
+                Some(Some(id)) => *id,
+                _ => {
+                    let data = serde_json::to_vec(&messages::json_schema(name))?;
+                    let schema_id = self
+                        .out
+                        .add_schema(name, SCHEMA_ENCODING, &data)
+                        .with_context(|| self.context())?;
+                    let topic = self.topic(schema.id(), Some(&key.1));
+                    let id = self
+                        .out
+                        .add_channel(schema_id, &topic, MESSAGE_ENCODING, &BTreeMap::new())
+                        .with_context(|| self.context())?;
+                    self.views.insert(key, Some(id));
+                    id
+                }
+            };
+            self.buf.clear();
+            serde_json::to_writer(&mut self.buf, &m)?;
+            let header = MessageHeader {
+                channel_id,
+                ..*header
+            };
+            self.out
+                .write_to_known_channel(&header, &self.buf)
+                .with_context(|| self.context())?;
+        }
+        Ok(())
     }
 }
 
