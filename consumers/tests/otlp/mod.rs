@@ -1,6 +1,7 @@
 //! The OTLP exporter against a fault-injecting receiver: retries as the OTLP specification
 //! says, no permanent disable, a bounded outbox, and books that balance exactly.
 
+mod health;
 mod mapping;
 mod receiver;
 
@@ -50,6 +51,7 @@ fn options(url: &str) -> OtlpOptions {
         request_timeout: Duration::from_millis(700),
         initial_backoff: Duration::from_millis(30),
         max_backoff: Duration::from_millis(200),
+        max_refused_backoff: Duration::from_millis(200),
         down_after_failures: 3,
         max_retry_after: Duration::from_secs(10),
     };
