@@ -119,6 +119,7 @@ pub mod filter;
 mod lane_size;
 mod resource;
 mod telemetry;
+pub mod trace;
 
 pub use config::Config;
 pub use embedded::{IDLE_EXIT_SECS, set_warning_hook};

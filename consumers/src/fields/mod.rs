@@ -70,8 +70,10 @@ mod key;
 mod plan;
 mod read;
 mod tree;
+mod unit;
 
 pub use key::{KeyType, KeyValue, decode_group};
 pub use plan::{Extracted, MAX_ELEMENTWISE, Plan, PlanError};
 pub use read::{Malformed, Source};
 pub use tree::{FieldNode, Parts, REDUCTIONS, TENSOR_SHAPE, join, tensor_paths};
+pub use unit::{Unit, unit_of};

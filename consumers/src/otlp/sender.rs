@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message as _;
 
-use super::convert::{exporter_resource, kv_int, kv_str, now_nanos, scope};
+use super::convert::{SCHEMA_URL, exporter_resource, kv_int, kv_str, now_nanos, scope};
 use super::endpoint::Endpoints;
 use super::metrics::{self, Point, PointData};
 use super::outbox::{Gap, Outbox, Work};
@@ -458,9 +458,9 @@ pub(crate) fn gap_request(gap: &Gap, host: &str) -> ExportLogsServiceRequest {
             scope_logs: vec![ScopeLogs {
                 scope: Some(scope()),
                 log_records: records,
-                ..Default::default()
+                schema_url: SCHEMA_URL.into(),
             }],
-            ..Default::default()
+            schema_url: SCHEMA_URL.into(),
         }],
     }
 }

@@ -361,8 +361,7 @@ impl ExporterStats {
     }
 
     pub(crate) fn set_status(&self, status: u16) {
-        self.last_status
-            .store(u64::from(status), Ordering::Relaxed);
+        self.last_status.store(u64::from(status), Ordering::Relaxed);
     }
 
     pub(crate) fn set_state(&self, s: ExportState) {

@@ -3,6 +3,7 @@
 
 mod health;
 mod mapping;
+mod meaning;
 mod receiver;
 
 use std::sync::Arc;
@@ -104,7 +105,7 @@ impl Feed {
                 t_nanos: t,
                 level: Level::INFO,
                 schema_key: 0,
-                schema_version: 1,
+                schema_version: schema.version() as u16,
                 emitter_id: 0,
                 payload_len: payload.len(),
             },
@@ -381,6 +382,7 @@ fn metrics_after_an_outage_equal_the_cumulative_truth() {
         let d = DurationSample {
             label: "env.step".into(),
             duration_nanos: 1_000 * (i + 1),
+            ..Default::default()
         }
         .encode_to_vec()
         .expect("encode");
@@ -460,7 +462,8 @@ fn own_counters_are_served_as_prometheus_text() {
     for line in [
         "snapbus_otlp_dropped_total{signal=\"logs\",reason=\"rejected\"} 4",
         "snapbus_otlp_exported_total{signal=\"logs\"} 0",
-        "snapbus_otlp_state{state=\"ok\"} 1",
+        // A 400 refused the batch: the state says so.
+        "snapbus_otlp_state{state=\"error\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
