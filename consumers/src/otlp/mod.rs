@@ -70,7 +70,7 @@ pub use convert::{
     severity,
 };
 pub use endpoint::{DEFAULT_ENDPOINT, EndpointError, Endpoints, check as check_endpoint};
-pub use exporter::{LOG_RECORD_SCHEMA, OtlpExporter, OtlpOptions};
+pub use exporter::{LOG_RECORD_SCHEMA, OtlpExporter, OtlpOptions, TEXT_LOG_LEVEL};
 pub use metrics::DURATION_BOUNDS_SECS;
 pub use sender::{DATA_GAP_EVENT, RetryPolicy};
 pub use signals::{BATCH_BYTES, BATCH_ITEMS};
