@@ -14,6 +14,7 @@ mod files;
 mod modes;
 mod otlp;
 mod outage;
+mod pipes;
 mod plotter;
 mod prometheus;
 mod python;
