@@ -13,7 +13,7 @@ pub(crate) fn line(text: impl std::fmt::Display) -> std::io::Result<()> {
     out.flush()
 }
 
-/// Writes `text` as [`line`] does; a closed stdout loses `what` ([`Lost`]).
+/// Writes `text` as [`line()`] does; a closed stdout loses `what` ([`Lost`]).
 pub(crate) fn vital(text: impl std::fmt::Display, what: &str) -> anyhow::Result<()> {
     line(text).map_err(|e| anyhow::Error::new(e).context(Lost(what.to_owned())))
 }

@@ -232,7 +232,7 @@ fn display_is_compact_and_readable() {
         "struct { label: string, duration_nanos: u64, trace_id: u128, span_id: u64, parent_id: u64 }"
     );
     let s = builtin::DurationSample::descriptor().to_string();
-    assert!(s.starts_with("snapbus.duration v1 ["), "{s}");
+    assert!(s.starts_with("snapbus.duration v2 ["), "{s}");
 }
 
 #[test]
