@@ -68,6 +68,23 @@ fn attach_otlp(bus: &TestBus, args: &[&str]) -> String {
     bus.attach(&all)
 }
 
+/// `attach otlp` of `demo.step`'s metrics to `url` every 200 ms on `bus`: its id.
+fn attach_demo_metrics(bus: &TestBus, url: &str) -> String {
+    attach_otlp(
+        bus,
+        &[
+            "--metrics-endpoint",
+            url,
+            "--signals",
+            "metrics",
+            "--interval",
+            "200ms",
+            "--schema",
+            "demo.step",
+        ],
+    )
+}
+
 /// The status board of consumer `id` in `ls --json`.
 fn board(bus: &TestBus, id: &str) -> Value {
     bus.consumer_by_id(id)
@@ -196,19 +213,7 @@ fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
     let port = free_port();
     let bus = TestBus::up();
     let url = format!("http://127.0.0.1:{port}/opentelemetry/v1/metrics");
-    let id = attach_otlp(
-        &bus,
-        &[
-            "--metrics-endpoint",
-            &url,
-            "--signals",
-            "metrics",
-            "--interval",
-            "200ms",
-            "--schema",
-            "demo.step",
-        ],
-    );
+    let id = attach_demo_metrics(&bus, &url);
     bus.demo(2, 10, 50, &[]);
     wait_until("the exporter backing off", WATCHDOG, || {
         let b = board(&bus, &id);
@@ -252,19 +257,7 @@ fn a_wrong_endpoint_refusing_every_batch_is_state_error_in_ls() {
     let url = vm
         .otlp_url()
         .replace("/opentelemetry/v1/metrics", "/no/such/path");
-    let id = attach_otlp(
-        &bus,
-        &[
-            "--metrics-endpoint",
-            &url,
-            "--signals",
-            "metrics",
-            "--interval",
-            "200ms",
-            "--schema",
-            "demo.step",
-        ],
-    );
+    let id = attach_demo_metrics(&bus, &url);
     bus.demo(1, 10, 50, &[]);
     let mut b = Value::Null;
     wait_until("the exporter in state error", WATCHDOG, || {
