@@ -69,6 +69,7 @@ fn export_resumes_within_two_seconds_of_the_receivers_return() {
         .find(Arrival::accepted)
         .expect("accepted");
     let took = first.at.saturating_duration_since(back);
+    eprintln!("export resumed {took:?} after the receiver came back");
     assert!(
         took <= Duration::from_secs(2),
         "export resumed {took:?} after the receiver came back"
