@@ -478,8 +478,12 @@ impl Telemetry {
     /// duration, its trace and span ids, and its parent's id (the span open on this thread
     /// when it started; see [`trace`](crate::trace)). While `level` is off (or before a bus
     /// was found) it costs nothing more: no id, no allocation, no record.
+    #[inline]
     pub fn span(&self, level: Level, label: &str) -> Span<'_> {
-        let entered = self.enabled(level).then(crate::trace::enter);
+        // Off: no id, no clock read, no allocation.
+        let entered = self
+            .enabled(level)
+            .then(|| (crate::trace::enter(), Instant::now()));
         Span {
             telemetry: self,
             level,
@@ -489,7 +493,6 @@ impl Telemetry {
                 String::new()
             },
             entered,
-            start: Instant::now(),
         }
     }
 }
@@ -558,33 +561,41 @@ pub struct Span<'a> {
     telemetry: &'a Telemetry,
     level: Level,
     label: String,
-    /// Its place in the trace (`None`: the level was off, or no bus yet).
-    entered: Option<crate::trace::Entered>,
-    start: Instant,
+    /// Its place in the trace and its start (`None`: the level was off, or no bus yet).
+    entered: Option<(crate::trace::Entered, Instant)>,
 }
 
 impl Span<'_> {
     /// Its trace and span ids (`None` while its level is off or before a bus was found: the
     /// span then records nothing).
     pub fn context(&self) -> Option<crate::trace::SpanContext> {
-        self.entered.map(|e| e.context)
+        self.entered.map(|(e, _)| e.context)
     }
 }
 
 impl Drop for Span<'_> {
+    #[inline]
     fn drop(&mut self) {
-        let Some(entered) = self.entered else {
+        let Some((entered, start)) = self.entered else {
             if self.telemetry.level_enabled(self.level) && PUBLISHER.get().is_none() {
                 no_bus();
             }
             return;
         };
+        self.end(entered, start);
+    }
+}
+
+impl Span<'_> {
+    /// Ends an enabled span: the context back to its parent, its record emitted.
+    #[inline(never)]
+    fn end(&mut self, entered: crate::trace::Entered, start: Instant) {
         crate::trace::exit(&entered);
         self.telemetry.snapshot(
             self.level,
             &DurationSample {
                 label: std::mem::take(&mut self.label),
-                duration_nanos: self.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
+                duration_nanos: start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
                 trace_id: entered.context.trace_id,
                 span_id: entered.context.span_id,
                 parent_id: entered.parent_id(),
