@@ -131,6 +131,36 @@ fn main() {
         g.finish();
     }
     {
+        // A span (`span()` guard, one `snapbus.duration` record with its trace, span and
+        // parent ids at its end) nested in an open one, and one whose level is off.
+        let mut g = c.benchmark_group("span");
+        g.throughput(Throughput::Elements(1));
+        let outer = telemetry.span(Level::INFO, "outer");
+        g.bench_function("enabled, nested", |b| {
+            b.iter(|| drop(telemetry.span(Level::INFO, black_box("step"))))
+        });
+        g.bench_function("disabled", |b| {
+            b.iter(|| drop(telemetry.span(Level::DEBUG, black_box("step"))))
+        });
+        // What a span emitted before it had ids: a duration sample, timed the same way.
+        g.bench_function("duration sample without ids", |b| {
+            b.iter(|| {
+                let t0 = std::time::Instant::now();
+                let label = black_box("step").to_owned();
+                telemetry.snapshot(
+                    Level::INFO,
+                    &snapbus::schemas::builtin::DurationSample {
+                        label,
+                        duration_nanos: t0.elapsed().as_nanos() as u64,
+                        ..Default::default()
+                    },
+                )
+            })
+        });
+        drop(outer);
+        g.finish();
+    }
+    {
         let mut g = c.benchmark_group("tracing/event");
         g.throughput(Throughput::Elements(1));
         let ev = Event::sample(1);

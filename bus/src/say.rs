@@ -28,5 +28,6 @@ macro_rules! say {
 pub fn line(args: fmt::Arguments<'_>) {
     let mut text = fmt::format(args);
     text.push('\n');
-    eprint!("{text}");
+    // Never a panic (`eprint!` panics on a closed stderr): a message nobody reads is dropped.
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
 }

@@ -8,15 +8,24 @@ use snapbus_bus::runtime::BusDir;
 
 /// Prints what `attach` prints for a started consumer of `kind` reading the bus into `what`:
 /// its id on stdout, and how to stop it on stderr.
-pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Attached, what: &str) {
+pub(crate) fn announce(
+    dir: &BusDir,
+    kind: &str,
+    started: &Attached,
+    what: &str,
+) -> anyhow::Result<()> {
     let Attached { id, pid, log } = started;
-    println!("{id}");
+    crate::stdout::vital(
+        id,
+        &format!("the id of {kind} {id} (it runs: `snapbus ls` lists it)"),
+    )?;
     snapbus_bus::say!(
         "snapbus attach: {kind} {id} (pid {pid}) is reading bus '{}' into {what}; log {log}; \
          stop it with `snapbus detach {id}{}`",
         dir.name(),
         bus_flag(dir)
     );
+    Ok(())
 }
 
 /// For a consumer that serves a URL, run in the foreground or by `attach`: writes it to
@@ -26,16 +35,22 @@ pub(crate) fn announce(dir: &BusDir, kind: &str, started: &Attached, what: &str)
     not(any(feature = "plotter", feature = "prometheus", feature = "foxglove")),
     allow(dead_code)
 )]
-pub(crate) fn publish_url(dir: &BusDir, verb: &str, url: &str, url_file: &std::path::Path) {
+pub(crate) fn publish_url(
+    dir: &BusDir,
+    verb: &str,
+    url: &str,
+    url_file: &std::path::Path,
+) -> anyhow::Result<()> {
     if let Ok(mut f) = crate::bus::create_file(url_file) {
         use std::io::Write;
         let _ = f.write_all(url.as_bytes());
     }
-    println!("{url}");
+    crate::stdout::vital(url, "the URL it serves")?;
     snapbus_bus::say!(
         "snapbus {verb}: serving {url} for bus '{}' (Ctrl-C to stop)",
         dir.name()
     );
+    Ok(())
 }
 
 /// Prints what `attach` prints for a started consumer that serves a URL: the URL (which it
@@ -54,7 +69,10 @@ pub(crate) fn announce_url(
     let Attached { id, pid, log } = started;
     let url = std::fs::read_to_string(url_file)
         .with_context(|| format!("reading the URL of {kind} {id} (log {log})"))?;
-    println!("{}", url.trim());
+    crate::stdout::vital(
+        url.trim(),
+        &format!("the URL of {kind} {id} (it runs: `snapbus ls` lists it)"),
+    )?;
     snapbus_bus::say!(
         "snapbus attach: {kind} {id} (pid {pid}) serves {} for bus '{}'; log {log}; stop it \
          with `snapbus detach {id}{}`",

@@ -1,5 +1,7 @@
 //! `snapbus`: the command-line tool. Thin: parses arguments, runs one verb, maps errors to a
-//! message and a non-zero exit code. A closed stdout (`snapbus demo | head`) is success.
+//! message and a non-zero exit code. A closed stdout (`snapbus demo | head`) is success,
+//! never a panic, unless what it lost was what the verb was asked for (`snapbus attach … |
+//! tail -0`: the consumer's id; said, exit 1).
 //!
 //! # Guarantees
 //!
@@ -36,6 +38,7 @@ mod demo;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod negative;
+mod stdout;
 
 use std::process::ExitCode;
 
@@ -57,6 +60,10 @@ fn main() -> ExitCode {
     };
     let code: u8 = match command::run(cli) {
         Ok(()) => 0,
+        Err(err) if err.downcast_ref::<stdout::Lost>().is_some() => {
+            snapbus_bus::say!("snapbus: error: {err}");
+            1
+        }
         Err(err) if is_broken_pipe(&err) => 0,
         Err(err) => {
             snapbus_bus::say!("snapbus: error: {}", bus::error_chain(&err));

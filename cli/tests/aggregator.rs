@@ -89,7 +89,7 @@ fn demo_summaries_per_episode_and_experiment_equal_statistics_computed_here() {
     assert_eq!(ids.len(), 1);
     bus.demo(4, 5, 0, &[]);
     // Train: episodes 0, 1, 2 and its experiment; Eval: episode 3 and its experiment.
-    let got = summaries(&bus, "demo.step.summary", 6);
+    let got = summaries(&bus, "demo.step.by_mode.summary", 6);
     let mut seen = BTreeSet::new();
     for g in &got {
         let p = &g["payload"];
@@ -128,7 +128,7 @@ fn demo_summaries_per_episode_and_experiment_equal_statistics_computed_here() {
     // The CSV has the same rows (flushed every second; detach flushes too).
     let out = bus.run(&["detach", &ids[0]]);
     assert!(out.status.success(), "{}", out.stderr);
-    let text = std::fs::read_to_string(csv_dir.join("demo.step.summary.csv")).expect("csv");
+    let text = std::fs::read_to_string(csv_dir.join("demo.step.by_mode.summary.csv")).expect("csv");
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("header").split(',').collect();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
@@ -197,7 +197,7 @@ fn one_worker_and_three_workers_emit_the_same_summaries() {
     // demo.step: 12 step groups × (3 episodes + experiment); demo.episode_end has no `step`
     // field, so it is not summarized (the aggregator says so in its log).
     let per_set = 12 * 4;
-    let all = summaries(&bus, "demo.*.summary", 2 * per_set);
+    let all = summaries(&bus, "demo.step.by_step.summary", 2 * per_set);
     let (single, split): (Vec<&Value>, Vec<&Value>) = all
         .iter()
         .partition(|g| g["producer"]["name"] == "aggregator");
@@ -210,7 +210,10 @@ fn one_worker_and_three_workers_emit_the_same_summaries() {
         workers.len() >= 2,
         "12 groups all fell to one worker: {workers:?}"
     );
-    assert!(all.iter().all(|g| g["schema"] == "demo.step.summary"));
+    assert!(
+        all.iter()
+            .all(|g| g["schema"] == "demo.step.by_step.summary")
+    );
     assert_eq!(single.len(), split.len(), "nothing twice, nothing missed");
     assert_eq!(by_key(&single), by_key(&split));
 }
@@ -260,7 +263,7 @@ fn a_killed_worker_shows_in_ls_and_its_restart_reports_what_the_ring_lost() {
     // groups, so one experiment summary each (the killed worker's first run saw no demo).
     let echo = bus.spawn(
         "echo-all",
-        &["echo", "demo.step.summary", "--from", "oldest"],
+        &["echo", "demo.step.by_step.summary", "--from", "oldest"],
     );
     let mut experiments = 0;
     let mut seen = BTreeSet::new();
@@ -433,4 +436,49 @@ fn four_demo_workers_combined_give_one_experiment_summary_over_all_their_steps()
         1,
         "{text}"
     );
+/// Two aggregators of one schema, one grouped and one not: each summary layout has its own id
+/// (`demo.step.summary`, `demo.step.by_mode.summary`), so `ls` shows no `CONFLICT` (the
+/// grouped one used to reuse `demo.step.summary` v1 with another descriptor).
+#[test]
+fn grouped_and_ungrouped_summaries_have_ids_of_their_own() {
+    let bus = TestBus::up();
+    attach(&bus, &["attach", "aggregator", "--schema", "demo.step"]);
+    attach(
+        &bus,
+        &[
+            "attach",
+            "aggregator",
+            "--schema",
+            "demo.step",
+            "--group-by",
+            "mode",
+        ],
+    );
+    bus.demo(2, 3, 0, &[]);
+    summaries(&bus, "demo.step.by_mode.summary", 1);
+    summaries(&bus, "demo.step.summary", 1);
+    let mut schemas = Vec::new();
+    wait_until("ls lists both summary schemas", WATCHDOG, || {
+        schemas = bus.ls()["schemas"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| s["id"].as_str().is_some_and(|i| i.ends_with(".summary")))
+            .collect();
+        schemas.len() >= 2
+    });
+    let ids: BTreeSet<&str> = schemas.iter().filter_map(|s| s["id"].as_str()).collect();
+    assert_eq!(
+        ids,
+        ["demo.step.by_mode.summary", "demo.step.summary"]
+            .into_iter()
+            .collect(),
+        "{schemas:?}"
+    );
+    for s in &schemas {
+        assert_eq!(s["conflict"], false, "{s}");
+    }
+    let ls = bus.run(&["ls"]);
+    assert!(!ls.stdout.contains("CONFLICT"), "{}", ls.stdout);
 }

@@ -19,6 +19,7 @@ mod foxglove;
 mod modes;
 mod otlp;
 mod outage;
+mod pipes;
 mod plotter;
 mod prometheus;
 mod python;

@@ -383,7 +383,7 @@ fn episode_summaries_per_group_and_experiment_equal_statistics_computed_here() {
         assert_eq!(exp.index, 4, "the number of windows");
         let every: Vec<Step> = steps.iter().map(|(_, s)| s.clone()).collect();
         check(exp, &every);
-        assert_eq!(exp.schema, "agg.step.summary");
+        assert_eq!(exp.schema, "agg.step.by_env.summary");
     }
     assert_eq!(
         agg.stats().summarized,

@@ -50,7 +50,7 @@
 //!     // A no-op here: no bus is running. With `snapbus up`, consumers receive it.
 //!     telemetry.snapshot(Level::INFO, &EnvStep { episode: 0, step, reward: 0.5, observation });
 //! }
-//! let _guard = telemetry.span(Level::DEBUG, "eval"); // a duration sample when dropped
+//! let _guard = telemetry.span(Level::DEBUG, "eval"); // a span (duration, trace, parent) when dropped
 //!
 //! // Level filters: the most specific target wins.
 //! let filter: snapbus::Filter = "info,monty.models=debug".parse()?;
@@ -119,6 +119,7 @@ pub mod filter;
 mod lane_size;
 mod resource;
 mod telemetry;
+pub mod trace;
 
 pub use config::Config;
 pub use embedded::{IDLE_EXIT_SECS, set_warning_hook};

@@ -464,31 +464,35 @@ impl Telemetry {
         }
     }
 
-    /// Runs `f` and emits its duration as a [`DurationSample`] labelled `label`.
+    /// Runs `f` as a [`span`](Self::span) labelled `label`: its duration is emitted as a
+    /// [`DurationSample`] (with its trace, span and parent ids) when `f` returns, and spans
+    /// started inside `f` on this thread are its children.
     pub fn time_it<R>(&self, level: Level, label: &str, f: impl FnOnce() -> R) -> R {
-        let t0 = Instant::now();
+        let span = self.span(level, label);
         let r = f();
-        if self.level_enabled(level) && PUBLISHER.get().is_none() {
-            no_bus();
-        } else if self.enabled(level) {
-            self.snapshot(
-                level,
-                &DurationSample {
-                    label: label.to_owned(),
-                    duration_nanos: t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
-                },
-            );
-        }
+        drop(span);
         r
     }
 
-    /// A guard that emits a [`DurationSample`] labelled `label` when dropped.
+    /// A guard that emits a [`DurationSample`] labelled `label` when dropped: the span's
+    /// duration, its trace and span ids, and its parent's id (the span open on this thread
+    /// when it started; see [`trace`](crate::trace)). While `level` is off (or before a bus
+    /// was found) it costs nothing more: no id, no allocation, no record.
+    #[inline]
     pub fn span(&self, level: Level, label: &str) -> Span<'_> {
+        // Off: no id, no clock read, no allocation.
+        let entered = self
+            .enabled(level)
+            .then(|| (crate::trace::enter(), Instant::now()));
         Span {
             telemetry: self,
             level,
-            label: label.to_owned(),
-            start: Instant::now(),
+            label: if entered.is_some() {
+                label.to_owned()
+            } else {
+                String::new()
+            },
+            entered,
         }
     }
 }
@@ -557,23 +561,46 @@ pub struct Span<'a> {
     telemetry: &'a Telemetry,
     level: Level,
     label: String,
-    start: Instant,
+    /// Its place in the trace and its start (`None`: the level was off, or no bus yet).
+    entered: Option<(crate::trace::Entered, Instant)>,
+}
+
+impl Span<'_> {
+    /// Its trace and span ids (`None` while its level is off or before a bus was found: the
+    /// span then records nothing).
+    pub fn context(&self) -> Option<crate::trace::SpanContext> {
+        self.entered.map(|(e, _)| e.context)
+    }
 }
 
 impl Drop for Span<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if self.telemetry.level_enabled(self.level) && PUBLISHER.get().is_none() {
-            no_bus();
-        } else if self.telemetry.enabled(self.level) {
-            self.telemetry.snapshot(
-                self.level,
-                &DurationSample {
-                    label: std::mem::take(&mut self.label),
-                    duration_nanos: self.start.elapsed().as_nanos().min(u128::from(u64::MAX))
-                        as u64,
-                },
-            );
-        }
+        let Some((entered, start)) = self.entered else {
+            if self.telemetry.level_enabled(self.level) && PUBLISHER.get().is_none() {
+                no_bus();
+            }
+            return;
+        };
+        self.end(entered, start);
+    }
+}
+
+impl Span<'_> {
+    /// Ends an enabled span: the context back to its parent, its record emitted.
+    #[inline(never)]
+    fn end(&mut self, entered: crate::trace::Entered, start: Instant) {
+        crate::trace::exit(&entered);
+        self.telemetry.snapshot(
+            self.level,
+            &DurationSample {
+                label: std::mem::take(&mut self.label),
+                duration_nanos: start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
+                trace_id: entered.context.trace_id,
+                span_id: entered.context.span_id,
+                parent_id: entered.parent_id(),
+            },
+        );
     }
 }
 

@@ -67,6 +67,7 @@ fn lane_bytes_in_this_process() {
     let sample = DurationSample {
         label: "x".into(),
         duration_nanos: 1,
+        ..Default::default()
     };
     t.try_snapshot(Level::INFO, &sample)
         .expect("emit")

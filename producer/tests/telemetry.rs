@@ -331,9 +331,16 @@ fn threads(run: &mut Run) {
         h.join().expect("emitter thread");
     }
     t.time_it(Level::INFO, "step", || {
+        // A span whose level is off gets no id and leaves the context alone.
+        let off = t.span(Level::TRACE, "off");
+        assert_eq!(off.context(), None);
+        drop(off);
+        let inner = t.span(Level::INFO, "inner");
+        assert_eq!(snapbus::trace::current_span(), inner.context());
         std::thread::sleep(Duration::from_millis(2))
     });
-    let got = collect(sub, (threads * per_thread) as usize + 1);
+    assert_eq!(snapbus::trace::current_span(), None, "every span ended");
+    let got = collect(sub, (threads * per_thread) as usize + 2);
     let events: Vec<TestEvent> = got["test.event"]
         .iter()
         .map(|b| TestEvent::decode_exact(b).expect("decode"))
@@ -347,9 +354,18 @@ fn threads(run: &mut Run) {
             .collect();
         assert_eq!(is, (0..per_thread).collect::<Vec<_>>(), "thread {thread}");
     }
-    let d = DurationSample::decode_exact(&got["snapbus.duration"][0]).expect("duration");
-    assert_eq!(d.label, "step");
+    // The inner span ends first, naming the outer one as its parent, in the outer's trace.
+    let inner = DurationSample::decode_exact(&got["snapbus.duration"][0]).expect("duration");
+    let d = DurationSample::decode_exact(&got["snapbus.duration"][1]).expect("duration");
+    assert_eq!((inner.label.as_str(), d.label.as_str()), ("inner", "step"));
     assert!(d.duration_nanos >= 2_000_000, "{d:?}");
+    assert!(
+        d.span_id != 0 && d.trace_id != 0 && d.parent_id == 0,
+        "a root: {d:?}"
+    );
+    assert_eq!(inner.parent_id, d.span_id, "{inner:?}");
+    assert_eq!(inner.trace_id, d.trace_id, "{inner:?}");
+    assert_ne!(inner.span_id, d.span_id);
     assert_eq!(sub.stats().lost, 0);
 
     // Run metadata and counters are in `ls`.
@@ -401,6 +417,7 @@ fn refusals(run: &mut Run) {
     let big = snapbus::schemas::builtin::DurationSample {
         label: "x".repeat(300 << 10),
         duration_nanos: 1,
+        ..Default::default()
     };
     let err = t.try_snapshot(Level::WARN, &big).expect_err("oversize");
     // Said once (the error is transparent), not "record …: record …".

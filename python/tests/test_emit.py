@@ -507,3 +507,36 @@ def test_snapbus_filter_changes_python_targets_live(bus) -> None:
     events = echo_oldest(bus, 3, "test.live")
     assert [e["payload"]["i"] for e in events] == [0, 1, 2]
     assert {e["level"] for e in events} == {"debug"}
+
+
+def test_spans_record_their_trace_and_parent(bus) -> None:
+    """Nested `span()` blocks (and a decorated function called inside one) name the enclosing
+    span as their parent, in its trace; a span whose level is off records nothing; a span
+    with none open starts a new trace."""
+    code = textwrap.dedent(
+        """
+        import logging
+        t = snapbus.get_telemetry("lab.trace")
+        @t.span(logging.INFO, "decorated")
+        def f():
+            pass
+        with t.span(logging.INFO, "episode"):
+            with t.span(logging.INFO, "step"):
+                pass
+            with t.span(logging.DEBUG, "off"):
+                pass
+            f()
+        with t.span(logging.INFO, "next"):
+            pass
+        snapbus.shutdown()
+        """
+    )
+    run_producer(bus, code)
+    got = {e["payload"]["label"]: e["payload"] for e in echo_oldest(bus, 4, "snapbus.duration")}
+    assert sorted(got) == ["decorated", "episode", "next", "step"], got
+    episode, nxt = got["episode"], got["next"]
+    assert episode["parent_id"] == 0 and episode["span_id"] != 0, episode
+    for child in (got["step"], got["decorated"]):
+        assert child["parent_id"] == episode["span_id"], child
+        assert child["trace_id"] == episode["trace_id"], child
+    assert nxt["parent_id"] == 0 and nxt["trace_id"] != episode["trace_id"], nxt

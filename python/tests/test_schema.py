@@ -56,18 +56,22 @@ class EpisodeEnd:
 
 
 @dataclass
-class Duration(snapbus.TelemetryEvent):
-    """The equivalent of the built-in `DurationSample` (schemas/src/builtin.rs)."""
+class Resource(snapbus.TelemetryEvent):
+    """The equivalent of the built-in `ResourceSample` (schemas/src/builtin.rs)."""
 
-    schema_id: ClassVar[str] = "snapbus.duration"
+    schema_id: ClassVar[str] = "snapbus.resource"
     schema_version: ClassVar[int] = 1
-    label: str
-    duration_nanos: snapbus.u64
+    rss_bytes: snapbus.u64
+    cpu_user_nanos: snapbus.u64
+    cpu_sys_nanos: snapbus.u64
+    minor_faults: snapbus.u64
+    major_faults: snapbus.u64
+    threads: snapbus.u32
 
 
 def test_a_dataclass_and_its_rust_derive_have_the_same_descriptor() -> None:
     rust = rust_schemas()
-    for cls in (EpisodeEnd, Duration):
+    for cls in (EpisodeEnd, Resource):
         py = snapbus.schema_of(cls)
         r = rust[cls.schema_id]
         assert py["root"] == r["root"], cls

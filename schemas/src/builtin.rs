@@ -8,14 +8,26 @@ use snapbus_schemas_derive::{Snapshot, Wire};
 use crate::schema::SchemaDescriptor;
 use crate::snapshot::Snapshot as _;
 
-/// One measured duration: a `time_it` block or a timed span without identity.
-#[derive(Snapshot, Debug, Clone, PartialEq)]
-#[snapshot(id = "snapbus.duration", version = 1)]
+/// One measured duration: a `time_it` block or a `span` guard, emitted once, when it ends
+/// (its start is the record's time minus the duration). Since version 2 it names the span in
+/// its trace, so that exporters rebuild the tree (OTLP spans with parent links); a version-1
+/// record decodes with zero ids (a duration without identity).
+#[derive(Snapshot, Debug, Clone, PartialEq, Default)]
+#[snapshot(id = "snapbus.duration", version = 2)]
 pub struct DurationSample {
     /// What was timed (`"env.step"`).
     pub label: String,
     /// How long it took, in nanoseconds.
     pub duration_nanos: u64,
+    /// The trace the span belongs to (that of its root span); 0: none.
+    #[snapshot(since = 2)]
+    pub trace_id: u128,
+    /// The span's id, unique in its process (never 0 in a trace).
+    #[snapshot(since = 2)]
+    pub span_id: u64,
+    /// The enclosing span's id; 0 for a root span.
+    #[snapshot(since = 2)]
+    pub parent_id: u64,
 }
 
 /// A sample of the emitting process's resource use (from `/proc/self` on Linux).

@@ -27,6 +27,7 @@ fn builtins_equal_bincode_bytes() {
     let d = DurationSample {
         label: "env.step".into(),
         duration_nanos: 1234,
+        ..Default::default()
     };
     let r = ResourceSample {
         rss_bytes: 1 << 30,
@@ -49,7 +50,7 @@ fn builtins_equal_bincode_bytes() {
     };
     // The built-ins do not derive serde; compare against mirror structs that do.
     #[derive(serde::Serialize)]
-    struct D<'a>(&'a str, u64);
+    struct D<'a>(&'a str, u64, u128, u64, u64);
     #[derive(serde::Serialize)]
     enum A<'a> {
         #[allow(dead_code)]
@@ -65,7 +66,7 @@ fn builtins_equal_bincode_bytes() {
     struct S<'a>(u64, Option<u64>, &'a str, Vec<(&'a str, A<'a>)>);
     assert_eq!(
         d.encode_to_vec().expect("encode"),
-        bincode1::serialize(&D("env.step", 1234)).expect("b1")
+        bincode1::serialize(&D("env.step", 1234, 0, 0, 0)).expect("b1")
     );
     assert_eq!(
         r.encode_to_vec().expect("encode"),

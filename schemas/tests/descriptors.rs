@@ -229,10 +229,10 @@ fn hostile_descriptor_bytes_get_precise_errors() {
 fn display_is_compact_and_readable() {
     assert_eq!(
         builtin::DurationSample::descriptor().root().to_string(),
-        "struct { label: string, duration_nanos: u64 }"
+        "struct { label: string, duration_nanos: u64, trace_id: u128, span_id: u64, parent_id: u64 }"
     );
     let s = builtin::DurationSample::descriptor().to_string();
-    assert!(s.starts_with("snapbus.duration v1 ["), "{s}");
+    assert!(s.starts_with("snapbus.duration v2 ["), "{s}");
 }
 
 #[test]

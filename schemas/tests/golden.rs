@@ -19,9 +19,13 @@ fn duration_sample_bytes() {
     let v = DurationSample {
         label: "env.step".into(),
         duration_nanos: 1234,
+        ..Default::default()
     };
-    let expected =
-        hex("08 00 00 00 00 00 00 00 | 65 6e 76 2e 73 74 65 70 | d2 04 00 00 00 00 00 00");
+    let expected = hex(
+        "08 00 00 00 00 00 00 00 | 65 6e 76 2e 73 74 65 70 | d2 04 00 00 00 00 00 00 \
+             00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 | 00 00 00 00 00 00 00 00 \
+             00 00 00 00 00 00 00 00",
+    );
     assert_eq!(v.encode_to_vec().expect("encode"), expected);
 }
 
@@ -74,10 +78,13 @@ fn tensor_option_and_array_bytes() {
 fn descriptor_canonical_bytes() {
     let expected = hex("53 42 44 01 \
          10 00 00 00 00 00 00 00 | 73 6e 61 70 62 75 73 2e 64 75 72 61 74 69 6f 6e \
-         01 00 00 00 \
-         13 02 00 00 00 00 00 00 00 \
+         02 00 00 00 \
+         13 05 00 00 00 00 00 00 00 \
          05 00 00 00 00 00 00 00 6c 61 62 65 6c | 01 00 00 00 | 0d \
-         0e 00 00 00 00 00 00 00 64 75 72 61 74 69 6f 6e 5f 6e 61 6e 6f 73 | 01 00 00 00 | 04");
+         0e 00 00 00 00 00 00 00 64 75 72 61 74 69 6f 6e 5f 6e 61 6e 6f 73 | 01 00 00 00 | 04 \
+         08 00 00 00 00 00 00 00 74 72 61 63 65 5f 69 64 | 02 00 00 00 | 05 \
+         07 00 00 00 00 00 00 00 73 70 61 6e 5f 69 64 | 02 00 00 00 | 04 \
+         09 00 00 00 00 00 00 00 70 61 72 65 6e 74 5f 69 64 | 02 00 00 00 | 04");
     assert_eq!(DurationSample::descriptor().to_canonical_bytes(), expected);
     assert_eq!(
         SchemaDescriptor::from_canonical_bytes(&expected).expect("decode"),
@@ -124,7 +131,8 @@ fn builtin_fingerprints_are_stable() {
     }
 }
 
-const PIN_DURATION: u64 = 0x349b_f6d0_f055_0ba2;
+// Version 2 (trace, span and parent ids appended); version 1 was 0x349b_f6d0_f055_0ba2.
+const PIN_DURATION: u64 = 0x87ac_be0b_d5a1_abf9;
 const PIN_RESOURCE: u64 = 0x4358_0cf2_d44f_8837;
 const PIN_SPAN_START: u64 = 0x4fc2_ee25_a8c8_f918;
 const PIN_SPAN_END: u64 = 0xc112_d254_c70d_ba0b;

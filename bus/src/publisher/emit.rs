@@ -517,6 +517,7 @@ mod tests {
         let sample = DurationSample {
             label: "x".into(),
             duration_nanos: 1,
+            ..Default::default()
         };
         p.emit(Level::INFO, emitter, &sample).expect("a typed emit");
         let desc = SchemaDescriptor::new("unit.word", 1, TypeDesc::U32).expect("schema");

@@ -10,7 +10,7 @@ use crate::cli::DetachArgs;
 
 pub(crate) fn run(args: &DetachArgs) -> anyhow::Result<()> {
     let outcome = stop(&bus_dir(&args.bus)?, args.id)?;
-    println!("consumer {} detached ({outcome})", args.id);
+    crate::stdout::line(format_args!("consumer {} detached ({outcome})", args.id))?;
     Ok(())
 }
 

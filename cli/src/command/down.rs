@@ -12,7 +12,7 @@ use crate::cli::DownArgs;
 
 pub(crate) fn run(args: &DownArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
-    println!("{}", stop(&dir, args.keep_consumers)?);
+    crate::stdout::line(stop(&dir, args.keep_consumers)?)?;
     Ok(())
 }
 

@@ -29,16 +29,16 @@ pub(crate) fn run(args: &FilterArgs) -> anyhow::Result<()> {
     let dir = bus_dir(&args.bus)?;
     connect(&dir)?.set_filter(&canonical)?;
     if canonical.is_empty() {
-        println!(
+        crate::stdout::line(format_args!(
             "bus filter of '{}' removed: every producer uses its own SNAPBUS_FILTER",
             dir.name()
-        );
+        ))?;
     } else {
-        println!(
+        crate::stdout::line(format_args!(
             "filter '{canonical}' set on bus '{}': in force in every producer, now and later, \
              until `snapbus filter --reset`",
             dir.name()
-        );
+        ))?;
     }
     Ok(())
 }

@@ -78,7 +78,7 @@ pub(crate) fn run(args: &PlotArgs) -> anyhow::Result<()> {
         )
     })?;
     let url_file = url_path(&dir, std::process::id());
-    publish_url(&dir, "plot", &server.url(), &url_file);
+    publish_url(&dir, "plot", &server.url(), &url_file)?;
     let mut opts = RunOptions::new("plotter");
     // Flushing turns the newest image records into frames: five times a second.
     opts.flush_every = std::time::Duration::from_millis(200);

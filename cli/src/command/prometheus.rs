@@ -138,7 +138,7 @@ pub(crate) fn run(args: &PrometheusArgs) -> anyhow::Result<()> {
         );
     }
     let url_file = url_path(&dir, std::process::id());
-    publish_url(&dir, "prometheus", &server.url(), &url_file);
+    publish_url(&dir, "prometheus", &server.url(), &url_file)?;
     say_token("prometheus", &token_file);
     let mut opts = exporter.run_options();
     opts.subscribe.globs = globs;

@@ -32,12 +32,16 @@ pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut started = Vec::new();
+    // An id a closed stdout lost: said once every worker runs.
+    let mut lost = None;
     for (i, argv) in argvs.into_iter().enumerate() {
         let what = format!("{} (worker {}/{workers})", args.what(), i + 1);
         let result = attach::start(&dir, T::KIND, argv, restart == Restart::OnFailure);
         match result {
             Ok(s) => {
-                crate::announce::announce(&dir, T::KIND, &s, &what);
+                if let Err(e) = crate::announce::announce(&dir, T::KIND, &s, &what) {
+                    lost.get_or_insert(e);
+                }
                 started.push(s.id);
             }
             Err(e) => {
@@ -51,5 +55,5 @@ pub(crate) fn spawn_kind<T: BuiltinConsumer>(m: &ArgMatches) -> anyhow::Result<(
             }
         }
     }
-    Ok(())
+    lost.map_or(Ok(()), Err)
 }

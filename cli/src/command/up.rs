@@ -32,12 +32,12 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
     // A bad DIR fails before anything starts.
     let runs = Runs::of(args)?;
     if let Ok(s) = BusClient::connect(&dir).and_then(|c| c.state_with(Census::Skip)) {
-        println!(
+        crate::stdout::line(format_args!(
             "bus '{}' is already running (broker pid {})",
             s.bus, s.broker_pid
-        );
+        ))?;
         if let Some(runs) = &runs {
-            println!("{}", runs.ensure(&dir)?);
+            crate::stdout::line(runs.ensure(&dir)?)?;
         }
         return Ok(());
     }
@@ -66,21 +66,22 @@ pub(crate) fn run(args: &UpArgs) -> anyhow::Result<()> {
         return match broker::run(config, ready) {
             Ok(()) => Ok(()),
             Err(BrokerError::AlreadyRunning(name)) => {
-                println!("bus '{name}' is already running");
+                crate::stdout::line(format_args!("bus '{name}' is already running"))?;
                 Ok(())
             }
             Err(e) => Err(e.into()),
         };
     }
-    println!(
-        "{}",
-        start_detached(&dir, args.retention_secs, args.idle_exit_secs)?
-    );
+    crate::stdout::line(start_detached(
+        &dir,
+        args.retention_secs,
+        args.idle_exit_secs,
+    )?)?;
     if let Some(runs) = &runs {
         let said = runs
             .ensure(&dir)
             .context("the bus is up, but its recorder of runs did not start")?;
-        println!("{said}");
+        crate::stdout::line(said)?;
     }
     Ok(())
 }

@@ -49,8 +49,7 @@ pub(crate) trait BuiltinConsumer: Args + FromArgMatches {
     /// Prints what `attach` prints once the broker has started it: its id on stdout and a line
     /// on stderr.
     fn announce(&self, dir: &BusDir, started: &Attached) -> anyhow::Result<()> {
-        announce(dir, Self::KIND, started, &self.what());
-        Ok(())
+        announce(dir, Self::KIND, started, &self.what())
     }
 
     /// The command line the broker runs for it (after `snapbus`), from its parsed arguments `m`

@@ -68,6 +68,23 @@ fn attach_otlp(bus: &TestBus, args: &[&str]) -> String {
     bus.attach(&all)
 }
 
+/// `attach otlp` of `demo.step`'s metrics to `url` every 200 ms on `bus`: its id.
+fn attach_demo_metrics(bus: &TestBus, url: &str) -> String {
+    attach_otlp(
+        bus,
+        &[
+            "--metrics-endpoint",
+            url,
+            "--signals",
+            "metrics",
+            "--interval",
+            "200ms",
+            "--schema",
+            "demo.step",
+        ],
+    )
+}
+
 /// The status board of consumer `id` in `ls --json`.
 fn board(bus: &TestBus, id: &str) -> Value {
     bus.consumer_by_id(id)
@@ -190,29 +207,19 @@ fn demo_metrics_read_back_from_victoria_metrics_equal_the_demo_formulas() {
 
 /// An exporter whose receiver is not there yet: the demo runs to its end regardless, `ls`
 /// shows the exporter backing off, and once VictoriaMetrics starts on that port the exporter
-/// recovers by itself and delivers the last values (metrics are state).
+/// recovers by itself within 2 s, however long the outage (five refused attempts: an
+/// exponential backoff alone would wait 8-16 s more), and delivers the last values (metrics
+/// are state).
 #[test]
 fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
     let port = free_port();
     let bus = TestBus::up();
     let url = format!("http://127.0.0.1:{port}/opentelemetry/v1/metrics");
-    let id = attach_otlp(
-        &bus,
-        &[
-            "--metrics-endpoint",
-            &url,
-            "--signals",
-            "metrics",
-            "--interval",
-            "200ms",
-            "--schema",
-            "demo.step",
-        ],
-    );
+    let id = attach_demo_metrics(&bus, &url);
     bus.demo(2, 10, 50, &[]);
     wait_until("the exporter backing off", WATCHDOG, || {
         let b = board(&bus, &id);
-        b["retries"].as_u64().unwrap_or(0) >= 1
+        b["retries"].as_u64().unwrap_or(0) >= 5
             && (b["state"] == "backoff" || b["state"] == "down")
             && b["last_error"].as_str().is_some_and(|e| e.contains(&url))
     });
@@ -226,6 +233,19 @@ fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
         ls.stdout
     );
     let vm = Vm::start_on(port);
+    let back = std::time::Instant::now();
+    wait_until("the first export accepted", WATCHDOG, || {
+        board(&bus, &id)["exported.metrics"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    });
+    // Seen on the board, published every 200 ms here.
+    let took = back.elapsed();
+    eprintln!("export resumed {took:?} after VictoriaMetrics came back");
+    assert!(
+        took <= std::time::Duration::from_secs(2),
+        "export resumed {took:?} after VictoriaMetrics came back"
+    );
     wait_until("the last values in VictoriaMetrics", WATCHDOG, || {
         let s = series(&vm, "demo[.]step[.](step|episode)");
         let last = |n: &str| {
@@ -238,6 +258,46 @@ fn a_dead_receiver_is_shown_in_ls_and_the_exporter_recovers_when_it_starts() {
     wait_until("the exporter ok again", WATCHDOG, || {
         board(&bus, &id)["state"] == "ok"
     });
+    let out = bus.run(&["detach", &id]);
+    assert!(out.status.success(), "detach: {}", out.stderr);
+}
+
+/// A wrong endpoint that refuses every batch (VictoriaMetrics answers 400 "unsupported path"
+/// on a path it does not serve; the fault-injecting receiver of the consumers' tests answers
+/// 404) is `state=error` in `ls`, with the status, not `ok`.
+#[test]
+fn a_wrong_endpoint_refusing_every_batch_is_state_error_in_ls() {
+    let vm = Vm::start();
+    let bus = TestBus::up();
+    let url = vm
+        .otlp_url()
+        .replace("/opentelemetry/v1/metrics", "/no/such/path");
+    let id = attach_demo_metrics(&bus, &url);
+    bus.demo(1, 10, 50, &[]);
+    let mut b = Value::Null;
+    wait_until("the exporter in state error", WATCHDOG, || {
+        b = board(&bus, &id);
+        b["state"] == "error"
+    });
+    let status = b["last_status"].as_u64().expect("a status");
+    assert!((400..500).contains(&status), "{b}");
+    assert!(
+        b["last_error"].as_str().is_some_and(
+            |e| e.contains(&format!("HTTP {status}")) && e.contains("unsupported path")
+        ),
+        "{b}"
+    );
+    assert_eq!(b["retries"], 0, "a 4xx is not retried: {b}");
+    assert!(b["dropped.rejected"].as_u64().is_some_and(|n| n > 0), "{b}");
+    let ls = bus.run(&["ls"]);
+    let line = format!("consumer {id} (otlp):");
+    assert!(
+        ls.stdout.lines().any(|l| l.contains(&line)
+            && l.contains("state=error")
+            && l.contains(&format!("last_status={status}"))),
+        "{}",
+        ls.stdout
+    );
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "detach: {}", out.stderr);
 }
@@ -284,12 +344,30 @@ struct Hop {
     value: f64,
 }
 
-/// This test process is a producer (the only test that makes it one): an event, a span with
-/// an event inside, and a gauge, exported to rotel, which prints the first two and forwards
-/// the gauge to VictoriaMetrics.
+/// Python's `log.record` (`snapbus.SnapbusHandler` emits it for a `logging` record).
+#[allow(non_snake_case)]
+#[derive(Snapshot, Debug, Clone, PartialEq)]
+#[snapshot(id = "log.record", version = 1, crate = "snapbus_schemas")]
+struct PyLogRecord {
+    name: String,
+    levelno: i64,
+    message: String,
+    created: f64,
+    pathname: String,
+    lineno: i64,
+    funcName: String,
+    thread: Option<u64>,
+    process: Option<u32>,
+    exc_text: Option<String>,
+}
+
+/// This test process is a producer (the only test that makes it one): an event, a `logging`
+/// record, a span with a child span and an event inside (the producer API's `span` and
+/// `time_it`), and a gauge, exported to rotel, which prints the log records (with their
+/// bodies) and the spans (with their parents) and forwards the gauge to VictoriaMetrics.
 #[test]
 fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
-    use snapbus_schemas::builtin::{AttrValue, SpanEnd, SpanEvent, SpanStart};
+    use snapbus_schemas::builtin::SpanEvent;
     let vm = Vm::start();
     let rotel = Rotel::start(&vm.otlp_url());
     let bus = TestBus::up();
@@ -303,7 +381,9 @@ fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
             "--schema",
             "otlp_peer.*",
             "--schema",
-            "snapbus.span.*",
+            "snapbus.*",
+            "--schema",
+            "log.record",
         ],
     );
     assert!(snapbus::init(snapbus::Config {
@@ -320,47 +400,64 @@ fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
     let t = snapbus::get_telemetry("otlp_test");
     let alarm = "coolant-temperature-high-0x5eb";
     t.snapshot(Level::WARN, &Alarm { text: alarm.into() });
+    let message = "epoch 7 converged at loss 0.0123";
     t.snapshot(
         Level::INFO,
-        &SpanStart {
-            span_id: 11,
-            parent_id: None,
-            name: "otlp-test-span".into(),
-            attributes: [("episode".to_owned(), AttrValue::I64(3))].into(),
+        &PyLogRecord {
+            name: "trainer".into(),
+            levelno: 20,
+            message: message.into(),
+            created: 1.0,
+            pathname: "/src/train.py".into(),
+            lineno: 4242,
+            funcName: "fit".into(),
+            thread: Some(1),
+            process: Some(std::process::id()),
+            exc_text: None,
         },
     );
-    t.snapshot(
-        Level::INFO,
-        &SpanEvent {
-            span_id: Some(11),
-            name: "otlp-test-checkpoint".into(),
-            attributes: Default::default(),
-        },
-    );
-    t.snapshot(
-        Level::INFO,
-        &SpanEnd {
-            span_id: 11,
-            duration_nanos: 5_000_000,
-            attributes: [("result".to_owned(), AttrValue::Str("converged".into()))].into(),
-        },
-    );
+    let outer = t.span(Level::INFO, "otlp-test-span");
+    let outer_id = outer.context().expect("an enabled span").span_id;
+    let child_id = t.time_it(Level::INFO, "otlp-test-child", || {
+        let id = snapbus::trace::current_span().expect("the child").span_id;
+        t.snapshot(
+            Level::INFO,
+            &SpanEvent {
+                span_id: Some(id),
+                name: "otlp-test-checkpoint".into(),
+                attributes: Default::default(),
+            },
+        );
+        id
+    });
+    drop(outer);
     t.snapshot(Level::INFO, &Hop { value: 42.5 });
+    let (outer_hex, child_hex) = (format!("{outer_id:016x}"), format!("{child_id:016x}"));
     wait_until(
-        "rotel printed the log records and the span",
+        "rotel printed the log records and the spans",
         WATCHDOG,
         || {
             let o = rotel.peer.output();
             [
                 alarm,
+                message,
                 "otlp-test-span",
+                "otlp-test-child",
                 "otlp-test-checkpoint",
-                "converged",
                 "otlp-peer-test",
+                &outer_hex,
+                &child_hex,
             ]
             .iter()
             .all(|n| o.contains(n))
         },
+    );
+    let o = rotel.peer.output();
+    // The child names its parent: the outer span's id is printed as the child's parent id.
+    assert!(
+        o.lines()
+            .any(|l| l.contains(&outer_hex) && l.to_lowercase().contains("parent")),
+        "no parent link in rotel's output:\n{o}"
     );
     wait_until("the gauge forwarded by rotel", WATCHDOG, || {
         series(&vm, "otlp_peer[.]hop[.]value")
@@ -377,10 +474,13 @@ fn rotel_receives_logs_and_spans_and_forwards_metrics_to_victoria_metrics() {
     let mut b = Value::Null;
     wait_until("the board counts what rotel took", WATCHDOG, || {
         b = board(&bus, &id);
-        b["exported.logs"] == 2 && b["exported.traces"] == 1
+        b["exported.logs"] == 3 && b["exported.traces"] == 2
     });
-    assert_eq!(b["exported.logs"], 2, "{b}");
-    assert_eq!(b["exported.traces"], 1, "{b}");
+    // The alarm, the logging record, the checkpoint; the two spans.
+    assert_eq!(b["exported.logs"], 3, "{b}");
+    assert_eq!(b["exported.traces"], 2, "{b}");
+    // A logging record is a log record, never metrics.
+    assert!(series(&vm, "log[.]record.*").is_empty());
     assert_eq!(b["state"], "ok", "{b}");
     let out = bus.run(&["detach", &id]);
     assert!(out.status.success(), "detach: {}", out.stderr);

@@ -164,7 +164,8 @@ pub(crate) struct Layout {
 const STAT_NAMES: [&str; 6] = ["count", "mean", "std", "min", "max", "last"];
 
 impl Layout {
-    /// The summary schema of `source` (`<id>.summary`, same version) for these group-by fields
+    /// The summary schema of `source` (`<id>.summary`, grouped `<id>.by_<fields>.summary`:
+    /// [`summary_id`](crate::summary_name::summary_id); same version) for these group-by fields
     /// and summarized leaves (and, if `dynamic`, the leaves of its dynamic fields).
     pub(crate) fn new(
         source: &SchemaDescriptor,
@@ -216,8 +217,9 @@ impl Layout {
         if dynamic {
             fields.push(Field::new("dynamic_stats", TypeDesc::Dynamic));
         }
+        let names: Vec<String> = group.iter().map(|(n, _)| n.clone()).collect();
         let desc = SchemaDescriptor::new(
-            format!("{}{SUMMARY_SUFFIX}", source.id()),
+            crate::summary_name::summary_id(source.id(), &names),
             source.version(),
             fields.into(),
         )?;
@@ -406,7 +408,8 @@ pub(crate) struct Emitted {
 /// Decodes a summary payload (of a schema named `<id>.summary`); `None` if it is not one of
 /// ours.
 pub(crate) fn read_emitted(desc: &SchemaDescriptor, payload: &[u8]) -> Option<Emitted> {
-    let schema = desc.id().strip_suffix(SUMMARY_SUFFIX)?.to_owned();
+    let grouped = desc.root().field("group").is_some();
+    let schema = crate::summary_name::summarized_id(desc.id(), grouped)?.to_owned();
     let v = desc.decode(payload).ok()?;
     let u64_of = |name: &str| match v.field(name) {
         Some(Value::U64(x)) => Some(*x),

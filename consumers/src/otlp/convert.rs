@@ -19,6 +19,10 @@ pub const MAX_BODY_ELEMENTS: usize = 256;
 /// so bounded by its schema's shape, not by what a producer puts in it.
 pub const MAX_BODY_TEXT_BYTES: usize = 4096;
 
+/// The OpenTelemetry semantic conventions the exporter's names and attributes follow (the
+/// process metrics, `service.*`, `host.name`): the `schema_url` of every resource and scope.
+pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.27.0";
+
 /// A string attribute.
 pub(crate) fn kv_str(key: &str, v: impl Into<String>) -> KeyValue {
     kv(key, any_value::Value::StringValue(v.into()))

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use snapbus_bus::Level;
@@ -22,7 +23,7 @@ use super::outbox::Outbox;
 use super::sender::{RetryPolicy, Sender};
 use super::signals::{self, Open, Pending, SpanTable};
 use super::stats::{DropReason, ExporterStats, Signal, StatEntry};
-use crate::fields::{Extracted, Plan};
+use crate::fields::{Extracted, Plan, unit_of};
 use crate::runtime::{Consumer, Extract, Flow, HookError, Producer, ProducerChange, Record};
 use crate::summary_name::SUMMARY_SUFFIX;
 
@@ -65,13 +66,28 @@ impl OtlpOptions {
     }
 }
 
+/// The schema of Python `logging` records that carry no event (`snapbus.SnapbusHandler`):
+/// log records whose body is the message, never metrics.
+pub const LOG_RECORD_SCHEMA: &str = "log.record";
+
+/// Records of a schema with a string field (text-bearing: a message, a phase, a name) at this
+/// level or above are also log records (at DEBUG and TRACE, only their numbers are gauges).
+pub const TEXT_LOG_LEVEL: Level = Level::INFO;
+
+/// The fields a text-bearing record's body is taken from, the first present first (else its
+/// first string field).
+const BODY_FIELDS: [&str; 4] = ["message", "msg", "text", "body"];
+
 /// What a schema's records become.
 enum Kind {
-    /// Numeric leaves as gauges (`names` by leaf); `logs`: also a log record for every record
-    /// (a schema without numeric leaves).
+    /// Numeric leaves as gauges (`names` by leaf, with their `units`); every record also a
+    /// log record if the schema has no numeric leaves or carries text (`text`: the index of
+    /// its body field among the root's fields).
     Numeric {
         plan: Plan,
         names: Arc<[Arc<str>]>,
+        units: Arc<[&'static str]>,
+        text: Option<usize>,
     },
     /// An aggregator summary: gauges with a `stat` attribute, and a log record.
     Summary,
@@ -222,16 +238,36 @@ impl OtlpExporter {
             return Kind::SpanEvent;
         }
         let has = |f: &str| schema.root().field(f).is_some();
+        if schema.id() == DurationSample::SCHEMA_ID && has("label") && has("duration_nanos") {
+            // Version 1 (no ids) too: recordings made before.
+            return Kind::Duration;
+        }
         if schema.id().ends_with(SUMMARY_SUFFIX) && has("stats") && has("window") {
             return Kind::Summary;
         }
-        let plan = Plan::numeric(schema.root());
+        let text = text_field(schema);
+        let plan = if schema.id() == LOG_RECORD_SCHEMA && text.is_some() {
+            // Line numbers, thread ids and times are attributes, not metrics.
+            Plan::numeric(&snapbus_schemas::TypeDesc::Struct { fields: Vec::new() })
+        } else {
+            Plan::numeric(schema.root())
+        };
         let names = plan
             .leaves()
             .iter()
             .map(|l| Arc::from(format!("{}.{l}", schema.id())))
             .collect();
-        Kind::Numeric { plan, names }
+        let units = plan
+            .leaves()
+            .iter()
+            .map(|l| unit_of(l).map_or("", |u| u.ucum))
+            .collect();
+        Kind::Numeric {
+            plan,
+            names,
+            units,
+            text,
+        }
     }
 
     fn resource(&mut self, p: &Producer<'_>) -> Arc<Res> {
@@ -284,6 +320,29 @@ impl OtlpExporter {
         }
     }
 
+    /// A log record of a text-bearing record `r` (decoded: `v`): body = its field `body`
+    /// (the message), attributes = its other fields.
+    fn text_record(r: &Record<'_>, v: &Value<'_>, body: usize) -> LogRecord {
+        let Value::Struct(fields) = v else {
+            return Self::event_record(r, v);
+        };
+        let Some((_, message)) = fields.get(body) else {
+            return Self::event_record(r, v);
+        };
+        let mut rec = Self::event_record(r, message);
+        for (i, (name, value)) in fields.iter().enumerate() {
+            let value = any_value(value);
+            if i != body && value.value.is_some() {
+                rec.attributes.push(KeyValue {
+                    key: name.to_string(),
+                    value: Some(value),
+                    ..Default::default()
+                });
+            }
+        }
+        rec
+    }
+
     /// A log record of `r` whose body is `body`.
     fn event_record(r: &Record<'_>, body: &Value<'_>) -> LogRecord {
         let (severity_number, text) = severity(r.header.level);
@@ -312,22 +371,34 @@ impl OtlpExporter {
 
     fn on_numeric(&mut self, r: &Record<'_>, res: &Arc<Res>) -> Result<(), HookError> {
         let fp = r.schema.fingerprint();
-        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&fp) else {
+        let Some(Kind::Numeric {
+            plan,
+            names,
+            units,
+            text,
+        }) = self.kinds.get(&fp)
+        else {
             return Ok(());
         };
-        let as_log = names.is_empty() || r.header.level >= self.opts.log_level;
+        let text = *text;
+        let as_log = names.is_empty()
+            || r.header.level >= self.opts.log_level
+            || (text.is_some() && r.header.level >= TEXT_LOG_LEVEL);
         if !names.is_empty()
             && self.enabled(Signal::Metrics)
             && plan.extract(r.payload, &mut self.extracted).is_ok()
         {
-            let names = Arc::clone(names);
+            let (names, units) = (Arc::clone(names), Arc::clone(units));
             let values = std::mem::take(&mut self.extracted.values);
-            self.set_gauges(res, fp, &names, r.header.t_nanos, &values);
+            self.set_gauges(res, fp, (&names, &units), r.header.t_nanos, &values);
             self.extracted.values = values;
         }
         if as_log && self.enabled(Signal::Logs) {
             if let Ok(v) = r.schema.decode(r.payload) {
-                let rec = Self::event_record(r, &v);
+                let rec = match text {
+                    Some(body) => Self::text_record(r, &v, body),
+                    None => Self::event_record(r, &v),
+                };
                 self.log(res, r.header.t_nanos, rec);
             }
         }
@@ -340,11 +411,11 @@ impl OtlpExporter {
         &mut self,
         res: &Arc<Res>,
         fp: u64,
-        names: &Arc<[Arc<str>]>,
+        (names, units): (&Arc<[Arc<str>]>, &Arc<[&'static str]>),
         t_nanos: u64,
         values: &[f64],
     ) {
-        match self.metrics.row(res, fp, names) {
+        match self.metrics.row(res, fp, names, units) {
             Some(i) => self.metrics.set(i, t_nanos, values),
             None => self.outbox.note_dropped(
                 Signal::Metrics,
@@ -384,13 +455,18 @@ impl OtlpExporter {
     }
 
     fn on_duration(&mut self, r: &Record<'_>, res: &Arc<Res>) {
-        if !self.enabled(Signal::Metrics) {
-            return;
-        }
-        let Ok(d) = DurationSample::decode_exact(r.payload) else {
+        let version = u32::from(r.header.schema_version);
+        let Ok(d) = snapbus_schemas::decode_versioned::<DurationSample>(r.payload, version) else {
             return;
         };
         let t = r.header.t_nanos;
+        if d.span_id != 0 && d.trace_id != 0 && self.enabled(Signal::Traces) {
+            let span = signals::duration_span(&d, t);
+            self.span(res, t, span);
+        }
+        if !self.enabled(Signal::Metrics) {
+            return;
+        }
         let secs = d.duration_nanos as f64 / 1e9;
         let key = format!("{:x}/duration/{}", res.key, d.label);
         let name: Arc<str> = Arc::from("snapbus.duration");
@@ -522,10 +598,10 @@ impl Consumer for OtlpExporter {
         let fp = r.schema.fingerprint();
         if let Some(x) = r.extracted {
             // Numbers read in place: gauges only (see `extract`).
-            if let Some(Kind::Numeric { names, .. }) = self.kinds.get(&fp) {
-                let names = Arc::clone(names);
+            if let Some(Kind::Numeric { names, units, .. }) = self.kinds.get(&fp) {
+                let (names, units) = (Arc::clone(names), Arc::clone(units));
                 let res = self.resource(&r.producer);
-                self.set_gauges(&res, fp, &names, r.header.t_nanos, &x.values);
+                self.set_gauges(&res, fp, (&names, &units), r.header.t_nanos, &x.values);
             }
             self.push_if_due(r.header.t_nanos);
             return Ok(Flow::Continue);
@@ -556,15 +632,22 @@ impl Consumer for OtlpExporter {
     /// a log record: their level is below `log_level`) are read in place: their numbers are
     /// extracted from the ring, one pass over the payload, no copy of it.
     fn extract(&mut self, schema: &Arc<SchemaDescriptor>) -> Option<Extract> {
-        let Some(Kind::Numeric { plan, names }) = self.kinds.get(&schema.fingerprint()) else {
+        let Some(Kind::Numeric {
+            plan, names, text, ..
+        }) = self.kinds.get(&schema.fingerprint())
+        else {
             return None;
         };
         // A record that is also logged needs all its bytes decoded: copied.
         if names.is_empty() || !self.enabled(Signal::Metrics) {
             return None;
         }
+        let below = match text {
+            Some(_) => self.opts.log_level.min(TEXT_LOG_LEVEL),
+            None => self.opts.log_level,
+        };
         Some(Extract {
-            below_level: Some(self.opts.log_level),
+            below_level: Some(below),
             ..Extract::new(Arc::new(plan.clone()))
         })
     }
@@ -609,5 +692,28 @@ impl Drop for OtlpExporter {
                 let _ = h.join();
             }
         }
+    }
+}
+
+/// The index of the field a text-bearing schema's log records take their body from: the first
+/// of [`BODY_FIELDS`] that is a string, else its first string field; `None` if its root has no
+/// string field.
+fn text_field(schema: &SchemaDescriptor) -> Option<usize> {
+    let fields = schema.root().fields();
+    let is_text = |i: &usize| text_type(&fields[*i].ty);
+    BODY_FIELDS
+        .iter()
+        .find_map(|name| fields.iter().position(|f| f.name == *name).filter(is_text))
+        .or_else(|| (0..fields.len()).find(is_text))
+}
+
+/// A string, or an optional one.
+fn text_type(ty: &snapbus_schemas::TypeDesc) -> bool {
+    match ty {
+        snapbus_schemas::TypeDesc::String => true,
+        snapbus_schemas::TypeDesc::Option { some } => {
+            matches!(**some, snapbus_schemas::TypeDesc::String)
+        }
+        _ => false,
     }
 }

@@ -14,7 +14,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
-use super::convert::scope;
+use super::convert::{SCHEMA_URL, scope};
 
 /// Upper bounds (seconds) of the duration histograms' buckets (one more bucket above the
 /// last).
@@ -67,6 +67,8 @@ pub(crate) enum PointData {
 struct Row {
     res: Arc<Res>,
     names: Arc<[Arc<str>]>,
+    /// The UCUM unit of each leaf (`""`: none known).
+    units: Arc<[&'static str]>,
     values: Vec<f64>,
     times_nanos: Vec<u64>,
     /// Per field: set since the last `take_dirty`.
@@ -104,13 +106,14 @@ impl MetricTable {
         self.series
     }
 
-    /// The row of (`res`, schema `fingerprint`), created with `names` if there is room: `None`
-    /// if its series would exceed the cap.
+    /// The row of (`res`, schema `fingerprint`), created with `names` (and their `units`) if
+    /// there is room: `None` if its series would exceed the cap.
     pub(crate) fn row(
         &mut self,
         res: &Arc<Res>,
         fingerprint: u64,
         names: &Arc<[Arc<str>]>,
+        units: &Arc<[&'static str]>,
     ) -> Option<usize> {
         if let Some(i) = self.rows.get(&(res.key, fingerprint)) {
             return Some(*i);
@@ -123,6 +126,7 @@ impl MetricTable {
         self.data.push(Row {
             res: Arc::clone(res),
             names: Arc::clone(names),
+            units: Arc::clone(units),
             values: vec![f64::NAN; names.len()],
             times_nanos: vec![0; names.len()],
             fresh: vec![false; names.len()],
@@ -147,6 +151,7 @@ impl MetricTable {
             let row = &mut data[i];
             freed += row.names.len();
             row.names = Arc::from(Vec::new());
+            row.units = Arc::from(Vec::new());
             row.values = Vec::new();
             row.times_nanos = Vec::new();
             row.fresh = Vec::new();
@@ -232,7 +237,7 @@ impl MetricTable {
                     Point {
                         res: Arc::clone(&row.res),
                         name: Arc::clone(name),
-                        unit: "",
+                        unit: row.units.get(l).copied().unwrap_or(""),
                         attrs: Arc::default(),
                         data: PointData::Gauge {
                             t_nanos: row.times_nanos[l],
@@ -297,9 +302,9 @@ pub(crate) fn encode<'a>(points: impl IntoIterator<Item = &'a Point>) -> Vec<u8>
                 scope_metrics: vec![ScopeMetrics {
                     scope: Some(scope()),
                     metrics: metrics.into_values().collect(),
-                    ..Default::default()
+                    schema_url: SCHEMA_URL.into(),
                 }],
-                ..Default::default()
+                schema_url: SCHEMA_URL.into(),
             })
             .collect(),
     };
@@ -416,16 +421,19 @@ mod tests {
     fn an_ended_producers_series_stop_counting_against_the_cap() {
         let mut t = MetricTable::new(3);
         let names: Arc<[Arc<str>]> = Arc::from(vec![Arc::from("a"), Arc::from("b")]);
+        let units: Arc<[&'static str]> = Arc::from(vec![""; 2]);
         let (one, two) = (res(1), res(2));
-        let r1 = t.row(&one, 7, &names).expect("room for the first producer");
+        let r1 = t
+            .row(&one, 7, &names, &units)
+            .expect("room for the first producer");
         t.set(r1, 10, &[1.0, 2.0]);
         assert_eq!(t.series(), 2);
-        assert!(t.row(&two, 7, &names).is_none(), "the cap is full");
+        assert!(t.row(&two, 7, &names, &units).is_none(), "the cap is full");
         assert!(t.keyed("k1".into(), || gauge(&one), |_| {}));
         assert_eq!(t.series(), 3);
         t.forget(1);
         assert_eq!(t.series(), 0);
-        let r2 = t.row(&two, 7, &names).expect("room again");
+        let r2 = t.row(&two, 7, &names, &units).expect("room again");
         assert_ne!(r1, r2, "ids are not reused");
         t.set(r2, 20, &[3.0, 4.0]);
         let dirty = t.take_dirty();
@@ -437,7 +445,8 @@ mod tests {
     fn a_field_absent_from_the_latest_record_is_not_sent_again_as_new() {
         let mut t = MetricTable::new(10);
         let names: Arc<[Arc<str>]> = Arc::from(vec![Arc::from("a"), Arc::from("b")]);
-        let r = t.row(&res(1), 7, &names).expect("room");
+        let units: Arc<[&'static str]> = Arc::from(vec![""; 2]);
+        let r = t.row(&res(1), 7, &names, &units).expect("room");
         t.set(r, 10, &[1.0, f64::NAN]);
         let first = t.take_dirty();
         assert_eq!(first.len(), 1, "{first:?}");

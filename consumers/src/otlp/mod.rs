@@ -66,10 +66,11 @@ mod stats;
 mod summary;
 
 pub use convert::{
-    MAX_BODY_ELEMENTS, MAX_BODY_TEXT_BYTES, any_value, host_name, producer_resource, severity,
+    MAX_BODY_ELEMENTS, MAX_BODY_TEXT_BYTES, SCHEMA_URL, any_value, host_name, producer_resource,
+    severity,
 };
 pub use endpoint::{DEFAULT_ENDPOINT, EndpointError, Endpoints, check as check_endpoint};
-pub use exporter::{OtlpExporter, OtlpOptions};
+pub use exporter::{LOG_RECORD_SCHEMA, OtlpExporter, OtlpOptions, TEXT_LOG_LEVEL};
 pub use metrics::DURATION_BOUNDS_SECS;
 pub use sender::{DATA_GAP_EVENT, RetryPolicy};
 pub use signals::{BATCH_BYTES, BATCH_ITEMS};

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use prost::Message as _;
 
-use super::convert::{exporter_resource, kv_int, kv_str, now_nanos, scope};
+use super::convert::{SCHEMA_URL, exporter_resource, kv_int, kv_str, now_nanos, scope};
 use super::endpoint::Endpoints;
 use super::metrics::{self, Point, PointData};
 use super::outbox::{Gap, Outbox, Work};
@@ -36,6 +36,11 @@ pub struct RetryPolicy {
     pub initial_backoff: Duration,
     /// The longest backoff (default 30 s); also the probing period while `down`.
     pub max_backoff: Duration,
+    /// The longest backoff after a refused connection (default 1 s; jittered as the others):
+    /// nothing listens, so an attempt costs the receiver nothing (no request is sent before
+    /// the connection is made) and is the cheapest probe; export resumes within about this
+    /// long of the receiver's return, however long the outage was.
+    pub max_refused_backoff: Duration,
     /// Consecutive failures after which the state is `down` (default 5).
     pub down_after_failures: u32,
     /// The longest `Retry-After` honoured (default 5 min).
@@ -49,6 +54,7 @@ impl Default for RetryPolicy {
             request_timeout: Duration::from_secs(10),
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
+            max_refused_backoff: Duration::from_secs(1),
             down_after_failures: 5,
             max_retry_after: Duration::from_secs(300),
         }
@@ -64,9 +70,11 @@ enum Outcome {
     Retry {
         after: Option<Duration>,
         error: String,
+        /// The connection was refused: nothing listens there (yet).
+        refused: bool,
     },
-    /// Refused for good.
-    Reject { error: String },
+    /// Refused for good (`status`: the HTTP status).
+    Reject { error: String, status: u16 },
 }
 
 pub(crate) struct Sender {
@@ -135,11 +143,15 @@ impl Sender {
                             );
                             self.succeeded();
                         }
-                        Outcome::Retry { after, error } => {
+                        Outcome::Retry {
+                            after,
+                            error,
+                            refused,
+                        } => {
                             self.outbox.release(id);
-                            self.failed(after, &error);
+                            self.failed(after, &error, refused);
                         }
-                        Outcome::Reject { error } => {
+                        Outcome::Reject { error, status } => {
                             self.outbox.finish(id);
                             self.outbox.note_dropped(
                                 batch.signal,
@@ -148,9 +160,7 @@ impl Sender {
                                 batch.first_t,
                                 batch.last_t,
                             );
-                            self.stats.set_error(&error);
-                            // The receiver answered: it is up.
-                            self.succeeded();
+                            self.refused(&error, status);
                         }
                     }
                 }
@@ -175,28 +185,49 @@ impl Sender {
                 self.outbox.metrics_done();
                 self.succeeded();
             }
-            Outcome::Retry { after, error } => {
+            Outcome::Retry {
+                after,
+                error,
+                refused,
+            } => {
                 // State, not events: a newer point of a series supersedes this one.
                 self.outbox.return_metrics(points);
-                self.failed(after, &error);
+                self.failed(after, &error, refused);
             }
-            Outcome::Reject { error } => {
+            Outcome::Reject { error, status } => {
                 let (from, to) = time_range(&points);
                 self.outbox
                     .note_dropped(Signal::Metrics, DropReason::Rejected, n, from, to);
                 self.outbox.metrics_done();
-                self.stats.set_error(&error);
-                self.succeeded();
+                self.refused(&error, status);
             }
         }
     }
 
-    /// After a request the receiver answered: state `ok`, and the data gap reported if any.
+    /// After a request the receiver accepted: state `ok`, and the data gap reported if any.
     fn succeeded(&mut self) {
         self.stats.add_ok();
+        self.stats.set_status(200);
         self.failures = 0;
         self.backoff_until = None;
         self.stats.set_state(ExportState::Ok);
+        if let Some(gap) = self.outbox.take_gap() {
+            self.send_gap(gap);
+        }
+    }
+
+    /// After a request the receiver refused for good (a 404 from a wrong path, a 400): the
+    /// receiver is up, so no backoff, but the state is `error` (with the status and the
+    /// error) until a request succeeds: a wrong endpoint that refuses every batch must not
+    /// look healthy in `snapbus ls`.
+    fn refused(&mut self, error: &str, status: u16) {
+        self.stats.set_error(error);
+        self.stats.set_status(status);
+        self.failures = 0;
+        self.backoff_until = None;
+        self.stats.set_state(ExportState::Error);
+        // Data dropped earlier is still reported (a receiver that refuses the report too
+        // ends this: the gap is taken once).
         if let Some(gap) = self.outbox.take_gap() {
             self.send_gap(gap);
         }
@@ -210,16 +241,20 @@ impl Sender {
         let body = gap_request(&gap, &self.host).encode_to_vec();
         match self.post(&url, &body, Signal::Logs) {
             Outcome::Ok { .. } => self.stats.add_gap_records(n),
-            Outcome::Retry { after, error } => {
+            Outcome::Retry {
+                after,
+                error,
+                refused,
+            } => {
                 self.outbox.return_gap(gap);
-                self.failed(after, &error);
+                self.failed(after, &error, refused);
             }
             // A receiver that refuses the gap record would refuse it again.
-            Outcome::Reject { error } => self.stats.set_error(&error),
+            Outcome::Reject { error, status } => self.refused(&error, status),
         }
     }
 
-    fn failed(&mut self, after: Option<Duration>, error: &str) {
+    fn failed(&mut self, after: Option<Duration>, error: &str, refused: bool) {
         self.stats.add_retry();
         self.stats.set_error(error);
         self.failures = self.failures.saturating_add(1);
@@ -235,7 +270,7 @@ impl Sender {
             Some(d) => d
                 .min(self.policy.max_retry_after)
                 .max(self.policy.initial_backoff),
-            None => self.jittered_backoff(),
+            None => self.jittered_backoff(refused),
         };
         self.backoff_until = Some(Instant::now() + delay);
     }
@@ -243,12 +278,18 @@ impl Sender {
     /// Jittered: uniform in [exp/2, exp], exp = min(max, initial · 2^(failures-1)) (so that
     /// exporters that failed together, after a collector restart, do not retry in lockstep,
     /// from the first retry on).
-    fn jittered_backoff(&mut self) -> Duration {
+    /// A refused connection caps it at `max_refused_backoff` (see there).
+    fn jittered_backoff(&mut self, refused: bool) -> Duration {
         let p = &self.policy;
+        let cap = if refused {
+            p.max_backoff.min(p.max_refused_backoff)
+        } else {
+            p.max_backoff
+        };
         let exp = p
             .initial_backoff
             .saturating_mul(1u32 << self.failures.saturating_sub(1).min(16))
-            .min(p.max_backoff);
+            .min(cap);
         // xorshift64
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
@@ -265,6 +306,7 @@ impl Sender {
                 return Outcome::Retry {
                     after: None,
                     error: "shutdown deadline reached".into(),
+                    refused: false,
                 };
             }
         }
@@ -279,9 +321,15 @@ impl Sender {
         let mut resp = match result {
             Ok(r) => r,
             Err(e) => {
+                let refused = match &e {
+                    ureq::Error::ConnectionFailed => true,
+                    ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+                    _ => false,
+                };
                 return Outcome::Retry {
                     after: None,
                     error: format!("POST {url}: {e}"),
+                    refused,
                 };
             }
         };
@@ -302,12 +350,17 @@ impl Sender {
             200..=299 => Outcome::Ok {
                 rejected: rejected_items(signal, &bytes),
             },
-            429 | 502 | 503 | 504 => Outcome::Retry {
-                after: retry_after,
-                error: format!("POST {url}: HTTP {status}{}", message(&bytes)),
-            },
+            429 | 502 | 503 | 504 => {
+                self.stats.set_status(status);
+                Outcome::Retry {
+                    after: retry_after,
+                    error: format!("POST {url}: HTTP {status}{}", message(&bytes)),
+                    refused: false,
+                }
+            }
             _ => Outcome::Reject {
                 error: format!("POST {url}: HTTP {status}{}", message(&bytes)),
+                status,
             },
         }
     }
@@ -405,9 +458,9 @@ pub(crate) fn gap_request(gap: &Gap, host: &str) -> ExportLogsServiceRequest {
             scope_logs: vec![ScopeLogs {
                 scope: Some(scope()),
                 log_records: records,
-                ..Default::default()
+                schema_url: SCHEMA_URL.into(),
             }],
-            ..Default::default()
+            schema_url: SCHEMA_URL.into(),
         }],
     }
 }

@@ -10,9 +10,9 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, status};
 use prost::Message as _;
-use snapbus_schemas::builtin::{AttrValue, Attributes};
+use snapbus_schemas::builtin::{AttrValue, Attributes, DurationSample};
 
-use super::convert::{kv_f64, kv_int, kv_str, scope};
+use super::convert::{SCHEMA_URL, kv_f64, kv_int, kv_str, scope};
 use super::metrics::Res;
 use super::outbox::Batch;
 use super::stats::Signal;
@@ -95,9 +95,9 @@ pub(crate) fn encode_logs(groups: Vec<(Arc<Res>, Vec<LogRecord>)>) -> Vec<u8> {
                 scope_logs: vec![ScopeLogs {
                     scope: Some(scope()),
                     log_records,
-                    ..Default::default()
+                    schema_url: SCHEMA_URL.into(),
                 }],
-                ..Default::default()
+                schema_url: SCHEMA_URL.into(),
             })
             .collect(),
     }
@@ -114,9 +114,9 @@ pub(crate) fn encode_spans(groups: Vec<(Arc<Res>, Vec<Span>)>) -> Vec<u8> {
                 scope_spans: vec![ScopeSpans {
                     scope: Some(scope()),
                     spans,
-                    ..Default::default()
+                    schema_url: SCHEMA_URL.into(),
                 }],
-                ..Default::default()
+                schema_url: SCHEMA_URL.into(),
             })
             .collect(),
     }
@@ -237,6 +237,25 @@ pub(crate) fn span(
             message: m.to_owned(),
             code: status::StatusCode::Error as i32,
         }),
+        ..Default::default()
+    }
+}
+
+/// The span of a duration sample that names one (`snapbus.duration` v2: a producer's `span` or
+/// `time_it`, ended at `end_nanos`): its trace, its id, its parent's, its label as name.
+pub(crate) fn duration_span(d: &DurationSample, end_nanos: u64) -> Span {
+    Span {
+        trace_id: d.trace_id.to_be_bytes().to_vec(),
+        span_id: span_id(d.span_id),
+        parent_span_id: if d.parent_id == 0 {
+            Vec::new()
+        } else {
+            span_id(d.parent_id)
+        },
+        name: d.label.clone(),
+        kind: 1, // internal
+        start_time_unix_nano: end_nanos.saturating_sub(d.duration_nanos),
+        end_time_unix_nano: end_nanos,
         ..Default::default()
     }
 }

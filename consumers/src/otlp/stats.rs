@@ -92,17 +92,23 @@ pub enum ExportState {
     /// A request failed with a retryable error: waiting before the next attempt.
     Backoff,
     /// Several attempts in a row failed: still probing (every backoff period, at most 30 s
-    /// apart by default), and back to `ok` by itself on the first success.
+    /// apart by default, 1 s while connections are refused), and back to `ok` by itself on
+    /// the first success.
     Down,
+    /// The receiver refused the last request for good (a 404 from a wrong path, a 400, any
+    /// status but 2xx, 429, 502, 503, 504): its data was dropped and counted `rejected`;
+    /// `last_status` and `last_error` say why. Back to `ok` on the first success.
+    Error,
 }
 
 impl ExportState {
-    /// `ok`, `backoff` or `down`.
+    /// `ok`, `backoff`, `down` or `error`.
     pub fn name(self) -> &'static str {
         match self {
             ExportState::Ok => "ok",
             ExportState::Backoff => "backoff",
             ExportState::Down => "down",
+            ExportState::Error => "error",
         }
     }
 }
@@ -121,6 +127,7 @@ pub struct ExporterStats {
     queue_bytes: AtomicU64,
     series: AtomicU64,
     open_spans: AtomicU64,
+    last_status: AtomicU64,
     state: AtomicU8,
     last_error: Mutex<String>,
 }
@@ -146,6 +153,8 @@ pub struct StatsSnapshot {
     pub series: u64,
     /// Spans started and not yet ended.
     pub open_spans: u64,
+    /// The HTTP status of the receiver's last answer (0 before any).
+    pub last_status: u64,
     /// The sender's state.
     pub state: ExportState,
     /// The last error (empty if none yet).
@@ -208,6 +217,9 @@ impl StatsSnapshot {
             ("open_spans".to_owned(), StatEntry::Count(self.open_spans)),
             ("gap_records".to_owned(), StatEntry::Count(self.gap_records)),
         ]);
+        if self.last_status != 0 {
+            out.push(("last_status".to_owned(), StatEntry::Count(self.last_status)));
+        }
         if !self.last_error.is_empty() {
             out.push((
                 "last_error".to_owned(),
@@ -258,7 +270,12 @@ impl StatsSnapshot {
             s.push_str(&format!("# TYPE {name} {kind}\n{name} {v}\n"));
         }
         s.push_str("# TYPE snapbus_otlp_state gauge\n");
-        for st in [ExportState::Ok, ExportState::Backoff, ExportState::Down] {
+        for st in [
+            ExportState::Ok,
+            ExportState::Backoff,
+            ExportState::Down,
+            ExportState::Error,
+        ] {
             s.push_str(&format!(
                 "snapbus_otlp_state{{state=\"{}\"}} {}\n",
                 st.name(),
@@ -292,10 +309,12 @@ impl ExporterStats {
             queue_bytes: load(&self.queue_bytes),
             series: load(&self.series),
             open_spans: load(&self.open_spans),
+            last_status: load(&self.last_status),
             state: match self.state.load(Ordering::Relaxed) {
                 0 => ExportState::Ok,
                 1 => ExportState::Backoff,
-                _ => ExportState::Down,
+                2 => ExportState::Down,
+                _ => ExportState::Error,
             },
             last_error: self
                 .last_error
@@ -339,6 +358,10 @@ impl ExporterStats {
 
     pub(crate) fn set_open_spans(&self, n: u64) {
         self.open_spans.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_status(&self, status: u16) {
+        self.last_status.store(u64::from(status), Ordering::Relaxed);
     }
 
     pub(crate) fn set_state(&self, s: ExportState) {

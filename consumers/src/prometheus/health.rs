@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
 use snapbus_bus::client::{BusState, ConsumerState, ProducerState};
 use snapbus_bus::status::StatusValue;
 
@@ -18,7 +19,29 @@ pub(crate) fn gauge<'a>(
     help: &str,
     rows: impl IntoIterator<Item = (&'a [(Cow<'static, str>, String)], f64)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    gauge_with_unit(enc, name, help, None, rows)
+}
+
+/// Encodes a gauge family whose name ends with `_<unit>` (OpenMetrics' `# UNIT` line) if a
+/// unit is given.
+pub(crate) fn gauge_with_unit<'a>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    unit: Option<&str>,
+    rows: impl IntoIterator<Item = (&'a [(Cow<'static, str>, String)], f64)>,
+) -> Result<(), std::fmt::Error> {
+    // The encoder appends `_<unit>` to the name: it is given the name without it.
+    let with_unit = unit.and_then(|u| {
+        name.strip_suffix(u)
+            .and_then(|base| base.strip_suffix('_'))
+            .filter(|base| !base.is_empty())
+            .map(|base| (base, Unit::Other(u.to_owned())))
+    });
+    let mut m = match &with_unit {
+        Some((base, unit)) => enc.encode_descriptor(base, help, Some(unit), MetricType::Gauge)?,
+        None => enc.encode_descriptor(name, help, None, MetricType::Gauge)?,
+    };
     for (labels, v) in rows {
         if labels.is_empty() {
             m.encode_gauge(&v)?;

@@ -74,8 +74,7 @@ use snapbus_bus::status::StatusBoard;
 use snapbus_bus::status::StatusValue;
 
 pub use http::{
-    BROKER_TIMEOUT, BUS_STATE_EVERY, BUS_STATE_MAX_AGE, CONTENT_TYPE, IO_TIMEOUT, MAX_REQUESTS,
-    Server,
+    BROKER_TIMEOUT, BUS_STATE_EVERY, BUS_STATE_MAX_AGE, CONTENT_TYPE, MAX_REQUESTS, Server,
 };
 pub use table::TableCounters;
 

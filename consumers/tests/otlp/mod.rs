@@ -1,7 +1,9 @@
 //! The OTLP exporter against a fault-injecting receiver: retries as the OTLP specification
 //! says, no permanent disable, a bounded outbox, and books that balance exactly.
 
+mod health;
 mod mapping;
+mod meaning;
 mod receiver;
 
 use std::sync::Arc;
@@ -50,6 +52,7 @@ fn options(url: &str) -> OtlpOptions {
         request_timeout: Duration::from_millis(700),
         initial_backoff: Duration::from_millis(30),
         max_backoff: Duration::from_millis(200),
+        max_refused_backoff: Duration::from_millis(200),
         down_after_failures: 3,
         max_retry_after: Duration::from_secs(10),
     };
@@ -102,7 +105,7 @@ impl Feed {
                 t_nanos: t,
                 level: Level::INFO,
                 schema_key: 0,
-                schema_version: 1,
+                schema_version: schema.version() as u16,
                 emitter_id: 0,
                 payload_len: payload.len(),
             },
@@ -379,6 +382,7 @@ fn metrics_after_an_outage_equal_the_cumulative_truth() {
         let d = DurationSample {
             label: "env.step".into(),
             duration_nanos: 1_000 * (i + 1),
+            ..Default::default()
         }
         .encode_to_vec()
         .expect("encode");
@@ -458,7 +462,8 @@ fn own_counters_are_served_as_prometheus_text() {
     for line in [
         "snapbus_otlp_dropped_total{signal=\"logs\",reason=\"rejected\"} 4",
         "snapbus_otlp_exported_total{signal=\"logs\"} 0",
-        "snapbus_otlp_state{state=\"ok\"} 1",
+        // A 400 refused the batch: the state says so.
+        "snapbus_otlp_state{state=\"error\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }

@@ -98,8 +98,9 @@ impl Telemetry {
         self.isEnabledFor(py, level)
     }
 
-    /// A duration sample (`snapbus.duration`, like the Rust `span`/`time_it`) labelled `label`:
-    /// a context manager, and a decorator timing every call.
+    /// A span labelled `label`, like the Rust `span`/`time_it`: a context manager, and a
+    /// decorator timing every call. Each block emits one `snapbus.duration` record when it
+    /// ends, with its trace, span and parent ids (spans nest per thread, with Rust's).
     fn span(slf: &Bound<'_, Self>, level: i64, label: String) -> Span {
         Span {
             telemetry: slf.clone().unbind(),
@@ -211,20 +212,37 @@ pub(crate) struct Span {
     /// A `logging` level.
     level: i64,
     label: String,
-    /// Start times of the open `with` blocks, by thread (a span may be re-entered, and a
-    /// decorated function called from several threads at once).
-    starts: Mutex<Vec<(std::thread::ThreadId, Instant)>>,
+    /// The open `with` blocks, by thread (a span may be re-entered, and a decorated function
+    /// called from several threads at once): start time and place in the trace (`None`: the
+    /// level was off, or no bus yet).
+    starts: Mutex<Vec<Start>>,
 }
+
+/// An open block of a [`Span`]: its thread, start time and trace context.
+type Start = (
+    std::thread::ThreadId,
+    Instant,
+    Option<snapbus::trace::Entered>,
+);
 
 #[pymethods]
 impl Span {
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf.get()
-            .starts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((std::thread::current().id(), Instant::now()));
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        let py = slf.py();
+        let span = slf.get();
+        let t = span.telemetry.get();
+        // A span nobody would record costs no id (see `snapbus::trace`).
+        let on = t
+            .logging
+            .at(py, &t.inner, span.level)?
+            .is_some_and(|at| at.enabled());
+        let entered = on.then(snapbus::trace::enter);
+        span.starts.lock().unwrap_or_else(|p| p.into_inner()).push((
+            std::thread::current().id(),
+            Instant::now(),
+            entered,
+        ));
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_args))]
@@ -232,11 +250,14 @@ impl Span {
         let me = std::thread::current().id();
         let start = {
             let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
-            let last = starts.iter().rposition(|(t, _)| *t == me);
-            last.map(|i| starts.remove(i).1)
+            let last = starts.iter().rposition(|(t, _, _)| *t == me);
+            last.map(|i| starts.remove(i))
         };
-        if let Some(start) = start {
-            self.emit(py, start.elapsed())?;
+        if let Some((_, start, entered)) = start {
+            if let Some(e) = &entered {
+                snapbus::trace::exit(e);
+            }
+            self.emit(py, start.elapsed(), entered)?;
         }
         Ok(false)
     }
@@ -260,13 +281,21 @@ impl Span {
 }
 
 impl Span {
-    fn emit(&self, py: Python<'_>, took: Duration) -> PyResult<()> {
+    fn emit(
+        &self,
+        py: Python<'_>,
+        took: Duration,
+        entered: Option<snapbus::trace::Entered>,
+    ) -> PyResult<()> {
         // As the Rust span: counted as no_bus before a bus is found, else a DurationSample.
         let t = self.telemetry.get();
         if let Some(at) = t.logging.at(py, &t.inner, self.level)? {
             let _ = at.snapshot(&DurationSample {
                 label: self.label.clone(),
                 duration_nanos: took.as_nanos().min(u128::from(u64::MAX)) as u64,
+                trace_id: entered.map_or(0, |e| e.context.trace_id),
+                span_id: entered.map_or(0, |e| e.context.span_id),
+                parent_id: entered.map_or(0, |e| e.parent_id()),
             });
         }
         Ok(())
