@@ -436,6 +436,8 @@ fn four_demo_workers_combined_give_one_experiment_summary_over_all_their_steps()
         1,
         "{text}"
     );
+}
+
 /// Two aggregators of one schema, one grouped and one not: each summary layout has its own id
 /// (`demo.step.summary`, `demo.step.by_mode.summary`), so `ls` shows no `CONFLICT` (the
 /// grouped one used to reuse `demo.step.summary` v1 with another descriptor).

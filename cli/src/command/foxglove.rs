@@ -81,7 +81,7 @@ pub(crate) fn run(args: &FoxgloveArgs) -> anyhow::Result<()> {
         )
     })?;
     let url_file = url_path(&dir, std::process::id());
-    publish_url(&dir, "foxglove", &server.url(), &url_file);
+    publish_url(&dir, "foxglove", &server.url(), &url_file)?;
     let mut opts = RunOptions::new("foxglove");
     opts.subscribe.globs = globs;
     opts.status = Some(bridge.board());
