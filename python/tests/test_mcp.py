@@ -85,6 +85,8 @@ def test_tools_answer_about_the_demo_live_and_recorded(bus: Bus, tmp_path: Path)
         described = await call(s, "describe_schema", schema="demo.step")
         assert described["versions"][0]["version"] == 1
         assert set(described["json_schema"]["properties"]) >= {"episode", "reward", "observation"}
+        leaves = {f["field"] for f in described["numeric_fields"]}
+        assert {"reward", "position.0", "observation.mean"} <= leaves, leaves
 
         tail = await call(
             s, "tail", schema="demo.step", count=5, timeout_ms=30000, full_arrays=True

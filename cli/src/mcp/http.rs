@@ -70,7 +70,10 @@ pub(crate) async fn serve_http(
         Arc::default(),
         http,
     );
-    crate::stdout::vital(format!("http://{local}/mcp?token={token}"), "the URL it serves")?;
+    crate::stdout::vital(
+        format!("http://{local}/mcp?token={token}"),
+        "the URL it serves",
+    )?;
     snapbus_bus::say!(
         "snapbus mcp: serving MCP over HTTP on {local} (requests need the token in the URL \
          printed, or `Authorization: Bearer <token>`)"

@@ -12,6 +12,7 @@ use snapbus_bus::client::Census;
 use snapbus_bus::lane::StartAt;
 use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
 use snapbus_consumers::aggregator::{Aggregator, AggregatorOptions, Window};
+use snapbus_consumers::fields::{Plan, unit_of};
 use snapbus_consumers::{RunOptions, run as run_consumer};
 use snapbus_schemas::SchemaDescriptor;
 
@@ -62,6 +63,9 @@ pub(crate) struct DescribeOut {
     /// A JSON Schema of the records' JSON form (fields, types, nesting), from a record in the
     /// rings; null if the rings hold none.
     pub(crate) json_schema: Option<Json>,
+    /// The numeric leaves (dotted paths, as the aggregator and the exporters name them), with
+    /// their unit where the field's name says it (`_nanos`, `_bytes`, `_hz`, …; UCUM).
+    pub(crate) numeric_fields: Vec<Json>,
 }
 
 pub(crate) fn describe(cfg: &Config, p: DescribeIn) -> anyhow::Result<DescribeOut> {
@@ -88,10 +92,18 @@ pub(crate) fn describe(cfg: &Config, p: DescribeIn) -> anyhow::Result<DescribeOu
             ids.join(", ")
         );
     }
-    let json_schema = first_descriptor(cfg, &p.schema)?.map(|d| d.to_json_schema());
+    let desc = first_descriptor(cfg, &p.schema)?;
+    let numeric_fields = desc.as_ref().map_or_else(Vec::new, |d| {
+        Plan::numeric(d.root())
+            .leaves()
+            .iter()
+            .map(|leaf| json!({ "field": leaf, "unit": unit_of(leaf).map(|u| u.ucum) }))
+            .collect()
+    });
     Ok(DescribeOut {
         versions,
-        json_schema,
+        json_schema: desc.map(|d| d.to_json_schema()),
+        numeric_fields,
     })
 }
 

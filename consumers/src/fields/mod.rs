@@ -70,12 +70,12 @@ mod key;
 mod plan;
 mod read;
 mod tree;
-mod views;
 mod unit;
+mod views;
 
 pub use key::{KeyType, KeyValue, decode_group};
 pub use plan::{Extracted, MAX_ELEMENTWISE, Plan, PlanError};
 pub use read::{Malformed, Source};
 pub use tree::{FieldNode, Parts, REDUCTIONS, TENSOR_SHAPE, join, tensor_paths};
-pub use views::{MAX_VIEWS, Pixels, View, has_tensors, scaled_pixels, tensors};
 pub use unit::{Unit, unit_of};
+pub use views::{MAX_VIEWS, Pixels, View, has_tensors, scaled_pixels, tensors};
