@@ -92,6 +92,8 @@ pub mod runs;
 mod runtime;
 #[cfg(any(feature = "aggregator", feature = "otlp", feature = "prometheus"))]
 mod summary_name;
+#[cfg(feature = "table")]
+pub mod table;
 
 pub use runtime::{
     Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Lag, Producer,

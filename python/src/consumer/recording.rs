@@ -5,12 +5,37 @@ use std::fs::File;
 use std::io::BufReader;
 use std::sync::{Mutex, MutexGuard};
 
+use arrow_ipc::writer::StreamWriter;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use snapbus_consumers::recording::{Item, ReadErrorKind, RecordingReader};
+use snapbus_consumers::table::arrow::{ArrowError, RecordBatch};
+use snapbus_consumers::table::read_schema;
 
 use super::event::{Event, Interned, Producer};
+
+/// What `Recording._arrow_ipc` returns.
+type ArrowIpc = (
+    Vec<Py<PyBytes>>,
+    u64,
+    Vec<String>,
+    Option<String>,
+    Vec<String>,
+);
+
+/// `batches` (of one schema: never empty) as an Arrow IPC stream.
+fn ipc_stream(batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
+    let mut out = Vec::new();
+    if let Some(first) = batches.first() {
+        let mut w = StreamWriter::try_new(&mut out, &first.schema())?;
+        for b in batches {
+            w.write(b)?;
+        }
+        w.finish()?;
+    }
+    Ok(out)
+}
 
 struct Inner {
     reader: Option<RecordingReader<BufReader<File>>>,
@@ -206,6 +231,37 @@ impl Recording {
         let mut g = self.lock();
         g.reader = None;
         g.peeked = None;
+    }
+
+    /// The records of schema id `schema`, from the file's start (whatever this iterator has
+    /// read): one Arrow IPC stream per version of the schema, then how many payloads did not
+    /// decode, the damaged parts skipped, why the read stopped early (or `None`) and the
+    /// schema ids of the file. What
+    /// `Recording.to_arrow()` reads.
+    fn _arrow_ipc(&self, py: Python<'_>, schema: &str) -> PyResult<ArrowIpc> {
+        let file = File::open(&self.path)
+            .map_err(|e| PyOSError::new_err(format!("opening {}: {e}", self.path)))?;
+        let reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
+        let (streams, read) = py
+            .detach(|| -> Result<_, String> {
+                let read = read_schema(reader, schema).map_err(|e| e.to_string())?;
+                let mut streams = Vec::with_capacity(read.tables.len());
+                for t in &read.tables {
+                    streams.push(ipc_stream(&t.batches).map_err(|e| e.to_string())?);
+                }
+                Ok((streams, read))
+            })
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.path)))?;
+        let streams = streams
+            .iter()
+            .map(|s| PyBytes::new(py, s).unbind())
+            .collect();
+        let mut ids: Vec<String> = read.schema_ids.into_iter().collect();
+        if !read.tables.is_empty() {
+            ids.push(schema.to_owned());
+            ids.sort();
+        }
+        Ok((streams, read.undecodable, read.damage, read.error, ids))
     }
 
     fn __repr__(&self) -> String {
