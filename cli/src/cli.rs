@@ -322,7 +322,7 @@ pub(crate) enum ExportFormat {
     /// spans as spans; no file is written.
     Otlp,
     /// A rerun `.rrd` file, written by the rerun bridge (`snapbus rerun --help`; a Python with
-    /// rerun-sdk==0.36.3: --python).
+    /// rerun-sdk 0.36 to 0.41: --python).
     Rrd,
 }
 

@@ -38,10 +38,10 @@ class Recording(_NativeRecording):
         Several versions of the schema are concatenated (columns of all of them, null where
         a version has none). Reads the whole file each call. Raises KeyError when the file
         holds no record of `schema` (naming those it holds); warns about payloads that do not
-        decode, damaged parts and a cut file. Needs pyarrow."""
+        decode, damaged parts and a cut file. Needs pyarrow >= 14."""
         import pyarrow  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-        streams, undecodable, damage, error, ids = self._arrow_ipc(schema)
+        streams, undecodable, damage, error, ids = self._arrow_streams(schema)
         if not streams:
             raise KeyError(
                 f"{self.path} holds no record of schema {schema!r}; it holds: "
@@ -56,7 +56,8 @@ class Recording(_NativeRecording):
             warnings.warn(f"{self.path}: skipped a damaged part: {d}", stacklevel=2)
         if error is not None:
             warnings.warn(f"{self.path}: read up to a cut: {error}", stacklevel=2)
-        tables = [pyarrow.ipc.open_stream(s).read_all() for s in streams]
+        # The Arrow C stream interface: the arrays built in Rust, taken as they are (no copy).
+        tables = [pyarrow.RecordBatchReader._import_from_c_capsule(s).read_all() for s in streams]
         if len(tables) == 1:
             return tables[0]
         try:
@@ -65,50 +66,100 @@ class Recording(_NativeRecording):
             return pyarrow.concat_tables(tables, promote=True)
 
     def to_pandas(self, schema: str) -> Any:
-        """The records of schema id `schema` as a pandas DataFrame: `to_arrow(schema)`
-        converted by pyarrow (`t_nanos` as `datetime64[ns, UTC]`, integers and floats in their
-        own dtypes, lists as numpy array cells), each tensor cell reshaped to its shape (an
-        `(H, W)` image is a 2-D array; cells are read-only views of the table's memory).
-        Re-callable: each call reads the file anew. Needs pandas and pyarrow."""
-        table = self.to_arrow(schema)
-        frame = table.to_pandas()
-        for field in table.schema:
-            meta = field.metadata or {}
-            if meta.get(b"snapbus.kind") != b"tensor":
-                continue
-            shape_col = meta.get(b"snapbus.shape_column", b"").decode()
-            if shape_col in frame.columns:
-                frame[field.name] = _shaped(table, field.name, shape_col)
+        """The records of schema id `schema` as a pandas DataFrame, with the columns of
+        `to_arrow(schema)`: `t_nanos` as `datetime64[ns, UTC]`, numbers, strings and bools in
+        their own dtypes, array and list cells as 1-D numpy arrays of their dtype, each tensor
+        cell reshaped to its shape (an `(H, W)` image is a 2-D array) and its `.shape` cell a
+        tuple; array cells are read-only views of the table's memory. Re-callable: each call
+        reads the file anew. Needs pandas and pyarrow."""
+        return _frame(self.to_arrow(schema))
+
+
+def _frame(table: Any) -> Any:
+    """`table` as a DataFrame: pyarrow converts the plain columns; the list, tensor and shape
+    columns become cells here, from their flat values (pyarrow would make a numpy array per
+    row by slicing, several times slower)."""
+    import pandas  # type: ignore[import-untyped, unused-ignore]
+
+    kinds = {f.name: (f.metadata or {}).get(b"snapbus.kind", b"") for f in table.schema}
+    special = [name for name, kind in kinds.items() if kind in (b"list", b"tensor", b"shape")]
+    plain = table.drop(special) if special else table
+    frame = plain.to_pandas()
+    if not special:
         return frame
+    shapes = {
+        f.name: (f.metadata or {}).get(b"snapbus.shape_column", b"").decode()
+        for f in table.schema
+        if kinds[f.name] == b"tensor"
+    }
+    data = {}
+    for name in table.column_names:
+        kind = kinds[name]
+        if kind == b"shape":
+            data[name] = _shape_cells(table.column(name).combine_chunks())
+        elif kind in (b"list", b"tensor"):
+            shape = shapes.get(name, "")
+            dims = table.column(shape).combine_chunks() if shape in kinds else None
+            data[name] = _list_cells(table.column(name).combine_chunks(), dims)
+        else:
+            data[name] = frame[name]
+    return pandas.DataFrame(data, index=frame.index)
 
 
-def _shaped(table: Any, data: str, shape: str) -> Any:
-    """The tensor column `data` as an object array of arrays shaped by the column `shape`."""
+def _uniform_dims(dims: Any, n: int) -> Any:
+    """The one shape of every row of the shape column `dims` (a tuple), or None."""
     import numpy as np
 
-    col = table.column(data).combine_chunks()
-    shapes = table.column(shape).combine_chunks()
-    n = len(col)
+    if n == 0 or dims.null_count or len(dims) != n:
+        return None
+    first = dims[0].as_py()
+    flat = dims.flatten().to_numpy(zero_copy_only=False)
+    if len(flat) != n * len(first):
+        return None
+    if len(first) and not (flat.reshape(n, len(first)) == np.asarray(first)).all():
+        return None
+    return tuple(first)
+
+
+def _shape_cells(dims: Any) -> Any:
+    """A tensor's shape column: a tuple per row (one shared tuple when all are equal)."""
+    import numpy as np
+
+    n = len(dims)
     cells = np.empty(n, dtype=object)
-    if n == 0:
+    one = _uniform_dims(dims, n)
+    if one is not None:
+        cells.fill(one)
         return cells
-    if col.null_count == 0 and shapes.null_count == 0:
-        dims = shapes.values.to_numpy(zero_copy_only=False)
-        ndim = len(shapes[0])
-        if ndim > 0 and len(dims) == n * ndim:
-            dims = dims.reshape(n, ndim)
-            if (dims == dims[0]).all():
-                # One shape for every row (the usual case): one reshape of the flat values.
-                first = tuple(int(d) for d in dims[0])
-                flat = col.flatten().to_numpy(zero_copy_only=False)
-                size = int(np.prod(first))
-                offsets = col.offsets.to_numpy()
-                if len(flat) == n * size and offsets[0] == 0:
-                    return _rows(flat.reshape((n, *first)))
+    for i, d in enumerate(dims.to_pylist()):
+        cells[i] = None if d is None else tuple(d)
+    return cells
+
+
+def _list_cells(col: Any, dims: Any) -> Any:
+    """A list column as numpy array cells (shaped by the shape column `dims`, if given)."""
+    import numpy as np
+
+    n = len(col)
+    flat = col.flatten().to_numpy(zero_copy_only=False)
+    offsets = col.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    if col.null_count == 0 and n:
+        one = _uniform_dims(dims, n) if dims is not None else None
+        width = int(offsets[1]) if n else 0
+        if dims is None and len(flat) == n * width and (np.diff(offsets) == width).all():
+            return _rows(flat.reshape(n, width))
+        if one is not None and len(flat) == n * int(np.prod(one, dtype=np.int64)):
+            return _rows(flat.reshape((n, *one)))
+    cells = np.empty(n, dtype=object)
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    shapes = dims.to_pylist() if dims is not None else None
     for i in range(n):
-        v, s = col[i], shapes[i]
-        if v.is_valid and s.is_valid:
-            cells[i] = v.values.to_numpy(zero_copy_only=False).reshape(tuple(s.as_py()))
+        if valid[i]:
+            cell = flat[offsets[i] : offsets[i + 1]]
+            if shapes is not None and shapes[i] is not None:
+                cell = cell.reshape(shapes[i])
+            cells[i] = cell
     return cells
 
 

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use arrow_array::RecordBatch;
+use arrow_array::builder::PrimitiveBuilder;
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Float32Builder, Float64Builder, Int8Builder, Int16Builder,
     Int32Builder, Int64Builder, ListBuilder, StringBuilder, TimestampNanosecondBuilder,
@@ -178,15 +179,19 @@ impl NumList {
         }
     }
 
+    /// The rows as a list array; the next batch starts with room for as many.
     fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
         let element = element_type(self.dtype);
         let len = usize::try_from(self.last()).unwrap_or(0);
-        let values: Buffer = std::mem::replace(&mut self.values, MutableBuffer::new(0)).into();
+        let room = MutableBuffer::new(self.values.len());
+        let values: Buffer = std::mem::replace(&mut self.values, room).into();
         let data = ArrayData::builder(element.clone())
             .len(len)
             .add_buffer(values)
             .build()?;
-        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let mut room = Vec::with_capacity(self.offsets.len());
+        room.push(0);
+        let offsets = std::mem::replace(&mut self.offsets, room);
         let list = ListArray::try_new(
             Arc::new(Field::new_list_field(element, true)),
             OffsetBuffer::new(offsets.into()),
@@ -314,21 +319,34 @@ impl Col {
         8
     }
 
-    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+    /// The rows as an array; numbers start the next batch with room for as many rows (no
+    /// reallocation while it fills).
+    fn finish(&mut self, rows: usize) -> Result<ArrayRef, ArrowError> {
+        macro_rules! again {
+            ($b:expr) => {{
+                let a = Arc::new($b.finish());
+                *$b = PrimitiveBuilder::with_capacity(rows);
+                a
+            }};
+        }
         Ok(match self {
             Col::List(b) => return b.finish(),
-            Col::Time(b) => Arc::new(b.finish()),
+            Col::Time(b) => {
+                let a = Arc::new(b.finish());
+                *b = TimestampNanosecondBuilder::with_capacity(rows).with_timezone("UTC");
+                a
+            }
             Col::Bool(b) => Arc::new(b.finish()),
-            Col::U8(b) => Arc::new(b.finish()),
-            Col::U16(b) => Arc::new(b.finish()),
-            Col::U32(b) => Arc::new(b.finish()),
-            Col::U64(b) => Arc::new(b.finish()),
-            Col::I8(b) => Arc::new(b.finish()),
-            Col::I16(b) => Arc::new(b.finish()),
-            Col::I32(b) => Arc::new(b.finish()),
-            Col::I64(b) => Arc::new(b.finish()),
-            Col::F32(b) => Arc::new(b.finish()),
-            Col::F64(b) => Arc::new(b.finish()),
+            Col::U8(b) => again!(b),
+            Col::U16(b) => again!(b),
+            Col::U32(b) => again!(b),
+            Col::U64(b) => again!(b),
+            Col::I8(b) => again!(b),
+            Col::I16(b) => again!(b),
+            Col::I32(b) => again!(b),
+            Col::I64(b) => again!(b),
+            Col::F32(b) => again!(b),
+            Col::F64(b) => again!(b),
             Col::Text(b) => Arc::new(b.finish()),
             Col::Bytes(b) => Arc::new(b.finish()),
             Col::Shape(b) => Arc::new(b.finish()),
@@ -381,10 +399,11 @@ impl Batcher {
 
     /// The buffered rows as a batch (empty when none); the builder starts afresh.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let rows = self.rows;
         let arrays = self
             .cols
             .iter_mut()
-            .map(Col::finish)
+            .map(|c| c.finish(rows))
             .collect::<Result<Vec<_>, _>>()?;
         self.rows = 0;
         self.bytes = 0;

@@ -5,36 +5,36 @@ use std::fs::File;
 use std::io::BufReader;
 use std::sync::{Mutex, MutexGuard};
 
-use arrow_ipc::writer::StreamWriter;
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::{RecordBatch, RecordBatchIterator};
+use arrow_schema::SchemaRef;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyCapsule};
 use snapbus_consumers::recording::{Item, ReadErrorKind, RecordingReader};
-use snapbus_consumers::table::arrow::{ArrowError, RecordBatch};
 use snapbus_consumers::table::read_schema;
 
 use super::event::{Event, Interned, Producer};
 
-/// What `Recording._arrow_ipc` returns.
-type ArrowIpc = (
-    Vec<Py<PyBytes>>,
+/// What `Recording._arrow_streams` returns.
+type ArrowStreams = (
+    Vec<Py<PyCapsule>>,
     u64,
     Vec<String>,
     Option<String>,
     Vec<String>,
 );
 
-/// `batches` (of one schema: never empty) as an Arrow IPC stream.
-fn ipc_stream(batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
-    let mut out = Vec::new();
-    if let Some(first) = batches.first() {
-        let mut w = StreamWriter::try_new(&mut out, &first.schema())?;
-        for b in batches {
-            w.write(b)?;
-        }
-        w.finish()?;
-    }
-    Ok(out)
+/// `batches` (of one schema, with `schema`) as an Arrow C stream in a PyCapsule named
+/// `arrow_array_stream` (the Arrow PyCapsule interface): pyarrow takes the arrays as they are.
+fn stream_capsule(
+    py: Python<'_>,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> PyResult<Py<PyCapsule>> {
+    let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+    let stream = FFI_ArrowArrayStream::new(Box::new(reader));
+    Ok(PyCapsule::new_with_value(py, stream, c"arrow_array_stream")?.unbind())
 }
 
 struct Inner {
@@ -234,32 +234,27 @@ impl Recording {
     }
 
     /// The records of schema id `schema`, from the file's start (whatever this iterator has
-    /// read): one Arrow IPC stream per version of the schema, then how many payloads did not
-    /// decode, the damaged parts skipped, why the read stopped early (or `None`) and the
-    /// schema ids of the file. What
-    /// `Recording.to_arrow()` reads.
-    fn _arrow_ipc(&self, py: Python<'_>, schema: &str) -> PyResult<ArrowIpc> {
+    /// read): one Arrow C stream (a PyCapsule) per version of the schema, then how many
+    /// payloads did not decode, the damaged parts skipped, why the read stopped early (or
+    /// `None`) and the schema ids of the file. What `Recording.to_arrow()` reads.
+    fn _arrow_streams(&self, py: Python<'_>, schema: &str) -> PyResult<ArrowStreams> {
         let file = File::open(&self.path)
             .map_err(|e| PyOSError::new_err(format!("opening {}: {e}", self.path)))?;
         let reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
-        let (streams, read) = py
-            .detach(|| -> Result<_, String> {
-                let read = read_schema(reader, schema).map_err(|e| e.to_string())?;
-                let mut streams = Vec::with_capacity(read.tables.len());
-                for t in &read.tables {
-                    streams.push(ipc_stream(&t.batches).map_err(|e| e.to_string())?);
-                }
-                Ok((streams, read))
-            })
+        let read = py
+            .detach(|| read_schema(reader, schema))
             .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.path)))?;
-        let streams = streams
-            .iter()
-            .map(|s| PyBytes::new(py, s).unbind())
-            .collect();
         let mut ids: Vec<String> = read.schema_ids.into_iter().collect();
         if !read.tables.is_empty() {
             ids.push(schema.to_owned());
             ids.sort();
+        }
+        let mut streams = Vec::with_capacity(read.tables.len());
+        for t in read.tables {
+            let Some(first) = t.batches.first() else {
+                continue;
+            };
+            streams.push(stream_capsule(py, first.schema(), t.batches)?);
         }
         Ok((streams, read.undecodable, read.damage, read.error, ids))
     }
