@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import snapbus
+from compare_py import row  # the harness's row format
 from snapbus.fields import columns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,18 +133,6 @@ def old_to_pandas(rec: Any, schema: str, limit: int) -> Any:
     return pandas.DataFrame(rows)
 
 
-def row(name: str, value: float, text: str, target: str, ok: Any) -> dict[str, Any]:
-    return {
-        "row": name,
-        "value": value,
-        "unit": "rows/s",
-        "text": text,
-        "target": target,
-        "verdict": "-" if ok is None else ("yes" if ok else "no"),
-        "error": None,
-    }
-
-
 def rate_text(per_s: float) -> str:
     if per_s >= 1e6:
         return f"{per_s / 1e6:.2f} M rows/s"
@@ -177,6 +166,7 @@ def recording_rows(quick: bool, loop_rows: int = 50_000) -> list[dict[str, Any]]
             row(
                 f"Recording.to_pandas(), Rust Arrow path ({what})",
                 new,
+                "rows/s",
                 f"{rate_text(new)} (CPU time: {rate_text(new_cpu)})",
                 "≥ 1 M rows/s",
                 new >= 1e6,
@@ -184,6 +174,7 @@ def recording_rows(quick: bool, loop_rows: int = 50_000) -> list[dict[str, Any]]
             row(
                 f"to_pandas() row by row in Python, as before (first {old} rows)",
                 before,
+                "rows/s",
                 rate_text(before),
                 "",
                 None,
@@ -191,6 +182,7 @@ def recording_rows(quick: bool, loop_rows: int = 50_000) -> list[dict[str, Any]]
             row(
                 "to_pandas(): Arrow path ÷ row by row",
                 new / before,
+                "x",
                 f"{new / before:.0f}x",
                 "",
                 None,

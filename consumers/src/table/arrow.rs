@@ -364,7 +364,7 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// The builder of `plan`'s table of `schema` ([`arrow_schema`]).
+    /// The builder of `plan`'s table of `schema` ([`arrow_schema()`]).
     pub fn new(schema: &SchemaDescriptor, plan: &Plan) -> Batcher {
         Batcher {
             schema: Arc::new(arrow_schema(schema, plan)),

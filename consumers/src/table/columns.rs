@@ -327,6 +327,23 @@ pub struct Fixed<'a> {
     pub version: u32,
 }
 
+#[cfg(feature = "recording")]
+impl<'a> Fixed<'a> {
+    /// The fixed columns of a recorded record.
+    pub fn of_message(m: &'a crate::recording::Message) -> Fixed<'a> {
+        let c = &m.channel;
+        Fixed {
+            t_nanos: m.t_nanos,
+            producer_id: c.producer_id,
+            producer: &c.producer,
+            pid: c.pid,
+            level: c.level.name(),
+            seq: m.sequence,
+            version: c.schema.version(),
+        }
+    }
+}
+
 /// Puts `value` into the cells of `node`. A value that does not have the node's shape (it was
 /// decoded with the same descriptor, so it always has) leaves its cells empty.
 fn fill<'a>(node: &Node, value: &'a Value<'a>, cells: &mut [Cell<'a>]) {

@@ -131,15 +131,7 @@ mod read {
                 out.undecodable += 1;
                 continue;
             };
-            let fixed = Fixed {
-                t_nanos: m.t_nanos,
-                producer_id: c.producer_id,
-                producer: &c.producer,
-                pid: c.pid,
-                level: c.level.name(),
-                seq: m.sequence,
-                version: c.schema.version(),
-            };
+            let fixed = Fixed::of_message(&m);
             b.batcher.row(&b.plan.row(&fixed, &value));
             if b.batcher.rows() >= BATCH_ROWS || b.batcher.bytes() >= BATCH_BYTES {
                 b.flush()?;

@@ -185,15 +185,7 @@ fn file_safe(id: &str) -> String {
 impl Sink for Tables {
     fn message(&mut self, m: &Message, value: &Value<'_>) -> anyhow::Result<()> {
         let c = &m.channel;
-        let fixed = Fixed {
-            t_nanos: m.t_nanos,
-            producer_id: c.producer_id,
-            producer: &c.producer,
-            pid: c.pid,
-            level: c.level.name(),
-            seq: m.sequence,
-            version: c.schema.version(),
-        };
+        let fixed = Fixed::of_message(m);
         self.row(c.id, &c.schema, &fixed, value)
     }
 
