@@ -313,7 +313,9 @@ pub(crate) enum ExportFormat {
     /// One CSV file per schema in the output directory, nested fields flattened to dotted
     /// columns.
     Csv,
-    /// One Parquet file per schema in the output directory (pandas: `pd.read_parquet`).
+    /// One Parquet file per schema in the output directory (pandas, pyarrow, polars, DuckDB):
+    /// `t_nanos` a UTC timestamp, numbers and arrays in their own dtype, tensors flat with a
+    /// `.shape` column; producer, pid, level, seq and version columns.
     Parquet,
     /// An MCAP file with JSON messages and JSON Schemas (opens in Foxglove).
     McapJson,

@@ -1278,15 +1278,15 @@ fn csv_splits_short_fixed_arrays_into_a_column_per_element() {
         assert_ok(&export(&rec, "parquet", &out, &[]));
         let file = std::fs::File::open(out.join("exp.pose.parquet")).expect("open");
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).expect("a parquet file");
-        let types: Vec<String> = builder.schema().fields()[4..]
+        let types: Vec<String> = builder.schema().fields()[7..]
             .iter()
             .map(|f| format!("{}:{}", f.name(), f.data_type()))
             .collect();
         assert_eq!(
             types,
             [
-                "position:List(Float64)",
-                "counts:List(Float64)",
+                "position:List(Float32)",
+                "counts:List(UInt16)",
                 "long:List(Float64)"
             ]
         );

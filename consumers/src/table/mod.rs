@@ -54,6 +54,8 @@ mod read {
         pub error: Option<String>,
         /// The schema ids of the records read (every schema, not only the one asked for).
         pub schema_ids: BTreeSet<String>,
+        /// Whether the file was read through its footer.
+        pub complete: bool,
     }
 
     struct Building {
@@ -77,7 +79,7 @@ mod read {
     /// damaged part is skipped (with a resyncing reader) and described; a cut ends the read,
     /// and says why; payloads that do not decode are counted and left out.
     pub fn read_schema<R: Read>(
-        reader: RecordingReader<R>,
+        mut reader: RecordingReader<R>,
         schema_id: &str,
     ) -> Result<TableRead, ArrowError> {
         let mut out = TableRead::default();
@@ -85,7 +87,7 @@ mod read {
         // By channel id, then by (version, fingerprint).
         let mut by_channel: HashMap<u16, usize> = HashMap::new();
         let mut by_key: HashMap<(u32, u64), usize> = HashMap::new();
-        for item in reader {
+        for item in reader.by_ref() {
             let m = match item {
                 Ok(Item::Message(m)) => m,
                 Ok(Item::Damaged(d)) => {
@@ -137,6 +139,7 @@ mod read {
                 b.flush()?;
             }
         }
+        out.complete = out.error.is_none() && reader.complete();
         for mut b in building {
             b.flush()?;
             if b.batches.is_empty() {

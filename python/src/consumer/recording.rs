@@ -195,7 +195,7 @@ impl Recording {
     }
 
     /// Whether the whole file was read through its footer (meaningful once iterated to the
-    /// end; `False` before).
+    /// end, or after `to_arrow`/`to_pandas`; `False` before).
     #[getter]
     fn complete(&self) -> bool {
         self.lock().complete
@@ -236,7 +236,8 @@ impl Recording {
     /// The records of schema id `schema`, from the file's start (whatever this iterator has
     /// read): one Arrow C stream (a PyCapsule) per version of the schema, then how many
     /// payloads did not decode, the damaged parts skipped, why the read stopped early (or
-    /// `None`) and the schema ids of the file. What `Recording.to_arrow()` reads.
+    /// `None`) and the schema ids of the file. What `Recording.to_arrow()` reads; a read
+    /// through the footer sets `complete`.
     fn _arrow_streams(&self, py: Python<'_>, schema: &str) -> PyResult<ArrowStreams> {
         let file = File::open(&self.path)
             .map_err(|e| PyOSError::new_err(format!("opening {}: {e}", self.path)))?;
@@ -244,6 +245,10 @@ impl Recording {
         let read = py
             .detach(|| read_schema(reader, schema))
             .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.path)))?;
+        if read.complete {
+            // The whole file was read through its footer, as an iteration to the end does.
+            self.lock().complete = true;
+        }
         let mut ids: Vec<String> = read.schema_ids.into_iter().collect();
         if !read.tables.is_empty() {
             ids.push(schema.to_owned());
