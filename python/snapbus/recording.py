@@ -96,14 +96,26 @@ def _frame(table: Any) -> Any:
     for name in table.column_names:
         kind = kinds[name]
         if kind == b"shape":
-            data[name] = _shape_cells(table.column(name).combine_chunks())
+            data[name] = _joined(_shape_cells(c) for c in table.column(name).chunks)
         elif kind in (b"list", b"tensor"):
             shape = shapes.get(name, "")
-            dims = table.column(shape).combine_chunks() if shape in kinds else None
-            data[name] = _list_cells(table.column(name).combine_chunks(), dims)
+            chunks = table.column(name).chunks
+            dims = table.column(shape).chunks if shape in kinds else [None] * len(chunks)
+            data[name] = _joined(_list_cells(c, d) for c, d in zip(chunks, dims))
         else:
             data[name] = frame[name]
     return pandas.DataFrame(data, index=frame.index)
+
+
+def _joined(parts: Any) -> Any:
+    """The object arrays `parts` (one per chunk: the columns of one table are chunked alike) as
+    one (the cells' pointers copied, not their values as `combine_chunks` would)."""
+    import numpy as np
+
+    parts = list(parts)
+    if not parts:
+        return np.empty(0, dtype=object)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _uniform_dims(dims: Any, n: int) -> Any:
