@@ -8,8 +8,9 @@ from __future__ import annotations
 import csv
 import importlib
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Tuple
 
 import numpy as np
 import pandas as pd
@@ -69,10 +70,10 @@ def test_csv_export_splits_the_position_into_a_column_per_element(bus: Bus, tmp_
         assert got == pytest.approx(want["position"])
 
 
-def _peer(name: str) -> Any:
+def _peer(name: str, ci_from: Tuple[int, int] = (3, 8)) -> Any:
     """A reader that the Parquet export is checked against: skipped where it is not installed,
-    a failure under CI=true (.ci/test installs it)."""
-    if os.environ.get("CI") == "true":
+    a failure under CI=true from Python `ci_from` on (.ci/test installs it there)."""
+    if os.environ.get("CI") == "true" and sys.version_info[:2] >= ci_from:
         return importlib.import_module(name)
     return pytest.importorskip(name)
 
@@ -112,7 +113,7 @@ def test_parquet_types_read_the_same_in_pyarrow_pandas_polars_and_duckdb(
         == (want["observation"])
     )
     # DuckDB.
-    duckdb = _peer("duckdb")
+    duckdb = _peer("duckdb", ci_from=(3, 11))  # no DuckDB wheel for 3.8 (.ci/test)
     types = {
         row[0]: row[1]
         for row in duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()
