@@ -619,28 +619,25 @@ def main(argv: list[str]) -> int:
         default=None,
         help="repetitions of the process-pair runs (default 3; 1 with --quick)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["recording"],
+        help="only these groups of rows (repeatable; default all): `recording` is "
+        "recording_rows.py's to_pandas rows",
+    )
     args = parser.parse_args(argv)
     reps = args.reps or (1 if args.quick else 3)
     rows: list[dict[str, Any]] = []
-    # The process pairs first: they fork, and this process has no other threads yet.
-    rows += pair_rows(args.quick, reps)
+    if not args.only:
+        rows += all_rows(args.quick, reps)
     try:
-        rows += snapshot_rows(args.quick)
+        from recording_rows import recording_rows
+
+        rows += recording_rows(args.quick)
     except Exception as e:
         rows.append(
-            row("snapshot() rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
-        )
-    try:
-        rows += handler_rows(args.quick)
-    except Exception as e:
-        rows.append(
-            row("SnapbusHandler rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
-        )
-    try:
-        rows += cache_lane_rows(args.quick)
-    except Exception as e:
-        rows.append(
-            row("cache-lane rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+            row("to_pandas() rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
         )
     for r in rows:
         print(f"{r['row']}: {r['error'] or r['text']}", file=sys.stderr)
@@ -653,6 +650,32 @@ def main(argv: list[str]) -> int:
     }
     print("result " + json.dumps({"info": info, "rows": rows}))
     return 1 if any(r["error"] for r in rows) else 0
+
+
+def all_rows(quick: bool, reps: int) -> list[dict[str, Any]]:
+    """Every row but the `--only` groups'."""
+    rows: list[dict[str, Any]] = []
+    # The process pairs first: they fork, and this process has no other threads yet.
+    rows += pair_rows(quick, reps)
+    try:
+        rows += snapshot_rows(quick)
+    except Exception as e:
+        rows.append(
+            row("snapshot() rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+        )
+    try:
+        rows += handler_rows(quick)
+    except Exception as e:
+        rows.append(
+            row("SnapbusHandler rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+        )
+    try:
+        rows += cache_lane_rows(quick)
+    except Exception as e:
+        rows.append(
+            row("cache-lane rows", None, "", "failed", "", None, f"{type(e).__name__}: {e}")
+        )
+    return rows
 
 
 if __name__ == "__main__":

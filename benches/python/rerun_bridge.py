@@ -18,7 +18,7 @@ Rows:
   default rate (20 steps/s) for `--seconds`: its user+system CPU time over the wall time.
 
 Run alone: `python benches/python/rerun_bridge.py [--quick]` in an interpreter with snapbus and
-rerun-sdk==0.36.3 (target/py-rerun after `.ci/test`), with `SNAPBUS_BIN` naming the CLI
+rerun-sdk==0.41.0 (target/py-rerun after `.ci/test`), with `SNAPBUS_BIN` naming the CLI
 (default: target/debug/snapbus). It starts its own bus in a temporary runtime directory.
 """
 

@@ -72,7 +72,8 @@ impl Level {
         Level(if b > 4 { 4 } else { b })
     }
 
-    fn name(self) -> &'static str {
+    /// The level's name: `TRACE`, `DEBUG`, `INFO`, `WARN` or `ERROR`.
+    pub fn name(self) -> &'static str {
         ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"][usize::from(self.0.min(4))]
     }
 }

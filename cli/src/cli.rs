@@ -313,7 +313,9 @@ pub(crate) enum ExportFormat {
     /// One CSV file per schema in the output directory, nested fields flattened to dotted
     /// columns.
     Csv,
-    /// One Parquet file per schema in the output directory (pandas: `pd.read_parquet`).
+    /// One Parquet file per schema in the output directory (pandas, pyarrow, polars, DuckDB):
+    /// `t_nanos` a UTC timestamp, numbers and arrays in their own dtype, tensors flat with a
+    /// `.shape` column; producer, pid, level, seq and version columns.
     Parquet,
     /// An MCAP file with JSON messages and JSON Schemas (any MCAP tool decodes it).
     McapJson,
@@ -326,7 +328,7 @@ pub(crate) enum ExportFormat {
     /// spans as spans; no file is written.
     Otlp,
     /// A rerun `.rrd` file, written by the rerun bridge (`snapbus rerun --help`; a Python with
-    /// rerun-sdk==0.36.3: --python).
+    /// rerun-sdk 0.36 to 0.41: --python).
     Rrd,
 }
 

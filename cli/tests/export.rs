@@ -418,13 +418,21 @@ fn read_csv(path: &Path) -> (Vec<String>, Vec<BTreeMap<String, String>>) {
     (header, rows)
 }
 
-/// The columns of a table of CSV or Parquet: the four of every record, then `payload`'s.
+/// The columns of a table of CSV or Parquet: the seven of every record, then `payload`'s.
 fn columns(payload: &[&str]) -> Vec<String> {
-    ["t_nanos", "producer_id", "producer", "seq"]
-        .iter()
-        .chain(payload)
-        .map(|c| (*c).to_owned())
-        .collect()
+    [
+        "t_nanos",
+        "producer_id",
+        "producer",
+        "pid",
+        "level",
+        "seq",
+        "version",
+    ]
+    .iter()
+    .chain(payload)
+    .map(|c| (*c).to_owned())
+    .collect()
 }
 
 fn dir_files(dir: &Path) -> Vec<String> {
@@ -787,16 +795,19 @@ fn parquet_has_typed_columns_and_every_row() {
     assert_eq!(
         types,
         [
-            "t_nanos:UInt64",
+            "t_nanos:Timestamp(ns, \"UTC\")",
             "producer_id:UInt64",
             "producer:Utf8",
+            "pid:UInt32",
+            "level:Utf8",
             "seq:UInt32",
+            "version:UInt32",
             "step:UInt64",
             "pos.x:Float64",
             "pos.y:Float64",
             "reward:Float64",
-            "hist:List(Float64)",
-            "image:List(Float64)",
+            "hist:List(Float32)",
+            "image:List(UInt8)",
             "image.shape:List(Int64)",
             "label:Utf8",
             "note:Utf8",
@@ -924,8 +935,11 @@ fn pyarrow_and_pandas_read_the_parquet_export() {
     let r = python_json("check_parquet.py", &[path_str(&out)]);
     let obs_table = &r["exp.obs.parquet"];
     assert_eq!(obs_table["rows"], 30, "{r}");
-    assert_eq!(obs_table["columns"].as_array().expect("columns").len(), 16);
-    assert_eq!(obs_table["columns"][5], "pos.x");
+    assert_eq!(obs_table["columns"].as_array().expect("columns").len(), 19);
+    assert_eq!(obs_table["columns"][8], "pos.x");
+    assert_eq!(obs_table["arrow_types"]["t_nanos"], "timestamp[ns, tz=UTC]");
+    assert_eq!(obs_table["arrow_types"]["image"], "list<item: uint8>");
+    assert_eq!(obs_table["pandas_dtypes"]["t_nanos"], "datetime64[ns, UTC]");
     assert_eq!(obs_table["pandas_dtypes"]["step"], "uint64");
     assert_eq!(obs_table["pandas_dtypes"]["reward"], "float64");
     assert_eq!(obs_table["first"]["hist"], json!([0.0, 0.25, -1.5]));
@@ -1235,7 +1249,7 @@ fn csv_splits_short_fixed_arrays_into_a_column_per_element() {
     assert_ok(&export(&rec, "csv", &out, &[]));
     let (header, rows) = read_csv(&out.join("exp.pose.csv"));
     assert_eq!(
-        header[4..],
+        header[7..],
         [
             "position.0",
             "position.1",
@@ -1264,15 +1278,15 @@ fn csv_splits_short_fixed_arrays_into_a_column_per_element() {
         assert_ok(&export(&rec, "parquet", &out, &[]));
         let file = std::fs::File::open(out.join("exp.pose.parquet")).expect("open");
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).expect("a parquet file");
-        let types: Vec<String> = builder.schema().fields()[4..]
+        let types: Vec<String> = builder.schema().fields()[7..]
             .iter()
             .map(|f| format!("{}:{}", f.name(), f.data_type()))
             .collect();
         assert_eq!(
             types,
             [
-                "position:List(Float64)",
-                "counts:List(Float64)",
+                "position:List(Float32)",
+                "counts:List(UInt16)",
                 "long:List(Float64)"
             ]
         );

@@ -13,7 +13,9 @@
 //!
 //! Each sink is behind a cargo feature of the same name, all in the default build:
 //! `recording` (the `recording`, `recorder` and `replay` modules), `aggregator`, `plotter`,
-//! `prometheus` and `otlp`. With `default-features = false` the crate is the runtime and
+//! `prometheus` and `otlp`. Not in the default build: `table` (records as table rows, the
+//! columns of CSV export) and `arrow` (the same columns as Arrow arrays: the Parquet export and
+//! Python's `to_arrow`). With `default-features = false` the crate is the runtime and
 //! [`fields`], on top of `snapbus-bus`.
 //!
 //! # Guarantees
@@ -96,6 +98,8 @@ mod runtime;
 mod summary_name;
 #[cfg(any(feature = "plotter", feature = "foxglove"))]
 mod token;
+#[cfg(feature = "table")]
+pub mod table;
 
 pub use runtime::{
     Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Lag, Producer,

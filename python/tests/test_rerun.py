@@ -5,7 +5,7 @@ holds up the producer and its loss shows in `snapbus ls` and in the recording's 
 fails before `attach` returns; `snapbus export --format rrd` converts a ring snapshot.
 
 The bridge runs in its own interpreter, $SNAPBUS_RERUN_PYTHON (`.ci/test` makes
-target/py-rerun: rerun-sdk==0.36.3 and snapbus). These tests fail, never skip, without it.
+target/py-rerun: rerun-sdk==0.41.0 and snapbus). These tests fail, never skip, without it.
 Every rerun process gets a temporary HOME (rerun writes its analytics settings there).
 """
 
@@ -34,11 +34,12 @@ from conftest import (
 )
 
 EPISODES, STEPS = 3, 5
-PIN = "rerun-sdk==0.36.3"
+PIN = "rerun-sdk==0.41.0"
 
 
 def rerun_python() -> str:
-    """The bridge's interpreter: $SNAPBUS_RERUN_PYTHON, which must import rerun 0.36.3."""
+    """The bridge's interpreter: $SNAPBUS_RERUN_PYTHON, which must import rerun-sdk 0.36 to
+    0.41 (`.ci/test` pins 0.41.0; $SNAPBUS_RERUN_PIN=0.36.3 checks the floor)."""
     py = os.environ.get("SNAPBUS_RERUN_PYTHON", "")
     assert py, (
         "$SNAPBUS_RERUN_PYTHON is not set: the rerun tests need a Python >= 3.10 with "
@@ -50,7 +51,8 @@ def rerun_python() -> str:
         text=True,
         timeout=WATCHDOG_S,
     )
-    assert out.returncode == 0 and out.stdout.strip() == "0.36.3", (
+    want = os.environ.get("SNAPBUS_RERUN_PIN", PIN.split("==")[1])
+    assert out.returncode == 0 and out.stdout.strip() == want, (
         f"{py} cannot run the bridge ({PIN} and snapbus): {out.stderr[-2000:]}"
     )
     return py
@@ -162,13 +164,17 @@ def detach(bus: Bus, cid: int) -> None:
     assert "exited 0" in out.stdout + out.stderr, out
 
 
+def in_episode(r: Dict[str, str]) -> Tuple[int, int]:
+    """(episode, step in it) of a row: the `step` timeline continues across episodes."""
+    e = int(r["episode"])
+    return e, int(r["step"]) - e * STEPS
+
+
 def check_demo(tables: Dict[str, Rows], summaries: bool) -> None:
     """The demo's steps, with the right values, timelines and counts."""
     reward = tables["/demo/demo.step/reward"]
     assert len(reward) == EPISODES * STEPS, reward
-    got = sorted(
-        (int(r["episode"]), int(r["step"]), numbers(r["Scalars:scalars"])[0]) for r in reward
-    )
+    got = sorted((*in_episode(r), numbers(r["Scalars:scalars"])[0]) for r in reward)
     want = [
         (e, s, pytest.approx(demo_step_expected(e, s)["reward"]))
         for e in range(EPISODES)
@@ -176,13 +182,16 @@ def check_demo(tables: Dict[str, Rows], summaries: bool) -> None:
     ]
     assert got == want
     step = tables["/demo/demo.step/step"]
-    assert sorted(numbers(r["Scalars:scalars"])[0] for r in step) == sorted(
-        float(s) for _ in range(EPISODES) for s in range(STEPS)
-    )
+    # The demo's `step` restarts at 0 every episode; on the `step` timeline the episodes follow
+    # one another (never two records of different episodes at one step), and the field's own
+    # value is its series.
+    assert sorted(
+        (int(r["step"]), int(r["episode"]), numbers(r["Scalars:scalars"])[0]) for r in step
+    ) == [(e * STEPS + s, e, float(s)) for e in range(EPISODES) for s in range(STEPS)]
     assert all(r["time"].startswith("20") for r in step), step[0]
     position = tables["/demo/demo.step/position"]
     for r in position:
-        e, s = int(r["episode"]), int(r["step"])
+        e, s = in_episode(r)
         assert numbers(r["Scalars:scalars"]) == demo_step_expected(e, s)["position"], r
     assert len(position) == EPISODES * STEPS
     mode = tables["/demo/demo.step/mode"]
@@ -192,7 +201,7 @@ def check_demo(tables: Dict[str, Rows], summaries: bool) -> None:
     images = [r for r in tables["/demo/demo.step/observation"] if "Image:buffer" in r]
     assert len(images) == EPISODES * STEPS
     for r in images:
-        e, s = int(r["episode"]), int(r["step"])
+        e, s = in_episode(r)
         pixels = [p for row in demo_step_expected(e, s)["observation"] for p in row]  # type: ignore[union-attr]
         shown = numbers(r["Image:buffer"])
         assert len(shown) >= 16 and shown == pixels[: len(shown)], (e, s, shown)
@@ -569,3 +578,38 @@ def test_a_producer_killed_shows_as_a_warning(rbus: Bus, tmp_path: Path) -> None
     died = [r for r in logs if "died" in r["TextLog:text"]]
     assert len(died) == 1 and died[0]["TextLog:level"] == "[WARN]", logs
     assert f"(pid {victim.pid}) died" in died[0]["TextLog:text"]
+
+
+def test_a_step_that_restarts_each_episode_continues_across_episodes() -> None:
+    from snapbus.rerun._mapping import Continued
+
+    restarting = Continued()
+    got = [restarting.value(e, s) for e in range(3) for s in range(4)]
+    assert got == list(range(12))
+    # Episodes of different lengths, an episode seen again (a second run): still increasing.
+    uneven = Continued()
+    got = [uneven.value(e, s) for e, n in ((0, 2), (1, 5), (0, 3)) for s in range(n)]
+    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # A step that already counts on across episodes is left as it is.
+    counting = Continued()
+    assert [counting.value(s // 4, s) for s in range(12)] == list(range(12))
+
+
+def test_the_pinned_rerun_imports_without_a_warning() -> None:
+    out = subprocess.run(
+        [
+            rerun_python(),
+            "-W",
+            "error",
+            "-c",
+            "from snapbus.rerun import _setup; _setup.import_rerun()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WATCHDOG_S,
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    from snapbus.rerun._setup import supported
+
+    assert supported("0.41.0") and supported("0.36.3") and supported("0.40.1")
+    assert not supported("0.35.0") and not supported("0.42.0") and not supported("dev")

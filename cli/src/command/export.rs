@@ -17,7 +17,6 @@
 //! a directory (csv, parquet) the files of the export are overwritten and other files are left
 //! alone.
 
-mod columns;
 mod jsonl;
 mod mcap_json;
 #[cfg(feature = "otlp")]

@@ -6,7 +6,7 @@
 //! - **What runs.** The Python bridge of the `snapbus` package, `PYTHON -m snapbus.rerun`
 //!   (python/snapbus/rerun/: the mapping, batched `send_columns`), exec'd like `snapbus
 //!   python` does ([`python::exec`]): the broker supervises that pid.
-//! - **Which interpreter.** One that imports `snapbus` and `rerun-sdk==0.36.3` (Python >= 3.10,
+//! - **Which interpreter.** One that imports `snapbus` and rerun-sdk 0.36 to 0.41 (Python >= 3.10,
 //!   numpy >= 2), which the experiment's need not: `--python PATH`, else
 //!   `$SNAPBUS_RERUN_PYTHON`, else `$SNAPBUS_PYTHON`, else `python3` on `$PATH`. `attach`
 //!   resolves it in the caller and passes the absolute path on (not the caller's
@@ -61,7 +61,7 @@ pub(crate) struct RerunArgs {
     /// Where to start: `latest` (records from now on) or `oldest` (also what the rings hold).
     #[arg(long = "from", value_name = "WHERE", value_parser = ["latest", "oldest"])]
     pub(crate) start: Option<String>,
-    /// The Python interpreter, one with `snapbus` and rerun-sdk==0.36.3 (default:
+    /// The Python interpreter, one with `snapbus` and rerun-sdk 0.36 to 0.41 (default:
     /// $SNAPBUS_RERUN_PYTHON, else $SNAPBUS_PYTHON, else `python3` on $PATH).
     #[arg(long, value_name = "PATH")]
     pub(crate) python: Option<String>,
@@ -111,7 +111,7 @@ impl BuiltinConsumer for RerunArgs {
     const VERB_ABOUT: &'static str = "Stream the bus into rerun (a viewer, a gRPC server or an \
         .rrd file) through the Python bridge, in this terminal";
     const ATTACH_ABOUT: &'static str = "Stream the bus into rerun: a viewer (--spawn), a gRPC \
-        server (--connect URL) or an .rrd file (--save); Python with rerun-sdk==0.36.3";
+        server (--connect URL) or an .rrd file (--save); Python with rerun-sdk 0.36 to 0.41";
     const PATH_FLAGS: &'static [&'static str] = &["save"];
 
     fn bus(&self) -> &BusArgs {

@@ -5,8 +5,9 @@ with no configuration for the common case.
     python -m snapbus.rerun --connect rerun+http://127.0.0.1:9876/proxy --schema 'lab.*'
     python -m snapbus.rerun --from-recording crash.mcap --save crash.rrd
 
-It needs `rerun-sdk==0.36.3` (Python >= 3.10, numpy >= 2) next to `snapbus` in the
-interpreter that runs it; the experiment itself may run any Python snapbus supports.
+It needs rerun-sdk 0.36 to 0.41 (`rerun-sdk==0.41.0` in CI; Python >= 3.10, numpy >= 2) next
+to `snapbus` in the interpreter that runs it; the experiment itself may run any Python snapbus
+supports.
 
 Mapping (entity paths are `/<producer>/<schema id>/<field path>`, the field path named by the
 rule of every sink, `snapbus.fields`, with `/` for `.`: `pose/x`, `pair/0`; also a map's

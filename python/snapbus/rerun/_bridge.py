@@ -12,6 +12,8 @@ from ..subscription import Event, Producer
 from ._mapping import (
     _COLOR_MODELS,
     _INT_DTYPES,
+    EPISODE,
+    Continued,
     Getter,
     Guard,
     Path,
@@ -80,6 +82,7 @@ class Bridge(Consumer):
         self._batches: Dict[Path, _Batch] = {}
         self._paths: Dict[Path, str] = {}
         self._formats: Dict[str, Any] = {}
+        self._continued: Dict[Tuple[Path, str], Continued] = {}
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -113,8 +116,14 @@ class Bridge(Consumer):
             self._live.append(plan)
         batch.times.append(event.t_nanos)
         seqs = batch.seqs
-        for name, get in plan.timelines:
-            seqs[name].append(get(payload))
+        if plan.episode is None:
+            for name, get, _ in plan.timelines:
+                seqs[name].append(get(payload))
+        else:
+            episode = plan.episode(payload)
+            for name, get, cont in plan.timelines:
+                v = get(payload)
+                seqs[name].append(v if cont is None else cont.value(episode, v))
         for col, v in zip(batch.slots, values):
             if col is not None:
                 col.values.append(v)
@@ -169,6 +178,13 @@ class Bridge(Consumer):
             return False
         return path[-1] in self.timelines or ".".join(path) in self.timelines
 
+    def _continuing(self, prefix: Path, name: str) -> Continued:
+        """The continuation across episodes of timeline `name` of (producer, schema)."""
+        cont = self._continued.get((prefix, name))
+        if cont is None:
+            cont = self._continued[(prefix, name)] = Continued()
+        return cont
+
     def _compile(self, event: Event) -> Optional[_Plan]:
         """The plan of the records like `event` (None: the aggregator's summaries, whose
         entities depend on their values, take the general path)."""
@@ -182,9 +198,15 @@ class Bridge(Consumer):
             plan.getters.append(get)
             plan.checks.append(check)
             plan.columns.append(None)
+        timelines = [(path, get) for path, get, value in leaves if self._is_timeline(path, value)]
+        plan.episode = next((get for path, get in timelines if path[-1] == EPISODE), None)
+        for path, get in timelines:
+            name = ".".join(path)
+            cont = None
+            if plan.episode is not None and path[-1] != EPISODE:
+                cont = self._continuing(plan.prefix, name)
+            plan.timelines.append((name, get, cont))
         for path, get, value in leaves:
-            if self._is_timeline(path, value):
-                plan.timelines.append((".".join(path), get))
             shown = _kind(value, self.np)
             plan.getters.append(get)
             if shown is None:
@@ -212,9 +234,13 @@ class Bridge(Consumer):
             if isinstance(index, int):
                 timelines.append((window, index))
             leaves = [leaf for leaf in leaves if leaf[0][0] not in _SUMMARY_SKIP]
-        for path, _, value in leaves:
-            if self._is_timeline(path, value):
-                timelines.append((".".join(path), value))
+        found = [(path, v) for path, _, v in leaves if self._is_timeline(path, v)]
+        episode = next((v for path, v in found if path[-1] == EPISODE), None)
+        for path, v in found:
+            name = ".".join(path)
+            if episode is not None and path[-1] != EPISODE:
+                v = self._continuing(prefix, name).value(episode, v)
+            timelines.append((name, v))
         batch = self._batches.get(prefix)
         if batch is None:
             batch = self._batches[prefix] = _Batch(prefix)

@@ -171,11 +171,41 @@ def _checker(value: Any, kind: str, np: Any) -> Callable[[Any], bool]:
     return lambda v: type(v) is t and len(v) == n
 
 
+EPISODE = "episode"
+"""A timeline leaf of this name makes the record's other sequence timelines continue across
+episodes ([`Continued`])."""
+
+
+class Continued:
+    """A sequence timeline that may restart each episode (`step` = 0, 1, … in every episode),
+    continued across episodes so that they follow one another instead of overlaying: when the
+    episode changes and the value would not move past what the timeline already holds, it is
+    offset to just past it. A timeline that already counts on across episodes is unchanged.
+    Within an episode the values are as recorded (offset by a constant)."""
+
+    __slots__ = ("episode", "offset", "top")
+
+    def __init__(self) -> None:
+        self.episode: Any = None
+        self.offset = 0
+        self.top = -1
+
+    def value(self, episode: Any, v: int) -> int:
+        if episode != self.episode:
+            self.episode = episode
+            if v + self.offset <= self.top:
+                self.offset = self.top + 1 - v
+        g = v + self.offset
+        if g > self.top:
+            self.top = g
+        return g
+
+
 class _Plan:
     """Where each leaf of the records of one (schema, producer) goes: a dense batch, each
     record a row of every column. A record that does not fit takes the general path."""
 
-    __slots__ = ("batch", "checks", "columns", "getters", "prefix", "timelines")
+    __slots__ = ("batch", "checks", "columns", "episode", "getters", "prefix", "timelines")
 
     def __init__(self, prefix: Path) -> None:
         self.prefix = prefix
@@ -183,12 +213,16 @@ class _Plan:
         self.checks: List[Callable[[Any], bool]] = []
         self.columns: List[Optional[Tuple[Path, str, Tuple[int, ...]]]] = []
         """Per getter: its column, or None (a leaf not shown, a guard)."""
-        self.timelines: List[Tuple[str, Getter]] = []
+        self.timelines: List[Tuple[str, Getter, Optional[Continued]]] = []
+        """Per sequence timeline: its name, its getter and, in records with an episode, how
+        it continues across episodes (None for the episode itself)."""
+        self.episode: Optional[Getter] = None
+        """The getter of the record's `episode` timeline, if it has one."""
         self.batch: Optional[_Batch] = None
 
     def new_batch(self) -> _Batch:
         batch = _Batch(self.prefix)
-        for name, _ in self.timelines:
+        for name, _, _ in self.timelines:
             batch.seqs[name] = []
         for key in self.columns:
             if key is None:

@@ -12,15 +12,21 @@ __all__ = [
     "DEFAULT_TIMELINES",
     "DEFAULT_URL",
     "RERUN_PIN",
+    "RERUN_SUPPORTED",
     "RerunMissing",
     "check_reachable",
     "check_save_path",
     "check_url",
     "import_rerun",
+    "supported",
 ]
 
-RERUN_PIN = "rerun-sdk==0.36.3"
-"""The rerun SDK the bridge is written and tested against."""
+RERUN_PIN = "rerun-sdk==0.41.0"
+"""The rerun SDK the bridge is written and tested against (CI)."""
+
+RERUN_SUPPORTED = ((0, 36), (0, 41))
+"""The oldest and newest rerun-sdk minor versions the bridge works with (both tested: the
+floor with `SNAPBUS_RERUN_PIN=0.36.3`); outside them it warns."""
 
 DEFAULT_TIMELINES = ("episode", "step", "epoch", "iteration")
 """Integer leaves with these names become sequence timelines (unless `--timeline`)."""
@@ -45,13 +51,24 @@ def import_rerun() -> Any:
             "snapbus"
         ) from None
     version = getattr(rerun, "__version__", "?")
-    if version != RERUN_PIN.split("==")[1]:
+    if not supported(version):
+        (lo, hi) = RERUN_SUPPORTED
         print(
             f"snapbus rerun: warning: rerun-sdk {version} is installed; the bridge is tested "
-            f"with {RERUN_PIN}",
+            f"with {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]} ({RERUN_PIN} in CI)",
             file=sys.stderr,
         )
     return rerun
+
+
+def supported(version: str) -> bool:
+    """Whether rerun-sdk `version` (`0.41.0`, `0.42.0a1`) is in `RERUN_SUPPORTED`."""
+    try:
+        major, minor = (int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    lo, hi = RERUN_SUPPORTED
+    return lo <= (major, minor) <= hi
 
 
 def check_url(url: str) -> Tuple[str, int]:

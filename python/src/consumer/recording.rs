@@ -5,12 +5,37 @@ use std::fs::File;
 use std::io::BufReader;
 use std::sync::{Mutex, MutexGuard};
 
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::{RecordBatch, RecordBatchIterator};
+use arrow_schema::SchemaRef;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyCapsule};
 use snapbus_consumers::recording::{Item, ReadErrorKind, RecordingReader};
+use snapbus_consumers::table::read_schema;
 
 use super::event::{Event, Interned, Producer};
+
+/// What `Recording._arrow_streams` returns.
+type ArrowStreams = (
+    Vec<Py<PyCapsule>>,
+    u64,
+    Vec<String>,
+    Option<String>,
+    Vec<String>,
+);
+
+/// `batches` (of one schema, with `schema`) as an Arrow C stream in a PyCapsule named
+/// `arrow_array_stream` (the Arrow PyCapsule interface): pyarrow takes the arrays as they are.
+fn stream_capsule(
+    py: Python<'_>,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> PyResult<Py<PyCapsule>> {
+    let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+    let stream = FFI_ArrowArrayStream::new(Box::new(reader));
+    Ok(PyCapsule::new_with_value(py, stream, c"arrow_array_stream")?.unbind())
+}
 
 struct Inner {
     reader: Option<RecordingReader<BufReader<File>>>,
@@ -170,7 +195,7 @@ impl Recording {
     }
 
     /// Whether the whole file was read through its footer (meaningful once iterated to the
-    /// end; `False` before).
+    /// end, or after `to_arrow`/`to_pandas`; `False` before).
     #[getter]
     fn complete(&self) -> bool {
         self.lock().complete
@@ -206,6 +231,37 @@ impl Recording {
         let mut g = self.lock();
         g.reader = None;
         g.peeked = None;
+    }
+
+    /// The records of schema id `schema`, from the file's start (whatever this iterator has
+    /// read): one Arrow C stream (a PyCapsule) per version of the schema, then how many
+    /// payloads did not decode, the damaged parts skipped, why the read stopped early (or
+    /// `None`) and the schema ids of the file. What `Recording.to_arrow()` reads; a read
+    /// through the footer sets `complete`.
+    fn _arrow_streams(&self, py: Python<'_>, schema: &str) -> PyResult<ArrowStreams> {
+        let file = File::open(&self.path)
+            .map_err(|e| PyOSError::new_err(format!("opening {}: {e}", self.path)))?;
+        let reader = RecordingReader::new(BufReader::with_capacity(1 << 20, file)).with_resync();
+        let read = py
+            .detach(|| read_schema(reader, schema))
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.path)))?;
+        if read.complete {
+            // The whole file was read through its footer, as an iteration to the end does.
+            self.lock().complete = true;
+        }
+        let mut ids: Vec<String> = read.schema_ids.into_iter().collect();
+        if !read.tables.is_empty() {
+            ids.push(schema.to_owned());
+            ids.sort();
+        }
+        let mut streams = Vec::with_capacity(read.tables.len());
+        for t in read.tables {
+            let Some(first) = t.batches.first() else {
+                continue;
+            };
+            streams.push(stream_capsule(py, first.schema(), t.batches)?);
+        }
+        Ok((streams, read.undecodable, read.damage, read.error, ids))
     }
 
     fn __repr__(&self) -> String {

@@ -82,6 +82,11 @@ struct Cli {
     /// $SNAPBUS_PYTHON, else the test venv `.ci/test` makes (target/py-3.X), if it exists.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// Only these groups of Python rows (repeatable: `recording`, the `to_pandas` rows of
+    /// `benches/python/recording_rows.py`), and no other run: a focused measurement that
+    /// prints its rows and writes nothing.
+    #[arg(long = "python-rows", value_name = "GROUP")]
+    python_rows: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -178,7 +183,12 @@ fn parent(cli: Cli) -> Result<bool> {
         ref_secs: if cli.quick { 0.1 } else { 0.5 },
         every_byte: cli.every_byte,
     };
-    let full = cli.peers.is_empty() && cli.sizes.is_empty() && !cli.quick;
+    let only_python = !cli.python_rows.is_empty();
+    let plan = run::Plan {
+        peers: if only_python { Vec::new() } else { plan.peers },
+        ..plan
+    };
+    let full = cli.peers.is_empty() && cli.sizes.is_empty() && !cli.quick && !only_python;
     let dest = report::destination(cli.out.as_deref(), cli.no_write, full);
 
     // Sockets, the bus and the runs' files; removed when the run ends, however it ends.
@@ -192,7 +202,7 @@ fn parent(cli: Cli) -> Result<bool> {
     let mut outcomes = Vec::new();
     let mut refs = Vec::new();
     let mut n = 0;
-    for rep in 0..plan.reps {
+    for rep in 0..if only_python { 0 } else { plan.reps } {
         run::check_exe()?;
         let r = run::run_refs(&plan, &root);
         eprintln!(
@@ -214,7 +224,7 @@ fn parent(cli: Cli) -> Result<bool> {
         _ if !cli.peers.is_empty() && !cli.peers.iter().any(|p| p.starts_with("python")) => {
             python_rows::PyOutcome::Skipped("no Python peer among the --peer filter".into())
         }
-        Ok(py) => python_rows::run(&py, plan.quick, plan.reps, &bus_dir),
+        Ok(py) => python_rows::run(&py, plan.quick, plan.reps, &bus_dir, &cli.python_rows),
         Err(why) => python_rows::PyOutcome::Skipped(why),
     };
     eprintln!("{}", python_rows::progress_line(&python));

@@ -121,8 +121,15 @@ pub(crate) fn interpreter(explicit: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 /// Runs the script under `python` against the bus of `bus` (its broker must be running).
-pub(crate) fn run(python: &Path, quick: bool, reps: usize, bus: &BusDir) -> PyOutcome {
-    match run_script(python, quick, reps, bus) {
+/// `only`: the groups of rows to run (all when empty).
+pub(crate) fn run(
+    python: &Path,
+    quick: bool,
+    reps: usize,
+    bus: &BusDir,
+    only: &[String],
+) -> PyOutcome {
+    match run_script(python, quick, reps, bus, only) {
         Ok((info, rows)) => PyOutcome::Ran {
             python: python.to_path_buf(),
             info,
@@ -137,6 +144,7 @@ fn run_script(
     quick: bool,
     reps: usize,
     bus: &BusDir,
+    only: &[String],
 ) -> Result<(serde_json::Value, Vec<PyRow>), String> {
     let runtime = bus
         .path()
@@ -154,6 +162,9 @@ fn run_script(
         .stderr(Stdio::inherit());
     if quick {
         cmd.arg("--quick");
+    }
+    for group in only {
+        cmd.args(["--only", group]);
     }
     let mut child = cmd
         .spawn()

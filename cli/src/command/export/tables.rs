@@ -13,8 +13,8 @@ use anyhow::Context;
 use snapbus_consumers::recording::{LossRecord, Message};
 use snapbus_schemas::{SchemaDescriptor, Snapshot, Value};
 
-use super::columns::{Cell, Fixed, Plan};
 use super::{Loss, Sink};
+use snapbus_consumers::table::{Cell, Fixed, Plan};
 
 /// Writes the rows of one table file.
 pub(super) trait TableWriter {
@@ -185,23 +185,21 @@ fn file_safe(id: &str) -> String {
 impl Sink for Tables {
     fn message(&mut self, m: &Message, value: &Value<'_>) -> anyhow::Result<()> {
         let c = &m.channel;
-        let fixed = Fixed {
-            t_nanos: m.t_nanos,
-            producer_id: c.producer_id,
-            producer: &c.producer,
-            seq: m.sequence,
-        };
+        let fixed = Fixed::of_message(m);
         self.row(c.id, &c.schema, &fixed, value)
     }
 
     fn loss(&mut self, loss: &Loss<'_>) -> anyhow::Result<()> {
+        let schema = LossRecord::descriptor();
         let fixed = Fixed {
             t_nanos: loss.t_nanos,
             producer_id: loss.record.producer_id,
             producer: &loss.channel.producer,
+            pid: loss.channel.pid,
+            level: loss.channel.level.name(),
             seq: 0,
+            version: schema.version(),
         };
-        let schema = LossRecord::descriptor();
         self.row(loss.channel.id, schema, &fixed, &loss.value()?)
     }
 

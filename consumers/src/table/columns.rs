@@ -1,13 +1,13 @@
-//! Flattening payloads into table columns (CSV and Parquet).
+//! Flattening payloads into table columns (CSV, Parquet, Arrow for Python's `to_pandas`).
 //!
 //! A table's columns come from the schema's descriptor, not from the values, so every row of a
 //! schema has the same columns. Their names are the dotted paths of
-//! [`snapbus_consumers::fields`] (the walk of [`FieldNode::tree`]); this module chooses what
-//! each holds and formats it:
+//! [`crate::fields`] (the walk of [`FieldNode::tree`]); this module chooses what
+//! each holds and formats it (the Arrow types: [`arrow`](super::arrow)):
 //!
 //! | descriptor | columns |
 //! |---|---|
-//! | (every table) | `t_nanos`, `producer_id`, `producer`, `seq` first |
+//! | (every table) | [`FIXED`]: `t_nanos`, `producer_id`, `producer`, `pid`, `level`, `seq`, `version` first |
 //! | struct | one group per field, named `parent.field` (`obs.pos.x`); a root that is not a struct is one column `value` |
 //! | tuple | one group per element, `parent.0`, `parent.1`, … |
 //! | bool, integers, floats, string | one typed column |
@@ -15,24 +15,26 @@
 //! | bytes | binary (CSV: a JSON array of numbers) |
 //! | option | the inner type's columns, empty when none |
 //! | enum | a text column with the variant's name, then each variant's fields flattened as `enum.Variant.field` (`enum.Variant` for a newtype variant, `enum.Variant.0`, … for tuple variants), empty unless that variant is set |
-//! | fixed array of up to [`MAX_ELEMENTWISE`] numbers | CSV: a column per element, `name.0`, `name.1`, … (`position.0…2`); Parquet: a list of floats |
-//! | sequence or longer array of numbers | a list of floats (CSV: a JSON array) |
-//! | tensor | `name`: its elements flat, row-major, as a list of floats; `name.shape`: its dimensions as a list of integers (CSV: JSON arrays) |
+//! | fixed array of up to [`MAX_ELEMENTWISE`] numbers | CSV: a column per element, `name.0`, `name.1`, … (`position.0…2`); Arrow: a list of its dtype |
+//! | sequence or longer array of numbers | a list of its dtype (CSV: a JSON array) |
+//! | tensor | `name`: its elements flat, row-major, as a list of its dtype; `name.shape`: its dimensions as a list of integers (CSV: JSON arrays) |
 //! | anything else (sequences of other types, maps) | text: the JSON of the value (the same JSON as `echo`) |
 //!
-//! Lists of floats hold integers exactly up to 2^53. A payload column whose name is taken (a
-//! field called `seq` or `producer_id`, or a field name with a dot in it) is called
-//! `payload.<name>` (then `payload.<name>~2`, `~3`, …).
+//! A payload column whose name is taken (a field called `seq` or `producer_id`, or a field name
+//! with a dot in it) is called `payload.<name>` (then `payload.<name>~2`, `~3`, …); its
+//! [`Column::path`] keeps the field's own path.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use snapbus_consumers::fields::{FieldNode, MAX_ELEMENTWISE, Parts, TENSOR_SHAPE, join};
+use crate::fields::{FieldNode, MAX_ELEMENTWISE, Parts, TENSOR_SHAPE, join};
 use snapbus_schemas::{DType, Packed, SchemaDescriptor, TypeDesc, Value, walk};
 
-/// What a column holds (and so its Parquet type).
+/// What a column holds (and so its Arrow type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
+    /// The record's time (CLOCK_REALTIME, nanoseconds since the Unix epoch).
+    Time,
     /// `bool`.
     Bool,
     /// A number of one dtype (its Arrow type: [`DType::arrow`]).
@@ -41,8 +43,10 @@ pub(crate) enum Kind {
     Text,
     /// A byte buffer.
     Bytes,
-    /// Numbers (a packed sequence or a tensor's elements), as a list of floats.
-    Floats,
+    /// Numbers of one dtype: a packed sequence or array.
+    List(DType),
+    /// A tensor's elements, flat and row-major; its shape is the next column ([`Kind::Shape`]).
+    Tensor(DType),
     /// A tensor's shape, as a list of integers.
     Shape,
     /// Anything else, as its JSON text.
@@ -51,17 +55,19 @@ pub(crate) enum Kind {
 
 /// One column of a table.
 #[derive(Debug, Clone)]
-pub(crate) struct Column {
-    /// Its name (dotted path).
-    pub(crate) name: String,
-    /// What it holds (only Parquet has types).
-    #[cfg_attr(not(feature = "parquet"), allow(dead_code))]
-    pub(crate) kind: Kind,
+pub struct Column {
+    /// Its name (the dotted path, or `payload.<path>` when that name is taken).
+    pub name: String,
+    /// The dotted path of the field it holds (`""` for the fixed columns and for a root that
+    /// is not a struct).
+    pub path: String,
+    /// What it holds.
+    pub kind: Kind,
 }
 
 /// One cell of a row, borrowing from the decoded value.
 #[derive(Debug)]
-pub(crate) enum Cell<'a> {
+pub enum Cell<'a> {
     /// Empty (an option that is none, another enum variant).
     Null,
     /// A fixed column's integer.
@@ -80,7 +86,7 @@ pub(crate) enum Cell<'a> {
 
 impl Cell<'_> {
     /// The cell as CSV text.
-    pub(crate) fn to_text(&self) -> Cow<'_, str> {
+    pub fn to_text(&self) -> Cow<'_, str> {
         match self {
             Cell::Null => Cow::Borrowed(""),
             Cell::U64(v) => Cow::Owned(v.to_string()),
@@ -147,17 +153,22 @@ enum Node {
     Enum { tag: usize, variants: Vec<Node> },
 }
 
-/// The fixed columns every table starts with.
-pub(crate) const FIXED: [(&str, Kind); 4] = [
-    ("t_nanos", Kind::Num(DType::U64)),
+/// The fixed columns every table starts with: the record's time, its producer (bus id,
+/// name, pid), its level (`TRACE` … `ERROR`), the low 32 bits of its lane sequence number and
+/// its schema's version.
+pub const FIXED: [(&str, Kind); 7] = [
+    ("t_nanos", Kind::Time),
     ("producer_id", Kind::Num(DType::U64)),
     ("producer", Kind::Text),
+    ("pid", Kind::Num(DType::U32)),
+    ("level", Kind::Text),
     ("seq", Kind::Num(DType::U32)),
+    ("version", Kind::Num(DType::U32)),
 ];
 
 /// The columns of one schema and how its values fill them.
 #[derive(Debug)]
-pub(crate) struct Plan {
+pub struct Plan {
     columns: Vec<Column>,
     root: Node,
 }
@@ -172,6 +183,10 @@ struct Builder {
 
 impl Builder {
     fn column(&mut self, path: &str, kind: Kind) -> usize {
+        self.named_column(path, path, kind)
+    }
+
+    fn named_column(&mut self, path: &str, field: &str, kind: Kind) -> usize {
         let base = if path.is_empty() { "value" } else { path };
         let mut name = base.to_owned();
         if self.taken.contains(&name) {
@@ -183,7 +198,11 @@ impl Builder {
             name = format!("payload.{base}~{n}");
         }
         self.taken.insert(name.clone());
-        self.columns.push(Column { name, kind });
+        self.columns.push(Column {
+            name,
+            path: field.to_owned(),
+            kind,
+        });
         self.columns.len() - 1
     }
 
@@ -199,8 +218,8 @@ impl Builder {
                 Node::Enum { tag, variants }
             }
             Parts::Leaf => match walk::Kind::of(n.desc) {
-                walk::Kind::Tensor(_) => {
-                    let data = self.column(&n.path, Kind::Floats);
+                walk::Kind::Tensor(dtype) => {
+                    let data = self.column(&n.path, Kind::Tensor(dtype));
                     let shape = self.column(&join(&n.path, TENSOR_SHAPE), Kind::Shape);
                     Node::Tensor { data, shape }
                 }
@@ -237,7 +256,9 @@ impl Kind {
             walk::Kind::Num(d) => Kind::Num(d),
             walk::Kind::U128 | walk::Kind::I128 | walk::Kind::Str => Kind::Text,
             walk::Kind::Bytes => Kind::Bytes,
-            _ if desc.packed_dtype().is_some() => Kind::Floats,
+            _ if desc.packed_dtype().is_some() => {
+                Kind::List(desc.packed_dtype().unwrap_or(DType::F64))
+            }
             // Other sequences, arrays and maps (structs, tuples, options, enums and tensors are
             // not leaves).
             _ => Kind::Json,
@@ -248,14 +269,14 @@ impl Kind {
 impl Plan {
     /// The columns of `schema`: the [`FIXED`] ones, then the payload's; with `split_arrays`,
     /// a column per element of each fixed array of up to [`MAX_ELEMENTWISE`] numbers.
-    pub(crate) fn new(schema: &SchemaDescriptor, split_arrays: bool) -> Plan {
+    pub fn new(schema: &SchemaDescriptor, split_arrays: bool) -> Plan {
         let mut b = Builder {
             columns: Vec::new(),
             taken: HashSet::new(),
             split_arrays,
         };
         for (name, kind) in FIXED {
-            b.column(name, kind);
+            b.named_column(name, "", kind);
         }
         let root = b.node(&FieldNode::tree(schema.root()));
         Plan {
@@ -265,18 +286,21 @@ impl Plan {
     }
 
     /// All columns, in order.
-    pub(crate) fn columns(&self) -> &[Column] {
+    pub fn columns(&self) -> &[Column] {
         &self.columns
     }
 
     /// One row: the fixed columns, then `value` (decoded with this plan's schema) flattened.
-    pub(crate) fn row<'a>(&self, fixed: &'a Fixed<'a>, value: &'a Value<'a>) -> Vec<Cell<'a>> {
+    pub fn row<'a>(&self, fixed: &'a Fixed<'a>, value: &'a Value<'a>) -> Vec<Cell<'a>> {
         let mut cells: Vec<Cell<'a>> = Vec::with_capacity(self.columns.len());
         cells.extend([
             Cell::U64(fixed.t_nanos),
             Cell::U64(fixed.producer_id),
             Cell::Str(fixed.producer),
+            Cell::U64(u64::from(fixed.pid)),
+            Cell::Str(fixed.level),
             Cell::U64(u64::from(fixed.seq)),
+            Cell::U64(u64::from(fixed.version)),
         ]);
         cells.resize_with(self.columns.len(), || Cell::Null);
         fill(&self.root, value, &mut cells);
@@ -286,15 +310,38 @@ impl Plan {
 
 /// The values of the fixed columns.
 #[derive(Debug)]
-pub(crate) struct Fixed<'a> {
+pub struct Fixed<'a> {
     /// CLOCK_REALTIME of the record, nanoseconds.
-    pub(crate) t_nanos: u64,
+    pub t_nanos: u64,
     /// The producer's id on the recorded bus.
-    pub(crate) producer_id: u64,
+    pub producer_id: u64,
     /// The producer's name.
-    pub(crate) producer: &'a str,
+    pub producer: &'a str,
+    /// The producer's pid.
+    pub pid: u32,
+    /// The record's level, by name (`INFO`).
+    pub level: &'a str,
     /// The low 32 bits of the record's lane sequence number.
-    pub(crate) seq: u32,
+    pub seq: u32,
+    /// The schema's version.
+    pub version: u32,
+}
+
+#[cfg(feature = "recording")]
+impl<'a> Fixed<'a> {
+    /// The fixed columns of a recorded record.
+    pub fn of_message(m: &'a crate::recording::Message) -> Fixed<'a> {
+        let c = &m.channel;
+        Fixed {
+            t_nanos: m.t_nanos,
+            producer_id: c.producer_id,
+            producer: &c.producer,
+            pid: c.pid,
+            level: c.level.name(),
+            seq: m.sequence,
+            version: c.schema.version(),
+        }
+    }
 }
 
 /// Puts `value` into the cells of `node`. A value that does not have the node's shape (it was
