@@ -10,10 +10,12 @@
 pub(crate) const SUMMARY_SUFFIX: &str = ".summary";
 
 /// The start of the segment that names a grouped summary's group-by fields.
+#[cfg_attr(not(feature = "aggregator"), allow(dead_code))]
 const GROUP_PREFIX: &str = "by_";
 
 /// The id of the summaries of schema `source` grouped by `group` (dotted field paths; none:
 /// `<source>.summary`).
+#[cfg_attr(not(feature = "aggregator"), allow(dead_code))]
 pub(crate) fn summary_id(source: &str, group: &[String]) -> String {
     if group.is_empty() {
         return format!("{source}{SUMMARY_SUFFIX}");
@@ -27,6 +29,7 @@ pub(crate) fn summary_id(source: &str, group: &[String]) -> String {
 
 /// The id of the schema a summary id summarizes (`grouped`: the summary has a `group` field,
 /// so its id names the group-by fields); `None` if `id` is not a summary id.
+#[cfg_attr(not(feature = "aggregator"), allow(dead_code))]
 pub(crate) fn summarized_id(id: &str, grouped: bool) -> Option<&str> {
     let base = id.strip_suffix(SUMMARY_SUFFIX)?;
     if !grouped {
