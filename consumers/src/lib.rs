@@ -73,6 +73,8 @@
 
 #[cfg(feature = "aggregator")]
 pub mod aggregator;
+#[cfg(feature = "bridge")]
+pub mod bridge;
 pub mod fields;
 #[cfg(feature = "otlp")]
 pub mod otlp;

@@ -17,6 +17,8 @@ mod ls;
 pub(crate) mod monty;
 #[cfg(feature = "otlp")]
 pub(crate) mod otlp;
+#[cfg(feature = "bridge")]
+pub(crate) mod bridge;
 #[cfg(feature = "plotter")]
 pub(crate) mod plot;
 #[cfg(feature = "prometheus")]

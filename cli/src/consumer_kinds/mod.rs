@@ -29,6 +29,8 @@ use snapbus_bus::runtime::BusDir;
 
 #[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
+#[cfg(feature = "bridge")]
+use crate::command::bridge::BridgeArgs;
 use crate::command::monty::MontyArgs;
 #[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
@@ -59,6 +61,8 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<OtlpArgs>(),
     ConsumerKind::of::<RerunArgs>(),
     ConsumerKind::of::<MontyArgs>(),
+    #[cfg(feature = "bridge")]
+    ConsumerKind::of::<BridgeArgs>(),
 ];
 
 /// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.

@@ -1,0 +1,193 @@
+//! The node's side: every record of the subscribed schemas published on Zenoh
+//! ([`NodeSide`], a [`Consumer`]), and the history the node's rings still hold, read anew
+//! for each query ([`answer_history`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use snapbus_bus::schemas::SchemaDescriptor;
+use snapbus_bus::status::StatusBoard;
+use zenoh::Wait;
+use zenoh::qos::CongestionControl;
+
+use super::wire::{Header, KIND_LOSS, KIND_RECORD};
+use super::{LOSS_CHUNK, lane_key, new_pass};
+use crate::runtime::{Consumer, Flow, HookError, Lag, Record};
+
+/// The descriptors the node has sent, by fingerprint (answered to a station that missed one).
+pub type Descriptors = Arc<Mutex<HashMap<u64, Vec<u8>>>>;
+
+/// Where a pass's messages go: a Zenoh publisher per key (live), or a query's replies
+/// (history).
+pub trait Outlet {
+    /// Sends `message` under `key`.
+    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError>;
+}
+
+/// The live outlet: one declared publisher per key, blocking when the link is congested
+/// (the bridge then falls behind in the ring, and what it loses there is counted and sent).
+pub struct Publish {
+    session: zenoh::Session,
+    publishers: HashMap<String, zenoh::pubsub::Publisher<'static>>,
+}
+
+impl Publish {
+    /// Publishes through `session`.
+    pub fn new(session: zenoh::Session) -> Publish {
+        Publish {
+            session,
+            publishers: HashMap::new(),
+        }
+    }
+}
+
+impl Outlet for Publish {
+    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError> {
+        if !self.publishers.contains_key(key) {
+            let p = self
+                .session
+                .declare_publisher(key.to_owned())
+                .congestion_control(CongestionControl::Block)
+                .wait()?;
+            self.publishers.insert(key.to_owned(), p);
+        }
+        let p = &self.publishers[key];
+        p.put(message).wait()?;
+        Ok(())
+    }
+}
+
+/// A history query's outlet: each message a reply.
+pub struct Reply(pub zenoh::query::Query);
+
+impl Outlet for Reply {
+    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError> {
+        self.0.reply(key.to_owned(), message).wait()?;
+        Ok(())
+    }
+}
+
+/// What the pass knows of one lane.
+#[derive(Default)]
+struct LaneBooks {
+    n: u64,
+    ring_lost: u64,
+    /// Fingerprints whose descriptor this pass has sent.
+    described: Vec<u64>,
+}
+
+/// The node's consumer: each record as a message of [`wire`](super::wire) under
+/// `snapbus/<bus>/<host>/<lane>/<schema>`.
+pub struct NodeSide<O: Outlet> {
+    prefix: String,
+    pass: u64,
+    own_pid: u32,
+    lanes: HashMap<u64, LaneBooks>,
+    outlet: O,
+    descriptors: Descriptors,
+    board: Option<StatusBoard>,
+}
+
+impl<O: Outlet> NodeSide<O> {
+    /// A pass sending under `prefix` (`snapbus/<bus>/<host>`) through `outlet`; `board`, the
+    /// consumer's status board (counts `sent` and `lost`).
+    pub fn new(
+        prefix: String,
+        outlet: O,
+        descriptors: Descriptors,
+        board: Option<StatusBoard>,
+    ) -> NodeSide<O> {
+        NodeSide {
+            prefix,
+            pass: new_pass(),
+            own_pid: std::process::id(),
+            lanes: HashMap::new(),
+            outlet,
+            descriptors,
+            board,
+        }
+    }
+
+    /// The pass's id.
+    pub fn pass(&self) -> u64 {
+        self.pass
+    }
+
+    fn describe(&self, schema: &SchemaDescriptor) -> Vec<u8> {
+        let bytes = schema.to_canonical_bytes();
+        self.descriptors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(schema.fingerprint(), bytes.clone());
+        bytes
+    }
+}
+
+impl<O: Outlet> Consumer for NodeSide<O> {
+    fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
+        if r.producer.pid == self.own_pid {
+            // Records this process re-emitted from elsewhere never go back out.
+            return Ok(Flow::Continue);
+        }
+        let fp = r.schema.fingerprint();
+        let lane = self.lanes.entry(r.producer.lane_id).or_default();
+        let first = !lane.described.contains(&fp);
+        let (n, ring_lost) = (lane.n, lane.ring_lost);
+        let descriptor = if first { self.describe(r.schema) } else { Vec::new() };
+        let h = Header {
+            kind: KIND_RECORD,
+            pass: self.pass,
+            n,
+            seq: r.header.seq,
+            ring_lost,
+            t_nanos: r.header.t_nanos,
+            pid: r.producer.pid,
+            level: r.header.level.as_u8(),
+            schema_version: r.header.schema_version,
+            fingerprint: fp,
+            producer: r.producer.name,
+            emitter: r.emitter.unwrap_or(""),
+            descriptor: &descriptor,
+        };
+        let key = format!("{}/{}", lane_key(&self.prefix, r.producer.lane_id), r.schema.id());
+        self.outlet.send(&key, h.encode(r.payload))?;
+        let lane = self.lanes.entry(r.producer.lane_id).or_default();
+        lane.n += 1;
+        if first {
+            lane.described.push(fp);
+        }
+        if let Some(b) = &self.board {
+            b.add("out.sent", 1);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
+        if lag.producer.pid == self.own_pid {
+            return Ok(Flow::Continue);
+        }
+        let lane = self.lanes.entry(lag.producer.lane_id).or_default();
+        lane.ring_lost += lag.lost + lag.damaged;
+        let h = Header {
+            kind: KIND_LOSS,
+            pass: self.pass,
+            n: lane.n,
+            seq: 0,
+            ring_lost: lane.ring_lost,
+            t_nanos: 0,
+            pid: lag.producer.pid,
+            level: 0,
+            schema_version: 0,
+            fingerprint: 0,
+            producer: lag.producer.name,
+            emitter: "",
+            descriptor: &[],
+        };
+        let key = format!("{}/{LOSS_CHUNK}", lane_key(&self.prefix, lag.producer.lane_id));
+        self.outlet.send(&key, h.encode(&[]))?;
+        if let Some(b) = &self.board {
+            b.add("out.lost", lag.lost + lag.damaged);
+        }
+        Ok(Flow::Continue)
+    }
+}
