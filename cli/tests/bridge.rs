@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -25,7 +25,10 @@ struct Netns {
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("run ip (iproute2)");
+    let st = Command::new("ip")
+        .args(args)
+        .status()
+        .expect("run ip (iproute2)");
     assert!(st.success(), "ip {args:?} failed");
 }
 
@@ -187,7 +190,17 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     bridge.expect_stderr("sending");
 
     // A finished run: the late workstation gets it from the node's ring.
-    let out = run_cmd(&mut node.cmd(&["demo", "--no-echo", "--no-aggregator", "--episodes", "4", "--steps", "5", "--rate", "0"]));
+    let out = run_cmd(&mut node.cmd(&[
+        "demo",
+        "--no-echo",
+        "--no-aggregator",
+        "--episodes",
+        "4",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]));
     assert!(out.status.success(), "demo: {}", out.stderr);
     let echo = ws.spawn("ws echo", &["echo", "--from", "oldest", "demo.*"]);
     echo.expect_stderr("subscribed");
@@ -195,8 +208,15 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     let station = ws.spawn("ws bridge", &["bridge", "--receive", "--connect", &connect]);
     let lines = echo.json_lines(24);
     let places: Vec<u64> = lines.iter().map(|l| check_remote(l, 5)).collect();
-    assert_eq!(places, (0..24).collect::<Vec<_>>(), "the whole grid, in order, once");
-    let seqs: Vec<u64> = lines.iter().map(|l| l["seq"].as_u64().expect("seq")).collect();
+    assert_eq!(
+        places,
+        (0..24).collect::<Vec<_>>(),
+        "the whole grid, in order, once"
+    );
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
     assert_eq!(seqs, places, "numbered as on the node");
     drop(echo);
 
@@ -205,7 +225,17 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     let echo = ws.spawn("ws echo 2", &["echo", "demo.*"]);
     echo.expect_stderr("subscribed");
     let (episodes, steps) = (20u64, 100u64);
-    let mut demo_cmd = node.cmd(&["demo", "--no-echo", "--no-aggregator", "--episodes", "20", "--steps", "100", "--rate", "300"]);
+    let mut demo_cmd = node.cmd(&[
+        "demo",
+        "--no-echo",
+        "--no-aggregator",
+        "--episodes",
+        "20",
+        "--steps",
+        "100",
+        "--rate",
+        "300",
+    ]);
     demo_cmd.env("SNAPBUS_LANE_BYTES", "65536");
     let mut demo = Bg::spawn("demo 2", demo_cmd);
     let total = demo_order(episodes, steps).len() as u64;
@@ -230,7 +260,10 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
         }
     }
     let places: Vec<u64> = got.iter().map(|l| check_remote(l, steps)).collect();
-    assert!(places.windows(2).all(|w| w[0] < w[1]), "in order, nothing twice");
+    assert!(
+        places.windows(2).all(|w| w[0] < w[1]),
+        "in order, nothing twice"
+    );
     let lost = echo_lost(&echo.log());
     assert!(lost > 0, "the outage lost records: {}", echo.log());
     assert_eq!(

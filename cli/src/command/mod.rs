@@ -5,6 +5,8 @@
 #[cfg(feature = "aggregator")]
 pub(crate) mod aggregate;
 pub(crate) mod attach;
+#[cfg(feature = "bridge")]
+pub(crate) mod bridge;
 mod demo;
 pub(crate) mod detach;
 mod down;
@@ -17,8 +19,6 @@ mod ls;
 pub(crate) mod monty;
 #[cfg(feature = "otlp")]
 pub(crate) mod otlp;
-#[cfg(feature = "bridge")]
-pub(crate) mod bridge;
 #[cfg(feature = "plotter")]
 pub(crate) mod plot;
 #[cfg(feature = "prometheus")]

@@ -1,6 +1,6 @@
 //! The node's side: every record of the subscribed schemas published on Zenoh
 //! ([`NodeSide`], a [`Consumer`]), and the history the node's rings still hold, read anew
-//! for each query ([`answer_history`]).
+//! for each query ([`Reply`], run by [`run_node`](super::run_node)'s queryable).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -133,7 +133,11 @@ impl<O: Outlet> Consumer for NodeSide<O> {
         let lane = self.lanes.entry(r.producer.lane_id).or_default();
         let first = !lane.described.contains(&fp);
         let (n, ring_lost) = (lane.n, lane.ring_lost);
-        let descriptor = if first { self.describe(r.schema) } else { Vec::new() };
+        let descriptor = if first {
+            self.describe(r.schema)
+        } else {
+            Vec::new()
+        };
         let h = Header {
             kind: KIND_RECORD,
             pass: self.pass,
@@ -149,7 +153,11 @@ impl<O: Outlet> Consumer for NodeSide<O> {
             emitter: r.emitter.unwrap_or(""),
             descriptor: &descriptor,
         };
-        let key = format!("{}/{}", lane_key(&self.prefix, r.producer.lane_id), r.schema.id());
+        let key = format!(
+            "{}/{}",
+            lane_key(&self.prefix, r.producer.lane_id),
+            r.schema.id()
+        );
         self.outlet.send(&key, h.encode(r.payload))?;
         let lane = self.lanes.entry(r.producer.lane_id).or_default();
         lane.n += 1;
@@ -183,7 +191,10 @@ impl<O: Outlet> Consumer for NodeSide<O> {
             emitter: "",
             descriptor: &[],
         };
-        let key = format!("{}/{LOSS_CHUNK}", lane_key(&self.prefix, lag.producer.lane_id));
+        let key = format!(
+            "{}/{LOSS_CHUNK}",
+            lane_key(&self.prefix, lag.producer.lane_id)
+        );
         self.outlet.send(&key, h.encode(&[]))?;
         if let Some(b) = &self.board {
             b.add("out.lost", lag.lost + lag.damaged);

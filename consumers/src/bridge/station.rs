@@ -97,10 +97,7 @@ impl Station {
         Ok(())
     }
 
-    fn subscribe(
-        &self,
-        tx: Sender<Inbound>,
-    ) -> Result<zenoh::pubsub::Subscriber<()>, BridgeError> {
+    fn subscribe(&self, tx: Sender<Inbound>) -> Result<zenoh::pubsub::Subscriber<()>, BridgeError> {
         Ok(self
             .session
             .declare_subscriber(format!("{}/**", self.root))
@@ -225,7 +222,12 @@ impl Station {
         Ok(())
     }
 
-    fn remote(&mut self, host: &str, lane: u64, h: &Header<'_>) -> Result<&mut Remote, BridgeError> {
+    fn remote(
+        &mut self,
+        host: &str,
+        lane: u64,
+        h: &Header<'_>,
+    ) -> Result<&mut Remote, BridgeError> {
         let k = (host.to_owned(), lane);
         if !self.remotes.contains_key(&k) {
             let publisher = Publisher::start(
@@ -252,9 +254,18 @@ impl Station {
 
     /// How to emit records of `h`'s schema in the remote lane's producer (`None`: a schema
     /// the globs leave out).
-    fn meta(&mut self, host: &str, lane: u64, h: &Header<'_>) -> Result<Option<EmitMeta>, BridgeError> {
+    fn meta(
+        &mut self,
+        host: &str,
+        lane: u64,
+        h: &Header<'_>,
+    ) -> Result<Option<EmitMeta>, BridgeError> {
         let k = (host.to_owned(), lane);
-        if let Some(m) = self.remotes.get(&k).and_then(|r| r.metas.get(&h.fingerprint)) {
+        if let Some(m) = self
+            .remotes
+            .get(&k)
+            .and_then(|r| r.metas.get(&h.fingerprint))
+        {
             return Ok(*m);
         }
         let desc = self.descriptor(host, h)?;
@@ -263,7 +274,9 @@ impl Station {
                 "snapbus bridge: no descriptor for schema {:016x} of {host}: its records are refused",
                 h.fingerprint
             );
-            self.remote(host, lane, h)?.metas.insert(h.fingerprint, None);
+            self.remote(host, lane, h)?
+                .metas
+                .insert(h.fingerprint, None);
             return Ok(None);
         };
         let wanted = self.globs.is_empty() || self.globs.iter().any(|g| g.matches(desc.id()));
@@ -300,7 +313,10 @@ impl Station {
         let bytes = if h.descriptor.is_empty() {
             let replies = self
                 .session
-                .get(format!("{}/{host}/{SCHEMA_CHUNK}/{:016x}", self.root, h.fingerprint))
+                .get(format!(
+                    "{}/{host}/{SCHEMA_CHUNK}/{:016x}",
+                    self.root, h.fingerprint
+                ))
                 .timeout(HISTORY_TIMEOUT)
                 .wait()?;
             match replies.recv().ok().and_then(|r| r.into_result().ok()) {

@@ -88,7 +88,9 @@ impl Header<'_> {
 pub fn decode(b: &[u8]) -> Result<(Header<'_>, &[u8]), WireError> {
     let mut r = Cursor(b);
     if r.take(1)? != [VERSION] {
-        return Err(WireError("an unknown version (a newer or older snapbus on the node?)"));
+        return Err(WireError(
+            "an unknown version (a newer or older snapbus on the node?)",
+        ));
     }
     let kind = r.u8()?;
     let pass = r.u64()?;
