@@ -284,5 +284,15 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     wait_until("ls shows the bridge's loss", WATCHDOG, || {
         consumer(station.pid()).is_some_and(|c| c["board"]["in.lost"].as_u64() == Some(lost))
     });
+    // The node's producers ended, so do their stand-ins (`echo --until-end`, recorders).
+    wait_until("the remote producers are closed here too", WATCHDOG, || {
+        let ls = ws.ls();
+        let ps = ls["producers"].as_array().cloned().unwrap_or_default();
+        let remote: Vec<&Value> = ps
+            .iter()
+            .filter(|p| p["info"]["name"] == "demo@node")
+            .collect();
+        remote.len() == 2 && remote.iter().all(|p| p["status"] == "closed")
+    });
     bridge.kill9();
 }

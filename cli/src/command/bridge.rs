@@ -148,8 +148,9 @@ pub(crate) fn run(args: &BridgeArgs) -> anyhow::Result<()> {
         run_node(&dir, &session, &opts, board, &stop).map_err(anyhow::Error::from)
     } else {
         let mut opts = RunOptions::new("bridge");
-        // Subscribed to no schema: only there to be listed, with the station's counters.
-        opts.subscribe.globs = crate::bus::globs(&["snapbus.bridge.receive-only".to_owned()])?;
+        // Reads nothing (a cut at the latest record, and later lanes are not read): only there
+        // to be listed, with the station's counters.
+        opts.subscribe.cut = true;
         opts.status = Some(board);
         opts.handle_signals = false;
         run_consumer(&dir, &opts, &mut Presence, Some(&stop))

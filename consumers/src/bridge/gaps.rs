@@ -9,7 +9,7 @@
 //! and the gap after it is lost — counted over every record of the lane, as the bus counts a
 //! ring's overwrites.
 
-use super::wire::{Header, KIND_LOSS};
+use super::wire::{Header, KIND_RECORD};
 
 /// What to do with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum Verdict {
     },
     /// Seen already: drop it.
     Duplicate,
-    /// A loss report: mark `lost` records as lost.
+    /// A loss report or a lane's end: mark `lost` records as lost.
     Loss {
         /// Records lost.
         lost: u64,
@@ -42,7 +42,7 @@ impl Books {
     /// Takes message `h` into the books.
     pub fn take(&mut self, h: &Header<'_>) -> Verdict {
         let same = self.last_seq.is_some() && h.pass == self.pass;
-        if h.kind == KIND_LOSS {
+        if h.kind != KIND_RECORD {
             if !same {
                 // The next record's sequence gap counts it.
                 return Verdict::Loss { lost: 0 };
@@ -99,7 +99,7 @@ impl Books {
 
 #[cfg(test)]
 mod tests {
-    use super::super::wire::KIND_RECORD;
+    use super::super::wire::KIND_LOSS;
     use super::*;
 
     fn rec(pass: u64, n: u64, seq: u64, ring_lost: u64) -> Header<'static> {

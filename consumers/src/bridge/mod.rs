@@ -15,7 +15,7 @@
 //! unique (two `python` processes) while a lane id is, and survives a broker restart; the
 //! schema id last (its characters are all valid in a key), so that a Zenoh subscriber can pick
 //! schemas (`snapbus/<bus>/*/*/demo.step`). Loss reports go under the lane's
-//! [`LOSS_CHUNK`]; descriptors are answered under `<host>/@schema/<fingerprint>` and each
+//! [`LANE_CHUNK`]; descriptors are answered under `<host>/@schema/<fingerprint>` and each
 //! node's liveness under `<host>/@bridge/<pass>` (`@` chunks match only themselves, never
 //! `**`).
 
@@ -37,13 +37,14 @@ pub mod node;
 pub mod station;
 pub mod wire;
 
-pub use node::{Descriptors, NodeSide, Publish, Reply};
+pub use node::{NodeShared, NodeSide, Publish, Reply, Shared};
 pub use station::Station;
 
 use crate::runtime::{RunError, RunOptions, run};
 
-/// The last chunk of a lane's loss reports (a schema id cannot be it: ids have no `@`).
-pub const LOSS_CHUNK: &str = "@loss";
+/// The last chunk of a lane's own messages, loss reports and its end (a schema id cannot be
+/// it: ids have no `~`; not an `@` chunk, which `**` would not match).
+pub const LANE_CHUNK: &str = "lane~";
 /// The chunk under a host of the descriptors it answers for.
 pub const SCHEMA_CHUNK: &str = "@schema";
 /// The chunk under a host of its bridges' liveliness tokens.
@@ -176,24 +177,24 @@ pub fn run_node(
     stop: &AtomicBool,
 ) -> Result<(), BridgeError> {
     let prefix = host_prefix(dir.name().as_str(), &opts.host);
-    let descriptors: Descriptors = Arc::default();
+    let shared: Shared = Arc::default();
     let live = NodeSide::new(
         prefix.clone(),
         Publish::new(session.clone()),
-        Arc::clone(&descriptors),
+        Arc::clone(&shared),
         Some(board.clone()),
     );
     let _history = {
         let (dir, prefix, globs) = (dir.clone(), prefix.clone(), opts.globs.clone());
-        let descriptors = Arc::clone(&descriptors);
+        let shared = Arc::clone(&shared);
         let board = board.clone();
         session
             .declare_queryable(format!("{prefix}/**"))
             .callback(move |q| {
                 let (dir, prefix, globs) = (dir.clone(), prefix.clone(), globs.clone());
-                let (descriptors, board) = (Arc::clone(&descriptors), board.clone());
+                let (shared, board) = (Arc::clone(&shared), board.clone());
                 std::thread::spawn(move || {
-                    if let Err(e) = answer_history(&dir, prefix, globs, q, descriptors) {
+                    if let Err(e) = answer_history(&dir, prefix, globs, q, shared) {
                         snapbus_bus::say!("snapbus bridge: a history query failed: {e}");
                     }
                     board.add("out.history_queries", 1);
@@ -202,13 +203,14 @@ pub fn run_node(
             .wait()?
     };
     let _schemas = {
-        let descriptors = Arc::clone(&descriptors);
+        let shared = Arc::clone(&shared);
         session
             .declare_queryable(format!("{prefix}/{SCHEMA_CHUNK}/*"))
             .callback(move |q| {
                 let fp = q.key_expr().as_str().rsplit('/').next().unwrap_or("");
                 let fp = u64::from_str_radix(fp, 16).unwrap_or(0);
-                let d = descriptors
+                let d = shared
+                    .descriptors
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .get(&fp)
@@ -244,7 +246,7 @@ fn answer_history(
     prefix: String,
     globs: Vec<Glob>,
     query: zenoh::query::Query,
-    descriptors: Descriptors,
+    shared: Shared,
 ) -> Result<(), BridgeError> {
     let mut opts = RunOptions::new("bridge-history");
     opts.subscribe.globs = globs;
@@ -253,7 +255,7 @@ fn answer_history(
     opts.until_end = true;
     opts.handle_signals = false;
     opts.drain_on_stop = Duration::ZERO;
-    let mut side = NodeSide::new(prefix, Reply(query), descriptors, None);
+    let mut side = NodeSide::new(prefix, Reply(query), shared, None).history();
     run(dir, &opts, &mut side, None)?;
     Ok(())
 }

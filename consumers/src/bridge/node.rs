@@ -2,7 +2,7 @@
 //! ([`NodeSide`], a [`Consumer`]), and the history the node's rings still hold, read anew
 //! for each query ([`Reply`], run by [`run_node`](super::run_node)'s queryable).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use snapbus_bus::schemas::SchemaDescriptor;
@@ -10,12 +10,21 @@ use snapbus_bus::status::StatusBoard;
 use zenoh::Wait;
 use zenoh::qos::CongestionControl;
 
-use super::wire::{Header, KIND_LOSS, KIND_RECORD};
-use super::{LOSS_CHUNK, lane_key, new_pass};
-use crate::runtime::{Consumer, Flow, HookError, Lag, Record};
+use super::wire::{Header, KIND_END, KIND_LOSS, KIND_RECORD};
+use super::{LANE_CHUNK, lane_key, new_pass};
+use crate::runtime::{Consumer, Flow, HookError, Lag, Producer, ProducerChange, Record};
 
-/// The descriptors the node has sent, by fingerprint (answered to a station that missed one).
-pub type Descriptors = Arc<Mutex<HashMap<u64, Vec<u8>>>>;
+/// What the passes of one node share: the descriptors sent, by fingerprint (answered to a
+/// station that missed one), and the lanes the live pass saw end (a history answer ends them
+/// too, for a station that joins late).
+#[derive(Debug, Default)]
+pub struct NodeShared {
+    pub(crate) descriptors: Mutex<HashMap<u64, Vec<u8>>>,
+    pub(crate) ended: Mutex<HashSet<u64>>,
+}
+
+/// [`NodeShared`], shared.
+pub type Shared = Arc<NodeShared>;
 
 /// Where a pass's messages go: a Zenoh publisher per key (live), or a query's replies
 /// (history).
@@ -84,8 +93,10 @@ pub struct NodeSide<O: Outlet> {
     own_pid: u32,
     lanes: HashMap<u64, LaneBooks>,
     outlet: O,
-    descriptors: Descriptors,
+    shared: Shared,
     board: Option<StatusBoard>,
+    /// A history answer: lanes reaching the cut are not ended.
+    history: bool,
 }
 
 impl<O: Outlet> NodeSide<O> {
@@ -94,7 +105,7 @@ impl<O: Outlet> NodeSide<O> {
     pub fn new(
         prefix: String,
         outlet: O,
-        descriptors: Descriptors,
+        shared: Shared,
         board: Option<StatusBoard>,
     ) -> NodeSide<O> {
         NodeSide {
@@ -103,9 +114,38 @@ impl<O: Outlet> NodeSide<O> {
             own_pid: std::process::id(),
             lanes: HashMap::new(),
             outlet,
-            descriptors,
+            shared,
             board,
+            history: false,
         }
+    }
+
+    /// This pass answers a history query (lanes it reads to the cut have not ended).
+    pub fn history(mut self) -> NodeSide<O> {
+        self.history = true;
+        self
+    }
+
+    /// Sends a lane message (`kind`: [`KIND_LOSS`] or [`KIND_END`]) of `producer`.
+    fn lane_message(&mut self, kind: u8, producer: &Producer<'_>) -> Result<(), HookError> {
+        let lane = self.lanes.entry(producer.lane_id).or_default();
+        let h = Header {
+            kind,
+            pass: self.pass,
+            n: lane.n,
+            seq: 0,
+            ring_lost: lane.ring_lost,
+            t_nanos: 0,
+            pid: producer.pid,
+            level: 0,
+            schema_version: 0,
+            fingerprint: 0,
+            producer: producer.name,
+            emitter: "",
+            descriptor: &[],
+        };
+        let key = format!("{}/{LANE_CHUNK}", lane_key(&self.prefix, producer.lane_id));
+        self.outlet.send(&key, h.encode(&[]))
     }
 
     /// The pass's id.
@@ -115,7 +155,8 @@ impl<O: Outlet> NodeSide<O> {
 
     fn describe(&self, schema: &SchemaDescriptor) -> Vec<u8> {
         let bytes = schema.to_canonical_bytes();
-        self.descriptors
+        self.shared
+            .descriptors
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(schema.fingerprint(), bytes.clone());
@@ -174,30 +215,36 @@ impl<O: Outlet> Consumer for NodeSide<O> {
         if lag.producer.pid == self.own_pid {
             return Ok(Flow::Continue);
         }
-        let lane = self.lanes.entry(lag.producer.lane_id).or_default();
-        lane.ring_lost += lag.lost + lag.damaged;
-        let h = Header {
-            kind: KIND_LOSS,
-            pass: self.pass,
-            n: lane.n,
-            seq: 0,
-            ring_lost: lane.ring_lost,
-            t_nanos: 0,
-            pid: lag.producer.pid,
-            level: 0,
-            schema_version: 0,
-            fingerprint: 0,
-            producer: lag.producer.name,
-            emitter: "",
-            descriptor: &[],
-        };
-        let key = format!(
-            "{}/{LOSS_CHUNK}",
-            lane_key(&self.prefix, lag.producer.lane_id)
-        );
-        self.outlet.send(&key, h.encode(&[]))?;
+        let lost = lag.lost + lag.damaged;
+        self.lanes
+            .entry(lag.producer.lane_id)
+            .or_default()
+            .ring_lost += lost;
+        self.lane_message(KIND_LOSS, &lag.producer)?;
         if let Some(b) = &self.board {
-            b.add("out.lost", lag.lost + lag.damaged);
+            b.add("out.lost", lost);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
+        if let ProducerChange::Ended(p) = change {
+            let mut ended = self
+                .shared
+                .ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // A history answer reads every lane to the cut: only those that ended, end.
+            let end = if self.history {
+                ended.contains(&p.lane_id)
+            } else {
+                ended.insert(p.lane_id);
+                true
+            };
+            drop(ended);
+            if end && p.pid != self.own_pid {
+                self.lane_message(KIND_END, &p)?;
+            }
         }
         Ok(Flow::Continue)
     }

@@ -20,8 +20,11 @@ use zenoh::Wait;
 use zenoh::query::{ConsolidationMode, QueryTarget};
 
 use super::gaps::{Books, Verdict};
-use super::wire::{Header, KIND_RECORD, decode};
+use super::wire::{Header, KIND_END, KIND_RECORD, decode};
 use super::{BridgeError, HISTORY_TIMEOUT, SCHEMA_CHUNK, TOKEN_CHUNK};
+
+/// How long a new re-emitting producer waits for the broker to adopt it.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the station's Zenoh callbacks hand its thread.
 pub enum Inbound {
@@ -47,6 +50,8 @@ pub struct Station {
     remotes: HashMap<(String, u64), Remote>,
     descriptors: HashMap<u64, Arc<SchemaDescriptor>>,
     synced: HashSet<(String, u64)>,
+    /// Remote lanes that ended (their producers here are closed and gone).
+    ended: HashSet<(String, u64)>,
     board: StatusBoard,
 }
 
@@ -76,6 +81,7 @@ impl Station {
             remotes: HashMap::new(),
             descriptors: HashMap::new(),
             synced: HashSet::new(),
+            ended: HashSet::new(),
             board,
         }
     }
@@ -188,6 +194,11 @@ impl Station {
         };
         self.board.add("in.received", 1);
         let host = host.to_owned();
+        if self.ended.contains(&(host.clone(), lane)) {
+            // A history answer's copy of a lane that has ended since.
+            self.board.add("in.duplicates", 1);
+            return Ok(());
+        }
         let verdict = {
             let remote = self.remote(&host, lane, &h)?;
             remote.books.take(&h)
@@ -203,6 +214,14 @@ impl Station {
         if lost > 0 {
             remote.publisher.mark_lost(lost)?;
             self.board.add("in.lost", lost);
+        }
+        if h.kind == KIND_END {
+            // The node read the producer's lane to its end: so does every consumer here (the
+            // producer, dropped, closes its lane and its connection: `closed` in `ls`).
+            self.remotes.remove(&(host.clone(), lane));
+            self.ended.insert((host, lane));
+            self.board.add("in.ended", 1);
+            return Ok(());
         }
         if h.kind != KIND_RECORD {
             return Ok(());
@@ -239,6 +258,12 @@ impl Station {
                     perf_tag: None,
                 },
             )?;
+            // Adopted before anything is emitted or closed: a lane closed before the broker
+            // introduced it would never reach the consumers (as `snapbus replay` waits).
+            let t0 = std::time::Instant::now();
+            while !publisher.is_connected() && t0.elapsed() < JOIN_TIMEOUT {
+                std::thread::sleep(Duration::from_millis(2));
+            }
             self.board.add("in.producers", 1);
             self.remotes.insert(
                 k.clone(),

@@ -10,11 +10,13 @@ const VERSION: u8 = 1;
 pub const KIND_RECORD: u8 = 0;
 /// A loss report: records of the lane the node's reader lost (`ring_lost` grew), no payload.
 pub const KIND_LOSS: u8 = 1;
+/// The producer's lane ended (read to its end on the node): no payload.
+pub const KIND_END: u8 = 2;
 
 /// What a message says besides its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header<'a> {
-    /// [`KIND_RECORD`] or [`KIND_LOSS`].
+    /// [`KIND_RECORD`], [`KIND_LOSS`] or [`KIND_END`].
     pub kind: u8,
     /// The reading pass that sent it: a live bridge's instance, or one history query.
     pub pass: u64,

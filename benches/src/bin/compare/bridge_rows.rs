@@ -248,7 +248,10 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
         }
     }
     lat.sort_unstable();
-    let q = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p) as usize).map_or(f64::NAN, |&v| v as f64 / 1e3);
+    let q = |p: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * p) as usize)
+            .map_or(f64::NAN, |&v| v as f64 / 1e3)
+    };
     let span = match (first, last) {
         (Some(f), Some(l)) if l > f => (l - f).as_secs_f64(),
         _ => f64::NAN,
@@ -267,7 +270,11 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
 
 fn session(endpoint: &str, listen: bool) -> Result<zenoh::Session> {
     let mut c = zenoh::Config::default();
-    let key = if listen { "listen/endpoints" } else { "connect/endpoints" };
+    let key = if listen {
+        "listen/endpoints"
+    } else {
+        "connect/endpoints"
+    };
     c.insert_json5(key, &format!("[\"{endpoint}\"]"))
         .map_err(|e| anyhow!("{e}"))?;
     c.insert_json5("scouting/multicast/enabled", "false")
@@ -279,7 +286,10 @@ fn session(endpoint: &str, listen: bool) -> Result<zenoh::Session> {
 struct Netns([String; 2]);
 
 fn ip(args: &[&str]) -> Result<()> {
-    let st = Command::new("ip").args(args).status().context("run ip (iproute2)")?;
+    let st = Command::new("ip")
+        .args(args)
+        .status()
+        .context("run ip (iproute2)")?;
     if !st.success() {
         bail!("ip {args:?} failed (root is needed)");
     }
@@ -425,9 +435,12 @@ pub(crate) fn run(snapbus: &Path, quick: bool) -> Result<()> {
         }
     }
     let listen = format!("tcp/{a}:7447");
-    let _node = Kid(cli(0, &["bridge", "--send", "--host", "node", "--listen", &listen])
-        .stderr(Stdio::null())
-        .spawn()?);
+    let _node = Kid(cli(
+        0,
+        &["bridge", "--send", "--host", "node", "--listen", &listen],
+    )
+    .stderr(Stdio::null())
+    .spawn()?);
     let connect = format!("tcp/{a}:7447");
     let _ws = Kid(cli(1, &["bridge", "--receive", "--connect", &connect])
         .stderr(Stdio::null())
@@ -453,7 +466,10 @@ pub(crate) fn run(snapbus: &Path, quick: bool) -> Result<()> {
                 };
                 let m = one(&ns, &root, &side, [&rts[0], &rts[1]])
                     .with_context(|| format!("{path} {size} B"))?;
-                eprintln!("bridge rows: {path} {size} B {}: {m:?}", if latency { "latency" } else { "throughput" });
+                eprintln!(
+                    "bridge rows: {path} {size} B {}: {m:?}",
+                    if latency { "latency" } else { "throughput" }
+                );
                 rows.push((size, path, latency, m));
             }
         }
