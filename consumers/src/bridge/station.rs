@@ -18,6 +18,7 @@ use snapbus_bus::subscriber::Glob;
 use snapbus_bus::{Level, say};
 use zenoh::Wait;
 use zenoh::query::{ConsolidationMode, QueryTarget};
+use zenoh::sample::Locality;
 
 use super::gaps::{Books, Verdict};
 use super::wire::{Header, KIND_END, KIND_RECORD, decode};
@@ -107,6 +108,8 @@ impl Station {
         Ok(self
             .session
             .declare_subscriber(format!("{}/**", self.root))
+            // Not this process's own node side (a bridge carrying both ways).
+            .allowed_origin(Locality::Remote)
             .callback(move |s| {
                 let key = s.key_expr().as_str().to_owned();
                 let _ = tx.send(Inbound::Sample(key, s.payload().to_bytes().into_owned()));
@@ -171,6 +174,7 @@ impl Station {
             .session
             .get(format!("{}/{host}/**", self.root))
             .consolidation(ConsolidationMode::None)
+            .allowed_destination(Locality::Remote)
             .target(QueryTarget::All)
             .timeout(HISTORY_TIMEOUT)
             .wait()?;
@@ -342,6 +346,7 @@ impl Station {
                     "{}/{host}/{SCHEMA_CHUNK}/{:016x}",
                     self.root, h.fingerprint
                 ))
+                .allowed_destination(Locality::Remote)
                 .timeout(HISTORY_TIMEOUT)
                 .wait()?;
             match replies.recv().ok().and_then(|r| r.into_result().ok()) {
