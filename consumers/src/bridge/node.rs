@@ -29,15 +29,21 @@ pub type Shared = Arc<NodeShared>;
 /// Where a pass's messages go: a Zenoh publisher per key (live), or a query's replies
 /// (history).
 pub trait Outlet {
-    /// Sends `message` under `key`.
-    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError>;
+    /// Sends `message` under the key of `slot` (a lane and a schema key, 0 for the lane's own
+    /// messages), which `key` makes when it is new.
+    fn send(
+        &mut self,
+        slot: (u64, u16),
+        key: impl FnOnce() -> String,
+        message: Vec<u8>,
+    ) -> Result<(), HookError>;
 }
 
 /// The live outlet: one declared publisher per key, blocking when the link is congested
 /// (the bridge then falls behind in the ring, and what it loses there is counted and sent).
 pub struct Publish {
     session: zenoh::Session,
-    publishers: HashMap<String, zenoh::pubsub::Publisher<'static>>,
+    publishers: HashMap<(u64, u16), zenoh::pubsub::Publisher<'static>>,
 }
 
 impl Publish {
@@ -51,16 +57,21 @@ impl Publish {
 }
 
 impl Outlet for Publish {
-    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError> {
-        if !self.publishers.contains_key(key) {
-            let p = self
-                .session
-                .declare_publisher(key.to_owned())
-                .congestion_control(CongestionControl::Block)
-                .wait()?;
-            self.publishers.insert(key.to_owned(), p);
-        }
-        let p = &self.publishers[key];
+    fn send(
+        &mut self,
+        slot: (u64, u16),
+        key: impl FnOnce() -> String,
+        message: Vec<u8>,
+    ) -> Result<(), HookError> {
+        let p = match self.publishers.entry(slot) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                self.session
+                    .declare_publisher(key())
+                    .congestion_control(CongestionControl::Block)
+                    .wait()?,
+            ),
+        };
         p.put(message).wait()?;
         Ok(())
     }
@@ -70,8 +81,13 @@ impl Outlet for Publish {
 pub struct Reply(pub zenoh::query::Query);
 
 impl Outlet for Reply {
-    fn send(&mut self, key: &str, message: Vec<u8>) -> Result<(), HookError> {
-        self.0.reply(key.to_owned(), message).wait()?;
+    fn send(
+        &mut self,
+        _slot: (u64, u16),
+        key: impl FnOnce() -> String,
+        message: Vec<u8>,
+    ) -> Result<(), HookError> {
+        self.0.reply(key(), message).wait()?;
         Ok(())
     }
 }
@@ -144,8 +160,9 @@ impl<O: Outlet> NodeSide<O> {
             emitter: "",
             descriptor: &[],
         };
-        let key = format!("{}/{LANE_CHUNK}", lane_key(&self.prefix, producer.lane_id));
-        self.outlet.send(&key, h.encode(&[]))
+        let prefix = &self.prefix;
+        let key = || format!("{}/{LANE_CHUNK}", lane_key(prefix, producer.lane_id));
+        self.outlet.send((producer.lane_id, 0), key, h.encode(&[]))
     }
 
     /// The pass's id.
@@ -194,12 +211,10 @@ impl<O: Outlet> Consumer for NodeSide<O> {
             emitter: r.emitter.unwrap_or(""),
             descriptor: &descriptor,
         };
-        let key = format!(
-            "{}/{}",
-            lane_key(&self.prefix, r.producer.lane_id),
-            r.schema.id()
-        );
-        self.outlet.send(&key, h.encode(r.payload))?;
+        let prefix = &self.prefix;
+        let key = || format!("{}/{}", lane_key(prefix, r.producer.lane_id), r.schema.id());
+        let slot = (r.producer.lane_id, r.header.schema_key);
+        self.outlet.send(slot, key, h.encode(r.payload))?;
         let lane = self.lanes.entry(r.producer.lane_id).or_default();
         lane.n += 1;
         if first {

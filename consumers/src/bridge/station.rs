@@ -29,8 +29,8 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the station's Zenoh callbacks hand its thread.
 pub enum Inbound {
-    /// A live sample: its key and message.
-    Sample(String, Vec<u8>),
+    /// A live sample.
+    Sample(zenoh::sample::Sample),
     /// A node's bridge appeared (its liveliness token's key).
     Node(String),
 }
@@ -48,11 +48,12 @@ pub struct Station {
     session: zenoh::Session,
     root: String,
     globs: Vec<Glob>,
-    remotes: HashMap<(String, u64), Remote>,
+    /// By lane id (unique across hosts: random 64-bit numbers).
+    remotes: HashMap<u64, Remote>,
     descriptors: HashMap<u64, Arc<SchemaDescriptor>>,
     synced: HashSet<(String, u64)>,
     /// Remote lanes that ended (their producers here are closed and gone).
-    ended: HashSet<(String, u64)>,
+    ended: HashSet<u64>,
     board: StatusBoard,
 }
 
@@ -111,8 +112,7 @@ impl Station {
             // Not this process's own node side (a bridge carrying both ways).
             .allowed_origin(Locality::Remote)
             .callback(move |s| {
-                let key = s.key_expr().as_str().to_owned();
-                let _ = tx.send(Inbound::Sample(key, s.payload().to_bytes().into_owned()));
+                let _ = tx.send(Inbound::Sample(s));
             })
             .wait()?)
     }
@@ -136,7 +136,7 @@ impl Station {
 
     fn step(&mut self, rx: &Receiver<Inbound>) -> Result<(), BridgeError> {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Inbound::Sample(key, msg)) => self.live(&key, &msg),
+            Ok(Inbound::Sample(s)) => self.live(s.key_expr().as_str(), &s.payload().to_bytes()),
             Ok(Inbound::Node(token)) => {
                 // `snapbus/<bus>/<host>/@bridge/<pass>`
                 let mut parts = token.split('/').skip(2);
@@ -159,8 +159,9 @@ impl Station {
             return Ok(());
         };
         if let Some((host, _)) = host_and_lane(key) {
-            let host = host.to_owned();
-            self.sync(&host, h.pass)?;
+            if !self.synced.contains(&(host.to_owned(), h.pass)) {
+                self.sync(host, h.pass)?;
+            }
         }
         self.handle(key, msg)
     }
@@ -197,16 +198,12 @@ impl Station {
             return Ok(());
         };
         self.board.add("in.received", 1);
-        let host = host.to_owned();
-        if self.ended.contains(&(host.clone(), lane)) {
+        if self.ended.contains(&lane) {
             // A history answer's copy of a lane that has ended since.
             self.board.add("in.duplicates", 1);
             return Ok(());
         }
-        let verdict = {
-            let remote = self.remote(&host, lane, &h)?;
-            remote.books.take(&h)
-        };
+        let verdict = self.remote(host, lane, &h)?.books.take(&h);
         let lost = match verdict {
             Verdict::Duplicate => {
                 self.board.add("in.duplicates", 1);
@@ -214,7 +211,7 @@ impl Station {
             }
             Verdict::Emit { lost } | Verdict::Loss { lost } => lost,
         };
-        let remote = self.remote(&host, lane, &h)?;
+        let remote = self.remote(host, lane, &h)?;
         if lost > 0 {
             remote.publisher.mark_lost(lost)?;
             self.board.add("in.lost", lost);
@@ -222,18 +219,18 @@ impl Station {
         if h.kind == KIND_END {
             // The node read the producer's lane to its end: so does every consumer here (the
             // producer, dropped, closes its lane and its connection: `closed` in `ls`).
-            self.remotes.remove(&(host.clone(), lane));
-            self.ended.insert((host, lane));
+            self.remotes.remove(&lane);
+            self.ended.insert(lane);
             self.board.add("in.ended", 1);
             return Ok(());
         }
         if h.kind != KIND_RECORD {
             return Ok(());
         }
-        let Some(meta) = self.meta(&host, lane, &h)? else {
+        let Some(meta) = self.meta(host, lane, &h)? else {
             return Ok(());
         };
-        let remote = self.remote(&host, lane, &h)?;
+        let remote = self.remote(host, lane, &h)?;
         match remote
             .publisher
             .emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))
@@ -251,8 +248,7 @@ impl Station {
         lane: u64,
         h: &Header<'_>,
     ) -> Result<&mut Remote, BridgeError> {
-        let k = (host.to_owned(), lane);
-        if !self.remotes.contains_key(&k) {
+        if !self.remotes.contains_key(&lane) {
             let publisher = Publisher::start(
                 self.dir.clone(),
                 PublisherConfig {
@@ -270,7 +266,7 @@ impl Station {
             }
             self.board.add("in.producers", 1);
             self.remotes.insert(
-                k.clone(),
+                lane,
                 Remote {
                     publisher,
                     metas: HashMap::new(),
@@ -278,7 +274,7 @@ impl Station {
                 },
             );
         }
-        Ok(self.remotes.get_mut(&k).expect("inserted above"))
+        Ok(self.remotes.get_mut(&lane).expect("inserted above"))
     }
 
     /// How to emit records of `h`'s schema in the remote lane's producer (`None`: a schema
@@ -289,10 +285,9 @@ impl Station {
         lane: u64,
         h: &Header<'_>,
     ) -> Result<Option<EmitMeta>, BridgeError> {
-        let k = (host.to_owned(), lane);
         if let Some(m) = self
             .remotes
-            .get(&k)
+            .get(&lane)
             .and_then(|r| r.metas.get(&h.fingerprint))
         {
             return Ok(*m);

@@ -19,10 +19,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use snapbus_bus::Level;
-use snapbus_bus::lane::{LaneConfig, StartAt, now_realtime_nanos};
+use snapbus_bus::lane::{LaneConfig, now_realtime_nanos};
 use snapbus_bus::publisher::{EmitMeta, Publisher, PublisherConfig};
 use snapbus_bus::runtime::{BusDir, BusName};
-use snapbus_bus::subscriber::{Event, SubscribeOptions, Subscriber};
+use snapbus_bus::subscriber::Event;
 use snapbus_schemas::Snapshot;
 use zenoh::Wait;
 
@@ -53,7 +53,7 @@ pub(crate) struct SideArgs {
     /// Throughput: seconds of sending.
     #[arg(long, default_value_t = 2.0)]
     secs: f64,
-    /// zenoh: the endpoint (the publisher listens, the subscriber connects).
+    /// zenoh: the endpoint (the subscriber, started first, listens; the publisher connects).
     #[arg(long, default_value = "")]
     endpoint: String,
     /// bridge: the bus's runtime directory.
@@ -95,13 +95,17 @@ type Put = Box<dyn FnMut(&[u8]) -> Result<()>>;
 /// The sending side: warm-up until the receiver is ready, then the run, then the end.
 pub(crate) fn send(a: &SideArgs) -> Result<()> {
     let mut put: Put = if a.path == "zenoh" {
-        let s = session(&a.endpoint, true)?;
+        let s = session(&a.endpoint, false)?;
         let p = s
             .declare_publisher("bench/blob")
             .congestion_control(zenoh::qos::CongestionControl::Block)
             .wait()
             .map_err(|e| anyhow!("{e}"))?;
-        Box::new(move |m| p.put(m.to_vec()).wait().map_err(|e| anyhow!("{e}")))
+        // The session lives as long as its publisher (dropping it closes both).
+        Box::new(move |m| {
+            let _ = &s;
+            p.put(m.to_vec()).wait().map_err(|e| anyhow!("{e}"))
+        })
     } else {
         let dir = bus_of(a.rt.as_deref().context("--rt")?)?;
         let p = Publisher::start(
@@ -168,7 +172,7 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
     let _keep: Option<(zenoh::Session, zenoh::pubsub::Subscriber<()>)>;
     let mut sub = None;
     if a.path == "zenoh" {
-        let s = session(&a.endpoint, false)?;
+        let s = session(&a.endpoint, true)?;
         let z = s
             .declare_subscriber("bench/blob")
             .callback(move |s| {
@@ -180,17 +184,7 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
     } else {
         _keep = None;
         let dir = bus_of(a.rt.as_deref().context("--rt")?)?;
-        sub = Some(Subscriber::connect(
-            &dir,
-            SubscribeOptions {
-                kind: "compare".into(),
-                globs: Vec::new(),
-                start: StartAt::Latest,
-                cut: false,
-                skip_lanes: Vec::new(),
-                count_history_as_lost: false,
-            },
-        )?);
+        sub = Some(crate::peers::snapbus::subscribe(&dir)?);
         println!("subscribed");
         std::io::stdout().flush()?;
     }
@@ -459,7 +453,7 @@ pub(crate) fn run(snapbus: &Path, quick: bool) -> Result<()> {
                     count: if latency { count } else { 0 },
                     interval_micros: 1000,
                     secs,
-                    endpoint: format!("tcp/{a}:{}", 7500 + n),
+                    endpoint: format!("tcp/{b}:{}", 7500 + n),
                     rt: None,
                     name: format!("run{n}"),
                     ready: root.join(format!("ready-{n}")),
