@@ -391,6 +391,11 @@ mod tests {
                 "--output-dir OUT/res --layout generic --schema a.* --episode-field ep \
                  --mode-field m --run r1 --detailed-per-episode --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
             }
+            "bridge" => {
+                "--send --receive --schema a.* --host h1 --from oldest \
+                 --zenoh-config OUT/z.json5 --mode client --connect tcp/127.0.0.1:1 \
+                 --connect tls/h:2 --listen tcp/127.0.0.1:3"
+            }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };
         args.lines()
