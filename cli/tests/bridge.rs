@@ -186,10 +186,16 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     let ws = Side::new(&netns.names[1], "ws");
     let listen = format!("tcp/{a}:7447");
     let send = ["bridge", "--send", "--host", "node", "--listen", &listen];
-    let mut bridge = node.spawn("node bridge", &send);
+    let bridge = node.spawn("node bridge", &send);
     bridge.expect_stderr("sending");
+    let connect = format!("tcp/{a}:7447");
+    let station = late_workstation_gets_the_ring(&node, &ws, &connect);
+    restarted_node_bridge_is_counted_loss(&node, &ws, &send, bridge, &station);
+}
 
-    // A finished run: the late workstation gets it from the node's ring.
+/// A finished run on the node: the workstation, started after it, gets it from the node's ring,
+/// whole and numbered as there. Returns the workstation's bridge.
+fn late_workstation_gets_the_ring(node: &Side, ws: &Side, connect: &str) -> Bg {
     let out = run_cmd(&mut node.cmd(&[
         "demo",
         "--no-echo",
@@ -204,8 +210,7 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     assert!(out.status.success(), "demo: {}", out.stderr);
     let echo = ws.spawn("ws echo", &["echo", "--from", "oldest", "demo.*"]);
     echo.expect_stderr("subscribed");
-    let connect = format!("tcp/{a}:7447");
-    let station = ws.spawn("ws bridge", &["bridge", "--receive", "--connect", &connect]);
+    let station = ws.spawn("ws bridge", &["bridge", "--receive", "--connect", connect]);
     let lines = echo.json_lines(24);
     let places: Vec<u64> = lines.iter().map(|l| check_remote(l, 5)).collect();
     assert_eq!(
@@ -218,10 +223,19 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
         .map(|l| l["seq"].as_u64().expect("seq"))
         .collect();
     assert_eq!(seqs, places, "numbered as on the node");
-    drop(echo);
+    station
+}
 
-    // A live run on a small ring; the node's bridge is killed mid-run, restarted after the ring
-    // has lapped: its gap arrives as counted loss, everything else intact.
+/// A live run on a small ring; the node's bridge is killed mid-run, restarted after the ring
+/// has lapped: its gap arrives as counted loss (echo, `ls`), everything else intact; the
+/// node's producers end here too.
+fn restarted_node_bridge_is_counted_loss(
+    node: &Side,
+    ws: &Side,
+    send: &[&str],
+    mut bridge: Bg,
+    station: &Bg,
+) {
     let echo = ws.spawn("ws echo 2", &["echo", "demo.*"]);
     echo.expect_stderr("subscribed");
     let (episodes, steps) = (20u64, 100u64);
@@ -246,7 +260,7 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     wait_until("the node's ring has lapped", WATCHDOG, || {
         node.records_of(demo.pid()) >= at_kill + 1000
     });
-    let mut bridge = node.spawn("node bridge 2", &send);
+    let mut bridge = node.spawn("node bridge 2", send);
     bridge.expect_stderr("sending");
     let (status, _) = demo.wait();
     assert!(status.success(), "demo 2: {}", demo.log());
