@@ -238,6 +238,10 @@ fn restarted_node_bridge_is_counted_loss(
 ) {
     let echo = ws.spawn("ws echo 2", &["echo", "demo.*"]);
     echo.expect_stderr("subscribed");
+    let file = ws.rt.join("ws.mcap");
+    let file = file.to_str().expect("utf-8 path");
+    let mut rec = ws.spawn("ws recorder", &["record", "-o", file, "--from", "latest"]);
+    rec.expect_stderr("recording bus");
     let (episodes, steps) = (20u64, 100u64);
     let mut demo_cmd = node.cmd(&[
         "demo",
@@ -286,6 +290,14 @@ fn restarted_node_bridge_is_counted_loss(
         "every record arrived or was counted lost\n{}",
         echo.log()
     );
+    // The recording holds the same records and the same loss.
+    let pid = rustix::process::Pid::from_raw(rec.pid() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    let (status, _) = rec.wait();
+    let log = rec.log();
+    assert!(status.success(), "{log}");
+    let summary = format!("snapbus record: {} records ({lost} lost", got.len());
+    assert!(log.contains(&summary), "{summary:?} in\n{log}");
     // `ls` shows the loss: the echo's, as for a ring's overwrites, and the bridge's own count.
     let consumer = |pid: u32| {
         ws.ls()["consumers"]
