@@ -2,7 +2,8 @@
 //! runs): a node (bus + demo + `bridge --send`) and a workstation (bus + `bridge --receive` +
 //! `echo`), each with its own runtime directory. A late workstation gets the ring's history;
 //! every record of the demo's grid arrives with its values; a node bridge killed mid-run and
-//! restarted shows its gap as counted loss on the workstation, the rest arriving intact.
+//! restarted shows its gap as counted loss on the workstation (echo, the recorder's summary,
+//! `ls`), the rest arriving intact.
 
 use std::path::PathBuf;
 use std::process::Command;
