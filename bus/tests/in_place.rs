@@ -454,3 +454,44 @@ fn a_payload_read_in_place_from_any_offset_gives_the_bytes_a_copy_gives() {
     }
     assert_eq!(seen, lens.len());
 }
+
+#[test]
+fn records_marked_lost_are_reported_as_lag_exactly_and_in_place() {
+    let bus = Bus::start("inplace-marked");
+    let (p, meta) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe();
+    // 5 records missing after the first, 5,000 after the second (more than one aborted
+    // frame's room: 128 KiB frames hold 3,274 headers), none after the third.
+    for (i, gap) in [(0u64, 5u64), (1, 5_000), (2, 0)] {
+        p.emit_with(meta, 16, |w| Ok(w.put(&payload(i, 16))?))
+            .expect("emit");
+        if gap > 0 {
+            p.mark_lost(gap).expect("mark_lost");
+        }
+    }
+    p.close();
+    let mut events = Vec::new();
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < WATCHDOG, "no end after {events:?}");
+        match sub.next(Duration::from_millis(100)).expect("next") {
+            Some(Event::Record(r)) => {
+                events.push((
+                    u64::from_le_bytes(r.payload[..8].try_into().expect("a word")),
+                    0,
+                ));
+            }
+            Some(Event::Lagged { lost, damaged, .. }) => {
+                assert_eq!(damaged, 0, "marked loss is no damage");
+                match events.last_mut() {
+                    Some((_, l)) => *l += lost,
+                    None => panic!("loss before the first record"),
+                }
+            }
+            Some(Event::Ended(_)) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(events, [(0, 5), (1, 5_000), (2, 0)]);
+    assert_eq!(sub.stats().lost, 5_005);
+}

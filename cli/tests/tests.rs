@@ -7,6 +7,8 @@
 mod aggregator;
 mod attach;
 mod big_bus;
+#[cfg(feature = "bridge")]
+mod bridge;
 mod bus;
 mod compression;
 mod demo;

@@ -75,6 +75,8 @@
 
 #[cfg(feature = "aggregator")]
 pub mod aggregator;
+#[cfg(feature = "bridge")]
+pub mod bridge;
 pub mod fields;
 #[cfg(feature = "foxglove")]
 pub mod foxglove;

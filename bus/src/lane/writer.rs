@@ -210,6 +210,27 @@ impl<M: LaneMem> SharedLaneWriter<M> {
     pub fn close(&self) {
         self.state.lock().local.close(&self.lane);
     }
+
+    /// Makes every reader count `lost` records of this lane as lost, exactly as records
+    /// overwritten before they were read: for a writer that re-emits records from elsewhere
+    /// (a bridge) and knows that some never reached it. Each step is an aborted frame with
+    /// room for the gap that follows it (readers take a sequence gap wider than the bytes
+    /// before a frame can hold for garbage), then a jump of the sequence numbers. Meant for a
+    /// lane written by one thread: another thread's claim in flight meanwhile only makes the
+    /// lap guard stricter.
+    pub fn mark_lost(&self, lost: u64, meta: RecordMeta) -> Result<(), ClaimError> {
+        let header = FRAME_HEADER_LEN as u64;
+        let per_frame = (self.lane.geo.max_frame / header).saturating_sub(2).max(1);
+        let mut left = lost;
+        while left > 0 {
+            let chunk = left.min(per_frame);
+            // Dropped uncommitted: an aborted frame of `chunk` headers' worth of payload.
+            drop(self.claim((chunk * header) as usize, meta)?);
+            self.state.lock().local.seq += chunk;
+            left -= chunk;
+        }
+        Ok(())
+    }
 }
 
 /// A shared writer's gate: its state under the claim lock (`st`, the guard), with the lap

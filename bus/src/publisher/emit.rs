@@ -333,6 +333,30 @@ impl Publisher {
         })
     }
 
+    /// Makes every consumer of this lane count `lost` records as lost here, exactly as ring
+    /// overwrites (their `Lagged`, `snapbus ls`, a recording's loss records): for a producer
+    /// that re-emits records from elsewhere and knows that some never reached it (a bridge
+    /// from another machine). Call it from the thread that emits.
+    pub fn mark_lost(&self, lost: u64) -> Result<(), EmitError> {
+        let Some(p) = self.here() else {
+            return Err(self.count_no_lane());
+        };
+        let meta = RecordMeta {
+            schema_key: 0,
+            schema_version: 0,
+            level: Level::INFO.as_u8(),
+            emitter: 0,
+        };
+        if let Err(e) = p.inner.writer.mark_lost(lost, meta) {
+            if e == ClaimError::Closed {
+                p.inner.closed_drops.fetch_add(1, Ordering::Relaxed);
+            }
+            return Err(e.into());
+        }
+        p.ring();
+        Ok(())
+    }
+
     /// Makes sure this process has its own lane: a no-op in the process that started the
     /// publisher; in a `fork()`ed child, creates the child's own lane and broker connection
     /// now, as its first emit would (so that a child can wait for its connection before

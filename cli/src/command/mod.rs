@@ -5,6 +5,8 @@
 #[cfg(feature = "aggregator")]
 pub(crate) mod aggregate;
 pub(crate) mod attach;
+#[cfg(feature = "bridge")]
+pub(crate) mod bridge;
 mod demo;
 pub(crate) mod detach;
 mod down;

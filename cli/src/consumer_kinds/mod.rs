@@ -31,6 +31,8 @@ use snapbus_bus::runtime::BusDir;
 use crate::command::aggregate::AggregateArgs;
 #[cfg(feature = "foxglove")]
 use crate::command::foxglove::FoxgloveArgs;
+#[cfg(feature = "bridge")]
+use crate::command::bridge::BridgeArgs;
 use crate::command::monty::MontyArgs;
 #[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
@@ -63,6 +65,8 @@ pub(crate) const KINDS: &[ConsumerKind] = &[
     ConsumerKind::of::<FoxgloveArgs>(),
     ConsumerKind::of::<RerunArgs>(),
     ConsumerKind::of::<MontyArgs>(),
+    #[cfg(feature = "bridge")]
+    ConsumerKind::of::<BridgeArgs>(),
 ];
 
 /// One entry of [`KINDS`]: a consumer's names, descriptions and clap command, and its verbs.
@@ -391,6 +395,11 @@ mod tests {
             "monty" => {
                 "--output-dir OUT/res --layout generic --schema a.* --episode-field ep \
                  --mode-field m --run r1 --detailed-per-episode --detailed-episodes 0,2 --wandb proj --from latest --until-end --python /bin/sh"
+            }
+            "bridge" => {
+                "--send --receive --schema a.* --host h1 --from oldest \
+                 --zenoh-config OUT/z.json5 --mode client --connect tcp/127.0.0.1:1 \
+                 --connect tls/h:2 --listen tcp/127.0.0.1:3"
             }
             other => panic!("add a sample command line for the new consumer kind {other}"),
         };

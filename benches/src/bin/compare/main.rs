@@ -30,6 +30,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "bridge")]
+mod bridge_rows;
 mod common;
 mod peers;
 mod python_rows;
@@ -87,6 +89,15 @@ struct Cli {
     /// prints its rows and writes nothing.
     #[arg(long = "python-rows", value_name = "GROUP")]
     python_rows: Vec<String>,
+    /// Run only the cross-namespace rows: `snapbus bridge` against Zenoh's own pub/sub between
+    /// two network namespaces (root; benches feature `bridge`; see `bridge_rows.rs`).
+    #[cfg(feature = "bridge")]
+    #[arg(long)]
+    bridge: bool,
+    /// With --bridge: a `snapbus` built with `--features bridge` (default: beside this binary).
+    #[cfg(feature = "bridge")]
+    #[arg(long, value_name = "PATH")]
+    snapbus: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,6 +133,10 @@ enum Role {
         #[arg(long)]
         rendezvous: String,
     },
+    #[cfg(feature = "bridge")]
+    BridgeSend(bridge_rows::SideArgs),
+    #[cfg(feature = "bridge")]
+    BridgeReceive(bridge_rows::SideArgs),
 }
 
 fn child(role: Role) -> Result<()> {
@@ -138,10 +153,23 @@ fn child(role: Role) -> Result<()> {
         Role::Memcpy { cpu, secs } => refs::memcpy(cpu, secs),
         Role::Ping { cpu, secs } => refs::ping(cpu, secs),
         Role::Pong { cpu, rendezvous } => refs::pong(cpu, &rendezvous),
+        #[cfg(feature = "bridge")]
+        Role::BridgeSend(a) => bridge_rows::send(&a),
+        #[cfg(feature = "bridge")]
+        Role::BridgeReceive(a) => bridge_rows::receive(&a),
     }
 }
 
 fn parent(cli: Cli) -> Result<bool> {
+    #[cfg(feature = "bridge")]
+    if cli.bridge {
+        let snapbus = match &cli.snapbus {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?.with_file_name("snapbus"),
+        };
+        bridge_rows::run(&snapbus, cli.quick)?;
+        return Ok(true);
+    }
     let all_sizes = [64usize, 4 << 10, 1 << 20];
     let sizes = if cli.sizes.is_empty() {
         all_sizes.to_vec()

@@ -9,7 +9,7 @@ mod crossbeam;
 mod iceoryx2;
 mod ipc;
 mod python;
-mod snapbus;
+pub(crate) mod snapbus;
 mod uds;
 
 /// How a peer's two sides are laid out.

@@ -90,23 +90,27 @@ fn root(args: &RunArgs) -> Result<&Path> {
         .ok_or_else(|| anyhow!("scratch has no parent"))
 }
 
-pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
-    let name = run_name(args)?;
-    let dir = bus_dir(root(args)?)?;
-    let mut sub = Subscriber::connect(
-        &dir,
+/// A `compare` subscription to every schema of the bus of `dir`: lanes of earlier runs are not
+/// read; a run's lane appears later and is read from its first record.
+pub(crate) fn subscribe(dir: &BusDir) -> Result<Subscriber> {
+    Subscriber::connect(
+        dir,
         SubscribeOptions {
             kind: "compare".into(),
             globs: Vec::new(),
-            // Lanes of earlier runs are not read; this run's lane appears later and is read
-            // from its first record.
             start: StartAt::Latest,
             cut: false,
             skip_lanes: Vec::new(),
             count_history_as_lost: false,
         },
     )
-    .context("subscribe")?;
+    .context("subscribe")
+}
+
+pub(crate) fn consumer(args: &RunArgs) -> Result<()> {
+    let name = run_name(args)?;
+    let dir = bus_dir(root(args)?)?;
+    let mut sub = subscribe(&dir)?;
     say(&format!("ready {name}"))?;
     let timeout = match args.wait {
         Wait::Spin => Duration::ZERO,
