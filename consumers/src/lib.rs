@@ -98,10 +98,10 @@ pub mod runs;
 mod runtime;
 #[cfg(any(feature = "aggregator", feature = "otlp", feature = "prometheus"))]
 mod summary_name;
-#[cfg(any(feature = "plotter", feature = "foxglove"))]
-mod token;
 #[cfg(feature = "table")]
 pub mod table;
+#[cfg(any(feature = "plotter", feature = "foxglove"))]
+mod token;
 
 pub use runtime::{
     Consumer, DRAIN_ON_STOP, Extract, Flow, HookError, InPlace, Item, Lag, Producer,

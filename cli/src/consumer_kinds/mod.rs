@@ -29,10 +29,10 @@ use snapbus_bus::runtime::BusDir;
 
 #[cfg(feature = "aggregator")]
 use crate::command::aggregate::AggregateArgs;
-#[cfg(feature = "foxglove")]
-use crate::command::foxglove::FoxgloveArgs;
 #[cfg(feature = "bridge")]
 use crate::command::bridge::BridgeArgs;
+#[cfg(feature = "foxglove")]
+use crate::command::foxglove::FoxgloveArgs;
 use crate::command::monty::MontyArgs;
 #[cfg(feature = "otlp")]
 use crate::command::otlp::OtlpArgs;
