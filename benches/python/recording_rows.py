@@ -47,9 +47,7 @@ def snapbus_bin() -> str:
         return env
     exe = ROOT / "target" / "release" / "snapbus"
     if not exe.is_file():
-        raise RuntimeError(
-            f"no $SNAPBUS_BIN and no {exe} (cargo build --release -p snapbus-cli)"
-        )
+        raise RuntimeError(f"no $SNAPBUS_BIN and no {exe} (cargo build --release -p snapbus-cli)")
     return str(exe)
 
 
@@ -63,9 +61,7 @@ def wait_until(what: str, cond: Callable[[], bool], timeout_s: float = 120.0) ->
 
 def recorder_delivered(exe: str) -> int:
     """Records the recorder has read (-1 while it is not attached)."""
-    out = subprocess.run(
-        [exe, "ls", "--json"], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([exe, "ls", "--json"], capture_output=True, text=True, check=True)
     for c in json.loads(out.stdout).get("consumers", []):
         if c["info"]["kind"] == "recorder":
             return int(c["delivered"])
@@ -83,8 +79,10 @@ def make_recording(path: Path, episodes: int, steps: int) -> None:
     try:
         wait_until("the recorder to attach", lambda: recorder_delivered(exe) >= 0)
         subprocess.run(
-            [exe, "demo", "--no-echo", "--rate", "0", "--image", "16x16"]
-            + ["--episodes", str(episodes), "--steps", str(steps)],
+            [
+                *(exe, "demo", "--no-echo", "--rate", "0", "--image", "16x16"),
+                *("--episodes", str(episodes), "--steps", str(steps)),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -112,7 +110,7 @@ def make_recording(path: Path, episodes: int, steps: int) -> None:
 
 def old_to_pandas(rec: Any, schema: str, limit: int) -> Any:
     """`Recording.to_pandas` as it was before the Arrow path: a Python loop over the events."""
-    import pandas
+    import pandas  # type: ignore[import-untyped]
 
     rows: list[dict[str, Any]] = []
     for ev in rec:
@@ -194,9 +192,7 @@ def recording_rows(quick: bool, loop_rows: int = 50_000) -> list[dict[str, Any]]
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="10 k rows: proves the row runs"
-    )
+    parser.add_argument("--quick", action="store_true", help="10 k rows: proves the row runs")
     args = parser.parse_args(argv)
     for r in recording_rows(args.quick):
         print(f"{r['row']}: {r['text']}")
