@@ -175,8 +175,13 @@ pub(crate) static FIXED: LazyLock<Vec<(TypeDesc, usize)>> = LazyLock::new(|| {
     roots
         .into_iter()
         .map(|root| {
-            let d =
-                SchemaDescriptor::new("fuzz.fixed", 1, root).expect("fixed descriptor is valid");
+            // A built-in with fields added later (`since` > 1) is valid from that version on.
+            let version = match &root {
+                TypeDesc::Struct { fields } => fields.iter().map(|f| f.since).max().unwrap_or(1),
+                _ => 1,
+            };
+            let d = SchemaDescriptor::new("fuzz.fixed", version.max(1), root)
+                .expect("fixed descriptor is valid");
             let len = d.to_canonical_bytes().len();
             (d.root().clone(), len)
         })
