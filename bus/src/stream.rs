@@ -23,10 +23,10 @@
 //! - **Plain copies elsewhere:** below [`STREAM_MIN_BYTES`], and off x86-64. A writer's copy
 //!   of a payload ([`copy_to_lane`]) makes one of up to [`INLINE_MAX_BYTES`] with a few
 //!   inline moves, where a call into `memcpy` cost as much as the rest of a small record, and
-//!   one of [`LINES_MIN_BYTES`] or more that does not stream with [`copy_lines`]: plain
-//!   16-byte stores at 16-byte boundaries, steady where `memcpy`'s speed depends on how the
-//!   source and the frame are aligned against each other (a 16-aligned buffer is 8 bytes off
-//!   a payload after the lane's 40-byte frame header).
+//!   any other that does not stream with the platform's `memcpy`. A payload starts on a
+//!   16-byte boundary of the lane (its 48-byte frame header), where `memcpy` is fast for a
+//!   16-aligned source on every machine measured, so no copy here is tuned to one machine:
+//!   whether to stream is decided at run time from this machine's cache size.
 //!
 //! # Example
 //!
@@ -117,22 +117,10 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 /// Payloads up to this size are copied into a lane with inline moves ([`copy_to_lane`]).
 pub const INLINE_MAX_BYTES: usize = 256;
 
-/// Payloads from this size on are copied into a lane that does not stream with [`copy_lines`]
-/// rather than with `memcpy`, whose `rep movsb` can be much slower for a destination and a
-/// source 8 bytes apart from 16-byte alignment, as a payload and its source are after the
-/// lane's 40-byte frame header whenever the source is 16-aligned (the measurements are in the
-/// benchmark runs, "Copying a record into the lane").
-pub const LINES_MIN_BYTES: usize = 2 << 10;
-
-/// From this size on [`copy_lines`] copies a source aligned as its destination with its line
-/// loop too (below it, `memcpy` is as fast or faster for such a pair).
-pub const ALIGNED_LINES_MIN_BYTES: usize = 512 << 10;
-
 /// Copies a payload into a writer's claim: up to [`INLINE_MAX_BYTES`] with a few inline moves,
 /// from [`STREAM_MIN_BYTES`] on with non-temporal stores if `streaming` (the lane outgrows the
-/// caches: [`worth_streaming`]), otherwise from [`LINES_MIN_BYTES`] on with [`copy_lines`],
-/// and in between with `copy_from_slice`. Panics if the lengths differ (as `copy_from_slice`
-/// does).
+/// caches: [`worth_streaming`]), and otherwise with `copy_from_slice` (the platform's
+/// `memcpy`). Panics if the lengths differ (as `copy_from_slice` does).
 ///
 /// Small payloads are most records, and for them the call into `memcpy` and its dispatch on
 /// the size can cost as much as the rest of a write (`lane_write/64B/run`).
@@ -147,90 +135,9 @@ pub fn copy_to_lane(dst: &mut [u8], src: &[u8], streaming: bool) {
         copy_inline(dst, src);
     } else if streaming && src.len() >= STREAM_MIN_BYTES {
         copy_cells(dst, src, |b| *b);
-    } else if src.len() >= LINES_MIN_BYTES {
-        copy_lines(dst, src);
     } else {
         dst.copy_from_slice(src);
     }
-}
-
-/// Copies `src` into `dst`, of the same length, with plain stores at 16-byte boundaries of
-/// `dst` (its first bytes up to one, then 64-byte lines, then the rest). A source that is then
-/// 8 bytes off a 16-byte boundary is read with aligned loads, each store made of the halves of
-/// two of them; one aligned as `dst` with unaligned loads from [`ALIGNED_LINES_MIN_BYTES`] on;
-/// any other pair (and everything off x86-64) with `copy_from_slice`. Panics if the lengths
-/// differ.
-///
-/// The reason is `memcpy`'s speed: its `rep movsb` can be fast for a pair aligned alike and
-/// slow for a pair 8 bytes apart, and the line loop is steady at either (the benchmark runs,
-/// "Copying a record into the lane").
-#[inline(never)]
-pub fn copy_lines(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(
-        dst.len(),
-        src.len(),
-        "stream::copy_lines of unequal lengths"
-    );
-    #[cfg(target_arch = "x86_64")]
-    {
-        let head = dst.as_ptr().align_offset(16).min(src.len());
-        let (d_head, d) = dst.split_at_mut(head);
-        let (s_head, s) = src.split_at(head);
-        d_head.copy_from_slice(s_head);
-        match s.as_ptr() as usize % 16 {
-            // Less than a line and the 8-apart loop's overhang: nothing for a loop to do.
-            _ if s.len() < 72 => d.copy_from_slice(s),
-            0 if s.len() >= ALIGNED_LINES_MIN_BYTES => lines::<u8, u8, 64, false>(d, s, |b| *b),
-            8 => lines_8_apart(d, s),
-            _ => d.copy_from_slice(s),
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    dst.copy_from_slice(src);
-}
-
-/// [`copy_lines`] of a source 8 bytes past a 16-byte boundary into a destination on one:
-/// store `j` of `d` is bytes `16 j ..` of `s`, the high half of one aligned load of `s` and
-/// the low half of the next (the first high half is `s`'s first 8 bytes, loaded alone).
-#[cfg(target_arch = "x86_64")]
-fn lines_8_apart(d: &mut [u8], s: &[u8]) {
-    use std::arch::x86_64::{
-        _mm_load_pd, _mm_loadh_pd, _mm_setzero_pd, _mm_shuffle_pd, _mm_store_pd,
-    };
-    debug_assert!(
-        d.len() == s.len() && d.as_ptr() as usize % 16 == 0 && s.as_ptr() as usize % 16 == 8
-    );
-    // Each line's last load ends 8 bytes past the line in `s`.
-    let n_lines = s.len().saturating_sub(8) / 64;
-    // SAFETY:
-    // - `_mm_loadh_pd` reads `s[0..8]` (the `n_lines > 0` branch implies `s.len() >= 72`);
-    // - line `i` loads `s[8 + 64 i + 16 k .. 24 + 64 i + 16 k]` for k = 0..4, the last ending
-    //   at `64 (i + 1) + 8 <= 64 n_lines + 8 <= s.len()` (the choice of `n_lines`), each at
-    //   a 16-byte boundary (`s` is 8 past one), as `_mm_load_pd` requires;
-    // - it stores `d[64 i + 16 k .. 64 i + 16 k + 16]`, in bounds as `64 n_lines <= d.len()`,
-    //   each at a 16-byte boundary of `d` (checked by the caller), as `_mm_store_pd` requires,
-    //   through `d`, a `&mut` slice no one else sees;
-    // - the values are moved as bits (loads, a shuffle, stores: no arithmetic, so no float
-    //   exceptions); SSE2 is part of the x86-64 baseline.
-    unsafe {
-        if n_lines > 0 {
-            let sp = s.as_ptr();
-            let dp = d.as_mut_ptr().cast::<f64>();
-            let mut prev = _mm_loadh_pd(_mm_setzero_pd(), sp.cast::<f64>());
-            for i in 0..n_lines {
-                let q = sp.add(8 + 64 * i).cast::<f64>();
-                let (a, b) = (_mm_load_pd(q), _mm_load_pd(q.add(2)));
-                let (c, e) = (_mm_load_pd(q.add(4)), _mm_load_pd(q.add(6)));
-                let p = dp.add(8 * i);
-                _mm_store_pd(p, _mm_shuffle_pd::<0b01>(prev, a));
-                _mm_store_pd(p.add(2), _mm_shuffle_pd::<0b01>(a, b));
-                _mm_store_pd(p.add(4), _mm_shuffle_pd::<0b01>(b, c));
-                _mm_store_pd(p.add(6), _mm_shuffle_pd::<0b01>(c, e));
-                prev = e;
-            }
-        }
-    }
-    d[64 * n_lines..].copy_from_slice(&s[64 * n_lines..]);
 }
 
 /// Copies `src` (at most [`INLINE_MAX_BYTES`]) into `dst`, of the same length, as two
@@ -282,35 +189,26 @@ pub fn copy_cells<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
 #[cfg(target_arch = "x86_64")]
 fn stream<T: Pod, C>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
     match std::mem::size_of::<T>() {
-        1 => lines::<T, C, 64, true>(dst, src, get),
-        2 => lines::<T, C, 32, true>(dst, src, get),
-        4 => lines::<T, C, 16, true>(dst, src, get),
-        8 => lines::<T, C, 8, true>(dst, src, get),
+        1 => lines::<T, C, 64>(dst, src, get),
+        2 => lines::<T, C, 32>(dst, src, get),
+        4 => lines::<T, C, 16>(dst, src, get),
+        8 => lines::<T, C, 8>(dst, src, get),
         _ => plain(dst, src, get),
     }
 }
 
-/// The elements up to the first 16-byte boundary of `dst`, then a 64-byte line at a time
-/// (elements of `64 / N` bytes read into a local line, written with four 16-byte stores:
-/// non-temporal ones between two store fences if `STREAM`, plain ones if not), then the tail.
+/// A store fence, the elements up to the first 16-byte boundary of `dst`, then a 64-byte line
+/// at a time (elements of `64 / N` bytes read into a local line, written with four
+/// non-temporal 16-byte stores), then the tail, then a store fence.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn lines<T: Pod, C, const N: usize, const STREAM: bool>(
-    dst: &mut [u8],
-    src: &[C],
-    get: impl Fn(&C) -> T,
-) {
-    use std::arch::x86_64::{
-        __m128i, _mm_loadu_si128, _mm_sfence, _mm_store_si128, _mm_stream_si128,
-    };
+fn lines<T: Pod, C, const N: usize>(dst: &mut [u8], src: &[C], get: impl Fn(&C) -> T) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
     let size = std::mem::size_of::<T>();
     debug_assert_eq!(size * N, 64);
-    if STREAM {
-        // SAFETY: a fence has no preconditions; it makes every earlier store (the claim of
-        // this frame) visible before the streaming stores below, which could otherwise pass
-        // it.
-        unsafe { _mm_sfence() };
-    }
+    // SAFETY: a fence has no preconditions; it makes every earlier store (the claim of this
+    // frame) visible before the streaming stores below, which could otherwise pass it.
+    unsafe { _mm_sfence() };
     // Elements before the first 16-byte boundary (a whole number of them when `dst` is
     // aligned for `T`; otherwise everything goes the plain way).
     let to_boundary = dst.as_ptr().align_offset(16);
@@ -334,29 +232,20 @@ fn lines<T: Pod, C, const N: usize, const STREAM: bool>(
         // sees, so the four 16-byte stores are in bounds; `d` starts on a 16-byte boundary
         // (the head above copied up to it; where it could not, the head took every element
         // and there is no line) and every line is 64 bytes further, as `_mm_stream_si128`
-        // and `_mm_store_si128` require; the loads read the 64-byte local `line` (`N`
+        // requires; the loads read the 64-byte local `line` (`N`
         // elements of `64 / N` bytes; unaligned loads); SSE2 is part of the x86-64 baseline.
         unsafe {
             let p = d_line.as_mut_ptr().cast::<__m128i>();
-            if STREAM {
-                _mm_stream_si128(p, _mm_loadu_si128(l));
-                _mm_stream_si128(p.add(1), _mm_loadu_si128(l.add(1)));
-                _mm_stream_si128(p.add(2), _mm_loadu_si128(l.add(2)));
-                _mm_stream_si128(p.add(3), _mm_loadu_si128(l.add(3)));
-            } else {
-                _mm_store_si128(p, _mm_loadu_si128(l));
-                _mm_store_si128(p.add(1), _mm_loadu_si128(l.add(1)));
-                _mm_store_si128(p.add(2), _mm_loadu_si128(l.add(2)));
-                _mm_store_si128(p.add(3), _mm_loadu_si128(l.add(3)));
-            }
+            _mm_stream_si128(p, _mm_loadu_si128(l));
+            _mm_stream_si128(p.add(1), _mm_loadu_si128(l.add(1)));
+            _mm_stream_si128(p.add(2), _mm_loadu_si128(l.add(2)));
+            _mm_stream_si128(p.add(3), _mm_loadu_si128(l.add(3)));
         }
     }
     plain(lines.into_remainder(), elems.remainder(), &get);
-    if STREAM {
-        // SAFETY: a fence has no preconditions; it orders the streaming stores above before
-        // any later store (the commit that publishes them).
-        unsafe { _mm_sfence() };
-    }
+    // SAFETY: a fence has no preconditions; it orders the streaming stores above before any
+    // later store (the commit that publishes them).
+    unsafe { _mm_sfence() };
 }
 
 /// The plain element-by-element copy.
@@ -420,85 +309,6 @@ mod tests {
             buf[dst_off + len..].iter().all(|&b| b == 0xAA),
             "after: {what}"
         );
-    }
-
-    #[test]
-    fn line_copies_are_exact_at_every_alignment_of_either_side() {
-        // Around the line loop's edges: no line, one line, one line and its 8-byte overhang
-        // (the 8-apart loop's last load), and the tails after them.
-        // Under Miri (which checks every load stays in its slice: `cargo +nightly miri test
-        // -p snapbus-bus --lib stream::tests::line`) a sample of the same, for its speed.
-        let (small, offs): (Vec<usize>, Vec<usize>) = if cfg!(miri) {
-            ((64..=150).collect(), vec![0, 3, 8])
-        } else {
-            (
-                (0..=200).chain([255, 256, 257, 1000]).collect(),
-                (0..16).collect(),
-            )
-        };
-        for &len in &small {
-            for &dst_off in &offs {
-                for &src_off in &offs {
-                    check_copy(copy_lines, len, dst_off, src_off);
-                }
-            }
-        }
-        if cfg!(miri) {
-            return;
-        }
-        let large = [
-            LINES_MIN_BYTES - 1,
-            LINES_MIN_BYTES,
-            LINES_MIN_BYTES + 71,
-            LINES_MIN_BYTES + 72,
-            ALIGNED_LINES_MIN_BYTES - 8,
-            ALIGNED_LINES_MIN_BYTES + 77,
-        ];
-        for len in large {
-            for (dst_off, src_off) in [(0, 0), (8, 0), (0, 8), (8, 8), (3, 11), (5, 0), (13, 8)] {
-                check_copy(copy_lines, len, dst_off, src_off);
-                check_copy(|d, s| copy_to_lane(d, s, false), len, dst_off, src_off);
-            }
-        }
-    }
-
-    #[test]
-    #[cfg_attr(miri, ignore = "maps memory and changes its protection")]
-    fn line_copies_read_nothing_past_their_source() {
-        // Sources that end where an inaccessible page begins: a load past the end faults.
-        let page = rustix::param::page_size();
-        // Every length from under one line to past six, then large ones, each at every
-        // alignment of the destination: every way a last line can end near the source's end.
-        let lens = (0..=400).chain((0..16).map(|k| ALIGNED_LINES_MIN_BYTES + 64 + k));
-        let room = ALIGNED_LINES_MIN_BYTES.next_multiple_of(page) + page;
-        let mut map = memmap2::MmapMut::map_anon(room + page).expect("map two regions");
-        // SAFETY: the last page of the mapping just made, which nothing refers to; no slice
-        // of the mapping formed below reaches it.
-        unsafe {
-            rustix::mm::mprotect(
-                map.as_mut_ptr().add(room).cast(),
-                page,
-                rustix::mm::MprotectFlags::empty(),
-            )
-        }
-        .expect("make the guard page inaccessible");
-        for (i, b) in map[..room].iter_mut().enumerate() {
-            *b = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
-        }
-        for len in lens {
-            let src = &map[room - len..room];
-            for dst_off in 0..16 {
-                let mut dst = vec![0u8; len + dst_off];
-                copy_lines(&mut dst[dst_off..], src);
-                assert_eq!(&dst[dst_off..], src, "len {len} dst_off {dst_off}");
-            }
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "unequal lengths")]
-    fn a_line_copy_of_unequal_lengths_panics() {
-        copy_lines(&mut [0u8; 4096], &[1u8; 4097]);
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! `capacity / 4`, which changes no step of the protocol, only how far a lapped reader
 //! resumes), anchor blocks of 128 B. The minimum capacity (64 KiB) and block size (4 KiB), and
 //! the page alignment of the data area, are relaxed under `cfg(loom)` only (`lane/layout.rs`);
-//! a 72 KiB lane costs ~2.5 ms per loom execution just to allocate. Frames are 64 B (24-byte payload) or 48 B (8-byte payload), so a
+//! a 72 KiB lane costs ~2.5 ms per loom execution just to allocate. Frames are 64 B (16-byte payload) or 48 B (empty payload), so a
 //! lap is 8 to 10 records.
 //!
 //! # What the models check
@@ -90,6 +90,7 @@ use std::time::{Duration, Instant};
 use loom::sync::atomic::AtomicU32;
 use loom::thread;
 use snapbus_bus::doorbell::Doorbell;
+use snapbus_bus::lane::layout::{FRAME_ALIGN, FRAME_HEADER_LEN};
 use snapbus_bus::lane::{
     ClaimError, Frame, Lane, LaneConfig, LaneReader, NoFrame, Poll, RecordMeta, SharedLaneWriter,
     StartAt,
@@ -105,7 +106,7 @@ const CONFIG: LaneConfig = LaneConfig {
     block_size: 128,
 };
 
-const HEADER: u64 = 40;
+const HEADER: u64 = FRAME_HEADER_LEN as u64;
 
 /// Runs `f` under loom with `preemptions` as the preemption bound (unless
 /// `LOOM_MAX_PREEMPTIONS` is set) and prints the number of executions and the time taken.
@@ -146,11 +147,11 @@ fn payload(seq: u64, writer: u16, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Payload length of record `seq` of the single-writer models: 24 bytes (64-byte frames), but
-/// 8 bytes (48-byte frames) for records 5..8 so that record 8 needs an explicit PAD frame at the
+/// Payload length of record `seq` of the single-writer models: 16 bytes (64-byte frames), but
+/// none (48-byte frames) for records 5..8 so that record 8 needs an explicit PAD frame at the
 /// physical end of the ring (the tail is then at 464 and 48 bytes are left).
 fn single_len(seq: u64) -> usize {
-    if (5..8).contains(&seq) { 8 } else { 24 }
+    if (5..8).contains(&seq) { 0 } else { 16 }
 }
 
 fn single_meta(seq: u64) -> RecordMeta {
@@ -167,7 +168,7 @@ fn single_pos(seq: u64) -> u64 {
     let cap = CONFIG.capacity as u64;
     let mut tail = 0;
     for s in 0..=seq {
-        let aligned = (HEADER + single_len(s) as u64).next_multiple_of(8);
+        let aligned = (HEADER + single_len(s) as u64).next_multiple_of(FRAME_ALIGN as u64);
         if tail % cap + aligned > cap {
             tail += cap - tail % cap;
         }
@@ -212,10 +213,10 @@ fn validate_single(f: &Frame<'_>) {
     );
 }
 
-/// Shared-writer records: all 24-byte payloads (64-byte frames, so record `seq` is at
+/// Shared-writer records: all 16-byte payloads (64-byte frames, so record `seq` is at
 /// `64 * seq`: sequence numbers and positions are handed out together under the claim lock),
 /// `emitter` = writer thread, `schema_key` = index within that thread.
-const SHARED_LEN: usize = 24;
+const SHARED_LEN: usize = 16;
 
 fn shared_meta(thread: u16, i: u16) -> RecordMeta {
     RecordMeta {
@@ -629,11 +630,11 @@ fn run_wraps_under_reader() {
 }
 
 /// Any record of the pad model: its payload is its sequence number's, of the length it says
-/// (8 or 24 bytes), from the writer it names.
+/// (none or 16 bytes), from the writer it names.
 fn validate_any_len(f: &Frame<'_>) {
     let seq = f.meta.seq;
     let len = f.meta.payload_len;
-    assert!(len == 8 || len == SHARED_LEN, "seq {seq}: length {len}");
+    assert!(len == 0 || len == SHARED_LEN, "seq {seq}: length {len}");
     assert_eq!(
         f.payload,
         &payload(seq, f.meta.emitter, len)[..],
@@ -642,15 +643,15 @@ fn validate_any_len(f: &Frame<'_>) {
 }
 
 /// The lane of the pad model: a run's span (at most `max_frame`, 256 B here) holds two frames
-/// and an explicit PAD frame (at least a header, 40 B) between them.
+/// and an explicit PAD frame (at least a header, 48 B) between them.
 const PAD_CONFIG: LaneConfig = LaneConfig {
     capacity: 2048,
     max_frame: 256,
     block_size: 256,
 };
 
-/// (e, CI) A run meets the ring's end between its records: 3 records of 8 bytes (48-byte
-/// frames) and 28 of 24 bytes (64-byte frames) are written first (tail 1936); then a thread
+/// (e, CI) A run meets the ring's end between its records: 3 empty records (48-byte
+/// frames) and 28 of 16 bytes (64-byte frames) are written first (tail 1936); then a thread
 /// writes a run of 2: [1936, 2000), a PAD frame to the end (48 bytes), and [2048, 2112), which
 /// overwrites record 0 and the start of record 1, while the reader, at record 0, polls 3
 /// times.
@@ -661,7 +662,7 @@ fn run_pads_between_its_records_under_reader() {
         let writer = Arc::new(lane.shared_writer().expect("writer"));
         let mut reader = lane.reader(StartAt::Oldest);
         for seq in 0..31u64 {
-            let len = if seq < 3 { 8 } else { SHARED_LEN };
+            let len = if seq < 3 { 0 } else { SHARED_LEN };
             let mut c = writer.claim(len, shared_meta(0, 0)).expect("claim");
             assert_eq!(c.seq(), seq);
             c.write_payload(&payload(seq, 0, len));
@@ -780,7 +781,7 @@ fn assert_frame_words(lane: &Lane<HeapMem>, pos: u64, seq: u64, thread: u16, bus
     assert_eq!(word(3), seq, "seq word of the held claim overwritten");
     for k in 0..(SHARED_LEN / 8) {
         assert_eq!(
-            word(5 + k),
+            word(HEADER as usize / 8 + k),
             payload_word(seq, thread, k as u64),
             "payload word {k} of the held claim overwritten"
         );

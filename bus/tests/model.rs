@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use snapbus_bus::lane::layout::{FRAME_ALIGN, FRAME_HEADER_LEN};
 use snapbus_bus::lane::{
     Lane, LaneConfig, LaneReader, NoFrame, Poll, ReaderSet, RecordMeta, StartAt,
 };
@@ -64,7 +65,7 @@ enum Op {
 /// Operations on a lane whose largest frame is `max_frame` bytes.
 fn op(max_frame: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
-        20 => (prop_oneof![0usize..64, 64usize..1024, 1024usize..max_frame - 40], 0u16..4).prop_map(|(l, k)| Op::Write(l, k)),
+        20 => (prop_oneof![0usize..64, 64usize..1024, 1024usize..max_frame - FRAME_HEADER_LEN], 0u16..4).prop_map(|(l, k)| Op::Write(l, k)),
         1 => (0usize..256).prop_map(Op::Abort),
         6 => (0usize..3, 1usize..40).prop_map(|(i, n)| Op::Read(i, n)),
     ]
@@ -202,7 +203,7 @@ fn a_lapped_reader_of_quarter_frames_resumes_where_the_next_claim_cannot_reach()
     let lane = Lane::heap(&QUARTER, 5).expect("lane");
     let mut writer = lane.writer().expect("writer");
     let mut reader = lane.reader(StartAt::Oldest);
-    let len = QUARTER.max_frame - 40;
+    let len = QUARTER.max_frame - FRAME_HEADER_LEN;
     let write = |w: &mut snapbus_bus::lane::LaneWriter<HeapMem>, len: usize| {
         let mut claim = w.claim(len, meta(0)).expect("claim");
         let bytes = payload(claim.seq(), len);
@@ -214,7 +215,7 @@ fn a_lapped_reader_of_quarter_frames_resumes_where_the_next_claim_cannot_reach()
     }
     // A 4 KiB frame last: the frame boundaries an eighth of the lane past the oldest byte are
     // then 12 KiB past it, inside the reach of one more largest claim.
-    write(&mut writer, (4 << 10) - 40);
+    write(&mut writer, (4 << 10) - FRAME_HEADER_LEN);
     let Poll::Lagged(lost) = reader.poll() else {
         panic!("the reader should have been lapped");
     };
@@ -681,7 +682,7 @@ fn zeroed_memory_past_the_tail_is_never_a_frame() {
         let mut writer = lane.writer().expect("writer");
         let mut reader = lane.reader(StartAt::Oldest);
         for seq in 0..4u64 {
-            // Empty payloads: 40-byte frames, so frames start at 40, 80, …
+            // Empty payloads: header-only frames, so frames start at 48, 96, …
             let claim = writer.claim(0, meta(1)).expect("claim");
             assert_eq!(claim.seq(), seq);
             claim.commit();
@@ -692,7 +693,11 @@ fn zeroed_memory_past_the_tail_is_never_a_frame() {
             for _ in 0..3 {
                 assert_eq!(reader.poll(), Poll::Empty, "salt {salt}");
             }
-            assert_eq!(reader.position(), 40 * (seq + 1), "salt {salt}");
+            assert_eq!(
+                reader.position(),
+                FRAME_HEADER_LEN as u64 * (seq + 1),
+                "salt {salt}"
+            );
         }
         let s = reader.stats();
         assert_eq!(
@@ -838,7 +843,7 @@ fn a_live_claim_not_yet_begun_is_waited_for(before: u64, old: u64) {
         write(&writer);
     }
     let mut held = writer.claim(64, meta(0)).expect("claim");
-    let held_pos = lane.stats().claim_tail - align(40 + 64);
+    let held_pos = lane.stats().claim_tail - align(FRAME_HEADER_LEN as u64 + 64);
     // As if its writer had not yet stored the header: the commit word holds what was there.
     store_commit_word(&lane, held_pos, old);
     for _ in 0..3 {
@@ -883,5 +888,5 @@ fn reader_first_seq(lane: &std::sync::Arc<Lane<HeapMem>>) -> u64 {
 }
 
 fn align(n: u64) -> u64 {
-    (n + 7) & !7
+    n.next_multiple_of(FRAME_ALIGN as u64)
 }

@@ -97,7 +97,7 @@ fn a_run_stops_at_its_record_count_and_its_span() {
     assert!(got[..RUN_RECORDS].iter().all(|g| g.1 == got[0].1));
     assert!(got[RUN_RECORDS..].iter().all(|g| g.1 == got[RUN_RECORDS].1));
     assert!(got[RUN_RECORDS].1 >= got[0].1);
-    // 3000-byte records (3040-byte frames): two fit a run's 8 KiB span, three do not.
+    // 3000-byte records (3056-byte frames): two fit a run's 8 KiB span, three do not.
     let big: Vec<Vec<u8>> = (100..105).map(|i| payload(i, 3000)).collect();
     let run = w.write_run(META, &big);
     assert_eq!((run.first_seq, run.written, run.refused), (100, 2, None));
@@ -340,10 +340,10 @@ fn drain_in_place_stops_where_its_callback_says() {
 #[test]
 fn a_run_meets_the_ring_s_end_with_a_pad_between_its_records() {
     let (_, mut w, mut r) = writer_and_reader();
-    // 600 records of 100 bytes (144-byte frames) fill 86,400 bytes: the 64 KiB ring's end is
+    // 600 records of 96 bytes (144-byte frames) fill 86,400 bytes: the 64 KiB ring's end is
     // met after 455 of them (65,520 bytes), 16 bytes short of a frame: a PAD, then the next
     // record at the ring's start, inside the run of records 448..512.
-    let batch: Vec<Vec<u8>> = (0..600).map(|i| payload(i, 100)).collect();
+    let batch: Vec<Vec<u8>> = (0..600).map(|i| payload(i, 96)).collect();
     let mut rest = &batch[..];
     let mut wrapped_mid_run = false;
     while !rest.is_empty() {
@@ -381,12 +381,12 @@ fn a_run_meets_the_ring_s_end_with_a_pad_between_its_records() {
 fn a_run_refused_by_the_lap_guard_mid_run_keeps_what_it_wrote() {
     let lane = heap_lane();
     let writer = lane.shared_writer().expect("writer");
-    // A claim held in flight at the ring's start (seq 0, [0, 104)).
+    // A claim held in flight at the ring's start (seq 0, [0, 112)).
     let mut held = writer.claim(64, META).expect("claim");
     held.write_payload(&payload(0, 64));
-    // Runs of 64-byte records (104-byte frames) from seq 1: record 630 would start a lap on
-    // (after a PAD at 65,520) and overwrite the held claim, so the run of seqs 577..641 stops
-    // there, with 53 written.
+    // Runs of 64-byte records (112-byte frames) from seq 1: record 585 would start a lap on
+    // (after an implicit pad at 65,520) and overwrite the held claim, so the run of seqs
+    // 577..641 stops there, with 8 written.
     let batch: Vec<Vec<u8>> = (1..=700).map(|i| payload(i, 64)).collect();
     let mut rest = &batch[..];
     let mut refused_mid_run = None;
@@ -399,16 +399,16 @@ fn a_run_refused_by_the_lap_guard_mid_run_keeps_what_it_wrote() {
     }
     assert_eq!(
         refused_mid_run,
-        Some((577, 53, ClaimError::Lapped)),
+        Some((577, 8, ClaimError::Lapped)),
         "the run stops at the record that would lap the held claim"
     );
     assert_eq!(lane.stats().dropped_wrap, 1, "counted once");
     held.commit();
-    // Records 1..=629 and the held record 0 are all there to read, intact.
+    // Records 1..=584 and the held record 0 are all there to read, intact.
     let mut r = lane.reader(StartAt::Oldest);
     let (got, lost) = drain(&mut r);
     assert_eq!(lost, 0);
-    assert_eq!(got.len(), 630);
+    assert_eq!(got.len(), 585);
     for (i, (seq, _, p)) in got.iter().enumerate() {
         assert_eq!((*seq, p), (i as u64, &payload(i as u64, 64)));
     }

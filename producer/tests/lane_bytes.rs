@@ -32,14 +32,14 @@ fn lane_sizes_are_checked_with_the_reason() {
     }
     // The largest payload: frames up to 8 MiB, at most a quarter of the lane, less a header;
     // a lane of 8 MiB (one that fits the cache) takes 1 MiB arrays.
-    assert_eq!(snapbus::max_payload_bytes(None), Ok((8 << 20) - 40));
+    assert_eq!(snapbus::max_payload_bytes(None), Ok((8 << 20) - 48));
     assert_eq!(
         snapbus::max_payload_bytes(Some(1 << 20)),
-        Ok((256 << 10) - 40)
+        Ok((256 << 10) - 48)
     );
     assert_eq!(
         snapbus::max_payload_bytes(Some(8 << 20)),
-        Ok((2 << 20) - 40)
+        Ok((2 << 20) - 48)
     );
     assert!(snapbus::max_payload_bytes(Some(3)).is_err());
 }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use snapbus_bus::lane::layout::{HEADER_LEN, LaneHeader};
+use snapbus_bus::lane::layout::{FRAME_HEADER_LEN, HEADER_LEN, LaneHeader};
 use snapbus_bus::lane::{Lane, LaneConfig, LaneReader, Poll, RecordMeta, StartAt};
 use snapbus_bus::mem::{HeapMem, LaneMem};
 
@@ -90,7 +90,7 @@ macro_rules! hw {
 fn config(inp: &mut Input<'_>) -> (LaneConfig, u64) {
     let b = inp.u8();
     let capacity = if b & 1 == 0 { 64 << 10 } else { 128 << 10 };
-    let max_frame = [48, 56, 64, 256, 4096, capacity / 8, capacity / 5 / 8 * 8, capacity / 4]
+    let max_frame = [64, 80, 112, 256, 4096, capacity / 8, capacity / 5 / 16 * 16, capacity / 4]
         [usize::from(b >> 1) & 7];
     let block_size = (4 << 10) << ((b >> 4) % 3);
     let salt = match inp.u64() {
@@ -395,7 +395,7 @@ fn written(inp: &mut Input<'_>) {
     let (cfg, salt) = config(inp);
     let lane = Lane::heap(&cfg, salt).expect("valid config");
     let geo = *lane.geometry();
-    let max_payload = geo.max_frame as usize - 40;
+    let max_payload = geo.max_frame as usize - FRAME_HEADER_LEN;
     let mut w = lane.writer().expect("heap lanes are writable");
     let mut o = Oracle::default();
     let mut early = Checked::new(&lane, StartAt::Oldest, &mut Input { data: &[] });

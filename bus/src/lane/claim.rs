@@ -330,6 +330,7 @@ impl<M: LaneMem> Lane<M> {
         );
         h[fw::SEQ].store(seq, Ordering::Relaxed);
         h[fw::T_NANOS].store(t_nanos, Ordering::Relaxed);
+        h[fw::RESERVED].store(0, Ordering::Relaxed);
         h[fw::COMMIT].store(self.geo.tag(start) ^ BUSY, Ordering::Release);
         h
     }

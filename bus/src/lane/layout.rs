@@ -7,7 +7,9 @@
 //! data    data[capacity]  (page-aligned, capacity a power of two)
 //! ```
 //!
-//! A frame is 8-byte aligned and starts with a 40-byte header of five little-endian `u64` words:
+//! A frame is 16-byte aligned and starts with a 48-byte header of six little-endian `u64` words,
+//! so every payload starts on a 16-byte boundary (layout version 3; version 2 had a 40-byte
+//! header and 8-byte frames, which put every payload 8 bytes off one):
 //!
 //! | word | contents | written |
 //! |---|---|---|
@@ -16,8 +18,9 @@
 //! | 2 | `schema_key: u16` \| `schema_version: u16` << 16 (upper 32 bits reserved, 0) | before BUSY |
 //! | 3 | `seq: u64`, the lane's record number (DATA and ABORTED frames) | before BUSY |
 //! | 4 | `t_nanos: u64`, CLOCK_REALTIME at claim, non-decreasing within a lane | before BUSY |
+//! | 5 | reserved, 0 | before BUSY |
 //!
-//! then the payload, then zero padding to the next 8-byte boundary.
+//! then the payload, then padding to the next 16-byte boundary (whatever was there before).
 
 use std::mem::{offset_of, size_of};
 
@@ -27,7 +30,7 @@ use std::sync::atomic::AtomicU64;
 /// `"SNAPLANE"`, little-endian.
 pub const LANE_MAGIC: u64 = u64::from_le_bytes(*b"SNAPLANE");
 /// Layout version of this file's constants.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Written next to the layout version; reads back differently on a foreign-endian machine.
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
 /// Written last during initialisation (Release); readers refuse a lane without it.
@@ -36,11 +39,12 @@ pub const INIT_DONE: u64 = u64::from_le_bytes(*b"LANEINIT");
 /// Header size in bytes (anchors start here).
 pub const HEADER_LEN: usize = 4096;
 /// Frame header size in bytes.
-pub const FRAME_HEADER_LEN: usize = 40;
+pub const FRAME_HEADER_LEN: usize = 48;
 /// Frame header size in words.
 pub(crate) const FRAME_HEADER_WORDS: usize = FRAME_HEADER_LEN / 8;
-/// Frame alignment in bytes.
-pub const FRAME_ALIGN: usize = 8;
+/// Frame alignment in bytes: with the header, it puts every payload on a 16-byte boundary,
+/// where the platform's `memcpy` is fast for a 16-aligned source whatever the machine.
+pub const FRAME_ALIGN: usize = 16;
 /// The BUSY bit of the commit word.
 pub const BUSY: u64 = 1;
 
@@ -183,6 +187,7 @@ pub(crate) mod fw {
     pub(crate) const SCHEMA: usize = 2;
     pub(crate) const SEQ: usize = 3;
     pub(crate) const T_NANOS: usize = 4;
+    pub(crate) const RESERVED: usize = 5;
 }
 
 /// Packs word 1 of a frame header.
@@ -278,7 +283,7 @@ impl Geometry {
             || max_frame % FRAME_ALIGN as u64 != 0
         {
             return Err(GeometryError(
-                "max_frame must be 8-aligned, hold a header, and be at most capacity / 4",
+                "max_frame must be 16-aligned, hold a header, and be at most capacity / 4",
             ));
         }
         if !(MIN_BLOCK_SHIFT..=40).contains(&block_shift) || 1u64 << block_shift > capacity / 4 {

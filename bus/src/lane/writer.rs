@@ -354,8 +354,8 @@ mod tests {
         max_frame: 4 << 10,
         block_size: 4 << 10,
     };
-    /// A 24-byte payload: a 64-byte frame with the 40-byte header.
-    const LEN: usize = 24;
+    /// A 16-byte payload: a 64-byte frame with the 48-byte header.
+    const LEN: usize = 16;
     /// Frames in a lap.
     const LAP: u64 = CONFIG.capacity as u64 / 64;
 

@@ -5,8 +5,8 @@
 //! The policy lives here and nowhere else: a part of [`STREAM_MIN_BYTES`] or more, into a lane
 //! larger than the last-level cache, is copied with non-temporal stores (the lines go to
 //! memory, not through the producer's caches, and are not read before being overwritten);
-//! other parts with [`copy_to_lane`] (inline moves when small, 16-byte line stores when
-//! large).
+//! other parts with [`copy_to_lane`] (inline moves when small, the platform's `memcpy`
+//! otherwise).
 
 use bytemuck::Pod;
 use snapbus_schemas::EncodeError;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rustix::process::Signal;
 use snapbus_bus::doorbell::DoorbellPage;
+use snapbus_bus::lane::layout::{FRAME_ALIGN, FRAME_HEADER_LEN};
 use snapbus_bus::lane::{
     Claim, ClaimError, Frame, FrameMeta, LaneConfig, LaneWriter, Poll, ReaderStats, RecordMeta,
     RunWritten, SharedLaneWriter, ShmLane, StartAt,
@@ -21,8 +22,10 @@ use snapbus_bus::mem::{LaneMem, ShmMem};
 
 use super::harness::{PREFIX, open_bells, open_lane};
 
-/// Frame header bytes (`layout::FRAME_HEADER_LEN`).
-pub(super) const FRAME_HEADER: u64 = 40;
+/// Frame header bytes.
+pub(super) const FRAME_HEADER: u64 = FRAME_HEADER_LEN as u64;
+/// Frame alignment.
+const ALIGN: u64 = FRAME_ALIGN as u64;
 
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -54,9 +57,9 @@ pub(super) fn payload_len(seq: u64) -> usize {
     (base + (h >> 32) % (base + 1)).min(4096) as usize
 }
 
-/// Ring bytes record `seq` takes (header + payload, 8-aligned).
+/// Ring bytes record `seq` takes (header + payload, aligned).
 pub(super) fn frame_bytes(seq: u64) -> u64 {
-    (FRAME_HEADER + payload_len(seq) as u64).next_multiple_of(8)
+    (FRAME_HEADER + payload_len(seq) as u64).next_multiple_of(ALIGN)
 }
 
 /// Metadata of record `seq`.
@@ -548,18 +551,18 @@ fn garbage_writer() {
         }
         "frames" => {
             // The last record's frame ends at the tail (any padding lies before it).
-            let last_pos = tail - (FRAME_HEADER + last_len).next_multiple_of(8);
+            let last_pos = tail - (FRAME_HEADER + last_len).next_multiple_of(ALIGN);
             for _ in 0..1 + rng.below(60) {
-                let back = rng.below(g.capacity.min(tail.max(8))) & !7;
-                let pos = tail.saturating_sub(back + 8);
+                let back = rng.below(g.capacity.min(tail.max(ALIGN))) & !(ALIGN - 1);
+                let pos = tail.saturating_sub(back + ALIGN);
                 let busy = rng.below(3) == 0;
                 store(data_word(pos), g.tag(pos) ^ u64::from(busy));
                 let len = match rng.below(6) {
                     0 => rng.next(),
-                    1 => rng.below(40),
+                    1 => rng.below(FRAME_HEADER),
                     2 => g.max_frame + 8 + rng.below(1 << 20),
                     3 => g.capacity - (pos & (g.capacity - 1)) + 8 + rng.below(4096),
-                    _ => 40 + rng.below(2048),
+                    _ => FRAME_HEADER + rng.below(2048),
                 };
                 let kind = rng.below(7);
                 store(

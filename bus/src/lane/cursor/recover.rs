@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use super::super::Lane;
-use super::super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word};
+use super::super::layout::{
+    BUSY, FRAME_ALIGN, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word,
+};
 use super::super::now_realtime_nanos;
 use super::{Cursor, LANE_CLOCK_MIN_STALL, STALL_POLLS, Stall};
 use crate::mem::LaneMem;
@@ -47,7 +49,7 @@ impl Cursor {
             }
             let a = lane.word(g.anchor_word(b)).load(Ordering::Acquire);
             let limit = block_start.saturating_add(g.max_frame + g.block_size());
-            if a >= block_start && a < limit && a <= tail {
+            if a >= block_start && a < limit && a <= tail && a % FRAME_ALIGN as u64 == 0 {
                 return a;
             }
         }
@@ -170,7 +172,7 @@ impl Cursor {
     pub(super) fn skip_garbage<M: LaneMem>(&mut self, lane: &Lane<M>, tail: u64) {
         let g = lane.geo;
         let limit = self.pos.saturating_add(g.max_frame).min(tail);
-        let mut q = self.pos.saturating_add(8);
+        let mut q = self.pos.saturating_add(FRAME_ALIGN as u64);
         while q < limit {
             let phys = q & (g.capacity - 1);
             if phys == 0 || phys + FRAME_HEADER_LEN as u64 > g.capacity {
@@ -183,10 +185,10 @@ impl Cursor {
                 self.pos = q;
                 return;
             }
-            q += 8;
+            q += FRAME_ALIGN as u64;
         }
         let next = self.boundary_at_or_after(lane, self.pos.saturating_add(1), tail);
-        self.pos = next.max(self.pos.saturating_add(8));
+        self.pos = next.max(self.pos.saturating_add(FRAME_ALIGN as u64));
     }
 }
 
@@ -226,12 +228,12 @@ fn claimed_before<M: LaneMem>(lane: &Lane<M>, pos: u64, busy: bool, tail: u64) -
         return time_at(pos);
     }
     let limit = pos.saturating_add(g.max_frame).min(tail);
-    let mut q = pos.saturating_add(8);
+    let mut q = pos.saturating_add(FRAME_ALIGN as u64);
     while q < limit {
         if let Some(t) = time_at(q) {
             return Some(t);
         }
-        q += 8;
+        q += FRAME_ALIGN as u64;
     }
     None
 }

@@ -24,8 +24,8 @@ use crate::common::{
 pub(crate) const HOW: &str = "`Publisher::emit_with` of a `bench.blob { data: bytes }` \
     payload (what `snapshot()` of that type writes: an 8-byte length, then the message; one \
     copy into the ring; from 16 KiB on with non-temporal stores, the lane being larger than the \
-    last-level cache; from 2 KiB on where it does not stream, plain stores at the frame's \
-    16-byte boundaries, `stream::copy_lines`) into a 64 MiB lane; the consumer is a \
+    last-level cache; otherwise the platform's `memcpy`, the payload starting on a 16-byte \
+    boundary) into a 64 MiB lane; the consumer is a \
     `Subscriber` (the API every snapbus consumer uses), which validates each record and copies its payload out of the ring \
     (the harness checks that copy); spinning: `next(Duration::ZERO)` in a \
     loop; sleeping: `next(100 ms)`, which spins 64 times, then sleeps on the doorbell futex.";
