@@ -203,8 +203,8 @@ def snapshot_rows(quick: bool) -> list[dict[str, Any]]:
             1e9 / ns,
             "calls/s",
             f"{rate_text(1e9 / ns)} ({ns:.0f} ns/call)",
-            "≥ 3 M/s (floor 1 M/s)",
-            1e9 / ns >= 3e6,
+            "≤ 250 ns (≥ 4 M/s)",
+            ns <= 250,
         )
     )
 
@@ -573,8 +573,8 @@ def pair_rows(quick: bool, reps: int) -> list[dict[str, Any]]:
         ]:
             if peer in rates:
                 ratio = rates["snapbus"] / rates[peer]
-                target = "≥ 10x" if peer == "mp.Queue" else ""
-                ok = ratio >= 10 if peer == "mp.Queue" else None
+                target = "≥ 12x" if peer == "mp.Queue" else ""
+                ok = ratio >= 12 if peer == "mp.Queue" else None
                 rows.append(
                     row(
                         f"snapbus Python → Python ÷ {label}",

@@ -8,7 +8,7 @@ use super::workspace_file;
 use crate::run::{consumer_cpu, producer_cpu};
 
 /// The CPU's model name, `/proc/cpuinfo`'s first.
-fn cpu_model() -> String {
+pub(super) fn cpu_model() -> String {
     read_first_line("/proc/cpuinfo", "model name").unwrap_or_else(|| "?".into())
 }
 
@@ -16,7 +16,7 @@ fn is_virtual() -> bool {
     std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| s.contains(" hypervisor"))
 }
 
-fn cpus() -> usize {
+pub(super) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -123,6 +123,7 @@ pub(super) fn table(out: &mut String) {
         "| CPU | {cpu}, {ncpu} CPUs{} |",
         if virt { ", virtual machine" } else { "" }
     );
+    let _ = writeln!(out, "| Caches | {} |", super::machines::caches());
     let _ = writeln!(out, "| Memory | {mem} |");
     let _ = writeln!(out, "| Kernel | Linux {kernel} |");
     let _ = writeln!(out, "| Rust | {} |", command_version("rustc", "-V"));

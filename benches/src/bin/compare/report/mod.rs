@@ -6,10 +6,11 @@
 //!   `compare-every-byte` ones for `--every-byte`): the run in one paragraph and its tables;
 //! - the **headline** of `README.md` between the `compare:readme` markers: a few rows.
 //!
-//! `tables.rs` renders the tables, `machine.rs` describes the machine, `page.rs` assembles the
-//! shapes and writes them.
+//! `tables.rs` renders the tables, `machine.rs` describes the machine, `machines.rs` keeps the
+//! last two machines' key figures side by side, `page.rs` assembles the shapes and writes them.
 
 mod machine;
+mod machines;
 mod page;
 mod tables;
 

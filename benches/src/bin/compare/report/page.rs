@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::{
-    Input, Key, NOISY_PCT, Row, best_throughput_peer, machine, nanos_text, rate_text, rows, tables,
-    workspace_file,
+    Input, Key, NOISY_PCT, Row, best_throughput_peer, machine, machines, nanos_text, rate_text,
+    rows, tables, workspace_file,
 };
 use crate::common::{Mode, Wait};
 
@@ -62,6 +62,8 @@ pub(crate) struct Report {
     every_byte: bool,
     /// The run's folder name: `<date>-<machine>`.
     name: String,
+    /// The machine and the key figures, for the machines section (not for `--every-byte`).
+    machine: Option<machines::MachineRun>,
 }
 
 /// Renders the report of a run bound for `dest`.
@@ -79,12 +81,38 @@ pub(crate) fn render(input: &Input<'_>, dest: &Destination) -> Report {
         Destination::Runs { .. } => Some(format!("benches/runs/{name}/compare.md")),
         _ => None,
     };
+    let fingerprint = fingerprint(input);
+    let this = (!input.plan.every_byte).then(|| {
+        let figures = machines::key_figures(&rows, &input.plan.peers, input.python);
+        let day = machine::date(input.started);
+        let day = day.split(' ').next().unwrap_or("?");
+        machines::this_run(day, fingerprint.clone(), &figures)
+    });
     Report {
         full: full(input, &rows),
-        page: page(input, &rows, &machine::line(), kept.as_deref()),
+        page: page(
+            input,
+            &rows,
+            &machine::line(),
+            &fingerprint,
+            kept.as_deref(),
+        ),
         headline: (!input.plan.every_byte).then(|| headline(input, &rows)),
         every_byte: input.plan.every_byte,
         name,
+        machine: this,
+    }
+}
+
+/// The machine's fingerprint: its CPU and caches, and the same run's references.
+fn fingerprint(input: &Input<'_>) -> machines::Fingerprint {
+    let (memcpy, rtt) = tables::reference_medians(input);
+    machines::Fingerprint {
+        cpu: machine::cpu_model(),
+        cpus: machine::cpus(),
+        caches: machines::caches(),
+        memcpy_gbs: memcpy.map(|s| s.median),
+        rtt_ns: rtt.map(|s| s.median),
     }
 }
 
@@ -194,7 +222,13 @@ fn method(out: &mut String, input: &Input<'_>) {
 }
 
 /// The page section: the run in one paragraph, then its tables (`--every-byte`: throughput).
-fn page(input: &Input<'_>, rows: &BTreeMap<Key, Row>, machine: &str, kept: Option<&str>) -> String {
+fn page(
+    input: &Input<'_>,
+    rows: &BTreeMap<Key, Row>,
+    machine: &str,
+    fingerprint: &machines::Fingerprint,
+    kept: Option<&str>,
+) -> String {
     let plan = input.plan;
     let (title, when) = title(input);
     let (begin, end) = markers(plan.every_byte);
@@ -213,6 +247,11 @@ fn page(input: &Input<'_>, rows: &BTreeMap<Key, Row>, machine: &str, kept: Optio
          {NOISY_PCT:.0} %. The method and each peer's configuration: {full}.\n"
     );
     let _ = writeln!(out, "```sh\n{}\n```", input.command);
+    let _ = writeln!(
+        out,
+        "\n**The machine's fingerprint**: {}.",
+        fingerprint.text()
+    );
     tables::throughput(&mut out, input, rows);
     if !plan.every_byte {
         tables::latency(&mut out, input, rows);
@@ -393,6 +432,12 @@ pub(crate) fn write(report: &Report, dest: &Destination) -> Result<Vec<PathBuf>>
     if pages {
         let bench = workspace_file("BENCHMARKS.md");
         write_section(&bench, &report.page, begin, end)?;
+        if let Some(this) = &report.machine {
+            let old = std::fs::read_to_string(&bench).unwrap_or_default();
+            let (last, previous) = machines::kept(&old);
+            let section = machines::section(this, last, previous);
+            write_section(&bench, &section, machines::BEGIN, machines::END)?;
+        }
         written.push(bench);
         if let Some(headline) = &report.headline {
             let readme = workspace_file("README.md");
