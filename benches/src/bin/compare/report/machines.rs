@@ -349,7 +349,12 @@ pub(super) fn section(
         _ => previous,
     };
     let mut out = String::new();
-    let _ = writeln!(out, "{BEGIN}\n## This machine and the previous one\n");
+    let json = |r: &MachineRun| serde_json::to_string(r).unwrap_or_default();
+    let _ = writeln!(out, "{BEGIN}\n{THIS}{} -->", json(this));
+    if let Some(p) = &previous {
+        let _ = writeln!(out, "{PREVIOUS}{} -->", json(p));
+    }
+    let _ = writeln!(out, "## This machine and the previous one\n");
     let _ = writeln!(
         out,
         "Written by `compare` from its last full run and the last full run on another machine \
@@ -357,15 +362,10 @@ pub(super) fn section(
          moved to another host is another machine). What differs between the columns depends \
          on the machine.\n"
     );
-    let json = |r: &MachineRun| serde_json::to_string(r).unwrap_or_default();
-    let _ = writeln!(out, "{THIS}{} -->", json(this));
-    if let Some(p) = &previous {
-        let _ = writeln!(out, "{PREVIOUS}{} -->", json(p));
-    }
     let other = |f: &dyn Fn(&MachineRun) -> String| previous.as_ref().map_or("–".into(), f);
     let _ = writeln!(
         out,
-        "\n| | this machine ({}) | previous machine ({}) |\n|---|---|---|",
+        "| | this machine ({}) | previous machine ({}) |\n|---|---|---|",
         this.date,
         other(&|p| p.date.clone())
     );
