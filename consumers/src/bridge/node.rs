@@ -30,20 +30,33 @@ pub type Shared = Arc<NodeShared>;
 /// (history).
 pub trait Outlet {
     /// Sends `message` under the key of `slot` (a lane and a schema key, 0 for the lane's own
-    /// messages), which `key` makes when it is new.
+    /// messages), which `key` makes when it is new; it may hold it back until [`flush`].
+    ///
+    /// [`flush`]: Outlet::flush
     fn send(
         &mut self,
         slot: (u64, u16),
         key: impl FnOnce() -> String,
         message: Vec<u8>,
     ) -> Result<(), HookError>;
+
+    /// Sends what [`send`](Outlet::send) held back.
+    fn flush(&mut self) -> Result<(), HookError> {
+        Ok(())
+    }
 }
+
+/// A key's messages are held back until they make this many bytes (or the reader has caught
+/// up): one Zenoh sample costs several times a small record's own work, so small records
+/// travel a batch to a sample. A message this large goes alone, at once.
+pub const BATCH_BYTES: usize = 32 << 10;
 
 /// The live outlet: one declared publisher per key, blocking when the link is congested
 /// (the bridge then falls behind in the ring, and what it loses there is counted and sent).
+/// Messages of a key are batched into one sample ([`BATCH_BYTES`]).
 pub struct Publish {
     session: zenoh::Session,
-    publishers: HashMap<(u64, u16), zenoh::pubsub::Publisher<'static>>,
+    publishers: HashMap<(u64, u16), (zenoh::pubsub::Publisher<'static>, Vec<u8>)>,
 }
 
 impl Publish {
@@ -56,6 +69,18 @@ impl Publish {
     }
 }
 
+/// Puts a key's batch, if it holds anything.
+fn put_batch(
+    publisher: &zenoh::pubsub::Publisher<'static>,
+    batch: &mut Vec<u8>,
+) -> Result<(), HookError> {
+    if !batch.is_empty() {
+        let sample = std::mem::replace(batch, Vec::with_capacity(BATCH_BYTES));
+        publisher.put(sample).wait()?;
+    }
+    Ok(())
+}
+
 impl Outlet for Publish {
     fn send(
         &mut self,
@@ -63,16 +88,33 @@ impl Outlet for Publish {
         key: impl FnOnce() -> String,
         message: Vec<u8>,
     ) -> Result<(), HookError> {
-        let p = match self.publishers.entry(slot) {
+        let (p, batch) = match self.publishers.entry(slot) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+            std::collections::hash_map::Entry::Vacant(e) => e.insert((
                 self.session
                     .declare_publisher(key())
                     .congestion_control(CongestionControl::Block)
                     .wait()?,
-            ),
+                Vec::new(),
+            )),
         };
-        p.put(message).wait()?;
+        if message.len() >= BATCH_BYTES {
+            // After the smaller ones before it, in a sample of its own (no copy).
+            put_batch(p, batch)?;
+            p.put(message).wait()?;
+            return Ok(());
+        }
+        batch.extend_from_slice(&message);
+        if batch.len() >= BATCH_BYTES {
+            put_batch(p, batch)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        for (p, batch) in self.publishers.values_mut() {
+            put_batch(p, batch)?;
+        }
         Ok(())
     }
 }
@@ -142,8 +184,10 @@ impl<O: Outlet> NodeSide<O> {
         self
     }
 
-    /// Sends a lane message (`kind`: [`KIND_LOSS`] or [`KIND_END`]) of `producer`.
+    /// Sends a lane message (`kind`: [`KIND_LOSS`] or [`KIND_END`]) of `producer`, after the
+    /// records held back (which came before it).
     fn lane_message(&mut self, kind: u8, producer: &Producer<'_>) -> Result<(), HookError> {
+        self.outlet.flush()?;
         let lane = self.lanes.entry(producer.lane_id).or_default();
         let h = Header {
             kind,
@@ -162,7 +206,9 @@ impl<O: Outlet> NodeSide<O> {
         };
         let prefix = &self.prefix;
         let key = || format!("{}/{LANE_CHUNK}", lane_key(prefix, producer.lane_id));
-        self.outlet.send((producer.lane_id, 0), key, h.encode(&[]))
+        self.outlet
+            .send((producer.lane_id, 0), key, h.encode(&[]))?;
+        self.outlet.flush()
     }
 
     /// The pass's id.
@@ -242,6 +288,14 @@ impl<O: Outlet> Consumer for NodeSide<O> {
         Ok(Flow::Continue)
     }
 
+    fn caught_up(&mut self) -> Result<(), HookError> {
+        self.outlet.flush()
+    }
+
+    fn flush(&mut self) -> Result<(), HookError> {
+        self.outlet.flush()
+    }
+
     fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {
         if let ProducerChange::Ended(p) = change {
             let mut ended = self
@@ -262,5 +316,111 @@ impl<O: Outlet> Consumer for NodeSide<O> {
             }
         }
         Ok(Flow::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use zenoh::Wait;
+
+    use super::super::wire::{Header, KIND_RECORD, messages};
+    use super::{BATCH_BYTES, Outlet, Publish};
+
+    /// A session on loopback only: listening on `listen`, or connecting to `connect`.
+    fn session(listen: Option<&str>, connect: Option<&str>) -> zenoh::Session {
+        let mut c = zenoh::Config::default();
+        c.insert_json5("mode", "\"peer\"").expect("mode");
+        c.insert_json5("scouting/multicast/enabled", "false")
+            .expect("scouting");
+        let list =
+            |e: Option<&str>| format!("[{}]", e.map(|e| format!("\"{e}\"")).unwrap_or_default());
+        c.insert_json5("listen/endpoints", &list(listen))
+            .expect("listen");
+        c.insert_json5("connect/endpoints", &list(connect))
+            .expect("connect");
+        zenoh::open(c).wait().expect("a zenoh session")
+    }
+
+    fn record(seq: u64, payload: &[u8]) -> Vec<u8> {
+        Header {
+            kind: KIND_RECORD,
+            pass: 1,
+            n: seq,
+            seq,
+            ring_lost: 0,
+            t_nanos: seq,
+            pid: 7,
+            level: 2,
+            schema_version: 1,
+            fingerprint: 9,
+            producer: "demo",
+            emitter: "",
+            descriptor: &[],
+        }
+        .encode(payload)
+    }
+
+    #[test]
+    fn small_records_travel_in_batches_in_order_and_large_ones_alone() {
+        let port = 20_000 + std::process::id() % 20_000;
+        let endpoint = format!("tcp/127.0.0.1:{port}");
+        let node = session(Some(&endpoint), None);
+        let station = session(None, Some(&endpoint));
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let _sub = station
+            .declare_subscriber("test/batch/**")
+            .callback(move |s| {
+                let _ = tx.send(s.payload().to_bytes().into_owned());
+            })
+            .wait()
+            .expect("subscriber");
+        let key = || "test/batch/lane".to_owned();
+        // Until the station's subscriber reaches the node: a probe, resent until it arrives.
+        let mut out = Publish::new(node.clone());
+        loop {
+            out.send((1, 1), key, record(u64::MAX, b"probe"))
+                .expect("send");
+            out.flush().expect("flush");
+            if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
+                break;
+            }
+        }
+        while rx.try_recv().is_ok() {}
+        // 2,000 small records, then one large one, then the rest held back until a flush.
+        let small = [0x5au8; 64];
+        for seq in 0..2000 {
+            out.send((1, 1), key, record(seq, &small)).expect("send");
+        }
+        let large = vec![0xa5u8; BATCH_BYTES];
+        out.send((1, 1), key, record(2000, &large)).expect("send");
+        out.send((1, 1), key, record(2001, &small)).expect("send");
+        out.flush().expect("flush");
+        let mut seqs = Vec::new();
+        let mut samples = 0;
+        while seqs.last() != Some(&2001) {
+            let sample = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("every record arrives");
+            samples += 1;
+            let batch: Vec<_> = messages(&sample).collect::<Result<_, _>>().expect("reads");
+            if batch.iter().any(|(h, _)| h.seq == 2000) {
+                assert_eq!(batch.len(), 1, "a large record travels alone");
+                assert_eq!(batch[0].1, &large[..]);
+            }
+            for (h, p) in batch {
+                assert_eq!(p.len(), if h.seq == 2000 { large.len() } else { 64 });
+                seqs.push(h.seq);
+            }
+        }
+        assert_eq!(
+            seqs,
+            (0..2002).collect::<Vec<u64>>(),
+            "in order, none missing"
+        );
+        // 2,000 records of ~130 bytes in 32 KiB samples: 8 or 9, then the large one, the last.
+        assert!((3..=12).contains(&samples), "{samples} samples");
     }
 }

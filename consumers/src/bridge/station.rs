@@ -21,7 +21,7 @@ use zenoh::query::{ConsolidationMode, QueryTarget};
 use zenoh::sample::Locality;
 
 use super::gaps::{Books, Verdict};
-use super::wire::{Header, KIND_END, KIND_RECORD, decode};
+use super::wire::{Header, KIND_END, KIND_RECORD, messages};
 use super::{BridgeError, HISTORY_TIMEOUT, SCHEMA_CHUNK, TOKEN_CHUNK};
 
 /// How long a new re-emitting producer waits for the broker to adopt it.
@@ -151,10 +151,10 @@ impl Station {
         }
     }
 
-    /// A live message: first the node's history, if this pass of the node was not asked yet
+    /// A live sample: first the node's history, if this pass of the node was not asked yet
     /// (so that history comes before the live records it precedes).
-    fn live(&mut self, key: &str, msg: &[u8]) -> Result<(), BridgeError> {
-        let Ok((h, _)) = decode(msg) else {
+    fn live(&mut self, key: &str, sample: &[u8]) -> Result<(), BridgeError> {
+        let Some(Ok((h, _))) = messages(sample).next() else {
             self.board.add("in.refused", 1);
             return Ok(());
         };
@@ -163,7 +163,7 @@ impl Station {
                 self.sync(host, h.pass)?;
             }
         }
-        self.handle(key, msg)
+        self.handle(key, sample)
     }
 
     /// Asks `host` for what its rings hold, once per pass of its bridge.
@@ -191,19 +191,38 @@ impl Station {
         Ok(())
     }
 
-    /// One message, from the live stream or a history answer.
-    fn handle(&mut self, key: &str, msg: &[u8]) -> Result<(), BridgeError> {
-        let (Some((host, lane)), Ok((h, payload))) = (host_and_lane(key), decode(msg)) else {
+    /// A sample's messages, from the live stream or a history answer, in order; a sample
+    /// that stops making sense is refused from there on.
+    fn handle(&mut self, key: &str, sample: &[u8]) -> Result<(), BridgeError> {
+        let Some((host, lane)) = host_and_lane(key) else {
             self.board.add("in.refused", 1);
             return Ok(());
         };
+        for m in messages(sample) {
+            let Ok((h, payload)) = m else {
+                self.board.add("in.refused", 1);
+                break;
+            };
+            self.message(host, lane, &h, payload)?;
+        }
+        Ok(())
+    }
+
+    /// One message of lane `lane` of `host`.
+    fn message(
+        &mut self,
+        host: &str,
+        lane: u64,
+        h: &Header<'_>,
+        payload: &[u8],
+    ) -> Result<(), BridgeError> {
         self.board.add("in.received", 1);
         if self.ended.contains(&lane) {
             // A history answer's copy of a lane that has ended since.
             self.board.add("in.duplicates", 1);
             return Ok(());
         }
-        let verdict = self.remote(host, lane, &h)?.books.take(&h);
+        let verdict = self.remote(host, lane, h)?.books.take(h);
         let lost = match verdict {
             Verdict::Duplicate => {
                 self.board.add("in.duplicates", 1);
@@ -211,7 +230,7 @@ impl Station {
             }
             Verdict::Emit { lost } | Verdict::Loss { lost } => lost,
         };
-        let remote = self.remote(host, lane, &h)?;
+        let remote = self.remote(host, lane, h)?;
         if lost > 0 {
             remote.publisher.mark_lost(lost)?;
             self.board.add("in.lost", lost);
@@ -227,10 +246,10 @@ impl Station {
         if h.kind != KIND_RECORD {
             return Ok(());
         }
-        let Some(meta) = self.meta(host, lane, &h)? else {
+        let Some(meta) = self.meta(host, lane, h)? else {
             return Ok(());
         };
-        let remote = self.remote(host, lane, &h)?;
+        let remote = self.remote(host, lane, h)?;
         match remote
             .publisher
             .emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))

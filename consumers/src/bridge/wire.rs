@@ -1,11 +1,13 @@
-//! The bridge's message: one Zenoh sample per record (or per loss report), a fixed header, the
+//! The bridge's messages: a record (or a loss report, or a lane's end) is a fixed header, the
 //! producer's name, the emitter's, the schema's descriptor (the first record of a schema in a
-//! pass only), then the payload as the producer's lane held it.
+//! pass only), the payload's length, then the payload as the producer's lane held it. A Zenoh
+//! sample holds one message or several of one key one after the other ([`messages`]): the
+//! node sends small records in batches, since a sample costs more than a small record.
 
 use thiserror::Error;
 
 /// The message format's version (the first byte).
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// A record.
 pub const KIND_RECORD: u8 = 0;
 /// A loss report: records of the lane the node's reader lost (`ring_lost` grew), no payload.
@@ -52,9 +54,9 @@ pub struct WireError(&'static str);
 const FIXED: usize = 1 + 1 + 8 * 5 + 4 + 1 + 2 + 8;
 
 impl Header<'_> {
-    /// The header's encoded length.
+    /// The header's encoded length (with the payload's length).
     pub fn len(&self) -> usize {
-        FIXED + 2 + self.producer.len() + 2 + self.emitter.len() + 4 + self.descriptor.len()
+        FIXED + 2 + self.producer.len() + 2 + self.emitter.len() + 4 + self.descriptor.len() + 4
     }
 
     /// Whether it encodes to nothing (never).
@@ -65,6 +67,13 @@ impl Header<'_> {
     /// The message: this header, then `payload`.
     pub fn encode(&self, payload: &[u8]) -> Vec<u8> {
         let mut b = Vec::with_capacity(self.len() + payload.len());
+        self.encode_into(&mut b, payload);
+        b
+    }
+
+    /// The message appended to `b` (a batch of messages of one key).
+    pub fn encode_into(&self, b: &mut Vec<u8>, payload: &[u8]) {
+        b.reserve(self.len() + payload.len());
         b.push(VERSION);
         b.push(self.kind);
         for v in [self.pass, self.n, self.seq, self.ring_lost, self.t_nanos] {
@@ -81,13 +90,25 @@ impl Header<'_> {
         }
         b.extend_from_slice(&(self.descriptor.len() as u32).to_le_bytes());
         b.extend_from_slice(self.descriptor);
+        b.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         b.extend_from_slice(payload);
-        b
     }
 }
 
-/// Reads a message: its header and its payload.
-pub fn decode(b: &[u8]) -> Result<(Header<'_>, &[u8]), WireError> {
+/// The messages of a sample, in order; the first that cannot be read ends them (an `Err`).
+pub fn messages(sample: &[u8]) -> impl Iterator<Item = Result<(Header<'_>, &[u8]), WireError>> {
+    let mut rest = Some(sample);
+    std::iter::from_fn(move || {
+        let b = rest.take().filter(|b| !b.is_empty())?;
+        Some(decode(b).map(|(h, payload, after)| {
+            rest = Some(after);
+            (h, payload)
+        }))
+    })
+}
+
+/// Reads the first message of `b`: its header, its payload and what follows it.
+pub fn decode(b: &[u8]) -> Result<(Header<'_>, &[u8], &[u8]), WireError> {
     let mut r = Cursor(b);
     if r.take(1)? != [VERSION] {
         return Err(WireError(
@@ -108,6 +129,8 @@ pub fn decode(b: &[u8]) -> Result<(Header<'_>, &[u8]), WireError> {
     let emitter = r.str()?;
     let dlen = u32::from_le_bytes(r.array()?) as usize;
     let descriptor = r.take(dlen)?;
+    let plen = u32::from_le_bytes(r.array()?) as usize;
+    let payload = r.take(plen)?;
     Ok((
         Header {
             kind,
@@ -124,6 +147,7 @@ pub fn decode(b: &[u8]) -> Result<(Header<'_>, &[u8]), WireError> {
             emitter,
             descriptor,
         },
+        payload,
         r.0,
     ))
 }
@@ -182,10 +206,48 @@ mod tests {
             descriptor: b"desc",
         };
         let m = h.encode(b"payload");
-        let (d, p) = decode(&m).expect("decodes");
-        assert_eq!((d, p), (h.clone(), &b"payload"[..]));
-        for cut in 0..h.len() {
+        let (d, p, rest) = decode(&m).expect("decodes");
+        assert_eq!((d, p, rest), (h.clone(), &b"payload"[..], &b""[..]));
+        for cut in 0..m.len() {
             assert!(decode(&m[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_sample_holds_messages_one_after_the_other() {
+        let at = |seq: u64, descriptor: &'static [u8]| Header {
+            kind: KIND_RECORD,
+            pass: 1,
+            n: seq,
+            seq,
+            ring_lost: 0,
+            t_nanos: seq * 10,
+            pid: 42,
+            level: 2,
+            schema_version: 1,
+            fingerprint: 0xfeed,
+            producer: "demo",
+            emitter: "",
+            descriptor,
+        };
+        let payloads: [&[u8]; 3] = [b"first", b"", b"third payload"];
+        let mut sample = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            at(i as u64, if i == 0 { b"desc" } else { b"" }).encode_into(&mut sample, p);
+        }
+        let got: Vec<(Header<'_>, &[u8])> = messages(&sample)
+            .collect::<Result<_, _>>()
+            .expect("every message reads");
+        let want: Vec<(Header<'_>, &[u8])> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (at(i as u64, if i == 0 { b"desc" } else { b"" }), *p))
+            .collect();
+        assert_eq!(got, want);
+        // A sample cut inside its last message reads its whole ones, then says so.
+        let cut: Vec<_> = messages(&sample[..sample.len() - 3]).collect();
+        assert_eq!(cut.len(), 3);
+        assert!(cut[..2].iter().all(Result::is_ok) && cut[2].is_err());
+        assert_eq!(messages(&[]).count(), 0);
     }
 }

@@ -113,4 +113,12 @@ pub trait Consumer {
     fn flush(&mut self) -> Result<(), HookError> {
         Ok(())
     }
+
+    /// The run loop handed over everything its reader held when it last woke (called after
+    /// each batch of records, and after each wait that found none): a consumer that holds
+    /// records back to send them together sends them now, so that holding back adds no
+    /// latency beyond the batch.
+    fn caught_up(&mut self) -> Result<(), HookError> {
+        Ok(())
+    }
 }

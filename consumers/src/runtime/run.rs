@@ -72,6 +72,7 @@ fn step<C: Consumer + ?Sized>(
     if let Some(e) = st.error {
         return Err(RunError::Hook(e));
     }
+    consumer.caught_up().map_err(RunError::Hook)?;
     if let Some(schema) = st.new_schema {
         reader.set_extract(&schema, consumer.extract(&schema));
     }
