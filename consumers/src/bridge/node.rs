@@ -155,6 +155,9 @@ pub struct NodeSide<O: Outlet> {
     outlet: O,
     shared: Shared,
     board: Option<StatusBoard>,
+    /// Records sent since the board was last told (it is told once a batch: an entry is a
+    /// lock and a map lookup).
+    unreported: u64,
     /// A history answer: lanes reaching the cut are not ended.
     history: bool,
 }
@@ -176,8 +179,21 @@ impl<O: Outlet> NodeSide<O> {
             outlet,
             shared,
             board,
+            unreported: 0,
             history: false,
         }
+    }
+
+    /// Sends what the outlet holds, and tells the board what was sent.
+    fn flush_outlet(&mut self) -> Result<(), HookError> {
+        self.outlet.flush()?;
+        if let Some(b) = &self.board {
+            if self.unreported > 0 {
+                b.add("out.sent", self.unreported);
+            }
+        }
+        self.unreported = 0;
+        Ok(())
     }
 
     /// This pass answers a history query (lanes it reads to the cut have not ended).
@@ -189,7 +205,7 @@ impl<O: Outlet> NodeSide<O> {
     /// Sends a lane message (`kind`: [`KIND_LOSS`] or [`KIND_END`]) of `producer`, after the
     /// records held back (which came before it).
     fn lane_message(&mut self, kind: u8, producer: &Producer<'_>) -> Result<(), HookError> {
-        self.outlet.flush()?;
+        self.flush_outlet()?;
         let lane = self.lanes.entry(producer.lane_id).or_default();
         let h = Header {
             kind,
@@ -268,9 +284,7 @@ impl<O: Outlet> Consumer for NodeSide<O> {
         if first {
             lane.described.push(fp);
         }
-        if let Some(b) = &self.board {
-            b.add("out.sent", 1);
-        }
+        self.unreported += 1;
         Ok(Flow::Continue)
     }
 
@@ -291,11 +305,11 @@ impl<O: Outlet> Consumer for NodeSide<O> {
     }
 
     fn caught_up(&mut self) -> Result<(), HookError> {
-        self.outlet.flush()
+        self.flush_outlet()
     }
 
     fn flush(&mut self) -> Result<(), HookError> {
-        self.outlet.flush()
+        self.flush_outlet()
     }
 
     fn on_producer(&mut self, change: ProducerChange<'_>) -> Result<Flow, HookError> {

@@ -57,6 +57,19 @@ pub struct Station {
     board: StatusBoard,
 }
 
+/// What became of a message (counted in the bridge's row of `ls`).
+#[derive(Clone, Copy)]
+enum Fate {
+    /// Re-emitted into the local bus (`in.emitted`).
+    Emitted = 0,
+    /// Seen before (`in.duplicates`).
+    Duplicate = 1,
+    /// Refused by the local lane, or unreadable (`in.refused`).
+    Refused = 2,
+    /// A loss report, a lane's end, or a record of a schema not wanted here.
+    Other = 3,
+}
+
 /// `key`'s host and lane (`snapbus/<bus>/<host>/<lane>/…`).
 fn host_and_lane(key: &str) -> Option<(&str, u64)> {
     let mut parts = key.split('/').skip(2);
@@ -198,36 +211,53 @@ impl Station {
             self.board.add("in.refused", 1);
             return Ok(());
         };
+        // Counted here and added to the board once a sample: a board entry is a lock and a
+        // map lookup, a cost of the order of a small record's whole re-emission.
+        let mut fates = [0u64; 4];
+        let mut received = 0;
+        let mut result = Ok(());
         for m in messages(sample) {
             let Ok((h, payload)) = m else {
-                self.board.add("in.refused", 1);
+                fates[Fate::Refused as usize] += 1;
                 break;
             };
-            self.message(host, lane, &h, payload)?;
+            received += 1;
+            match self.message(host, lane, &h, payload) {
+                Ok(fate) => fates[fate as usize] += 1,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(())
+        self.board.add("in.received", received);
+        for (fate, key) in [
+            (Fate::Emitted, "in.emitted"),
+            (Fate::Duplicate, "in.duplicates"),
+            (Fate::Refused, "in.refused"),
+        ] {
+            if fates[fate as usize] > 0 {
+                self.board.add(key, fates[fate as usize]);
+            }
+        }
+        result
     }
 
-    /// One message of lane `lane` of `host`.
+    /// One message of lane `lane` of `host`, and what became of it.
     fn message(
         &mut self,
         host: &str,
         lane: u64,
         h: &Header<'_>,
         payload: &[u8],
-    ) -> Result<(), BridgeError> {
-        self.board.add("in.received", 1);
+    ) -> Result<Fate, BridgeError> {
         if self.ended.contains(&lane) {
             // A history answer's copy of a lane that has ended since.
-            self.board.add("in.duplicates", 1);
-            return Ok(());
+            return Ok(Fate::Duplicate);
         }
         let verdict = self.remote(host, lane, h)?.books.take(h);
         let lost = match verdict {
-            Verdict::Duplicate => {
-                self.board.add("in.duplicates", 1);
-                return Ok(());
-            }
+            Verdict::Duplicate => return Ok(Fate::Duplicate),
             Verdict::Emit { lost } | Verdict::Loss { lost } => lost,
         };
         let remote = self.remote(host, lane, h)?;
@@ -241,24 +271,23 @@ impl Station {
             self.remotes.remove(&lane);
             self.ended.insert(lane);
             self.board.add("in.ended", 1);
-            return Ok(());
+            return Ok(Fate::Other);
         }
         if h.kind != KIND_RECORD {
-            return Ok(());
+            return Ok(Fate::Other);
         }
         let Some(meta) = self.meta(host, lane, h)? else {
-            return Ok(());
+            return Ok(Fate::Other);
         };
         let remote = self.remote(host, lane, h)?;
         match remote
             .publisher
             .emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))
         {
-            Ok(_) => self.board.add("in.emitted", 1),
-            Err(EmitError::Claim(_)) => self.board.add("in.refused", 1),
-            Err(e) => return Err(e.into()),
+            Ok(_) => Ok(Fate::Emitted),
+            Err(EmitError::Claim(_)) => Ok(Fate::Refused),
+            Err(e) => Err(e.into()),
         }
-        Ok(())
     }
 
     fn remote(
