@@ -39,6 +39,7 @@ mod demo;
 mod mcp;
 mod negative;
 mod stdout;
+mod unbuilt;
 
 use std::process::ExitCode;
 
@@ -49,7 +50,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => {
             let args: Vec<String> = std::env::args().collect();
-            match negative::negative_value_error(&command::Cli::command(), &err, &args) {
+            let message = unbuilt::unbuilt_verb_error(&err)
+                .or_else(|| negative::negative_value_error(&command::Cli::command(), &err, &args));
+            match message {
                 Some(message) => {
                     snapbus_bus::say!("snapbus: error: {message}");
                     return ExitCode::from(2);
