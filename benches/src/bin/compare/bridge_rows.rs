@@ -5,8 +5,11 @@
 //! other (TCP, blocking congestion control, what the bridge uses); the bridge's row is a
 //! `Publisher` on the node's bus, `snapbus bridge --send` there, `snapbus bridge --receive`
 //! on the workstation's bus and a `Subscriber` on it: bus to bus, two bridges and the two
-//! rings in the way. Each message carries its send time (CLOCK_REALTIME, one clock: one
-//! machine). `compare --bridge` runs only these rows; it needs a `snapbus` built with
+//! rings in the way. A third row, the reference, is one bus alone (a `Publisher` and a
+//! `Subscriber` on the workstation's bus): what one bus hop costs in the same run. Throughput
+//! runs hold the sender to a window of unacknowledged messages on every path ([`Window`]).
+//! Each message carries its send time (CLOCK_REALTIME, one clock: one machine).
+//! `compare --bridge` runs only these rows; it needs a `snapbus` built with
 //! `--features bridge` (`--snapbus PATH`, default beside the harness).
 
 use std::io::{BufRead, BufReader, Write};
@@ -65,6 +68,15 @@ pub(crate) struct SideArgs {
     /// The file the receiver creates once it has seen a message.
     #[arg(long)]
     ready: PathBuf,
+    /// Throughput: at most this many messages in flight (sent, not yet acknowledged by the
+    /// receiver); 0, no limit.
+    #[arg(long, default_value_t = 0)]
+    window: u64,
+    /// Throughput with a window: the sender's datagram socket, where the receiver
+    /// acknowledges what it has received (a Unix socket: the namespaces share the file
+    /// system).
+    #[arg(long)]
+    acks: Option<PathBuf>,
 }
 
 /// What a receiver measured.
@@ -141,6 +153,7 @@ pub(crate) fn send(a: &SideArgs) -> Result<()> {
         put(&message(a.size, WARM))?;
         std::thread::sleep(Duration::from_millis(10));
     }
+    let mut window = Window::new(a)?;
     let start = Instant::now();
     let mut i = 0u64;
     if a.count > 0 {
@@ -154,6 +167,7 @@ pub(crate) fn send(a: &SideArgs) -> Result<()> {
     } else {
         let secs = Duration::from_secs_f64(a.secs);
         while start.elapsed() < secs {
+            window.wait_for_room(i)?;
             put(&message(a.size, i))?;
             i += 1;
         }
@@ -163,6 +177,104 @@ pub(crate) fn send(a: &SideArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// The sender's side of the window: the receiver acknowledges the highest index it has seen
+/// every quarter window; the sender waits while a window's worth is unacknowledged. Both
+/// paths are measured through the same window, which stands for what Zenoh's blocking
+/// congestion control does inside its own queues: a sender held back rather than one whose
+/// messages are overwritten unread (the bus's producer never waits, so without it the
+/// throughput run measures how much of a flood survives rather than how fast the path goes).
+struct Window {
+    size: u64,
+    socket: Option<std::os::unix::net::UnixDatagram>,
+    acked: u64,
+}
+
+impl Window {
+    fn new(a: &SideArgs) -> Result<Window> {
+        let socket = match (&a.acks, a.window) {
+            (Some(path), 1..) => {
+                let _ = std::fs::remove_file(path);
+                let s = std::os::unix::net::UnixDatagram::bind(path)
+                    .with_context(|| format!("bind {}", path.display()))?;
+                s.set_read_timeout(Some(Duration::from_millis(100)))?;
+                Some(s)
+            }
+            _ => None,
+        };
+        Ok(Window {
+            size: a.window,
+            socket,
+            acked: 0,
+        })
+    }
+
+    /// Waits until message `i` fits in the window (or 100 ms pass with no acknowledgement:
+    /// a lost message never holds the run up).
+    fn wait_for_room(&mut self, i: u64) -> Result<()> {
+        let Some(s) = &self.socket else {
+            return Ok(());
+        };
+        if i < self.acked + self.size {
+            return Ok(());
+        }
+        let mut buf = [0u8; 8];
+        s.set_nonblocking(false)?;
+        match s.recv(&mut buf) {
+            Ok(8) => self.acked = self.acked.max(u64::from_le_bytes(buf) + 1),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // Take every acknowledgement already queued.
+        s.set_nonblocking(true)?;
+        while let Ok(8) = s.recv(&mut buf) {
+            self.acked = self.acked.max(u64::from_le_bytes(buf) + 1);
+        }
+        Ok(())
+    }
+}
+
+/// The receiver's side of the window.
+struct Acks {
+    every: u64,
+    socket: Option<(std::os::unix::net::UnixDatagram, PathBuf)>,
+    since: u64,
+}
+
+impl Acks {
+    fn new(a: &SideArgs) -> Result<Acks> {
+        let socket = match (&a.acks, a.window) {
+            (Some(path), 1..) => Some((std::os::unix::net::UnixDatagram::unbound()?, path.clone())),
+            _ => None,
+        };
+        Ok(Acks {
+            every: (a.window / 4).max(1),
+            socket,
+            since: 0,
+        })
+    }
+
+    /// Message `index` arrived.
+    fn received(&mut self, index: u64) {
+        let Some((s, to)) = &self.socket else {
+            return;
+        };
+        self.since += 1;
+        if self.since >= self.every {
+            self.since = 0;
+            // The sender may not be listening yet (the warm-up) or any more (the end).
+            let _ = s.send_to(&index.to_le_bytes(), to);
+        }
+    }
 }
 
 /// The receiving side: prints `result {Measured}`.
@@ -188,7 +300,10 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
         println!("subscribed");
         std::io::stdout().flush()?;
     }
+    // The bridge names a remote producer `<name>@<host>`; a local one keeps its name.
     let want = format!("{}@", a.name);
+    let wanted = |name: &str| name.starts_with(&want) || name == a.name;
+    let mut acks = Acks::new(a)?;
     let mut next = |timeout: Duration| -> Result<Option<(u64, u64)>> {
         let stamp = |m: &[u8]| -> (u64, u64) {
             let w = |o: usize| u64::from_le_bytes(m[o..o + 8].try_into().unwrap_or([0; 8]));
@@ -202,7 +317,7 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
             },
             Some(s) => match s.next(timeout)? {
                 Some(Event::Record(r))
-                    if r.producer.name.starts_with(&want) && r.payload.len() >= 24 =>
+                    if wanted(r.producer.name.as_ref()) && r.payload.len() >= 24 =>
                 {
                     Ok(Some(stamp(&r.payload[8..])))
                 }
@@ -238,6 +353,7 @@ pub(crate) fn receive(a: &SideArgs) -> Result<()> {
                 last = Some(Instant::now());
                 received += 1;
                 max_index = max_index.max(i);
+                acks.received(i);
             }
         }
     }
@@ -337,7 +453,8 @@ fn in_ns(ns: &str, exe: &Path, args: &[String], rt: Option<&Path>) -> Command {
     c
 }
 
-/// One measured run: receiver in the workstation's namespace, sender in the node's.
+/// One measured run: receiver in the workstation's namespace, sender in the node's (or, for
+/// the reference hop, in the workstation's too).
 fn one(ns: &Netns, scratch: &Path, a: &SideArgs, rts: [&Path; 2]) -> Result<Measured> {
     let exe = std::env::current_exe()?;
     let args = |role: &str, rt: &Path| {
@@ -361,7 +478,12 @@ fn one(ns: &Netns, scratch: &Path, a: &SideArgs, rts: [&Path; 2]) -> Result<Meas
             a.name.clone(),
             "--ready".into(),
             a.ready.display().to_string(),
+            "--window".into(),
+            a.window.to_string(),
         ]);
+        if let Some(acks) = &a.acks {
+            v.extend(["--acks".into(), acks.display().to_string()]);
+        }
         v
     };
     let _ = std::fs::remove_file(&a.ready);
@@ -376,13 +498,15 @@ fn one(ns: &Netns, scratch: &Path, a: &SideArgs, rts: [&Path; 2]) -> Result<Meas
             }
         }
     });
-    if a.path == "bridge" {
+    if a.path != "zenoh" {
         match lines.recv_timeout(Duration::from_secs(30)) {
             Ok(l) if l == "subscribed" => {}
             other => bail!("the receiver did not subscribe: {other:?}"),
         }
     }
-    let mut tx = in_ns(&ns.0[0], &exe, &args("bridge-send", rts[0]), None);
+    // The reference hop sends on the workstation's own bus.
+    let side = usize::from(a.path == "local");
+    let mut tx = in_ns(&ns.0[side], &exe, &args("bridge-send", rts[side]), None);
     let mut tx = Kid(tx.stderr(Stdio::inherit()).spawn()?);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -444,9 +568,11 @@ pub(crate) fn run(snapbus: &Path, quick: bool) -> Result<()> {
     let mut rows = Vec::new();
     let mut n = 0;
     for size in [64usize, 64 << 10] {
-        for path in ["zenoh", "bridge"] {
+        for path in ["zenoh", "bridge", "local"] {
             for latency in [true, false] {
                 n += 1;
+                // At most a quarter of the default 64 MiB ring in flight.
+                let window = if size == 64 { 1 << 16 } else { 256 };
                 let side = SideArgs {
                     path: path.into(),
                     size,
@@ -457,6 +583,8 @@ pub(crate) fn run(snapbus: &Path, quick: bool) -> Result<()> {
                     rt: None,
                     name: format!("run{n}"),
                     ready: root.join(format!("ready-{n}")),
+                    window: if latency { 0 } else { window },
+                    acks: Some(root.join(format!("acks-{n}"))),
                 };
                 let m = one(&ns, &root, &side, [&rts[0], &rts[1]])
                     .with_context(|| format!("{path} {size} B"))?;
@@ -486,15 +614,15 @@ fn table(rows: &[(usize, &str, bool, Measured)]) -> String {
          |---|---|---|---|---|---|\n",
     );
     for size in [64usize, 64 << 10] {
-        for path in ["zenoh", "bridge"] {
+        for path in ["zenoh", "bridge", "local"] {
             let (Some(l), Some(th)) = (get(size, path, true), get(size, path, false)) else {
                 continue;
             };
             let label = if size == 64 { "64 B" } else { "64 KiB" };
-            let what = if path == "zenoh" {
-                "Zenoh pub/sub"
-            } else {
-                "snapbus bridge (bus to bus)"
+            let what = match path {
+                "zenoh" => "Zenoh pub/sub",
+                "bridge" => "snapbus bridge (bus to bus)",
+                _ => "reference: one bus, publisher to subscriber",
             };
             t += &format!(
                 "| {label} | {what} | {:.0} µs | {:.0} µs | {:.0} msg/s ({:.1} MB/s) | {} of {} |\n",
@@ -518,6 +646,12 @@ fn table(rows: &[(usize, &str, bool, Measured)]) -> String {
                 bl.p99_micros / zl.p99_micros,
                 bt.msgs_per_sec / zt.msgs_per_sec
             );
+            if let Some(hop) = get(size, "local", true) {
+                t += &format!(
+                    "| | (bridge − Zenoh) ÷ one bus hop | {:.1} hops | | | |\n",
+                    (bl.p50_micros - zl.p50_micros) / hop.p50_micros
+                );
+            }
         }
     }
     t
