@@ -4,17 +4,19 @@
 
 use clap::error::{ContextKind, ErrorKind};
 
-/// The verbs (and `attach` kinds) behind a cargo feature of the CLI: name, feature.
-const GATED: &[(&str, &str)] = &[
-    ("bridge", "bridge"),
-    ("plot", "plotter"),
-    ("plotter", "plotter"),
-    ("aggregate", "aggregator"),
-    ("aggregator", "aggregator"),
-    ("prometheus", "prometheus"),
-    ("otlp", "otlp"),
-    ("foxglove", "foxglove"),
-    ("mcp", "mcp"),
+/// The verbs (and `attach` kinds) behind a cargo feature of the CLI: name, feature, and
+/// whether this build has it (a name of a built feature mistyped where it does not belong,
+/// `attach plot`, keeps clap's error and its suggestion).
+const GATED: &[(&str, &str, bool)] = &[
+    ("bridge", "bridge", cfg!(feature = "bridge")),
+    ("plot", "plotter", cfg!(feature = "plotter")),
+    ("plotter", "plotter", cfg!(feature = "plotter")),
+    ("aggregate", "aggregator", cfg!(feature = "aggregator")),
+    ("aggregator", "aggregator", cfg!(feature = "aggregator")),
+    ("prometheus", "prometheus", cfg!(feature = "prometheus")),
+    ("otlp", "otlp", cfg!(feature = "otlp")),
+    ("foxglove", "foxglove", cfg!(feature = "foxglove")),
+    ("mcp", "mcp", cfg!(feature = "mcp")),
 ];
 
 /// The message for `err`, clap's error, if it is about a subcommand this build left out.
@@ -23,7 +25,9 @@ pub(crate) fn unbuilt_verb_error(err: &clap::Error) -> Option<String> {
         return None;
     }
     let verb = err.get(ContextKind::InvalidSubcommand)?.to_string();
-    let (_, feature) = GATED.iter().find(|(name, _)| *name == verb)?;
+    let (_, feature, _) = GATED
+        .iter()
+        .find(|(name, _, built)| *name == verb && !built)?;
     Some(format!(
         "'{verb}' is not in this build of snapbus (built without the cargo feature `{feature}`); \
          build it with `cargo build --release -p snapbus-cli --features {feature}`"
@@ -59,5 +63,17 @@ mod tests {
     fn an_unknown_verb_keeps_clap_s_error() {
         assert_eq!(message(&["snapbus", "frobnicate"]), None);
         assert_eq!(message(&["snapbus", "ls"]), None);
+    }
+
+    #[test]
+    fn a_built_feature_s_name_in_the_wrong_place_keeps_clap_s_error() {
+        // `plot` is the verb, `plotter` the attach kind: with the plotter built, `attach
+        // plot` is a typo, not a missing feature.
+        if cfg!(feature = "plotter") {
+            assert_eq!(message(&["snapbus", "attach", "plot"]), None);
+            assert_eq!(message(&["snapbus", "plotter"]), None);
+        } else {
+            assert!(message(&["snapbus", "attach", "plot"]).is_some());
+        }
     }
 }
