@@ -118,6 +118,7 @@ fn producer_info() -> ProducerInfo {
         perf_tag: None,
         lane_id: 0x5eed,
         started_nanos: 1_700_000_000_000_000_000,
+        relayed: false,
     }
 }
 

@@ -68,6 +68,7 @@ pub fn connected_publisher(dir: BusDir, name: &str, lane: LaneConfig) -> Result<
             lane,
             session_tag: None,
             perf_tag: None,
+            relayed: false,
         },
     )
     .map_err(|e| format!("start the publisher: {e}"))?;

@@ -29,6 +29,7 @@ pub(crate) fn small_publisher(dir: BusDir, name: &str) -> Publisher {
         lane,
         session_tag: None,
         perf_tag: None,
+        relayed: false,
     };
     Publisher::start(dir, config).expect("publisher")
 }

@@ -53,6 +53,7 @@ impl Bus {
                 },
                 session_tag: None,
                 perf_tag: None,
+                relayed: false,
             },
         )
         .expect("publisher");

@@ -50,6 +50,7 @@ fn ls_answers_for_2000_producers_and_5000_schemas() {
                     lane,
                     session_tag: None,
                     perf_tag: None,
+                    relayed: false,
                 },
             )
             .expect("publisher");

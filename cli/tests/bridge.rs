@@ -3,7 +3,8 @@
 //! `echo`), each with its own runtime directory. A late workstation gets the ring's history;
 //! every record of the demo's grid arrives with its values; a node bridge killed mid-run and
 //! restarted shows its gap as counted loss on the workstation (echo, the recorder's summary,
-//! `ls`), the rest arriving intact.
+//! `ls`), the rest arriving intact; with a sending and a receiving bridge on each side, each
+//! side's runs reach the other whole and nothing is relayed back.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -191,7 +192,8 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
     bridge.expect_stderr("sending");
     let connect = format!("tcp/{a}:7447");
     let station = late_workstation_gets_the_ring(&node, &ws, &connect);
-    restarted_node_bridge_is_counted_loss(&node, &ws, &send, bridge, &station);
+    let bridge = restarted_node_bridge_is_counted_loss(&node, &ws, &send, bridge, &station);
+    bridges_both_ways_relay_nothing_back(&node, &ws, &b, bridge);
 }
 
 /// A finished run on the node: the workstation, started after it, gets it from the node's ring,
@@ -236,7 +238,7 @@ fn restarted_node_bridge_is_counted_loss(
     send: &[&str],
     mut bridge: Bg,
     station: &Bg,
-) {
+) -> Bg {
     let echo = ws.spawn("ws echo 2", &["echo", "demo.*"]);
     echo.expect_stderr("subscribed");
     let file = ws.rt.join("ws.mcap");
@@ -265,7 +267,7 @@ fn restarted_node_bridge_is_counted_loss(
     wait_until("the node's ring has lapped", WATCHDOG, || {
         node.records_of(demo.pid()) >= at_kill + 1000
     });
-    let mut bridge = node.spawn("node bridge 2", send);
+    let bridge = node.spawn("node bridge 2", send);
     bridge.expect_stderr("sending");
     let (status, _) = demo.wait();
     assert!(status.success(), "demo 2: {}", demo.log());
@@ -321,5 +323,113 @@ fn restarted_node_bridge_is_counted_loss(
             .collect();
         remote.len() == 2 && remote.iter().all(|p| p["status"] == "closed")
     });
-    bridge.kill9();
+    bridge
+}
+
+/// A short demo run to its end on `side`: 24 records.
+fn short_demo(side: &Side) {
+    let out = run_cmd(&mut side.cmd(&[
+        "demo",
+        "--no-echo",
+        "--no-aggregator",
+        "--episodes",
+        "4",
+        "--steps",
+        "5",
+        "--rate",
+        "0",
+    ]));
+    assert!(out.status.success(), "demo: {}", out.stderr);
+}
+
+/// The lanes of the producers named `name` on `side`, by `ls`: their ids and records.
+fn lanes_named(side: &Side, name: &str) -> Vec<(u64, u64)> {
+    let ls = side.ls();
+    let ps = ls["producers"].as_array().cloned().unwrap_or_default();
+    ps.iter()
+        .filter(|p| p["info"]["name"] == name)
+        .map(|p| {
+            let id = p["info"]["lane_id"].as_u64().expect("lane id");
+            (id, p["frames"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// Bridges both ways, each side with a sending and a receiving bridge as separate processes:
+/// each side's own runs reach the other, and nothing a station re-emitted goes back out (it
+/// would come back as `demo@node@ws`, and round again).
+fn bridges_both_ways_relay_nothing_back(node: &Side, ws: &Side, ws_addr: &str, node_send: Bg) {
+    let endpoint = format!("tcp/{ws_addr}:7447");
+    let ws_send = ["bridge", "--send", "--host", "ws", "--listen", &endpoint];
+    let ws_bridge = ws.spawn("ws sending bridge", &ws_send);
+    ws_bridge.expect_stderr("sending");
+    let _node_station = node.spawn(
+        "node receiving bridge",
+        &["bridge", "--receive", "--connect", &endpoint],
+    );
+    // Both directions carry the other side's runs: the node's to the workstation (re-emitted
+    // there, where the sending bridge sees them), then the workstation's to the node.
+    let before = lanes_named(ws, "demo@node");
+    short_demo(node);
+    wait_until(
+        "the node's new run reaches the workstation",
+        WATCHDOG,
+        || {
+            let now = lanes_named(ws, "demo@node");
+            now.iter().any(|l| !before.contains(l) && l.1 == 24)
+        },
+    );
+    short_demo(ws);
+    wait_until("the workstation's run reaches the node", WATCHDOG, || {
+        lanes_named(node, "demo@ws")
+            .iter()
+            .map(|l| l.1)
+            .collect::<Vec<_>>()
+            == [24]
+    });
+    // Sent after the relayed lanes were there: once it is across, the bridge has been past
+    // them.
+    short_demo(ws);
+    wait_until(
+        "the workstation's second run reaches the node",
+        WATCHDOG,
+        || {
+            lanes_named(node, "demo@ws")
+                .iter()
+                .map(|l| l.1)
+                .collect::<Vec<_>>()
+                == [24, 24]
+        },
+    );
+    for (side, names) in [
+        (node, ["demo@node@ws", "demo@ws@node"]),
+        (ws, ["demo@ws@node", "demo@node@ws"]),
+    ] {
+        for name in names {
+            assert_eq!(
+                lanes_named(side, name),
+                [],
+                "{name} on {}: relayed back",
+                side.ns
+            );
+        }
+    }
+    let sent = || {
+        ws.ls()["consumers"]
+            .as_array()
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["info"]["pid"] == ws_bridge.pid())
+                    .cloned()
+            })
+            .and_then(|c| c["board"]["out.sent"].as_u64())
+            .unwrap_or(0)
+    };
+    wait_until("ls shows what the bridge sent", WATCHDOG, || sent() >= 48);
+    assert_eq!(
+        sent(),
+        48,
+        "the workstation's bridge sent its own two runs, nothing relayed"
+    );
+    drop(node_send);
 }

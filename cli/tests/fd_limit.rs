@@ -47,6 +47,7 @@ fn producers(bus: &TestBus, n: usize) -> Vec<Publisher> {
                 lane,
                 session_tag: None,
                 perf_tag: None,
+                relayed: false,
             };
             Publisher::start(dir.clone(), config).expect("publisher")
         })

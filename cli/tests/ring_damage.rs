@@ -37,6 +37,7 @@ fn damaged_lane(bus: &TestBus) -> Publisher {
         },
         session_tag: None,
         perf_tag: None,
+        relayed: false,
     };
     let p = Publisher::start(dir, config).expect("publisher");
     wait_until("the producer joined", WATCHDOG, || p.is_connected());

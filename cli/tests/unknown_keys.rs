@@ -33,6 +33,7 @@ fn records_of_an_unregistered_schema_key_are_counted_and_shown_in_ls() {
         },
         session_tag: None,
         perf_tag: None,
+        relayed: false,
     };
     let p = Publisher::start(dir, config).expect("publisher");
     let emitter = p.emitter("test");

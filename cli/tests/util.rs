@@ -175,6 +175,7 @@ pub(crate) fn producer_info(pid: u32, name: &str, lane_id: u64) -> ProducerInfo 
         perf_tag: None,
         lane_id,
         started_nanos: 1,
+        relayed: false,
     }
 }
 

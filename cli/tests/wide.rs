@@ -39,6 +39,7 @@ pub(crate) fn publisher(bus: &TestBus, name: &str, lane_bytes: usize) -> Publish
             },
             session_tag: None,
             perf_tag: None,
+            relayed: false,
         },
     )
     .expect("publisher");

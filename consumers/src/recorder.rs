@@ -242,6 +242,7 @@ fn owned(p: Producer<'_>) -> ProducerInfo {
         perf_tag: p.perf_tag.map(str::to_owned),
         lane_id: p.lane_id,
         started_nanos: p.started_nanos,
+        relayed: p.relayed,
     }
 }
 

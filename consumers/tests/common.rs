@@ -31,6 +31,7 @@ pub(crate) fn small_publisher(dir: &BusDir, name: &str) -> Publisher {
         lane,
         session_tag,
         perf_tag,
+        relayed: false,
     };
     Publisher::start(dir.clone(), config).expect("publisher")
 }
@@ -63,6 +64,7 @@ pub(crate) fn producer(pid: u32, name: &str, lane_id: u64) -> snapbus_bus::Produ
         perf_tag: None,
         lane_id,
         started_nanos: 1,
+        relayed: false,
     }
 }
 

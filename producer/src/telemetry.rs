@@ -154,6 +154,7 @@ fn start_publisher(g: &'static Global, dir: BusDir) {
         lane,
         session_tag: env_or(&g.config.session_tag, "SNAPBUS_SESSION_TAG"),
         perf_tag: env_or(&g.config.perf_tag, "SNAPBUS_PERF_TAG"),
+        relayed: false,
     };
     match Publisher::start(dir, config) {
         Ok(p) => {

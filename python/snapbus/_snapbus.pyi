@@ -90,6 +90,9 @@ class Producer:
     def perf_tag(self) -> str | None: ...
     @property
     def cmdline(self) -> list[str]: ...
+    @property
+    def relayed(self) -> bool:
+        """Re-emitted from another machine's bus by `snapbus bridge --receive`."""
 
 class Event:
     """A record: header, bytes, payload decoded on first access."""

@@ -75,6 +75,7 @@ def test_a_rust_demo_read_by_python_matches_the_documented_formulas(bus: Bus) ->
         assert ev.level == 20  # INFO as a logging level
         assert ev.emitter == "demo"
         assert ev.producer.name == "demo" and ev.producer.pid == demo.pid
+        assert not ev.producer.relayed  # emitted here, not re-emitted by a bridge
     assert [ev.t_nanos for ev in got] == sorted(ev.t_nanos for ev in got)
     assert got[0].t_nanos > 1_600_000_000 * 10**9
 

@@ -13,7 +13,7 @@ use super::state::{
 use crate::status::StatusEntry;
 
 /// Bumped on any incompatible change; the broker refuses other versions with a clear error.
-pub(crate) const PROTOCOL_VERSION: u32 = 6;
+pub(crate) const PROTOCOL_VERSION: u32 = 7;
 
 /// A lane as the broker describes it to consumers (sent with two fds: the data lane and the
 /// producer's catalog lane).

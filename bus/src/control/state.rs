@@ -31,6 +31,11 @@ pub struct ProducerInfo {
     pub lane_id: u64,
     /// When the producer started, CLOCK_REALTIME nanoseconds.
     pub started_nanos: u64,
+    /// Its records are re-emitted from another machine's bus (by `snapbus bridge --receive`):
+    /// bridges never send them out again, so two bridges on one bus cannot relay each other's
+    /// records in a loop.
+    #[serde(default)]
+    pub relayed: bool,
 }
 
 /// What a consumer says about itself.

@@ -42,6 +42,7 @@ fn stand_in(bus: &str, name: &str) -> (PathBuf, Listener, Publisher) {
             },
             session_tag: None,
             perf_tag: None,
+            relayed: false,
         },
     )
     .expect("publisher");

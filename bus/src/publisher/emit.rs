@@ -516,6 +516,7 @@ mod tests {
                 lane: LaneConfig::default(),
                 session_tag: None,
                 perf_tag: None,
+                relayed: false,
             },
         )
         .expect("publisher")

@@ -106,6 +106,9 @@ pub struct PublisherConfig {
     pub session_tag: Option<String>,
     /// Run metadata.
     pub perf_tag: Option<String>,
+    /// The records are re-emitted from another machine's bus
+    /// ([`ProducerInfo::relayed`]): only a bridge's station sets it.
+    pub relayed: bool,
 }
 
 /// Counters of a publisher: what was written, and every record that was not, by reason.
@@ -257,6 +260,7 @@ impl Publisher {
             perf_tag: config.perf_tag.clone(),
             lane_id: lane.lane().geometry().salt,
             started_nanos: now_realtime_nanos(),
+            relayed: config.relayed,
         };
         let streams = crate::stream::worth_streaming(
             usize::try_from(lane.lane().geometry().capacity).unwrap_or(usize::MAX),

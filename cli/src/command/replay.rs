@@ -62,6 +62,7 @@ pub(crate) fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             lane: LaneConfig::default(),
             session_tag: None,
             perf_tag: None,
+            relayed: false,
         },
     )?;
     let t0 = Instant::now();

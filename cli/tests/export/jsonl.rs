@@ -34,6 +34,7 @@ fn record_live(bus_name: &str, path: &Path, n_obs: u64, n_ticks: u32) {
         lane,
         session_tag,
         perf_tag,
+        relayed: false,
     };
     let p = Publisher::start(bus.dir().clone(), config).expect("publisher");
     let t0 = std::time::Instant::now();

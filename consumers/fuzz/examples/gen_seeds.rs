@@ -53,6 +53,7 @@ fn producer(pid: u32, name: &str) -> ProducerInfo {
         perf_tag: None,
         lane_id: 0x1234_5678_9abc_def0 ^ u64::from(pid),
         started_nanos: 1_700_000_000_000_000_000,
+        relayed: false,
     }
 }
 

@@ -80,6 +80,7 @@ fuzz_target!(|data: &[u8]| {
         perf_tag: None,
         lane_id: 7,
         started_nanos: 0,
+        relayed: false,
     };
     let mut fed = 0u64;
     while let Some((&n, rest)) = payloads.split_first() {

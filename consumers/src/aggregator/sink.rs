@@ -51,6 +51,7 @@ impl PublisherSink {
                 },
                 session_tag: None,
                 perf_tag: None,
+                relayed: false,
             },
         )?;
         let emitter = publisher.emitter("snapbus.aggregator");

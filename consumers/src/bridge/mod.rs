@@ -7,7 +7,10 @@
 //! queries for what its rings still hold. On a workstation ([`Station`]) every remote lane is
 //! re-emitted into the local bus by a producer named `<producer>@<host>`, so every consumer
 //! works on remote data unchanged; records that never arrived are marked lost in that lane
-//! ([`gaps`]), so consumers count them exactly as ring overwrites.
+//! ([`gaps`]), so consumers count them exactly as ring overwrites. Those producers are marked
+//! relayed (`ProducerInfo::relayed`), and no node side sends a relayed lane out again, so
+//! bridges on one bus never relay each other's records in a loop. A lane's messages leave in
+//! its order across its keys ([`Publish`]): the station's books rely on it.
 //!
 //! The key layout: the bus first, so that one workstation follows one bus of every node
 //! (`snapbus/<bus>/**`) and buses of one node do not mix; the host next, to pick nodes

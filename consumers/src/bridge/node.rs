@@ -55,10 +55,15 @@ pub const BATCH_BYTES: usize = 60 << 10;
 
 /// The live outlet: one declared publisher per key, blocking when the link is congested
 /// (the bridge then falls behind in the ring, and what it loses there is counted and sent).
-/// Messages of a key are batched into one sample ([`BATCH_BYTES`]).
+/// Messages of a key are batched into one sample ([`BATCH_BYTES`]), and a lane's messages
+/// leave in the lane's order even across its keys (one per schema): a station tells loss and
+/// duplicates apart by the order of a pass's numbers (`gaps`), so a batch of one schema held
+/// back while another schema's went first would make records lost that were not.
 pub struct Publish {
     session: zenoh::Session,
     publishers: HashMap<(u64, u16), (zenoh::pubsub::Publisher<'static>, Vec<u8>)>,
+    /// The key of each lane whose batch holds messages (at most one a lane).
+    holding: HashMap<u64, u16>,
 }
 
 impl Publish {
@@ -67,6 +72,7 @@ impl Publish {
         Publish {
             session,
             publishers: HashMap::new(),
+            holding: HashMap::new(),
         }
     }
 }
@@ -90,6 +96,15 @@ impl Outlet for Publish {
         key: impl FnOnce() -> String,
         message: Vec<u8>,
     ) -> Result<(), HookError> {
+        // Another key of this lane holds messages that came before this one: they go first.
+        if let Some(&held) = self.holding.get(&slot.0) {
+            if held != slot.1 {
+                if let Some((p, batch)) = self.publishers.get_mut(&(slot.0, held)) {
+                    put_batch(p, batch)?;
+                }
+                self.holding.remove(&slot.0);
+            }
+        }
         let (p, batch) = match self.publishers.entry(slot) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert((
@@ -104,18 +119,24 @@ impl Outlet for Publish {
             // After the smaller ones before it, in a sample of its own (no copy).
             put_batch(p, batch)?;
             p.put(message).wait()?;
+            self.holding.remove(&slot.0);
             return Ok(());
         }
         batch.extend_from_slice(&message);
         if batch.len() >= BATCH_BYTES {
             put_batch(p, batch)?;
+            self.holding.remove(&slot.0);
+        } else {
+            self.holding.insert(slot.0, slot.1);
         }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), HookError> {
-        for (p, batch) in self.publishers.values_mut() {
-            put_batch(p, batch)?;
+        for (lane, key) in self.holding.drain() {
+            if let Some((p, batch)) = self.publishers.get_mut(&(lane, key)) {
+                put_batch(p, batch)?;
+            }
         }
         Ok(())
     }
@@ -229,6 +250,14 @@ impl<O: Outlet> NodeSide<O> {
         self.outlet.flush()
     }
 
+    /// Whether `p`'s lane was re-emitted here from another machine (by this process, or by
+    /// another bridge on this bus): it never goes back out, or two bridges on one bus (one
+    /// sending, one receiving) would relay each other's records in a loop. Zenoh already
+    /// routes every node's records to every station that asks.
+    fn relayed(&self, p: &Producer<'_>) -> bool {
+        p.relayed || p.pid == self.own_pid
+    }
+
     /// The pass's id.
     pub fn pass(&self) -> u64 {
         self.pass
@@ -247,8 +276,7 @@ impl<O: Outlet> NodeSide<O> {
 
 impl<O: Outlet> Consumer for NodeSide<O> {
     fn on_event(&mut self, r: &Record<'_>) -> Result<Flow, HookError> {
-        if r.producer.pid == self.own_pid {
-            // Records this process re-emitted from elsewhere never go back out.
+        if self.relayed(&r.producer) {
             return Ok(Flow::Continue);
         }
         let fp = r.schema.fingerprint();
@@ -289,7 +317,7 @@ impl<O: Outlet> Consumer for NodeSide<O> {
     }
 
     fn on_lag(&mut self, lag: Lag<'_>) -> Result<Flow, HookError> {
-        if lag.producer.pid == self.own_pid {
+        if self.relayed(&lag.producer) {
             return Ok(Flow::Continue);
         }
         let lost = lag.lost + lag.damaged;
@@ -327,7 +355,7 @@ impl<O: Outlet> Consumer for NodeSide<O> {
                 true
             };
             drop(ended);
-            if end && p.pid != self.own_pid {
+            if end && !self.relayed(&p) {
                 self.lane_message(KIND_END, &p)?;
             }
         }
@@ -438,5 +466,150 @@ mod tests {
         );
         // 2,000 records of ~130 bytes in 60 KiB samples: 4 or 5, then the large one, the last.
         assert!((3..=12).contains(&samples), "{samples} samples");
+    }
+
+    #[test]
+    fn a_lanes_messages_leave_in_order_across_its_keys() {
+        let port = 20_000 + (std::process::id() + 7) % 20_000;
+        let endpoint = format!("tcp/127.0.0.1:{port}");
+        let node = session(Some(&endpoint), None);
+        let station = session(None, Some(&endpoint));
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let _sub = station
+            .declare_subscriber("test/order/**")
+            .callback(move |s| {
+                let _ = tx.send(s.payload().to_bytes().into_owned());
+            })
+            .wait()
+            .expect("subscriber");
+        let mut out = Publish::new(node.clone());
+        let probe = || "test/order/probe".to_owned();
+        loop {
+            out.send((9, 9), probe, record(u64::MAX, b"probe"))
+                .expect("send");
+            out.flush().expect("flush");
+            if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
+                break;
+            }
+        }
+        while rx.try_recv().is_ok() {}
+        // As the demo emits: five records of one schema, then one of another, in one lane;
+        // a second lane in between, which may go in any order against the first.
+        // The payload says the lane.
+        for seq in 0..600u64 {
+            let schema = if seq % 6 == 5 { 2 } else { 1 };
+            let key = move || format!("test/order/1/{schema}");
+            out.send((1, schema), key, record(seq, &[1; 64]))
+                .expect("send");
+            let key = || "test/order/2/1".to_owned();
+            out.send((2, 1), key, record(seq, &[2; 64])).expect("send");
+        }
+        out.flush().expect("flush");
+        let mut lanes = [Vec::new(), Vec::new()];
+        while lanes.iter().any(|l| l.len() < 600) {
+            let sample = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("every record arrives");
+            for m in messages(&sample) {
+                let (h, p) = m.expect("reads");
+                lanes[usize::from(p[0] - 1)].push(h.seq);
+            }
+        }
+        for (i, l) in lanes.iter().enumerate() {
+            assert_eq!(
+                l,
+                &(0..600).collect::<Vec<u64>>(),
+                "lane {} in its order",
+                i + 1
+            );
+        }
+    }
+
+    /// An outlet that keeps what it is given.
+    #[derive(Default)]
+    struct Kept(Vec<(String, Vec<u8>)>);
+
+    impl Outlet for Kept {
+        fn send(
+            &mut self,
+            _slot: (u64, u16),
+            key: impl FnOnce() -> String,
+            message: Vec<u8>,
+        ) -> Result<(), crate::runtime::HookError> {
+            self.0.push((key(), message));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lanes_relayed_from_another_machine_never_go_back_out() {
+        use std::sync::Arc;
+
+        use snapbus_bus::Level;
+        use snapbus_schemas::{DType, Field, SchemaDescriptor};
+
+        use crate::runtime::{Consumer, Lag, Producer, ProducerChange, RecordHeader, RecordRef};
+
+        let schema = Arc::new(
+            SchemaDescriptor::new(
+                "demo.step",
+                1,
+                vec![Field::new("x", DType::F64.into())].into(),
+            )
+            .expect("schema"),
+        );
+        let producer = |name, lane_id, relayed| Producer {
+            pid: 1,
+            name,
+            cmdline: &[],
+            session_tag: None,
+            perf_tag: None,
+            lane_id,
+            started_nanos: 0,
+            relayed,
+        };
+        let payload = 1.5f64.to_le_bytes();
+        let record = |p| RecordRef {
+            producer_id: 1,
+            producer: p,
+            schema: &schema,
+            emitter: None,
+            header: RecordHeader {
+                seq: 0,
+                t_nanos: 0,
+                level: Level::INFO,
+                schema_key: 1,
+                schema_version: 1,
+                emitter_id: 0,
+                payload_len: payload.len(),
+            },
+            payload: &payload[..],
+            extracted: None,
+        };
+        let mut node = super::NodeSide::new(
+            "snapbus/lab/ws".into(),
+            Kept::default(),
+            Default::default(),
+            None,
+        );
+        let (local, relayed) = (producer("demo", 1, false), producer("demo@node", 2, true));
+        node.on_event(&record(relayed)).expect("relayed record");
+        node.on_lag(Lag {
+            producer_id: 2,
+            producer: relayed,
+            lost: 3,
+            damaged: 0,
+        })
+        .expect("relayed loss");
+        node.on_producer(ProducerChange::Ended(relayed))
+            .expect("relayed end");
+        node.on_event(&record(local)).expect("local record");
+        node.flush().expect("flush");
+        let keys: Vec<&str> = node.outlet.0.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["snapbus/lab/ws/0000000000000001/demo.step"],
+            "only the local lane goes out"
+        );
     }
 }

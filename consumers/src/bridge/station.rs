@@ -304,6 +304,7 @@ impl Station {
                     lane: LaneConfig::default(),
                     session_tag: None,
                     perf_tag: None,
+                    relayed: true,
                 },
             )?;
             // Adopted before anything is emitted or closed: a lane closed before the broker

@@ -43,6 +43,7 @@ fn producer(name: &str, lane_id: u64) -> Producer<'_> {
         perf_tag: None,
         lane_id,
         started_nanos: 0,
+        relayed: false,
     }
 }
 

@@ -28,6 +28,9 @@ pub struct Producer<'a> {
     pub lane_id: u64,
     /// When the producer started, CLOCK_REALTIME nanoseconds.
     pub started_nanos: u64,
+    /// Its records are re-emitted from another machine's bus by a bridge
+    /// ([`ProducerInfo::relayed`]).
+    pub relayed: bool,
 }
 
 impl<'a> From<&'a ProducerInfo> for Producer<'a> {
@@ -40,6 +43,7 @@ impl<'a> From<&'a ProducerInfo> for Producer<'a> {
             perf_tag: p.perf_tag.as_deref(),
             lane_id: p.lane_id,
             started_nanos: p.started_nanos,
+            relayed: p.relayed,
         }
     }
 }

@@ -129,6 +129,7 @@ fn producer(lane: u64) -> ProducerInfo {
         perf_tag: None,
         lane_id: lane,
         started_nanos: 0,
+        relayed: false,
     }
 }
 

@@ -58,6 +58,7 @@ fn spans_carry_producer_times_parents_and_end_with_an_error_when_the_producer_di
         perf_tag: None,
         lane_id: 7,
         started_nanos: 1,
+        relayed: false,
     };
     x.on_producer(ProducerChange::Died(dead)).expect("died");
     x.shutdown();
@@ -187,6 +188,7 @@ fn series_over_the_cap_are_dropped_and_counted() {
         perf_tag: None,
         lane_id: 99,
         started_nanos: 1,
+        relayed: false,
     };
     let rec = Record {
         producer_id: 2,

@@ -94,6 +94,7 @@ impl Feed {
             perf_tag: None,
             lane_id: 7,
             started_nanos: 1,
+            relayed: false,
         };
         let r = Record {
             producer_id: 1,

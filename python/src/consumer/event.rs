@@ -83,6 +83,9 @@ pub(crate) struct Producer {
     /// Its command line.
     #[pyo3(get)]
     cmdline: Vec<String>,
+    /// Re-emitted from another machine's bus by `snapbus bridge --receive`.
+    #[pyo3(get)]
+    relayed: bool,
 }
 
 #[pymethods]
@@ -102,6 +105,7 @@ impl Producer {
             session_tag: p.session_tag.map(str::to_owned),
             perf_tag: p.perf_tag.map(str::to_owned),
             cmdline: p.cmdline.to_vec(),
+            relayed: p.relayed,
         }
     }
 
@@ -114,6 +118,7 @@ impl Producer {
             session_tag: None,
             perf_tag: None,
             cmdline: Vec::new(),
+            relayed: false,
         }
     }
 }

@@ -127,6 +127,7 @@ pub(crate) fn send(a: &SideArgs) -> Result<()> {
                 lane: LaneConfig::default(),
                 session_tag: None,
                 perf_tag: None,
+                relayed: false,
             },
         )?;
         let meta = EmitMeta {

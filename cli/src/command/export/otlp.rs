@@ -74,6 +74,7 @@ impl Sink for OtlpSink {
                 perf_tag: c.metadata.get("perf_tag").map(String::as_str),
                 lane_id: c.lane_id.unwrap_or(c.producer_id),
                 started_nanos: 0,
+                relayed: false,
             },
             schema: &c.schema,
             emitter: c.emitter.as_deref(),
