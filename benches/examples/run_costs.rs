@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use snapbus_benches::TempDir;
 use snapbus_bus::broker::InProcess;
-use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt};
+use snapbus_bus::lane::{LaneConfig, RUN_RECORDS, RecordMeta, ShmLane, StartAt, layout};
 use snapbus_bus::runtime::{BusDir, BusName};
 use snapbus_bus::subscriber::{InPlaceEvent, RecordRef, Subscriber};
 
@@ -35,9 +35,6 @@ const META: RecordMeta = snapbus_benches::LANE_META;
 
 /// Records per `emit_many` call, as `compare`'s 64 KiB batches of 64 B messages.
 const EMIT_BATCH: usize = 1024;
-
-/// Frame header bytes before a payload (the lane's layout).
-const FRAME_HEADER_BYTES: usize = 40;
 
 fn usage() -> anyhow::Error {
     anyhow!(
@@ -77,7 +74,10 @@ fn main() -> Result<()> {
         })
         .collect();
     let run: Vec<&[u8]> = messages.iter().map(|m| &m[..]).collect();
-    let frame_bytes = FRAME_HEADER_BYTES + payload_bytes.next_multiple_of(8);
+    // A frame's bytes in the ring: its header and payload, aligned (the lane's layout).
+    let frame_bytes = usize::try_from(layout::align_frame(
+        (layout::FRAME_HEADER_LEN + payload_bytes) as u64,
+    ))?;
     match mode {
         "write" => write(&config, &run),
         "read" => read(&config, &run, frame_bytes),

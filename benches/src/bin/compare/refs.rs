@@ -1,5 +1,7 @@
 //! The machine's own limits, measured in the same run as the peers: memcpy bandwidth for
-//! 1 MiB blocks, and the round trip of one cache line between two processes on the two CPUs.
+//! 1 MiB blocks, the round trip of one cache line between two processes on the two CPUs, and
+//! how fast bytes one of them writes reach the other (a reader following a writer through a
+//! ring, as a consumer reading in batches follows its producer).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +36,10 @@ pub(crate) struct MemcpyReport {
 pub(crate) struct PingReport {
     /// Median over batches of the time for one round trip of the line, nanoseconds.
     pub(crate) round_trip_nanos: f64,
+    /// Bytes the ping side wrote, 64 KiB at a time, into an 8 MiB ring that the pong side
+    /// read behind it, every word, per second of the second half of the phase (GB/s).
+    #[serde(default)]
+    pub(crate) stream_gbytes_per_sec: f64,
     /// CPU time of both processes, nanoseconds.
     pub(crate) cpu_nanos: u64,
 }
@@ -96,8 +102,96 @@ fn shared_word(lane: &ShmLane) -> Result<&AtomicU64> {
         .context("word out of the mapping")
 }
 
-/// A value the pong side never answers: stop.
+/// A value the pong side never answers: stop the round trips, and read the stream.
 const STOP: u64 = u64::MAX - 1;
+
+/// The stream's ring: `STREAM_RING` bytes at `STREAM_AT` in the lane's data area, written
+/// `STREAM_CHUNK` bytes at a time, never more than half the ring ahead of the reader.
+const STREAM_AT: usize = 64 << 10;
+const STREAM_RING: usize = 8 << 20;
+const STREAM_CHUNK: usize = 64 << 10;
+
+/// The stream's shared words, each on a line of its own (word indices from the data area's
+/// start): the writer's tail, the reader's head, and the tail the writer stopped at (0 while
+/// it writes), all in words.
+const TAIL_WORD: usize = 8;
+const HEAD_WORD: usize = 16;
+const END_WORD: usize = 24;
+
+/// The stream's shared words and ring of `lane`.
+struct Stream<'a> {
+    tail: &'a AtomicU64,
+    head: &'a AtomicU64,
+    end: &'a AtomicU64,
+    ring: &'a [AtomicU64],
+}
+
+impl Stream<'_> {
+    fn of(lane: &ShmLane) -> Result<Stream<'_>> {
+        let base = lane.lane().geometry().data_off as usize / 8;
+        let mem = lane.lane().mem();
+        let word = |i: usize| mem.get(base + i).context("word out of the mapping");
+        Ok(Stream {
+            tail: word(TAIL_WORD)?,
+            head: word(HEAD_WORD)?,
+            end: word(END_WORD)?,
+            ring: mem
+                .span(base + STREAM_AT / 8, STREAM_RING / 8)
+                .context("ring out of the mapping")?,
+        })
+    }
+
+    /// The writer: chunks for `secs` seconds (flow-controlled by the reader's head); GB/s over
+    /// the second half.
+    fn write(&self, secs: f64) -> f64 {
+        let (words, chunk) = (STREAM_RING / 8, STREAM_CHUNK / 8);
+        let mask = words - 1;
+        let (t0, mut pos) = (mono_nanos(), 0usize);
+        let half = t0 + (secs * 0.5e9) as u64;
+        let end = t0 + (secs * 1e9) as u64;
+        let mut from = None;
+        loop {
+            let now = mono_nanos();
+            if now >= end {
+                break;
+            }
+            if from.is_none() && now >= half {
+                from = Some((now, pos));
+            }
+            while pos - self.head.load(Ordering::Acquire) as usize > words / 2 - chunk {
+                std::hint::spin_loop();
+            }
+            for i in pos..pos + chunk {
+                // Data, not zeros (lines of zeros reach memory faster than data).
+                self.ring[i & mask].store(i as u64 | 1, Ordering::Relaxed);
+            }
+            pos += chunk;
+            self.tail.store(pos as u64, Ordering::Release);
+        }
+        self.end.store(pos as u64, Ordering::Release);
+        let (t, p) = from.unwrap_or((t0, 0));
+        (pos - p) as f64 * 8.0 / (mono_nanos() - t) as f64
+    }
+
+    /// The reader: every word up to the writer's tail, until the tail it stopped at.
+    fn read(&self) -> u64 {
+        let mask = STREAM_RING / 8 - 1;
+        let (mut pos, mut sum) = (0u64, 0u64);
+        loop {
+            let tail = self.tail.load(Ordering::Acquire);
+            for i in pos..tail {
+                sum = sum.wrapping_add(self.ring[i as usize & mask].load(Ordering::Relaxed));
+            }
+            pos = tail;
+            self.head.store(pos, Ordering::Release);
+            let end = self.end.load(Ordering::Acquire);
+            if end != 0 && pos >= end {
+                return sum;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// The ping side: creates the shared page, prints `ready <pid>:<fd>`, then for `secs`
 /// seconds writes odd numbers and waits for the pong side's next even one.
@@ -106,9 +200,9 @@ pub(crate) fn ping(cpu: Option<usize>, secs: f64) -> Result<()> {
     let lane = ShmLane::create(
         "compare-pingpong",
         &LaneConfig {
-            capacity: 64 << 10,
+            capacity: 16 << 20,
             max_frame: 8 << 10,
-            block_size: 16 << 10,
+            block_size: 64 << 10,
         },
     )?;
     let word = shared_word(&lane)?;
@@ -142,17 +236,19 @@ pub(crate) fn ping(cpu: Option<usize>, secs: f64) -> Result<()> {
     }
     word.store(STOP, Ordering::Release);
     per_trip.sort_by(f64::total_cmp);
+    let stream_gbytes_per_sec = Stream::of(&lane)?.write(secs);
     say(&format!(
         "result {}",
         serde_json::to_string(&PingReport {
             round_trip_nanos: per_trip[per_trip.len() / 2],
+            stream_gbytes_per_sec,
             cpu_nanos: process_cpu_nanos("self"),
         })?
     ))
 }
 
 /// The pong side: maps the ping side's page read-write and answers every odd number with the
-/// next even one.
+/// next even one; then reads the ping side's stream.
 pub(crate) fn pong(cpu: Option<usize>, rendezvous: &str) -> Result<()> {
     pin(cpu)?;
     let (pid, fd) = rendezvous
@@ -176,6 +272,7 @@ pub(crate) fn pong(cpu: Option<usize>, rendezvous: &str) -> Result<()> {
             std::hint::spin_loop();
         }
     }
+    std::hint::black_box(Stream::of(&lane)?.read());
     say(&format!(
         "done {}",
         serde_json::to_string(&PongReport {

@@ -260,7 +260,7 @@ pub(crate) fn outcome_line(o: &Outcome) -> String {
 /// One progress line for the reference rows.
 pub(crate) fn refs_line(r: &RefOutcome) -> String {
     format!(
-        "memcpy 1 MiB {} GB/s (cache-resident {}), cache-line round trip {}",
+        "memcpy 1 MiB {} GB/s (cache-resident {}), cache-line round trip {}, CPU to CPU {} GB/s",
         r.memcpy
             .as_ref()
             .map_or("-".into(), |m| format!("{:.1}", m.rotating_gbytes_per_sec)),
@@ -270,6 +270,9 @@ pub(crate) fn refs_line(r: &RefOutcome) -> String {
         r.ping
             .as_ref()
             .map_or("-".into(), |p| nanos_text(p.round_trip_nanos)),
+        r.ping
+            .as_ref()
+            .map_or("-".into(), |p| format!("{:.1}", p.stream_gbytes_per_sec)),
     )
 }
 

@@ -193,7 +193,8 @@ pub(super) fn latency(out: &mut String, input: &Input<'_>, rows: &BTreeMap<Key, 
     }
 }
 
-/// The machine's own limits measured in the run: memcpy bandwidth, the cache-line round trip.
+/// The machine's own limits measured in the run: memcpy bandwidth, the cache-line round trip,
+/// the stream between the CPUs.
 /// Returns the rotating memcpy and the round trip, which the goals compare with.
 pub(super) fn references(out: &mut String, input: &Input<'_>) -> (Option<Spread>, Option<Spread>) {
     let reps = input.plan.reps;
@@ -242,8 +243,29 @@ pub(super) fn references(out: &mut String, input: &Input<'_>) -> (Option<Spread>
             spread_text(s, nanos_text, reps)
         );
     }
+    if let Some(s) = stream_spread(input) {
+        let _ = writeln!(
+            out,
+            "| bytes a process on CPU {} writes and one on CPU {} reads behind it (8 MiB ring, 64 KiB at a time, every word) | {} | {ref_load:.0} % |",
+            producer_cpu(),
+            consumer_cpu(),
+            spread_text(s, gb, reps)
+        );
+    }
 
     (memcpy_rot, rtt)
+}
+
+/// The cross-CPU stream reference over the run's repetitions (runs that measured it).
+pub(super) fn stream_spread(input: &Input<'_>) -> Option<Spread> {
+    spread(
+        input
+            .refs
+            .iter()
+            .filter_map(|r| r.ping.as_ref().map(|p| p.stream_gbytes_per_sec))
+            .filter(|v| *v > 0.0)
+            .collect(),
+    )
 }
 
 /// A memcpy reference over the run's repetitions.
