@@ -9,7 +9,8 @@
 //! works on remote data unchanged; records that never arrived are marked lost in that lane
 //! ([`gaps`]), so consumers count them exactly as ring overwrites. Those producers are marked
 //! relayed (`ProducerInfo::relayed`), and no node side sends a relayed lane out again, so
-//! bridges on one bus never relay each other's records in a loop. A lane's messages leave in
+//! bridges on one bus never relay each other's records in a loop; nor does a station re-emit
+//! its own bus's lanes, which reach it when a sending bridge runs beside it. A lane's messages leave in
 //! its order across its keys ([`Publish`]): the station's books rely on it.
 //!
 //! The key layout: the bus first, so that one workstation follows one bus of every node
@@ -70,6 +71,9 @@ pub enum BridgeError {
     /// Reading the local bus failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The local bus's broker did not answer.
+    #[error(transparent)]
+    Bus(#[from] snapbus_bus::client::ClientError),
     /// Zenoh's callbacks went away.
     #[error("the zenoh session closed")]
     Closed,

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
+use snapbus_bus::client::{BusClient, Census};
 use snapbus_bus::lane::LaneConfig;
 use snapbus_bus::publisher::{EmitError, EmitMeta, Publisher, PublisherConfig};
 use snapbus_bus::runtime::BusDir;
@@ -54,6 +55,9 @@ pub struct Station {
     synced: HashSet<(String, u64)>,
     /// Remote lanes that ended (their producers here are closed and gone).
     ended: HashSet<u64>,
+    /// Lanes of this very bus, as its broker lists them: their records reach Zenoh through a
+    /// bridge sending this bus from another process, and are never re-emitted here.
+    local: HashSet<u64>,
     board: StatusBoard,
 }
 
@@ -68,6 +72,8 @@ enum Fate {
     Refused = 2,
     /// A loss report, a lane's end, or a record of a schema not wanted here.
     Other = 3,
+    /// A message of one of this bus's own lanes (`in.local`).
+    Local = 4,
 }
 
 /// `key`'s host and lane (`snapbus/<bus>/<host>/<lane>/…`).
@@ -97,6 +103,7 @@ impl Station {
             descriptors: HashMap::new(),
             synced: HashSet::new(),
             ended: HashSet::new(),
+            local: HashSet::new(),
             board,
         }
     }
@@ -213,7 +220,7 @@ impl Station {
         };
         // Counted here and added to the board once a sample: a board entry is a lock and a
         // map lookup, a cost of the order of a small record's whole re-emission.
-        let mut fates = [0u64; 4];
+        let mut fates = [0u64; 5];
         let mut received = 0;
         let mut result = Ok(());
         for m in messages(sample) {
@@ -235,6 +242,7 @@ impl Station {
             (Fate::Emitted, "in.emitted"),
             (Fate::Duplicate, "in.duplicates"),
             (Fate::Refused, "in.refused"),
+            (Fate::Local, "in.local"),
         ] {
             if fates[fate as usize] > 0 {
                 self.board.add(key, fates[fate as usize]);
@@ -254,6 +262,9 @@ impl Station {
         if self.ended.contains(&lane) {
             // A history answer's copy of a lane that has ended since.
             return Ok(Fate::Duplicate);
+        }
+        if !self.remotes.contains_key(&lane) && self.is_local(lane)? {
+            return Ok(Fate::Local);
         }
         let verdict = self.remote(host, lane, h)?.books.take(h);
         let lost = match verdict {
@@ -288,6 +299,17 @@ impl Station {
             Err(EmitError::Claim(_)) => Ok(Fate::Refused),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether `lane` is one of this bus's own: asked of the broker once for each lane not seen
+    /// before (a lane joins the broker before its first record, so it is listed by then).
+    fn is_local(&mut self, lane: u64) -> Result<bool, BridgeError> {
+        if !self.local.contains(&lane) {
+            let state = BusClient::connect(&self.dir)?.state_with(Census::Skip)?;
+            self.local
+                .extend(state.producers.iter().map(|p| p.info.lane_id));
+        }
+        Ok(self.local.contains(&lane))
     }
 
     fn remote(
