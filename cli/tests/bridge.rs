@@ -199,18 +199,7 @@ fn a_bus_crosses_namespaces_whole_with_history_and_counted_gaps() {
 /// A finished run on the node: the workstation, started after it, gets it from the node's ring,
 /// whole and numbered as there. Returns the workstation's bridge.
 fn late_workstation_gets_the_ring(node: &Side, ws: &Side, connect: &str) -> Bg {
-    let out = run_cmd(&mut node.cmd(&[
-        "demo",
-        "--no-echo",
-        "--no-aggregator",
-        "--episodes",
-        "4",
-        "--steps",
-        "5",
-        "--rate",
-        "0",
-    ]));
-    assert!(out.status.success(), "demo: {}", out.stderr);
+    short_demo(node);
     let echo = ws.spawn("ws echo", &["echo", "--from", "oldest", "demo.*"]);
     echo.expect_stderr("subscribed");
     let station = ws.spawn("ws bridge", &["bridge", "--receive", "--connect", connect]);

@@ -10,8 +10,8 @@
 //! ([`gaps`]), so consumers count them exactly as ring overwrites. Those producers are marked
 //! relayed (`ProducerInfo::relayed`), and no node side sends a relayed lane out again, so
 //! bridges on one bus never relay each other's records in a loop; nor does a station re-emit
-//! its own bus's lanes, which reach it when a sending bridge runs beside it. A lane's messages leave in
-//! its order across its keys ([`Publish`]): the station's books rely on it.
+//! its own bus's lanes, which reach it when a sending bridge runs beside it. A lane's messages
+//! leave in its order across its keys ([`Publish`]): the station's books rely on it.
 //!
 //! The key layout: the bus first, so that one workstation follows one bus of every node
 //! (`snapbus/<bus>/**`) and buses of one node do not mix; the host next, to pick nodes

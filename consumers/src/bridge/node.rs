@@ -407,25 +407,26 @@ mod tests {
         .encode(payload)
     }
 
-    #[test]
-    fn small_records_travel_in_batches_in_order_and_large_ones_alone() {
-        let port = 20_000 + std::process::id() % 20_000;
+    /// A node's outlet and what a station subscribed to `root/**` receives from it, over
+    /// loopback port `port`, once a probe has gone through (the subscription has reached the
+    /// node), the probe drained. The sessions are returned to keep them open.
+    fn linked(port: u32, root: &str) -> (Publish, mpsc::Receiver<Vec<u8>>, [zenoh::Session; 2]) {
         let endpoint = format!("tcp/127.0.0.1:{port}");
         let node = session(Some(&endpoint), None);
         let station = session(None, Some(&endpoint));
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        let _sub = station
-            .declare_subscriber("test/batch/**")
+        station
+            .declare_subscriber(format!("{root}/**"))
             .callback(move |s| {
                 let _ = tx.send(s.payload().to_bytes().into_owned());
             })
+            .background()
             .wait()
             .expect("subscriber");
-        let key = || "test/batch/lane".to_owned();
-        // Until the station's subscriber reaches the node: a probe, resent until it arrives.
         let mut out = Publish::new(node.clone());
+        let probe = || format!("{root}/probe");
         loop {
-            out.send((1, 1), key, record(u64::MAX, b"probe"))
+            out.send((u64::MAX, 0), probe, record(u64::MAX, b"probe"))
                 .expect("send");
             out.flush().expect("flush");
             if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
@@ -433,6 +434,13 @@ mod tests {
             }
         }
         while rx.try_recv().is_ok() {}
+        (out, rx, [node, station])
+    }
+
+    #[test]
+    fn small_records_travel_in_batches_in_order_and_large_ones_alone() {
+        let (mut out, rx, _sessions) = linked(20_000 + std::process::id() % 20_000, "test/batch");
+        let key = || "test/batch/lane".to_owned();
         // 2,000 small records, then one large one, then the rest held back until a flush.
         let small = [0x5au8; 64];
         for seq in 0..2000 {
@@ -470,29 +478,8 @@ mod tests {
 
     #[test]
     fn a_lanes_messages_leave_in_order_across_its_keys() {
-        let port = 20_000 + (std::process::id() + 7) % 20_000;
-        let endpoint = format!("tcp/127.0.0.1:{port}");
-        let node = session(Some(&endpoint), None);
-        let station = session(None, Some(&endpoint));
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        let _sub = station
-            .declare_subscriber("test/order/**")
-            .callback(move |s| {
-                let _ = tx.send(s.payload().to_bytes().into_owned());
-            })
-            .wait()
-            .expect("subscriber");
-        let mut out = Publish::new(node.clone());
-        let probe = || "test/order/probe".to_owned();
-        loop {
-            out.send((9, 9), probe, record(u64::MAX, b"probe"))
-                .expect("send");
-            out.flush().expect("flush");
-            if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
-                break;
-            }
-        }
-        while rx.try_recv().is_ok() {}
+        let (mut out, rx, _sessions) =
+            linked(20_000 + (std::process::id() + 7) % 20_000, "test/order");
         // As the demo emits: five records of one schema, then one of another, in one lane;
         // a second lane in between, which may go in any order against the first.
         // The payload says the lane.
