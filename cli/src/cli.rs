@@ -80,7 +80,8 @@ pub(crate) struct LsArgs {
     /// The object: `bus`, `broker_pid`, `filter` (the bus filter, "" for none),
     /// `census_runs` (ring censuses the broker has run), and three arrays.
     /// `producers`: `id`, `info` {`pid`, `name`, `cmdline`, `session_tag`, `perf_tag`,
-    /// `lane_id`, `started_nanos`}, `status` (as the table shows it), `frames`, `rate_hz`,
+    /// `lane_id`, `started_nanos`, `relayed` (re-emitted from another machine by a bridge)},
+    /// `status` (as the table shows it), `frames`, `rate_hz`,
     /// `dropped`, `lane_bytes`, `history_secs`, `history_start_nanos`, `history_records`,
     /// `history_first_seq`, `census_age_secs`, `filter`, `own_filter`.
     /// `consumers`: `id`, `info` {`pid`, `kind`, `subscriptions`}, `status` (as the table

@@ -399,6 +399,13 @@ fn bridges_both_ways_relay_nothing_back(node: &Side, ws: &Side, ws_addr: &str, n
             .filter_map(|c| c["board"]["in.local"].as_u64())
             .sum()
     };
+    // The stand-ins say they are: `relayed` in `ls --json`.
+    let ls = ws.ls();
+    let ps = ls["producers"].as_array().cloned().unwrap_or_default();
+    for p in &ps {
+        let remote = p["info"]["name"] == "demo@node";
+        assert_eq!(p["info"]["relayed"], remote, "{p}");
+    }
     wait_until("each station sees its own bus's records", WATCHDOG, || {
         local(node) > 0 && local(ws) > 0
     });

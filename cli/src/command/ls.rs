@@ -150,6 +150,7 @@ struct ProducerInfoJson<'a> {
     perf_tag: Option<&'a str>,
     lane_id: u64,
     started_nanos: u64,
+    relayed: bool,
 }
 
 /// A consumer in [`LsJson`] (see [`ConsumerState`] for each field's meaning).
@@ -220,6 +221,7 @@ impl<'a> ProducerJson<'a> {
                 perf_tag: i.perf_tag.as_deref(),
                 lane_id: i.lane_id,
                 started_nanos: i.started_nanos,
+                relayed: i.relayed,
             },
             status: p.status.to_string(),
             frames: p.frames,
