@@ -126,6 +126,13 @@ impl Side {
         serde_json::from_str(out.stdout.trim()).expect("ls --json")
     }
 
+    /// The consumer `pid` as `ls --json` shows it.
+    fn consumer(&self, pid: u32) -> Option<Value> {
+        self.ls()["consumers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["info"]["pid"] == pid).cloned())
+    }
+
     /// Records the producer `pid` has written, by `ls`.
     fn records_of(&self, pid: u32) -> u64 {
         self.ls()["producers"]
@@ -291,16 +298,13 @@ fn restarted_node_bridge_is_counted_loss(
     let summary = format!("snapbus record: {} records ({lost} lost", got.len());
     assert!(log.contains(&summary), "{summary:?} in\n{log}");
     // `ls` shows the loss: the echo's, as for a ring's overwrites, and the bridge's own count.
-    let consumer = |pid: u32| {
-        ws.ls()["consumers"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["info"]["pid"] == pid).cloned())
-    };
     wait_until("ls shows the echo's loss", WATCHDOG, || {
-        consumer(echo.pid()).is_some_and(|c| c["lost"].as_u64() == Some(lost))
+        ws.consumer(echo.pid())
+            .is_some_and(|c| c["lost"].as_u64() == Some(lost))
     });
     wait_until("ls shows the bridge's loss", WATCHDOG, || {
-        consumer(station.pid()).is_some_and(|c| c["board"]["in.lost"].as_u64() == Some(lost))
+        ws.consumer(station.pid())
+            .is_some_and(|c| c["board"]["in.lost"].as_u64() == Some(lost))
     });
     // The node's producers ended, so do their stand-ins (`echo --until-end`, recorders).
     wait_until("the remote producers are closed here too", WATCHDOG, || {
@@ -423,13 +427,7 @@ fn bridges_both_ways_relay_nothing_back(node: &Side, ws: &Side, ws_addr: &str, n
         }
     }
     let sent = || {
-        ws.ls()["consumers"]
-            .as_array()
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c["info"]["pid"] == ws_bridge.pid())
-                    .cloned()
-            })
+        ws.consumer(ws_bridge.pid())
             .and_then(|c| c["board"]["out.sent"].as_u64())
             .unwrap_or(0)
     };
