@@ -63,15 +63,9 @@ impl Bus {
             assert!(t0.elapsed() < WATCHDOG, "the publisher never joined");
             std::thread::sleep(Duration::from_millis(5));
         }
-        let desc = SchemaDescriptor::new(
-            "test.words",
-            1,
-            TypeDesc::Struct {
-                fields: vec![Field::new("data", TypeDesc::Bytes)],
-            },
-        )
-        .expect("schema");
-        let key = p.register_schema(&desc).expect("register");
+        let key = p
+            .register_schema(&bytes_schema("test.words"))
+            .expect("register");
         let meta = EmitMeta {
             schema_key: key,
             schema_version: 1,
@@ -82,11 +76,16 @@ impl Bus {
     }
 
     pub(crate) fn subscribe(&self) -> Subscriber {
+        self.subscribe_to(&["test.words"])
+    }
+
+    /// A subscriber to the schemas `globs` match, from the oldest record.
+    pub(crate) fn subscribe_to(&self, globs: &[&str]) -> Subscriber {
         Subscriber::connect(
             &self.dir,
             SubscribeOptions {
                 kind: "test".into(),
-                globs: vec![Glob::new("test.words").expect("glob")],
+                globs: globs.iter().map(|g| Glob::new(g).expect("glob")).collect(),
                 start: StartAt::Oldest,
                 cut: false,
                 skip_lanes: Vec::new(),
@@ -106,13 +105,25 @@ impl Drop for Bus {
     }
 }
 
-/// Record `i`: `len` bytes, every 8-byte word `i`, then a tail of bytes `i as u8` (so a
-/// payload that is not a whole number of words is covered too).
+/// A schema of one bytes field, named `id`.
+pub(crate) fn bytes_schema(id: &str) -> SchemaDescriptor {
+    SchemaDescriptor::new(
+        id,
+        1,
+        TypeDesc::Struct {
+            fields: vec![Field::new("data", TypeDesc::Bytes)],
+        },
+    )
+    .expect("schema")
+}
+
 /// Emits an encoded payload, put whole (`emit_with`).
 pub(crate) fn emit_bytes(p: &Publisher, meta: EmitMeta, payload: &[u8]) -> Result<u64, EmitError> {
     p.emit_with(meta, payload.len(), |w| Ok(w.put(payload)?))
 }
 
+/// Record `i`: `len` bytes, every 8-byte word `i`, then a tail of bytes `i as u8` (so a
+/// payload that is not a whole number of words is covered too).
 pub(crate) fn payload(i: u64, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = std::iter::repeat_n(i.to_le_bytes(), len / 8)
         .flatten()

@@ -49,6 +49,8 @@
 //!   `full_single_writer_all_concurrent`: the whole run, 10 records, is concurrent.
 //!   `single_writer_wraps_under_in_place_reader` (CI): the same race against a reader that
 //!   reads the payload where it lies (`read_in_place`, word by word through the ring view).
+//!   `single_writer_wraps_under_run_reader` (CI): the same race against a reader of runs
+//!   (`read_run_in_place`, the subscriber's drain), falling back to `read_in_place`.
 //! - (b) `shared_writers_wrap_under_reader` (CI): two threads claim concurrently through one
 //!   `SharedLaneWriter`, wrapping over the record a reader is reading.
 //!   `full_shared_writers_concurrent`: two threads of 5 records each from an empty lane (they

@@ -14,10 +14,10 @@ use snapbus_bus::lane::{
     ClaimError, Lane, LaneConfig, LaneReader, LaneWriter, Poll, RUN_RECORDS, RecordMeta, StartAt,
 };
 use snapbus_bus::mem::HeapMem;
-use snapbus_bus::publisher::EmitError;
+use snapbus_bus::publisher::{EmitError, EmitMeta};
 use snapbus_bus::subscriber::{Event, InPlaceEvent, RecordRef, Subscriber};
 
-use crate::in_place::{Bus, payload};
+use crate::in_place::{Bus, bytes_schema, emit_bytes, payload};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -478,6 +478,90 @@ fn drain_in_place_reads_batches_to_their_end() {
     let (rest, lost) = drain_to_end(&mut sub, usize::MAX);
     assert_eq!(lost, 0);
     assert_eq!(rest, (0..300).collect::<Vec<_>>());
+}
+
+/// Every record `drain_in_place` hands over until the lane ends (at most `max` events a call):
+/// its schema, emitter and first word.
+fn drain_named(sub: &mut Subscriber, until_end: bool, want: usize) -> Vec<(String, String, u64)> {
+    let (mut seen, mut ended) = (Vec::new(), false);
+    let t0 = Instant::now();
+    while if until_end { !ended } else { seen.len() < want } {
+        assert!(t0.elapsed() < WATCHDOG, "only {} records", seen.len());
+        sub.drain_in_place(
+            Duration::from_millis(100),
+            usize::MAX,
+            |r| r.payload.word(0),
+            |ev| {
+                match ev {
+                    InPlaceEvent::Record(r) => seen.push((
+                        r.schema.id().to_string(),
+                        r.emitter.unwrap_or("").to_string(),
+                        r.payload.expect("a word"),
+                    )),
+                    InPlaceEvent::Other(Event::Lagged { lost, .. }) => panic!("{lost} lost"),
+                    InPlaceEvent::Other(Event::Ended(_)) => ended = true,
+                    InPlaceEvent::Other(_) => {}
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .expect("drain");
+    }
+    seen
+}
+
+#[test]
+fn drain_in_place_names_each_record_and_skips_what_no_glob_matches() {
+    let bus = Bus::start("runs-drain-keys");
+    let (p, words) = bus.publisher(1 << 20);
+    let mut sub = bus.subscribe_to(&["test.words", "test.late"]);
+    let skipped = EmitMeta {
+        schema_key: p
+            .register_schema(&bytes_schema("test.skipped"))
+            .expect("key"),
+        ..words
+    };
+    let (left, right) = (p.emitter("left"), p.emitter("right"));
+    // Records of a schema no glob matches among those of one that is matched, from two
+    // emitters: the drain reads them in runs, and must name every record right.
+    let mut want = Vec::new();
+    for i in 0..600u64 {
+        if i % 3 == 0 {
+            emit_bytes(&p, skipped, &payload(i, 16)).expect("emit");
+        } else {
+            let (emitter, name) = if i % 2 == 0 {
+                (left, "left")
+            } else {
+                (right, "right")
+            };
+            emit_bytes(&p, EmitMeta { emitter, ..words }, &payload(i, 16)).expect("emit");
+            want.push(("test.words".to_string(), name.to_string(), i));
+        }
+    }
+    assert_eq!(drain_named(&mut sub, false, want.len()), want);
+    // A schema registered after the subscriber read its lane: its first record is classified
+    // as it comes, in the middle of a drain.
+    let late = EmitMeta {
+        schema_key: p.register_schema(&bytes_schema("test.late")).expect("key"),
+        ..words
+    };
+    let mut rest = Vec::new();
+    for i in 600..800u64 {
+        let (meta, schema) = if i % 2 == 1 {
+            (late, "test.late")
+        } else {
+            (words, "test.words")
+        };
+        emit_bytes(&p, meta, &payload(i, 16)).expect("emit");
+        rest.push((schema.to_string(), String::new(), i));
+    }
+    p.close();
+    assert_eq!(drain_named(&mut sub, true, 0), rest);
+    let stats = sub.stats();
+    assert_eq!(
+        (stats.delivered, stats.lost, stats.unknown_keys),
+        (600, 0, 0)
+    );
 }
 
 /// Payload bytes that are never zero, so stale bytes of an earlier lap show in a frame's

@@ -6,6 +6,9 @@
 //! skipped and counted, and nothing here can panic or read out of bounds.
 
 mod recover;
+mod run;
+
+pub use run::{RunEnd, Visit};
 
 use std::time::{Duration, Instant};
 

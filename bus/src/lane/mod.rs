@@ -11,7 +11,7 @@ mod writer;
 use std::sync::Arc;
 
 pub use claim::{Claim, ClaimError, RUN_RECORDS, RunWritten, WriteError};
-pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, ReaderStats, StartAt};
+pub use cursor::{DEFAULT_STALL_TIMEOUT, FrameMeta, ReaderStats, RunEnd, StartAt, Visit};
 pub use layout::{FrameKind, Geometry, GeometryError, LaneConfig, LaneState};
 pub use reader::{Frame, LaneReader, LaneStats, NoFrame, Poll};
 #[doc(hidden)]

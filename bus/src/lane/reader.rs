@@ -13,11 +13,12 @@
 //! skipped and counted, and nothing here can panic or read out of bounds. The validating loop
 //! is the cursor's (`cursor.rs`); this module is the reader's API around it.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Lane;
-use super::cursor::{Cursor, FrameMeta, ReaderStats, StartAt, Step, tail_of};
+use super::cursor::{Cursor, FrameMeta, ReaderStats, RunEnd, StartAt, Step, Visit, tail_of};
 use super::layout::LaneState;
 use super::view::PayloadView;
 use crate::mem::LaneMem;
@@ -233,5 +234,24 @@ impl<M: LaneMem> LaneReader<M> {
             Step::Pending => Err(NoFrame::Pending),
             Step::Closed => Err(NoFrame::Closed),
         }
+    }
+
+    /// Reads up to `max` records in place while each is the plain case (the next record,
+    /// committed, nothing lost before it), as [`read_in_place`](Self::read_in_place) would
+    /// one at a time: `visit` looks at each where it lies, and what it took is handed to
+    /// `deliver` once the frame is validated. Stops before anything else (the lane's end, a
+    /// lap, loss, padding, garbage, a frame `visit` says to [`Visit::Stop`] at), which the
+    /// next `read_in_place` deals with; so a reader alternates the two. For a loop over many
+    /// small records (the subscriber's drain): `read_in_place`'s per-call work is as much as
+    /// such a record's own. `visit`, like `read_in_place`'s closure, may look at a frame that
+    /// is then not delivered, and must not have side effects that matter if so.
+    #[inline(always)]
+    pub fn read_run_in_place<R>(
+        &mut self,
+        max: usize,
+        visit: impl FnMut(&FrameMeta, &PayloadView<'_, M>) -> Visit<R>,
+        deliver: impl FnMut(FrameMeta, R) -> ControlFlow<()>,
+    ) -> RunEnd {
+        self.cur.run(&self.lane, max, visit, deliver)
     }
 }

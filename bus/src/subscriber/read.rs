@@ -6,12 +6,12 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use super::Glob;
-use super::lanes::{SubLane, lane_event, visit};
+use super::lanes::{KeyClass, SubLane, lane_event, visit};
 use super::{
     Event, Found, InPlaceEvent, InPlaceRecord, Next, Notice, PUMP_EVERY, PUMP_EVERY_RECORDS,
-    SubscribeError, Subscriber, SubscriberStats,
+    RecordRef, SubscribeError, Subscriber, SubscriberStats,
 };
-use crate::lane::{FrameMeta, NoFrame};
+use crate::lane::{FrameMeta, NoFrame, RunEnd, Visit};
 
 impl Subscriber {
     /// The in-place event of what a wait found.
@@ -241,6 +241,17 @@ impl Subscriber {
         let mut since = *since_pump;
         let mut n = 0;
         while n < max {
+            // The plain records first, in one run up to the next clock check (every 128
+            // records, below); then one step of the general loop, which reads whatever ended
+            // the run (and does the check).
+            let budget = (max - n).min((127 - since % 128) as usize);
+            if budget > 0 {
+                let end = run(lane, stats, &mut n, budget, read, on);
+                since += end.read as u32;
+                if end.broke || n >= max {
+                    break;
+                }
+            }
             since += 1;
             if since >= PUMP_EVERY_RECORDS
                 || (since % 128 == 0 && last_pump.elapsed() >= PUMP_EVERY)
@@ -271,6 +282,67 @@ impl Subscriber {
         *since_pump = since;
         n
     }
+}
+
+/// The plain records at a lane's cursor, up to `budget` ([`LaneReader::read_run_in_place`]):
+/// each one `read` takes goes to `on` (counted in `n` and the stats) once it is validated. A
+/// record of a key not classified yet ends the run: the general loop classifies it.
+#[inline(always)]
+fn run<R>(
+    lane: &mut SubLane,
+    stats: &mut SubscriberStats,
+    n: &mut usize,
+    budget: usize,
+    read: &mut impl FnMut(&InPlaceRecord<'_>) -> Option<R>,
+    on: &mut impl FnMut(InPlaceEvent<'_, R>) -> ControlFlow<()>,
+) -> RunEnd {
+    let SubLane {
+        reader,
+        matches,
+        catalog,
+        info,
+        producer_id,
+        ..
+    } = lane;
+    let (matches, catalog, info, producer_id) = (&*matches, &*catalog, &*info, *producer_id);
+    reader.read_run_in_place(
+        budget,
+        #[inline(always)]
+        |m, view| {
+            let KeyClass::Match(schema) = matches.get(m.schema_key) else {
+                return match matches.get(m.schema_key) {
+                    KeyClass::Skip => Visit::Pass,
+                    _ => Visit::Stop,
+                };
+            };
+            let emitter = catalog.emitter(m.emitter).map(|e| &**e);
+            let record = RecordRef {
+                producer_id,
+                producer: info,
+                schema,
+                emitter,
+                meta: *m,
+                payload: view,
+            };
+            match read(&record) {
+                Some(r) => Visit::Take((r, schema, emitter)),
+                None => Visit::Pass,
+            }
+        },
+        #[inline(always)]
+        |meta, (payload, schema, emitter)| {
+            stats.delivered += 1;
+            *n += 1;
+            on(InPlaceEvent::Record(RecordRef {
+                producer_id,
+                producer: info,
+                schema,
+                emitter,
+                meta,
+                payload,
+            }))
+        },
+    )
 }
 
 /// The lane a find is of.
