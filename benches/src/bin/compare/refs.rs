@@ -27,6 +27,14 @@ pub(crate) struct MemcpyReport {
     pub(crate) rotating_8m_gbytes_per_sec: f64,
     /// 1 MiB copied again and again into the same 1 MiB (cache bandwidth), GB/s.
     pub(crate) resident_gbytes_per_sec: f64,
+    /// One copy of 1 MiB every [`PACE_NANOS`] (the pace of the 1 MiB latency runs), into a
+    /// rotating 8 MiB destination (a ring's next frame), median nanoseconds a copy: what the
+    /// caches keep between two messages that far apart.
+    #[serde(default)]
+    pub(crate) paced_8m_nanos: f64,
+    /// The same into the same 1 MiB every time (a sample reused, as a pool of one does).
+    #[serde(default)]
+    pub(crate) paced_resident_nanos: f64,
     /// CPU time of the process, nanoseconds.
     pub(crate) cpu_nanos: u64,
 }
@@ -52,6 +60,11 @@ pub(crate) struct PongReport {
 }
 
 const BLOCK: usize = 1 << 20;
+/// The pace of the paced copies: the 1 MiB latency runs' interval
+/// ([`Plan::latency_shape`](crate::run::Plan::latency_shape)).
+pub(crate) const PACE_NANOS: u64 = 5_000_000;
+/// Paced copies timed per destination (the first tenth not counted).
+const PACED_COPIES: usize = 110;
 
 /// Copies 1 MiB blocks for `secs` seconds in each of two ways.
 pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
@@ -80,6 +93,8 @@ pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
     let rotating_16m = rate(&mut dst[..16 * BLOCK], true);
     let rotating_8m = rate(&mut dst[..8 * BLOCK], true);
     let resident = rate(&mut dst[..BLOCK], false);
+    let paced_8m = paced(&src, &mut dst[..8 * BLOCK]);
+    let paced_resident = paced(&src, &mut dst[..BLOCK]);
     say(&format!(
         "result {}",
         serde_json::to_string(&MemcpyReport {
@@ -87,9 +102,33 @@ pub(crate) fn memcpy(cpu: Option<usize>, secs: f64) -> Result<()> {
             rotating_16m_gbytes_per_sec: rotating_16m,
             rotating_8m_gbytes_per_sec: rotating_8m,
             resident_gbytes_per_sec: resident,
+            paced_8m_nanos: paced_8m,
+            paced_resident_nanos: paced_resident,
             cpu_nanos: process_cpu_nanos("self"),
         })?
     ))
+}
+
+/// One 1 MiB copy of `src` into `dst` (rotating through it) every [`PACE_NANOS`], spinning in
+/// between as the latency runs' producers do: the median nanoseconds a copy took.
+fn paced(src: &[u8], dst: &mut [u8]) -> f64 {
+    let blocks = dst.len() / BLOCK;
+    let mut took = Vec::with_capacity(PACED_COPIES);
+    let mut next = mono_nanos();
+    for n in 0..PACED_COPIES {
+        next += PACE_NANOS;
+        while mono_nanos() < next {
+            std::hint::spin_loop();
+        }
+        let at = n % blocks;
+        let t0 = mono_nanos();
+        dst[at * BLOCK..(at + 1) * BLOCK].copy_from_slice(src);
+        std::hint::black_box(&dst[at * BLOCK]);
+        took.push(mono_nanos() - t0);
+    }
+    let mut took = took.split_off(PACED_COPIES / 10);
+    took.sort_unstable();
+    took[took.len() / 2] as f64
 }
 
 /// The word both processes write: the first of the lane's data area (a fresh lane's data is

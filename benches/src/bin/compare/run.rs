@@ -65,7 +65,7 @@ impl Plan {
     pub(crate) fn latency_shape(&self, size: usize) -> (u64, u64) {
         // 1 MiB: 200 a second, which every peer sustains (Python's queue manages ~300-500).
         let (count, interval) = if size >= 1 << 20 {
-            (400, 5_000_000)
+            (400, crate::refs::PACE_NANOS)
         } else {
             (10_000, 50_000)
         };

@@ -83,7 +83,12 @@ pub(crate) fn render(input: &Input<'_>, dest: &Destination) -> Report {
     };
     let fingerprint = fingerprint(input);
     let this = (!input.plan.every_byte).then(|| {
-        let figures = machines::key_figures(&rows, &input.plan.peers, input.python);
+        let figures = machines::key_figures(
+            &rows,
+            &input.plan.peers,
+            input.python,
+            tables::paced_copies(input),
+        );
         let day = machine::date(input.started);
         let day = day.split(' ').next().unwrap_or("?");
         machines::this_run(day, fingerprint.clone(), &figures)
@@ -173,7 +178,15 @@ fn full(input: &Input<'_>, rows: &BTreeMap<Key, Row>) -> String {
     let (memcpy, rtt) = tables::references(&mut out, input);
     if !plan.every_byte {
         crate::python_rows::render(&mut out, input.python);
-        tables::goals(&mut out, plan, rows, memcpy, rtt, input.python);
+        tables::goals(
+            &mut out,
+            plan,
+            rows,
+            memcpy,
+            rtt,
+            input.python,
+            tables::paced_copies(input),
+        );
     }
     let _ = reps;
     out
@@ -257,7 +270,15 @@ fn page(
         tables::latency(&mut out, input, rows);
         let (memcpy, rtt) = tables::references(&mut out, input);
         crate::python_rows::render(&mut out, input.python);
-        tables::goals(&mut out, plan, rows, memcpy, rtt, input.python);
+        tables::goals(
+            &mut out,
+            plan,
+            rows,
+            memcpy,
+            rtt,
+            input.python,
+            tables::paced_copies(input),
+        );
     }
     let _ = writeln!(out, "{end}");
     out

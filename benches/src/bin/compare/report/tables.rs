@@ -234,6 +234,16 @@ pub(super) fn references(out: &mut String, input: &Input<'_>) -> (Option<Spread>
             spread_text(s, gb, reps)
         );
     }
+    if let Some((rotating, same)) = paced_copies(input) {
+        let _ = writeln!(
+            out,
+            "| one copy of 1 MiB every {} ms (the 1 MiB latency runs' pace) into a rotating 8 MiB buffer (a ring's next frame), median | {} | {ref_load:.0} % |\n\
+             | the same into the same 1 MiB every time (a sample used again) | {} | {ref_load:.0} % |",
+            crate::refs::PACE_NANOS / 1_000_000,
+            spread_text(rotating, nanos_text, reps),
+            spread_text(same, nanos_text, reps)
+        );
+    }
     if let Some(s) = rtt {
         let _ = writeln!(
             out,
@@ -268,6 +278,22 @@ pub(super) fn stream_spread(input: &Input<'_>) -> Option<Spread> {
     )
 }
 
+/// The paced copies of 1 MiB over the run's repetitions (runs that measured them): into a
+/// rotating 8 MiB buffer, and into the same 1 MiB.
+pub(super) fn paced_copies(input: &Input<'_>) -> Option<(Spread, Spread)> {
+    let paced = |v: fn(&MemcpyReport) -> f64| {
+        spread(
+            input
+                .refs
+                .iter()
+                .filter_map(|r| r.memcpy.as_ref().map(v))
+                .filter(|v| *v > 0.0)
+                .collect(),
+        )
+    };
+    paced(|m| m.paced_8m_nanos).zip(paced(|m| m.paced_resident_nanos))
+}
+
 /// A memcpy reference over the run's repetitions.
 fn memcpy_spread(input: &Input<'_>, rate: fn(&MemcpyReport) -> f64) -> Option<Spread> {
     spread(
@@ -300,6 +326,7 @@ pub(super) fn goals(
     memcpy: Option<Spread>,
     rtt: Option<Spread>,
     python: &crate::python_rows::PyOutcome,
+    paced: Option<(Spread, Spread)>,
 ) {
     let _ = writeln!(out, "\n### Against the goals (medians of this run)\n");
     let _ = writeln!(out, "| goal | measured | met |\n|---|---|---|");
@@ -441,6 +468,6 @@ pub(super) fn goals(
     }
     super::machines::goal_rows(
         out,
-        &super::machines::key_figures(rows, &plan.peers, python),
+        &super::machines::key_figures(rows, &plan.peers, python, paced),
     );
 }
