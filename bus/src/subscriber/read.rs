@@ -309,11 +309,10 @@ fn run<R>(
         budget,
         #[inline(always)]
         |m, view| {
-            let KeyClass::Match(schema) = matches.get(m.schema_key) else {
-                return match matches.get(m.schema_key) {
-                    KeyClass::Skip => Visit::Pass,
-                    _ => Visit::Stop,
-                };
+            let schema = match matches.get(m.schema_key) {
+                KeyClass::Match(schema) => schema,
+                KeyClass::Skip => return Visit::Pass,
+                KeyClass::Unknown => return Visit::Stop,
             };
             let emitter = catalog.emitter(m.emitter).map(|e| &**e);
             let record = RecordRef {
