@@ -123,6 +123,41 @@ pub(super) struct Stall {
     pub(super) since: Option<Instant>,
 }
 
+impl FrameMeta {
+    /// The metadata of the frame at `pos` whose header words were loaded as these (its length
+    /// checked to hold the header at least).
+    #[inline(always)]
+    fn of_header(pos: u64, len_meta: u64, schema: u64, seq: u64, t_nanos: u64) -> FrameMeta {
+        FrameMeta {
+            pos,
+            seq,
+            t_nanos,
+            schema_key: schema as u16,
+            schema_version: (schema >> 16) as u16,
+            level: (len_meta >> 40) as u8,
+            emitter: (len_meta >> 48) as u16,
+            payload_len: (len_meta as u32 as usize).saturating_sub(FRAME_HEADER_LEN),
+        }
+    }
+}
+
+/// The view of the payload of frame `meta` (sane, and within the ring) where it lies.
+#[inline(always)]
+fn payload_view<'a, M: LaneMem>(lane: &'a Lane<M>, meta: &FrameMeta) -> PayloadView<'a, M> {
+    let byte_off = lane.geo.byte_off(meta.pos) + FRAME_HEADER_LEN;
+    PayloadView {
+        lane,
+        byte_off,
+        len: meta.payload_len,
+        // In bounds: the frame is within the ring (checked by the caller), and the ring within
+        // the memory (the geometry was validated); an empty view otherwise.
+        words: lane
+            .mem
+            .span(byte_off / 8, meta.payload_len.div_ceil(8))
+            .unwrap_or_default(),
+    }
+}
+
 /// The lane's `claim_tail` (Acquire).
 #[inline]
 pub(super) fn tail_of<M: LaneMem>(lane: &Lane<M>) -> u64 {
@@ -245,16 +280,7 @@ impl Cursor {
                     None => continue,
                 }
             }
-            let meta = FrameMeta {
-                pos: self.pos,
-                seq,
-                t_nanos,
-                schema_key: schema as u16,
-                schema_version: (schema >> 16) as u16,
-                level: (len_meta >> 40) as u8,
-                emitter: (len_meta >> 48) as u16,
-                payload_len: (frame_len as usize) - FRAME_HEADER_LEN,
-            };
+            let meta = FrameMeta::of_header(self.pos, len_meta, schema, seq, t_nanos);
             let is_data = kind == Some(FrameKind::Data);
             let wanted = is_data
                 && self.accepts(meta.schema_key)
@@ -262,19 +288,7 @@ impl Cursor {
             // An `if`, not `bool::then`: its closure is not always inlined, and a call per
             // record returns the caller's value through the stack.
             let result = if wanted {
-                let byte_off = g.byte_off(self.pos) + FRAME_HEADER_LEN;
-                let view = PayloadView {
-                    lane,
-                    byte_off,
-                    len: meta.payload_len,
-                    // In bounds: the frame is within the ring (checked above), and the ring
-                    // within the memory (the geometry was validated); an empty view otherwise.
-                    words: lane
-                        .mem
-                        .span(byte_off / 8, meta.payload_len.div_ceil(8))
-                        .unwrap_or_default(),
-                };
-                Some(visit(&meta, &view))
+                Some(visit(&meta, &payload_view(lane, &meta)))
             } else {
                 None
             };

@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use super::super::Lane;
 use super::super::layout::{FRAME_HEADER_LEN, FrameKind, align_frame, fw, word};
 use super::super::view::PayloadView;
-use super::{Cursor, FrameMeta};
+use super::{Cursor, FrameMeta, payload_view};
 use crate::mem::LaneMem;
 use crate::sync::{Ordering, fence};
 
@@ -91,28 +91,8 @@ impl Cursor {
             {
                 break;
             }
-            let meta = FrameMeta {
-                pos,
-                seq,
-                t_nanos,
-                schema_key: schema as u16,
-                schema_version: (schema >> 16) as u16,
-                level: (len_meta >> 40) as u8,
-                emitter: (len_meta >> 48) as u16,
-                payload_len: (frame_len as usize) - FRAME_HEADER_LEN,
-            };
-            let byte_off = g.byte_off(pos) + FRAME_HEADER_LEN;
-            let view = PayloadView {
-                lane,
-                byte_off,
-                len: meta.payload_len,
-                // In bounds, as in `step`.
-                words: lane
-                    .mem
-                    .span(byte_off / 8, meta.payload_len.div_ceil(8))
-                    .unwrap_or_default(),
-            };
-            let visited = visit(&meta, &view);
+            let meta = FrameMeta::of_header(pos, len_meta, schema, seq, t_nanos);
+            let visited = visit(&meta, &payload_view(lane, &meta));
             if let Visit::Stop = visited {
                 break;
             }

@@ -178,15 +178,7 @@ fn full(input: &Input<'_>, rows: &BTreeMap<Key, Row>) -> String {
     let (memcpy, rtt) = tables::references(&mut out, input);
     if !plan.every_byte {
         crate::python_rows::render(&mut out, input.python);
-        tables::goals(
-            &mut out,
-            plan,
-            rows,
-            memcpy,
-            rtt,
-            input.python,
-            tables::paced_copies(input),
-        );
+        tables::goals(&mut out, input, rows, memcpy, rtt);
     }
     let _ = reps;
     out
@@ -270,15 +262,7 @@ fn page(
         tables::latency(&mut out, input, rows);
         let (memcpy, rtt) = tables::references(&mut out, input);
         crate::python_rows::render(&mut out, input.python);
-        tables::goals(
-            &mut out,
-            plan,
-            rows,
-            memcpy,
-            rtt,
-            input.python,
-            tables::paced_copies(input),
-        );
+        tables::goals(&mut out, input, rows, memcpy, rtt);
     }
     let _ = writeln!(out, "{end}");
     out

@@ -321,13 +321,12 @@ pub(super) fn reference_medians(input: &Input<'_>) -> (Option<Spread>, Option<Sp
 /// The project's goals, each met or not in this run.
 pub(super) fn goals(
     out: &mut String,
-    plan: &Plan,
+    input: &Input<'_>,
     rows: &BTreeMap<Key, Row>,
     memcpy: Option<Spread>,
     rtt: Option<Spread>,
-    python: &crate::python_rows::PyOutcome,
-    paced: Option<(Spread, Spread)>,
 ) {
+    let (plan, python) = (input.plan, input.python);
     let _ = writeln!(out, "\n### Against the goals (medians of this run)\n");
     let _ = writeln!(out, "| goal | measured | met |\n|---|---|---|");
     let yes = |b: bool| if b { "yes" } else { "**no**" };
@@ -468,6 +467,6 @@ pub(super) fn goals(
     }
     super::machines::goal_rows(
         out,
-        &super::machines::key_figures(rows, &plan.peers, python, paced),
+        &super::machines::key_figures(rows, &plan.peers, python, paced_copies(input)),
     );
 }
