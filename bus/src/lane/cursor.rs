@@ -13,10 +13,12 @@ pub use run::{RunEnd, Visit};
 use std::time::{Duration, Instant};
 
 use super::Lane;
-use super::layout::{BUSY, FRAME_HEADER_LEN, FrameKind, LaneState, align_frame, fw, word};
+use super::layout::{
+    BUSY, FRAME_HEADER_LEN, FRAME_HEADER_WORDS, FrameKind, LaneState, align_frame, fw, word,
+};
 use super::view::PayloadView;
 use crate::mem::LaneMem;
-use crate::sync::{Ordering, fence};
+use crate::sync::{AtomicU64, Ordering, fence};
 
 /// Where a new reader starts: the one start position of the workspace (lane readers,
 /// subscribers, consumers and the CLI).
@@ -124,11 +126,16 @@ pub(super) struct Stall {
 }
 
 impl FrameMeta {
-    /// The metadata of the frame at `pos` whose header words were loaded as these (its length
-    /// checked to hold the header at least).
+    /// Loads the header words after the commit word of the frame at `pos` (Relaxed: the
+    /// commit word's Acquire load came first): the frame's metadata, and its length-and-kind
+    /// word as it is, for the caller's checks (the metadata means nothing until they pass).
     #[inline(always)]
-    fn of_header(pos: u64, len_meta: u64, schema: u64, seq: u64, t_nanos: u64) -> FrameMeta {
-        FrameMeta {
+    fn load(pos: u64, h: &[AtomicU64; FRAME_HEADER_WORDS]) -> (FrameMeta, u64) {
+        let len_meta = h[fw::LEN_META].load(Ordering::Relaxed);
+        let schema = h[fw::SCHEMA].load(Ordering::Relaxed);
+        let seq = h[fw::SEQ].load(Ordering::Relaxed);
+        let t_nanos = h[fw::T_NANOS].load(Ordering::Relaxed);
+        let meta = FrameMeta {
             pos,
             seq,
             t_nanos,
@@ -137,7 +144,8 @@ impl FrameMeta {
             level: (len_meta >> 40) as u8,
             emitter: (len_meta >> 48) as u16,
             payload_len: (len_meta as u32 as usize).saturating_sub(FRAME_HEADER_LEN),
-        }
+        };
+        (meta, len_meta)
     }
 }
 
@@ -263,10 +271,7 @@ impl Cursor {
                     None => continue,
                 }
             }
-            let len_meta = h[fw::LEN_META].load(Ordering::Relaxed);
-            let schema = h[fw::SCHEMA].load(Ordering::Relaxed);
-            let seq = h[fw::SEQ].load(Ordering::Relaxed);
-            let t_nanos = h[fw::T_NANOS].load(Ordering::Relaxed);
+            let (meta, len_meta) = FrameMeta::load(self.pos, h);
             let frame_len = u64::from(len_meta as u32);
             let aligned = align_frame(frame_len);
             let kind = FrameKind::from_u8((len_meta >> 32) as u8);
@@ -280,7 +285,6 @@ impl Cursor {
                     None => continue,
                 }
             }
-            let meta = FrameMeta::of_header(self.pos, len_meta, schema, seq, t_nanos);
             let is_data = kind == Some(FrameKind::Data);
             let wanted = is_data
                 && self.accepts(meta.schema_key)

@@ -2,9 +2,10 @@
 
 use loom::thread;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use snapbus_bus::lane::{
-    Frame, FrameMeta, Lane, LaneReader, NoFrame, PayloadView, Poll, StartAt, Visit,
+    Frame, FrameMeta, Lane, LaneReader, LaneWriter, NoFrame, PayloadView, Poll, StartAt, Visit,
 };
 use snapbus_bus::mem::HeapMem;
 
@@ -23,17 +24,7 @@ use super::{CONFIG, SALT, Seen, check, validate_single, write_single};
 #[test]
 fn single_writer_wraps_under_reader() {
     check("single_writer_wraps_under_reader", 2, || {
-        let lane = Lane::heap(&CONFIG, SALT).expect("lane");
-        let mut writer = lane.writer().expect("writer");
-        let mut reader = lane.reader(StartAt::Oldest);
-        for seq in 0..8 {
-            write_single(&mut writer, seq);
-        }
-        let producer = thread::spawn(move || {
-            write_single(&mut writer, 8);
-            write_single(&mut writer, 9);
-            writer
-        });
+        let (lane, mut reader, producer) = wrap_race();
         let mut seen = Seen::default();
         seen.poll_n(&mut reader, 3, &[], validate_single);
         let mut writer = producer.join().expect("writer");
@@ -42,6 +33,28 @@ fn single_writer_wraps_under_reader() {
         seen.finish(&reader, 10, &[]);
         assert_eq!(lane.stats().frames_committed, 10);
     });
+}
+
+/// The race of the (a) models: a lane with its first lap written (records 0 to 7), a reader at
+/// its oldest record, and a thread that writes records 8 and 9 over records 0 and 1 (returning
+/// the writer).
+fn wrap_race() -> (
+    Arc<Lane<HeapMem>>,
+    LaneReader<HeapMem>,
+    thread::JoinHandle<LaneWriter<HeapMem>>,
+) {
+    let lane = Lane::heap(&CONFIG, SALT).expect("lane");
+    let mut writer = lane.writer().expect("writer");
+    let reader = lane.reader(StartAt::Oldest);
+    for seq in 0..8 {
+        write_single(&mut writer, seq);
+    }
+    let producer = thread::spawn(move || {
+        write_single(&mut writer, 8);
+        write_single(&mut writer, 9);
+        writer
+    });
+    (lane, reader, producer)
 }
 
 /// One read in place, as the `Poll` a copying read gives: the payload is read word by word
@@ -63,17 +76,7 @@ fn poll_in_place<'b>(reader: &mut LaneReader<HeapMem>, buf: &'b mut Vec<u8>) -> 
 #[test]
 fn single_writer_wraps_under_in_place_reader() {
     check("single_writer_wraps_under_in_place_reader", 2, || {
-        let lane = Lane::heap(&CONFIG, SALT).expect("lane");
-        let mut writer = lane.writer().expect("writer");
-        let mut reader = lane.reader(StartAt::Oldest);
-        for seq in 0..8 {
-            write_single(&mut writer, seq);
-        }
-        let producer = thread::spawn(move || {
-            write_single(&mut writer, 8);
-            write_single(&mut writer, 9);
-            writer
-        });
+        let (_, mut reader, producer) = wrap_race();
         let mut seen = Seen::default();
         seen.from_zero.get_or_insert(reader.position() == 0);
         let mut buf = Vec::new();
@@ -164,17 +167,7 @@ fn full_single_writer_wraps_under_run_reader() {
 /// 8 and 9 written while the reader makes a run of each size in `runs`; then the rest read.
 fn run_reader_model(name: &'static str, runs: &'static [usize]) {
     check(name, 2, move || {
-        let lane = Lane::heap(&CONFIG, SALT).expect("lane");
-        let mut writer = lane.writer().expect("writer");
-        let mut reader = lane.reader(StartAt::Oldest);
-        for seq in 0..8 {
-            write_single(&mut writer, seq);
-        }
-        let producer = thread::spawn(move || {
-            write_single(&mut writer, 8);
-            write_single(&mut writer, 9);
-            writer
-        });
+        let (_, mut reader, producer) = wrap_race();
         let mut seen = Seen::default();
         seen.from_zero.get_or_insert(reader.position() == 0);
         for &max in runs {

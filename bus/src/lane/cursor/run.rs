@@ -77,13 +77,10 @@ impl Cursor {
             if h[fw::COMMIT].load(Ordering::Acquire) != g.tag(pos) {
                 break;
             }
-            let len_meta = h[fw::LEN_META].load(Ordering::Relaxed);
-            let schema = h[fw::SCHEMA].load(Ordering::Relaxed);
-            let seq = h[fw::SEQ].load(Ordering::Relaxed);
-            let t_nanos = h[fw::T_NANOS].load(Ordering::Relaxed);
+            let (meta, len_meta) = FrameMeta::load(pos, h);
             let frame_len = u64::from(len_meta as u32);
             let aligned = align_frame(frame_len);
-            if seq != next
+            if meta.seq != next
                 || (len_meta >> 32) as u8 != FrameKind::Data as u8
                 || frame_len < FRAME_HEADER_LEN as u64
                 || aligned > g.max_frame
@@ -91,7 +88,6 @@ impl Cursor {
             {
                 break;
             }
-            let meta = FrameMeta::of_header(pos, len_meta, schema, seq, t_nanos);
             let visited = visit(&meta, &payload_view(lane, &meta));
             if let Visit::Stop = visited {
                 break;
@@ -106,7 +102,7 @@ impl Cursor {
                 break;
             }
             self.pos = pos.saturating_add(aligned);
-            next = seq + 1;
+            next = meta.seq + 1;
             self.next_seq = Some((next, pos));
             end.read += 1;
             if let Visit::Take(r) = visited {
