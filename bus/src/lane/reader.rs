@@ -244,7 +244,9 @@ impl<M: LaneMem> LaneReader<M> {
     /// next `read_in_place` deals with; so a reader alternates the two. For a loop over many
     /// small records (the subscriber's drain): `read_in_place`'s per-call work is as much as
     /// such a record's own. `visit`, like `read_in_place`'s closure, may look at a frame that
-    /// is then not delivered, and must not have side effects that matter if so.
+    /// is then not delivered, and must not have side effects that matter if so. A reader with
+    /// a filter or a start time, or one that has not placed a record yet (no
+    /// [`expected_seq`](Self::expected_seq)), reads no run: `read_in_place` reads for it.
     #[inline(always)]
     pub fn read_run_in_place<R>(
         &mut self,
